@@ -1,0 +1,38 @@
+// TokenizerSpec: a tokenizer's vocabulary and rules as read from a file (GGUF tokenizer.ggml.*
+// metadata, llama2.c tokenizer.bin, Hugging Face tokenizer.json). The tokenizer module builds a
+// working tokenizer from it; readers only fill it in.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace weir::format {
+
+// GGUF token types.
+enum class TokenType : int32_t {
+  kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6
+};
+
+struct TokenizerSpec {
+  enum class Kind {
+    kNone,           // the file has no tokenizer
+    kSentencePiece,  // score-driven BPE over a "▁"-marked text, byte fallback (<0xNN>)
+    kBpeMerges,      // rank-driven BPE from a merge list (tokenizer.json / GGUF "gpt2")
+  };
+  Kind kind = Kind::kNone;
+  std::vector<std::string> tokens;   // id -> piece (UTF-8; "▁" marks a space)
+  std::vector<float> scores;         // id -> score (SentencePiece); empty if none
+  std::vector<TokenType> types;      // id -> type; empty means all normal
+  std::vector<std::string> merges;   // "left right", highest priority first (kBpeMerges)
+  int32_t bos_id = -1;
+  int32_t eos_id = -1;
+  int32_t unk_id = -1;
+  int32_t pad_id = -1;
+  bool add_bos = true;
+  bool add_space_prefix = true;  // prepend "▁" to the text before tokenizing
+  bool byte_level = false;       // GPT-2 byte-to-unicode mapping (kBpeMerges only)
+  bool byte_fallback = true;     // unknown bytes become <0xNN> when those tokens exist
+};
+
+}  // namespace weir::format
