@@ -1,0 +1,282 @@
+#!/usr/bin/python3
+"""Validates the numpy oracle (weir_ref.py) itself, before weir is compared against it.
+
+  check_oracle.py SHARED_DIR
+
+Checks, each printed as "ok: ..." or "FAIL: ...":
+  1. Element decoders: hand-built Q8_0 / Q4_0 / F16 / BF16 blocks decode to known values (the
+     Q4_0 nibble order included), through a GGUF file written here.
+  2. GGUF metadata of every value type, arrays included, round-trips; per-layer head-count and
+     d_ff arrays give the same logits as scalars.
+  3. Real models (skipped when absent): stories260K.bin greedy from BOS reproduces llama2.c's
+     published text; TinyStories-656K (safetensors) greedy from BOS gives its known opening;
+     the GGUF conversions give the same logits as the originals.
+Exit code 0 when nothing failed.
+"""
+
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import weir_ref  # noqa: E402
+
+failures = []
+
+
+def check(cond, what):
+    print(("ok: " if cond else "FAIL: ") + what)
+    if not cond:
+        failures.append(what)
+
+
+# ----------------------------------------------------------------------------------------------
+# Token pieces, for turning greedy ids into text (tokenization proper is not the oracle's job).
+
+def llama2c_pieces(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    pos, pieces = 4, []
+    while pos < len(data):
+        _score, n = struct.unpack_from("<fi", data, pos)
+        pieces.append(data[pos + 8:pos + 8 + n])
+        pos += 8 + n
+    return pieces
+
+
+def hf_pieces(path):
+    with open(path) as f:
+        vocab = json.load(f)["model"]["vocab"]
+    pieces = [b""] * len(vocab)
+    for piece, i in vocab.items():
+        pieces[i] = piece.replace("\u2581", " ").encode()
+    return pieces
+
+
+def decode(pieces, ids):
+    out = b""
+    for i in ids:
+        p = pieces[i]
+        if p.startswith(b"<0x") and p.endswith(b">") and len(p) == 6:
+            p = bytes([int(p[3:5], 16)])
+        out += p
+    return out.decode("utf-8", errors="replace")
+
+
+# ----------------------------------------------------------------------------------------------
+# A minimal GGUF writer (test input only).
+
+def _s(text):
+    b = text.encode()
+    return struct.pack("<Q", len(b)) + b
+
+
+SCALAR_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h"),
+                "u32": (4, "<I"), "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"),
+                "u64": (10, "<Q"), "i64": (11, "<q"), "f64": (12, "<d")}
+
+
+def _value(kind, v):
+    if kind == "str":
+        return struct.pack("<I", 8) + _s(v)
+    if kind.startswith("arr:"):
+        ek = kind[4:]
+        body = b"".join(_s(x) if ek == "str" else struct.pack(SCALAR_TYPES[ek][1], x) for x in v)
+        et = 8 if ek == "str" else SCALAR_TYPES[ek][0]
+        return struct.pack("<I", 9) + struct.pack("<IQ", et, len(v)) + body
+    t, fmt = SCALAR_TYPES[kind]
+    return struct.pack("<I", t) + struct.pack(fmt, v)
+
+
+def write_gguf(path, kvs, tensors, alignment=32, version=3):
+    """kvs: [(key, kind, value)]; tensors: [(name, ne (innermost first), type id, raw bytes)].
+    Returns the length of the header before its padding."""
+    if alignment != 32:
+        kvs = kvs + [("general.alignment", "u32", alignment)]
+    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
+    head += b"".join(_s(k) + _value(kind, v) for k, kind, v in kvs)
+    data, infos = b"", b""
+    for name, ne, ttype, raw in tensors:
+        data += b"\0" * (-len(data) % alignment)
+        infos += _s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
+        infos += struct.pack("<IQ", ttype, len(data))
+        data += raw
+    body = head + infos
+    header_bytes = len(body)
+    body += b"\0" * (-len(body) % alignment)
+    with open(path, "wb") as f:
+        f.write(body + data)
+    return header_bytes
+
+
+def model_to_gguf(m, path, per_layer_arrays=False):
+    """Writes an oracle Model (adjacent-pair RoPE) as an F32 GGUF."""
+    L = m.n_layers
+    arr = per_layer_arrays
+    kvs = [("general.architecture", "str", "llama"),
+           ("llama.embedding_length", "u32", m.d_model), ("llama.block_count", "u32", L),
+           ("llama.feed_forward_length", "arr:i32" if arr else "u32",
+            m.d_ff if arr else m.d_ff[0]),
+           ("llama.attention.head_count", "arr:u32" if arr else "u32",
+            m.n_heads if arr else m.n_heads[0]),
+           ("llama.attention.head_count_kv", "arr:u32" if arr else "u32",
+            m.n_kv_heads if arr else m.n_kv_heads[0]),
+           ("llama.attention.layer_norm_rms_epsilon", "f32", m.eps),
+           ("llama.rope.freq_base", "f32", m.theta),
+           ("tokenizer.ggml.bos_token_id", "u32", m.bos)]
+    f32 = lambda a: np.ascontiguousarray(a, dtype="<f4").tobytes()  # noqa: E731
+    ts = [("token_embd.weight", [m.d_model, m.vocab], 0, f32(m.tok_emb)),
+          ("output_norm.weight", [m.d_model], 0, f32(m.out_norm))]
+    names = dict(attn_norm="attn_norm", wq="attn_q", wk="attn_k", wv="attn_v", wo="attn_output",
+                 ffn_norm="ffn_norm", w_gate="ffn_gate", w_up="ffn_up", w_down="ffn_down")
+    for i, l in enumerate(m.layers):
+        for k, n in names.items():
+            ts.append((f"blk.{i}.{n}.weight", list(reversed(l[k].shape)), 0, f32(l[k])))
+    if m.w_out is not m.tok_emb:
+        ts.append(("output.weight", [m.d_model, m.vocab], 0, f32(m.w_out)))
+    write_gguf(path, kvs, ts)
+
+
+# ----------------------------------------------------------------------------------------------
+
+def check_decoders(tmp):
+    f16 = lambda x: struct.pack("<e", x)  # noqa: E731
+    # Q8_0: d = 0.5, q = -16..15  ->  x = 0.5 * q
+    q8 = f16(0.5) + bytes((q & 0xFF) for q in range(-16, 16))
+    # Q4_0: d = 0.25, byte j = lo(j) | hi(j) << 4 with lo = j, hi = 15 - j
+    #       -> value j = 0.25 * (j - 8), value j + 16 = 0.25 * (7 - j)
+    q4 = f16(0.25) + bytes(j | ((15 - j) << 4) for j in range(16))
+    vals = [1.0, -2.5, 65504.0, 2.0 ** -24]
+    f16s = b"".join(f16(v) for v in vals)
+    bf16s = b"".join(struct.pack("<f", v)[2:] for v in (1.0, -3.0, 0.15625, 1e30))
+    path = os.path.join(tmp, "types.gguf")
+    write_gguf(path, [("general.architecture", "str", "none")],
+               [("q8", [32], 8, q8), ("q4", [32], 2, q4), ("f16", [4], 1, f16s),
+                ("bf16", [4], 30, bf16s)], alignment=64, version=2)
+    _, t = weir_ref.read_gguf(path)
+    check(np.array_equal(t["q8"], 0.5 * np.arange(-16, 16)), "Q8_0 block decodes to d*q")
+    want4 = np.concatenate([0.25 * (np.arange(16) - 8), 0.25 * (7 - np.arange(16))])
+    check(np.array_equal(t["q4"], want4), "Q4_0 block: low nibbles are values 0..15, high 16..31")
+    check(np.array_equal(t["f16"], np.float32(vals)), "F16 decodes (incl. max and subnormal)")
+    bf = np.float32([1.0, -3.0, 0.15625, np.frombuffer(struct.pack("<I", struct.unpack(
+        "<I", struct.pack("<f", 1e30))[0] & 0xFFFF0000), "<f4")[0]])
+    check(np.array_equal(t["bf16"], bf), "BF16 decodes as the upper half of an F32")
+
+
+def check_metadata(tmp):
+    kvs = [("a.u8", "u8", 200), ("a.i8", "i8", -5), ("a.u16", "u16", 60000),
+           ("a.i16", "i16", -30000), ("a.u32", "u32", 4000000000), ("a.i32", "i32", -7),
+           ("a.f32", "f32", 1.5), ("a.bool", "bool", True), ("a.str", "str", "héllo"),
+           ("a.u64", "u64", 2 ** 63 + 1), ("a.i64", "i64", -(2 ** 40)), ("a.f64", "f64", 0.1),
+           ("a.arr_i32", "arr:i32", [1, -2, 3]), ("a.arr_str", "arr:str", ["x", "", "yz"]),
+           ("a.arr_f32", "arr:f32", [])]
+    path = os.path.join(tmp, "meta.gguf")
+    header_bytes = write_gguf(path, kvs, [])
+    meta, _ = weir_ref.read_gguf(path)
+    check(all(meta[k] == v for k, _, v in kvs), "GGUF metadata of every value type round-trips")
+    with open(path, "rb") as f:
+        raw = f.read()
+    trunc = os.path.join(tmp, "trunc.gguf")
+    bad = 0
+    for n in range(header_bytes):
+        with open(trunc, "wb") as f:
+            f.write(raw[:n])
+        try:
+            weir_ref.read_gguf(trunc)
+        except weir_ref.ModelError:
+            bad += 1
+    check(bad == header_bytes,
+          f"every truncation of a GGUF header is a ModelError ({bad}/{header_bytes})")
+
+
+def rel_err(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def check_real_models(shared, tmp):
+    toks = [1, 403, 407, 261, 378, 432, 383, 286, 261, 376, 298, 315]
+    d260 = os.path.join(shared, "models/stories260K")
+    if os.path.exists(os.path.join(d260, "stories260K.bin")):
+        m = weir_ref.load_model(os.path.join(d260, "stories260K.bin"))
+        text = decode(llama2c_pieces(os.path.join(d260, "tok512.bin")), weir_ref.greedy(m, [1], 60))
+        want = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+                "the park. One day, she saw a big, red ball. She wanted to play with it, but it was "
+                "too high")
+        check(text.lstrip().startswith(want), f"stories260K greedy from BOS: {text!r}")
+        ref = weir_ref.forward(m, toks)
+        g = os.path.join(d260, "stories260K-F32.gguf")
+        if os.path.exists(g):
+            e = rel_err(weir_ref.forward(weir_ref.load_model(g), toks), ref)
+            check(e < 1e-6, f"stories260K-F32.gguf logits == stories260K.bin (rel err {e:.2e})")
+        # Per-layer arrays in GGUF metadata mean the same model as scalars.
+        p1, p2 = os.path.join(tmp, "s.gguf"), os.path.join(tmp, "a.gguf")
+        model_to_gguf(m, p1)
+        model_to_gguf(m, p2, per_layer_arrays=True)
+        a, b = (weir_ref.forward(weir_ref.load_model(p), toks) for p in (p1, p2))
+        check(rel_err(a, ref) < 1e-6 and rel_err(b, ref) < 1e-6,
+              "re-written GGUF (scalar and per-layer-array hyperparameters) gives the same logits")
+        # Layers that really differ: drop layer 1's last kv head (and its 2 query heads) and
+        # 72 of its 172 MLP units. That must equal the full model with those heads' wo columns
+        # and those units' w_down columns zeroed.
+        hd, keep_f = m.head_dim, 100
+        l1 = m.layers[1]
+        zeroed = dict(l1, wo=l1["wo"].copy(), w_down=l1["w_down"].copy())
+        zeroed["wo"][:, 6 * hd:] = 0
+        zeroed["w_down"][:, keep_f:] = 0
+        m.layers[1] = zeroed
+        want = weir_ref.forward(m, toks)
+        m.layers[1] = dict(l1, wq=l1["wq"][:6 * hd], wk=l1["wk"][:3 * hd], wv=l1["wv"][:3 * hd],
+                           wo=l1["wo"][:, :6 * hd], w_gate=l1["w_gate"][:keep_f],
+                           w_up=l1["w_up"][:keep_f], w_down=l1["w_down"][:, :keep_f])
+        m.n_heads[1], m.n_kv_heads[1], m.d_ff[1] = 6, 3, keep_f
+        model_to_gguf(m, p2, per_layer_arrays=True)
+        got = weir_ref.forward(weir_ref.load_model(p2), toks)
+        check(rel_err(got, want) < 1e-9 and rel_err(want, ref) > 1e-3,
+              f"per-layer head counts and d_ff (GGUF arrays) (rel err {rel_err(got, want):.1e})")
+    else:
+        print("skip: stories260K absent")
+
+    d656 = os.path.join(shared, "models/tinystories-656k")
+    if os.path.exists(os.path.join(d656, "model.safetensors")):
+        m = weir_ref.load_model(d656)
+        pieces = hf_pieces(os.path.join(d656, "tokenizer.json"))
+        text = decode(pieces, weir_ref.greedy(m, [1], 40))
+        want = ("Once upon a time, there was a little girl named Lily. She had a toy car that she "
+                "loved very much.")
+        check(text.startswith(want), f"TinyStories-656K greedy from BOS: {text!r}")
+        toks656 = [1, 3, 100, 2000, 17, 5, 900, 1500, 42, 7, 300, 1024]
+        ref = weir_ref.forward(m, toks656)
+        g = os.path.join(d656, "tinystories-656k-F32.gguf")
+        if os.path.exists(g):
+            e = rel_err(weir_ref.forward(weir_ref.load_model(g), toks656), ref)
+            check(e < 1e-6, f"tinystories-656k-F32.gguf (adjacent pairs on permuted q/k) logits == "
+                  f"safetensors (rotate-half) (rel err {e:.2e})")
+        q = os.path.join(d656, "tinystories-656k-Q8_0.gguf")
+        if os.path.exists(q):
+            lq = weir_ref.forward(weir_ref.load_model(q), toks656)
+            e = rel_err(lq, ref)
+            agree = float(np.mean(lq.argmax(-1) == ref.argmax(-1)))
+            check(e < 0.05 and agree >= 0.75,
+                  f"tinystories-656k-Q8_0.gguf close to F32 (rel err {e:.2e}, argmax agree "
+                  f"{agree:.2f})")
+    else:
+        print("skip: tinystories-656k absent")
+
+
+def main():
+    shared = sys.argv[1] if len(sys.argv) > 1 else os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "../../../shared")
+    with tempfile.TemporaryDirectory() as tmp:
+        check_decoders(tmp)
+        check_metadata(tmp)
+        check_real_models(shared, tmp)
+    print(f"{len(failures)} failure(s)")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,617 @@
+#!/usr/bin/python3
+"""Independent reference forward pass of a Llama-family model, in numpy, for checking weir.
+
+It is written from the model definitions (llama2.c's run.c semantics, Hugging Face's
+LlamaForCausalLM, llama.cpp's GGUF "llama" architecture), not from weir's C++ code, and
+computes in float64 so that its own rounding is negligible next to weir's float32.
+
+Model files it reads (each reader checks every offset and length against the file size):
+
+  GGUF v2/v3 (little-endian)
+    u32 magic "GGUF" | u32 version | u64 n_tensors | u64 n_kv
+    n_kv x { string key | u32 value_type | value }
+      string = u64 length + UTF-8 bytes
+      value types: 0 u8, 1 i8, 2 u16, 3 i16, 4 u32, 5 i32, 6 f32, 7 bool, 8 string,
+                   9 array (u32 element_type, u64 count, elements), 10 u64, 11 i64, 12 f64
+    n_tensors x { string name | u32 n_dims | u64 ne[n_dims] (innermost first) | u32 type |
+                  u64 offset (relative to the data section, multiple of the alignment) }
+    padding to general.alignment (default 32) | data section
+    Tensor types read: 0 F32, 1 F16, 30 BF16, 8 Q8_0 {f16 d; i8 q[32]} x = d*q,
+    2 Q4_0 {f16 d; u8 qs[16]}: value j = low nibble of qs[j], value j+16 = high nibble,
+    x = d*(q-8).  Architecture "llama": RoPE on adjacent pairs (2i, 2i+1).
+
+  Hugging Face safetensors + config.json (LlamaForCausalLM)
+    u64 header_length | JSON header {name: {dtype, shape, data_offsets [begin, end)}} | data
+    dtypes F32, F16, BF16, F64.  Sharded models (model.safetensors.index.json) are accepted.
+    If only one of lm_head.weight / model.embed_tokens.weight is stored the other is the same
+    matrix (tied embeddings).  RoPE rotates halves (i, i + head_dim/2).
+
+  llama2.c legacy checkpoint (.bin)
+    7 x i32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}; a negative
+    vocab_size means a separate classifier follows.  Then f32 arrays: token_embedding [V, D],
+    rms_att [L, D], wq [L, D, D], wk [L, KV, D], wv [L, KV, D], wo [L, D, D], rms_ffn [L, D],
+    w1 (gate) [L, F, D], w2 (down) [L, D, F], w3 (up) [L, F, D], rms_final [D],
+    freq_cis_real [S, hd/2], freq_cis_imag [S, hd/2], [wcls [V, D]].
+    RMSNorm eps 1e-5, RoPE on adjacent pairs, theta 10000.
+
+Commands (token ids in, numbers out; tokenization is not this script's job):
+  weir_ref.py logits MODEL --tokens 1,2,3 -o out.f32   float32 [n_tokens, vocab], row-major LE
+  weir_ref.py greedy MODEL --tokens 1 -n 60            prints the generated ids
+  weir_ref.py ppl MODEL --tokens-file ids.txt -c CTX   llama.cpp perplexity scheme
+  weir_ref.py info MODEL                               prints the hyperparameters as JSON
+
+Exit codes: 0 ok, 1 bad model file or input, 2 usage.
+"""
+
+import argparse
+import json
+import math
+import mmap
+import os
+import struct
+import sys
+
+import numpy as np
+
+
+class ModelError(Exception):
+    """A model file that cannot be read; the message names the file and the field."""
+
+
+# ----------------------------------------------------------------------------------------------
+# Element decoding shared by the readers.
+
+QK = 32  # values per Q8_0 / Q4_0 block
+
+
+def _f16(buf, count):
+    return np.frombuffer(buf, dtype="<f2", count=count).astype(np.float32)
+
+
+def _bf16(buf, count):
+    raw = np.frombuffer(buf, dtype="<u2", count=count).astype(np.uint32) << 16
+    return raw.view(np.float32)
+
+
+def _q8_0(buf, n_blocks):
+    blocks = np.frombuffer(buf, dtype=np.uint8, count=n_blocks * 34).reshape(n_blocks, 34)
+    d = blocks[:, :2].copy().view("<f2").astype(np.float32)  # [n_blocks, 1]
+    q = blocks[:, 2:].copy().view(np.int8).astype(np.float32)  # [n_blocks, 32]
+    return (d * q).reshape(-1)
+
+
+def _q4_0(buf, n_blocks):
+    blocks = np.frombuffer(buf, dtype=np.uint8, count=n_blocks * 18).reshape(n_blocks, 18)
+    d = blocks[:, :2].copy().view("<f2").astype(np.float32)  # [n_blocks, 1]
+    qs = blocks[:, 2:]  # [n_blocks, 16]
+    q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32) - 8.0  # [n_blocks, 32]
+    return (d * q).reshape(-1)
+
+
+# ggml type id -> (name, values per block, bytes per block, decoder(buffer, n_blocks))
+GGML_TYPES = {
+    0: ("F32", 1, 4, lambda b, n: np.frombuffer(b, dtype="<f4", count=n).astype(np.float32)),
+    1: ("F16", 1, 2, _f16),
+    30: ("BF16", 1, 2, _bf16),
+    8: ("Q8_0", QK, 34, _q8_0),
+    2: ("Q4_0", QK, 18, _q4_0),
+}
+
+
+# ----------------------------------------------------------------------------------------------
+# GGUF reader.
+
+GGUF_SCALARS = {0: "<B", 1: "<b", 2: "<H", 3: "<h", 4: "<I", 5: "<i", 6: "<f", 7: "<?",
+                10: "<Q", 11: "<q", 12: "<d"}
+GGUF_STRING, GGUF_ARRAY = 8, 9
+
+
+class _Cursor:
+    """Bounds-checked little-endian reads from a byte buffer."""
+
+    def __init__(self, buf, path):
+        self.buf, self.path, self.pos = buf, path, 0
+
+    def take(self, n, what):
+        if n < 0 or self.pos + n > len(self.buf):
+            raise ModelError(f"{self.path}: {what} at offset {self.pos} needs {n} bytes, "
+                             f"file has {len(self.buf)}")
+        b = self.buf[self.pos:self.pos + n]
+        self.pos += n
+        return b
+
+    def unpack(self, fmt, what):
+        return struct.unpack(fmt, self.take(struct.calcsize(fmt), what))[0]
+
+    def string(self, what):
+        n = self.unpack("<Q", what + " length")
+        return bytes(self.take(n, what)).decode("utf-8", errors="replace")
+
+    def value(self, vtype, what, depth=0):
+        if vtype in GGUF_SCALARS:
+            return self.unpack(GGUF_SCALARS[vtype], what)
+        if vtype == GGUF_STRING:
+            return self.string(what)
+        if vtype == GGUF_ARRAY:
+            if depth > 0:
+                raise ModelError(f"{self.path}: {what}: nested arrays are not supported")
+            etype = self.unpack("<I", what + " array type")
+            count = self.unpack("<Q", what + " array count")
+            if etype in GGUF_SCALARS:
+                size = struct.calcsize(GGUF_SCALARS[etype])
+                raw = self.take(count * size, what + " array")  # checks count against the file
+                return list(struct.unpack("<%d%s" % (count, GGUF_SCALARS[etype][1]), raw))
+            if etype not in (GGUF_STRING, GGUF_ARRAY):
+                raise ModelError(f"{self.path}: {what}: unknown array element type {etype}")
+            if count > len(self.buf) - self.pos:  # every element takes at least one byte
+                raise ModelError(f"{self.path}: {what}: array count {count} exceeds file size")
+            return [self.value(etype, f"{what}[{i}]", depth + 1) for i in range(count)]
+        raise ModelError(f"{self.path}: {what}: unknown value type {vtype}")
+
+
+def read_gguf(path):
+    """Returns (metadata dict, {tensor name: float32 ndarray, outermost dim first})."""
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if os.path.getsize(path) else b""
+    cur = _Cursor(memoryview(buf), path)
+    if bytes(cur.take(4, "magic")) != b"GGUF":
+        raise ModelError(f"{path}: not a GGUF file (magic)")
+    version = cur.unpack("<I", "version")
+    if version not in (2, 3):
+        raise ModelError(f"{path}: GGUF version {version} is not supported (2 or 3)")
+    n_tensors = cur.unpack("<Q", "tensor_count")
+    n_kv = cur.unpack("<Q", "metadata_kv_count")
+    if n_tensors > len(buf) or n_kv > len(buf):
+        raise ModelError(f"{path}: counts {n_tensors} tensors / {n_kv} keys exceed the file size")
+    meta = {}
+    for i in range(n_kv):
+        key = cur.string(f"metadata key {i}")
+        vtype = cur.unpack("<I", f"type of {key}")
+        meta[key] = cur.value(vtype, key)
+    infos = []
+    for i in range(n_tensors):
+        name = cur.string(f"tensor {i} name")
+        n_dims = cur.unpack("<I", f"{name} n_dims")
+        if n_dims > 4:
+            raise ModelError(f"{path}: tensor {name}: n_dims {n_dims} > 4")
+        ne = [cur.unpack("<Q", f"{name} ne[{d}]") for d in range(n_dims)]
+        ttype = cur.unpack("<I", f"{name} type")
+        offset = cur.unpack("<Q", f"{name} offset")
+        infos.append((name, ne, ttype, offset))
+    alignment = meta.get("general.alignment", 32)
+    if not isinstance(alignment, int) or alignment <= 0 or alignment & (alignment - 1):
+        raise ModelError(f"{path}: general.alignment {alignment} is not a power of two")
+    data_start = (cur.pos + alignment - 1) // alignment * alignment
+    tensors = {}
+    for name, ne, ttype, offset in infos:
+        if ttype not in GGML_TYPES:
+            raise ModelError(f"{path}: unsupported type {ttype} in tensor {name}")
+        tname, block, block_bytes, decode = GGML_TYPES[ttype]
+        n = math.prod(ne) if ne else 1
+        if ne and ne[0] % block:
+            raise ModelError(f"{path}: tensor {name}: row length {ne[0]} is not a multiple of "
+                             f"the {tname} block size {block}")
+        if offset % alignment:
+            raise ModelError(f"{path}: tensor {name}: offset {offset} not aligned to {alignment}")
+        nbytes = n // block * block_bytes
+        begin = data_start + offset
+        if begin + nbytes > len(buf):
+            raise ModelError(f"{path}: tensor {name}: bytes [{begin}, {begin + nbytes}) are "
+                             f"past the end of the file ({len(buf)})")
+        flat = decode(buf[begin:begin + nbytes], n // block)
+        tensors[name] = flat.reshape(list(reversed(ne)) if ne else [])
+    return meta, tensors
+
+
+# ----------------------------------------------------------------------------------------------
+# The model: hyperparameters and float64 weights, whatever the file format.
+
+class Model:
+    """d_model, n_layers, per-layer n_heads / n_kv_heads / d_ff, head_dim, n_rot, eps, theta,
+    rope ("adjacent" or "half"), vocab, bos; weights as float64 arrays [out, in]."""
+
+    def __init__(self):
+        self.layers = []  # dicts: attn_norm [D], wq [H*hd, D], wk [KV*hd, D], wv [KV*hd, D],
+        #                   wo [D, H*hd], ffn_norm [D], w_gate [F, D], w_up [F, D], w_down [D, F]
+        self.tok_emb = None  # [V, D]
+        self.out_norm = None  # [D]
+        self.w_out = None  # [V, D]
+
+    def info(self):
+        return {k: getattr(self, k) for k in (
+            "format", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_rot",
+            "d_ff", "eps", "theta", "rope", "vocab", "bos")}
+
+    def check(self, path):
+        """Validates every weight shape against the hyperparameters."""
+        def need(name, arr, shape):
+            if arr is None:
+                raise ModelError(f"{path}: missing tensor {name}")
+            if tuple(arr.shape) != tuple(shape):
+                raise ModelError(f"{path}: tensor {name} has shape {list(arr.shape)}, "
+                                 f"expected {list(shape)}")
+        D, V, hd = self.d_model, self.vocab, self.head_dim
+        need("token embedding", self.tok_emb, (V, D))
+        need("output norm", self.out_norm, (D,))
+        need("output head", self.w_out, (V, D))
+        if len(self.layers) != self.n_layers:
+            raise ModelError(f"{path}: {len(self.layers)} layers, expected {self.n_layers}")
+        for i, l in enumerate(self.layers):
+            H, KV, F = self.n_heads[i], self.n_kv_heads[i], self.d_ff[i]
+            if H <= 0 or KV <= 0 or H % KV:
+                raise ModelError(f"{path}: layer {i}: n_heads {H} not a multiple of "
+                                 f"n_kv_heads {KV}")
+            for name, shape in (("attn_norm", (D,)), ("wq", (H * hd, D)), ("wk", (KV * hd, D)),
+                                ("wv", (KV * hd, D)), ("wo", (D, H * hd)), ("ffn_norm", (D,)),
+                                ("w_gate", (F, D)), ("w_up", (F, D)), ("w_down", (D, F))):
+                need(f"layer {i} {name}", l.get(name), shape)
+        if self.n_rot % 2 or not 0 < self.n_rot <= hd:
+            raise ModelError(f"{path}: rope dimension {self.n_rot} invalid for head_dim {hd}")
+        return self
+
+
+def _per_layer(value, n_layers, path, key):
+    if isinstance(value, list):
+        if len(value) != n_layers:
+            raise ModelError(f"{path}: {key} has {len(value)} entries, expected {n_layers}")
+        return [int(v) for v in value]
+    return [int(value)] * n_layers
+
+
+def _f64(a):
+    return None if a is None else np.asarray(a, dtype=np.float64)
+
+
+def load_gguf(path):
+    meta, t = read_gguf(path)
+    arch = meta.get("general.architecture")
+    if arch != "llama":
+        raise ModelError(f"{path}: general.architecture is {arch!r}, only 'llama' is supported")
+
+    def key(name, default=None):
+        k = "llama." + name
+        if k not in meta:
+            if default is None:
+                raise ModelError(f"{path}: missing metadata {k}")
+            return default
+        return meta[k]
+    m = Model()
+    m.format = "gguf"
+    m.d_model = int(key("embedding_length"))
+    m.n_layers = int(key("block_count"))
+    m.n_heads = _per_layer(key("attention.head_count"), m.n_layers, path, "head_count")
+    m.n_kv_heads = _per_layer(key("attention.head_count_kv", m.n_heads), m.n_layers, path,
+                              "head_count_kv")
+    m.d_ff = _per_layer(key("feed_forward_length"), m.n_layers, path, "feed_forward_length")
+    m.head_dim = int(key("attention.key_length", m.d_model // max(m.n_heads[0], 1)))
+    m.n_rot = int(key("rope.dimension_count", m.head_dim))
+    m.eps = float(key("attention.layer_norm_rms_epsilon"))
+    m.theta = float(key("rope.freq_base", 10000.0))
+    scaling = meta.get("llama.rope.scaling.type", "none")
+    if scaling not in ("none", ""):
+        raise ModelError(f"{path}: llama.rope.scaling.type {scaling!r} is not supported")
+    m.rope = "adjacent"
+    m.bos = int(meta.get("tokenizer.ggml.bos_token_id", 1))
+    m.tok_emb = _f64(t.get("token_embd.weight"))
+    if m.tok_emb is None:
+        raise ModelError(f"{path}: missing tensor token_embd.weight")
+    m.vocab = m.tok_emb.shape[0]
+    m.out_norm = _f64(t.get("output_norm.weight"))
+    m.w_out = _f64(t.get("output.weight", t["token_embd.weight"]))
+    for i in range(m.n_layers):
+        g = lambda n: _f64(t.get(f"blk.{i}.{n}.weight"))  # noqa: E731
+        m.layers.append(dict(attn_norm=g("attn_norm"), wq=g("attn_q"), wk=g("attn_k"),
+                             wv=g("attn_v"), wo=g("attn_output"), ffn_norm=g("ffn_norm"),
+                             w_gate=g("ffn_gate"), w_up=g("ffn_up"), w_down=g("ffn_down")))
+    return m.check(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# safetensors + config.json reader.
+
+ST_DTYPES = {"F32": ("<f4", 4), "F16": ("<f2", 2), "BF16": (None, 2), "F64": ("<f8", 8)}
+
+
+def read_safetensors(path):
+    """Returns {name: float32/float64 ndarray}."""
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        buf = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if size else b""
+    if size < 8:
+        raise ModelError(f"{path}: {size} bytes, too short for the safetensors header length")
+    (hlen,) = struct.unpack("<Q", buf[:8])
+    if hlen > size - 8:
+        raise ModelError(f"{path}: header length {hlen} exceeds file size {size}")
+    try:
+        header = json.loads(bytes(buf[8:8 + hlen]))
+    except ValueError as e:
+        raise ModelError(f"{path}: header is not valid JSON: {e}")
+    data_start = 8 + hlen
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        dtype, shape, (begin, end) = info["dtype"], info["shape"], info["data_offsets"]
+        if dtype not in ST_DTYPES:
+            raise ModelError(f"{path}: tensor {name}: unsupported dtype {dtype}")
+        np_dtype, elem = ST_DTYPES[dtype]
+        n = math.prod(shape)
+        if not 0 <= begin <= end <= size - data_start or end - begin != n * elem:
+            raise ModelError(f"{path}: tensor {name}: data_offsets [{begin}, {end}) invalid for "
+                             f"{n} x {dtype} in a data section of {size - data_start} bytes")
+        raw = buf[data_start + begin:data_start + end]
+        arr = _bf16(raw, n) if dtype == "BF16" else np.frombuffer(raw, dtype=np_dtype, count=n)
+        out[name] = arr.reshape(shape)
+    return out
+
+
+def load_hf(model_dir):
+    cfg_path = os.path.join(model_dir, "config.json")
+    try:
+        with open(cfg_path) as f:
+            cfg = json.load(f)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"{cfg_path}: {e}")
+    index = os.path.join(model_dir, "model.safetensors.index.json")
+    t = {}
+    if os.path.exists(index):
+        with open(index) as f:
+            shards = sorted(set(json.load(f)["weight_map"].values()))
+        for s in shards:
+            t.update(read_safetensors(os.path.join(model_dir, s)))
+    else:
+        t = read_safetensors(os.path.join(model_dir, "model.safetensors"))
+
+    def c(name, default=None):
+        if cfg.get(name) is None:
+            if default is None:
+                raise ModelError(f"{cfg_path}: missing {name}")
+            return default
+        return cfg[name]
+    if cfg.get("rope_scaling") is not None:
+        raise ModelError(f"{cfg_path}: rope_scaling {cfg['rope_scaling']} is not supported")
+    m = Model()
+    m.format = "safetensors"
+    m.d_model = int(c("hidden_size"))
+    m.n_layers = int(c("num_hidden_layers"))
+    m.n_heads = [int(c("num_attention_heads"))] * m.n_layers
+    m.n_kv_heads = [int(c("num_key_value_heads", m.n_heads[0]))] * m.n_layers
+    m.d_ff = [int(c("intermediate_size"))] * m.n_layers
+    m.head_dim = int(c("head_dim", m.d_model // m.n_heads[0]))
+    m.n_rot = m.head_dim
+    m.eps = float(c("rms_norm_eps"))
+    m.theta = float(c("rope_theta", 10000.0))
+    m.rope = "half"
+    m.bos = int(c("bos_token_id", 1))
+    emb = t.get("model.embed_tokens.weight", t.get("lm_head.weight"))
+    head = t.get("lm_head.weight", emb)
+    if not cfg.get("tie_word_embeddings", True) and (
+            "lm_head.weight" not in t or "model.embed_tokens.weight" not in t):
+        raise ModelError(f"{model_dir}: tie_word_embeddings is false but only one of "
+                         f"lm_head.weight / model.embed_tokens.weight is stored")
+    m.tok_emb, m.w_out = _f64(emb), _f64(head)
+    m.vocab = int(c("vocab_size"))
+    m.out_norm = _f64(t.get("model.norm.weight"))
+    for i in range(m.n_layers):
+        g = lambda n: _f64(t.get(f"model.layers.{i}.{n}.weight"))  # noqa: E731
+        m.layers.append(dict(
+            attn_norm=g("input_layernorm"), wq=g("self_attn.q_proj"), wk=g("self_attn.k_proj"),
+            wv=g("self_attn.v_proj"), wo=g("self_attn.o_proj"),
+            ffn_norm=g("post_attention_layernorm"), w_gate=g("mlp.gate_proj"),
+            w_up=g("mlp.up_proj"), w_down=g("mlp.down_proj")))
+    return m.check(model_dir)
+
+
+# ----------------------------------------------------------------------------------------------
+# llama2.c legacy checkpoint reader.
+
+def load_llama2c(path):
+    size = os.path.getsize(path)
+    with open(path, "rb") as f:
+        data = f.read()
+    if size < 28:
+        raise ModelError(f"{path}: {size} bytes, too short for the llama2.c header")
+    dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len = struct.unpack("<7i", data[:28])
+    if dim == 0x616B3432:
+        raise ModelError(f"{path}: llama2.c version-1+ checkpoints (magic ak42) not supported")
+    shared = vocab > 0
+    vocab = abs(vocab)
+    if min(dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len) <= 0 or dim % n_heads:
+        raise ModelError(f"{path}: header {dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len} "
+                         f"is invalid")
+    hd = dim // n_heads
+    kv_dim = n_kv * hd
+    L = n_layers
+    sections = [("token_embedding", (vocab, dim)), ("rms_att", (L, dim)), ("wq", (L, dim, dim)),
+                ("wk", (L, kv_dim, dim)), ("wv", (L, kv_dim, dim)), ("wo", (L, dim, dim)),
+                ("rms_ffn", (L, dim)), ("w1", (L, hidden, dim)), ("w2", (L, dim, hidden)),
+                ("w3", (L, hidden, dim)), ("rms_final", (dim,)),
+                ("freq_cis_real", (seq_len, hd // 2)), ("freq_cis_imag", (seq_len, hd // 2))]
+    if not shared:
+        sections.append(("wcls", (vocab, dim)))
+    need = 28 + 4 * sum(math.prod(s) for _, s in sections)
+    if need != size:
+        raise ModelError(f"{path}: header {dim, hidden, n_layers, n_heads, n_kv, vocab, seq_len} "
+                         f"implies {need} bytes, file has {size}")
+    w, pos = {}, 28
+    for name, shape in sections:
+        n = math.prod(shape)
+        w[name] = np.frombuffer(data, dtype="<f4", count=n, offset=pos).reshape(shape)
+        pos += 4 * n
+    m = Model()
+    m.format = "llama2c"
+    m.d_model, m.n_layers, m.vocab, m.head_dim, m.n_rot = dim, L, vocab, hd, hd
+    m.n_heads, m.n_kv_heads, m.d_ff = [n_heads] * L, [n_kv] * L, [hidden] * L
+    m.eps, m.theta, m.rope, m.bos = 1e-5, 10000.0, "adjacent", 1
+    m.tok_emb = _f64(w["token_embedding"])
+    m.out_norm = _f64(w["rms_final"])
+    m.w_out = m.tok_emb if shared else _f64(w["wcls"])
+    for i in range(L):
+        m.layers.append(dict(
+            attn_norm=_f64(w["rms_att"][i]), wq=_f64(w["wq"][i]), wk=_f64(w["wk"][i]),
+            wv=_f64(w["wv"][i]), wo=_f64(w["wo"][i]), ffn_norm=_f64(w["rms_ffn"][i]),
+            w_gate=_f64(w["w1"][i]), w_down=_f64(w["w2"][i]), w_up=_f64(w["w3"][i])))
+    return m.check(path)
+
+
+def load_model(path):
+    if os.path.isdir(path):
+        return load_hf(path)
+    if path.endswith(".safetensors"):
+        return load_hf(os.path.dirname(path) or ".")
+    with open(path, "rb") as f:
+        magic = f.read(4)
+    if magic == b"GGUF":
+        return load_gguf(path)
+    return load_llama2c(path)
+
+
+# ----------------------------------------------------------------------------------------------
+# The forward pass, over a whole token sequence at once (positions 0..n-1, causal).
+
+def rms_norm(x, w, eps):  # x [n, D], w [D]
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
+
+
+def rope(x, n_rot, theta, style):
+    """x [n, heads, hd]; rotates the first n_rot dims of every head by angle pos * freq_i."""
+    n = x.shape[0]
+    freq = theta ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
+    ang = np.arange(n, dtype=np.float64)[:, None] * freq[None, :]  # [n, n_rot/2]
+    cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
+    out = x.copy()
+    if style == "adjacent":  # pairs (2i, 2i+1)
+        a, b = x[..., 0:n_rot:2], x[..., 1:n_rot:2]
+        out[..., 0:n_rot:2] = a * cos - b * sin
+        out[..., 1:n_rot:2] = a * sin + b * cos
+    else:  # pairs (i, i + n_rot/2)
+        h = n_rot // 2
+        a, b = x[..., :h], x[..., h:n_rot]
+        out[..., :h] = a * cos - b * sin
+        out[..., h:n_rot] = a * sin + b * cos
+    return out
+
+
+def attention(m, l, h, i):  # h [n, D] (normed) -> [n, D]
+    n, hd = h.shape[0], m.head_dim
+    H, KV = m.n_heads[i], m.n_kv_heads[i]
+    q = rope((h @ l["wq"].T).reshape(n, H, hd), m.n_rot, m.theta, m.rope)  # [n, H, hd]
+    k = rope((h @ l["wk"].T).reshape(n, KV, hd), m.n_rot, m.theta, m.rope)  # [n, KV, hd]
+    v = (h @ l["wv"].T).reshape(n, KV, hd)  # [n, KV, hd]
+    group = H // KV
+    k = np.repeat(k, group, axis=1)  # query head j reads kv head j // group
+    v = np.repeat(v, group, axis=1)
+    scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)  # [H, n, n]
+    scores = np.where(np.tril(np.ones((n, n), dtype=bool))[None], scores, -np.inf)
+    scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
+    scores /= scores.sum(axis=-1, keepdims=True)
+    out = np.einsum("hqk,khd->qhd", scores, v).reshape(n, H * hd)
+    return out @ l["wo"].T
+
+
+def mlp(l, h):  # h [n, D] (normed) -> [n, D]
+    g = h @ l["w_gate"].T  # [n, F]
+    u = h @ l["w_up"].T
+    return (g / (1.0 + np.exp(-g)) * u) @ l["w_down"].T
+
+
+def forward(m, tokens):
+    """Logits [n, vocab] (float64) for every position of `tokens`."""
+    tokens = np.asarray(tokens, dtype=np.int64)
+    if tokens.size == 0:
+        raise ModelError("no tokens")
+    if tokens.min() < 0 or tokens.max() >= m.vocab:
+        raise ModelError(f"token id out of range [0, {m.vocab}): {tokens.min()}..{tokens.max()}")
+    x = m.tok_emb[tokens]  # [n, D]
+    for i, l in enumerate(m.layers):
+        x = x + attention(m, l, rms_norm(x, l["attn_norm"], m.eps), i)
+        x = x + mlp(l, rms_norm(x, l["ffn_norm"], m.eps))
+    return rms_norm(x, m.out_norm, m.eps) @ m.w_out.T
+
+
+def greedy(m, prompt, n_predict):
+    ids = list(prompt)
+    for _ in range(n_predict):
+        ids.append(int(np.argmax(forward(m, ids)[-1])))
+    return ids[len(prompt):]
+
+
+def perplexity(m, tokens, n_ctx, bos):
+    """llama.cpp's scheme: non-overlapping chunks of n_ctx tokens, the first replaced by BOS,
+    scoring the predictions of tokens n_ctx/2+1 .. n_ctx-1 of each chunk.
+    Returns (ppl, its standard error, tokens scored)."""
+    n_chunks = len(tokens) // n_ctx
+    if n_chunks == 0 or n_ctx < 4:
+        raise ModelError(f"{len(tokens)} tokens, need at least one chunk of ctx {n_ctx} >= 4")
+    nlls = []
+    first = n_ctx // 2
+    for c in range(n_chunks):
+        chunk = list(tokens[c * n_ctx:(c + 1) * n_ctx])
+        chunk[0] = bos
+        logits = forward(m, chunk)[first:n_ctx - 1]  # predictions of chunk[first+1:]
+        mx = logits.max(axis=-1, keepdims=True)
+        logp = logits - mx - np.log(np.exp(logits - mx).sum(axis=-1, keepdims=True))
+        targets = np.asarray(tokens[c * n_ctx + first + 1:(c + 1) * n_ctx])
+        nlls.extend(-logp[np.arange(len(targets)), targets])
+    nll = np.asarray(nlls)
+    mean = nll.mean()
+    se = math.sqrt(max(nll.var(), 0.0) / max(len(nll) - 1, 1))
+    return math.exp(mean), math.exp(mean) * se, len(nll)
+
+
+# ----------------------------------------------------------------------------------------------
+# Command line.
+
+def parse_ids(text):
+    text = text.replace(",", " ").split()
+    try:
+        return [int(t) for t in text]
+    except ValueError as e:
+        raise ModelError(f"bad token id list: {e}")
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    for name in ("logits", "greedy", "ppl", "info"):
+        p = sub.add_parser(name)
+        p.add_argument("model")
+        p.add_argument("--tokenizer", help="accepted for symmetry with weir; not used")
+        if name in ("logits", "greedy"):
+            p.add_argument("--tokens", required=True, help="comma-separated token ids")
+        if name == "logits":
+            p.add_argument("-o", "--output", required=True)
+        if name == "greedy":
+            p.add_argument("-n", "--n-predict", type=int, default=60)
+        if name == "ppl":
+            p.add_argument("--tokens-file", required=True, help="token ids, whitespace/commas")
+            p.add_argument("-c", "--ctx-size", type=int, default=512)
+            p.add_argument("--bos", type=int, help="BOS id (default: from the model file)")
+            p.add_argument("--json", action="store_true")
+    args = ap.parse_args(argv)
+    try:
+        m = load_model(args.model)
+        if args.cmd == "info":
+            print(json.dumps(m.info()))
+        elif args.cmd == "logits":
+            forward(m, parse_ids(args.tokens)).astype("<f4").tofile(args.output)
+        elif args.cmd == "greedy":
+            print(" ".join(str(t) for t in greedy(m, parse_ids(args.tokens), args.n_predict)))
+        else:
+            with open(args.tokens_file) as f:
+                ids = parse_ids(f.read())
+            bos = m.bos if args.bos is None else args.bos
+            ppl, se, n = perplexity(m, ids, args.ctx_size, bos)
+            if args.json:
+                print(json.dumps({"ppl": ppl, "ppl_stderr": se, "tokens_scored": n,
+                                  "ctx": args.ctx_size}))
+            else:
+                print(f"ppl {ppl:.6f} +/- {se:.6f} over {n} tokens (ctx {args.ctx_size})")
+    except (ModelError, OSError) as e:
+        print(f"weir_ref: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
