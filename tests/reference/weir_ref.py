@@ -37,7 +37,8 @@ Model files it reads (each reader checks every offset and length against the fil
 Commands (token ids in, numbers out; tokenization is not this script's job):
   weir_ref.py logits MODEL --tokens 1,2,3 -o out.f32   float32 [n_tokens, vocab], row-major LE
   weir_ref.py greedy MODEL --tokens 1 -n 60            prints the generated ids
-  weir_ref.py ppl MODEL --tokens-file ids.txt -c CTX   llama.cpp perplexity scheme
+  weir_ref.py ppl MODEL --tokens-file ids.txt -c CTX [--chunks N] [--json]
+                                                       llama.cpp perplexity scheme
   weir_ref.py info MODEL                               prints the hyperparameters as JSON
 
 Exit codes: 0 ok, 1 bad model file or input, 2 usage.
@@ -536,11 +537,13 @@ def greedy(m, prompt, n_predict):
     return ids[len(prompt):]
 
 
-def perplexity(m, tokens, n_ctx, bos):
+def perplexity(m, tokens, n_ctx, bos, max_chunks=0):
     """llama.cpp's scheme: non-overlapping chunks of n_ctx tokens, the first replaced by BOS,
-    scoring the predictions of tokens n_ctx/2+1 .. n_ctx-1 of each chunk.
-    Returns (ppl, its standard error, tokens scored)."""
+    scoring the predictions of tokens n_ctx/2+1 .. n_ctx-1 of each chunk (at most max_chunks
+    chunks when > 0). Returns (ppl, its standard error, tokens scored)."""
     n_chunks = len(tokens) // n_ctx
+    if max_chunks > 0:
+        n_chunks = min(n_chunks, max_chunks)
     if n_chunks == 0 or n_ctx < 4:
         raise ModelError(f"{len(tokens)} tokens, need at least one chunk of ctx {n_ctx} >= 4")
     nlls = []
@@ -587,6 +590,7 @@ def main(argv):
             p.add_argument("--tokens-file", required=True, help="token ids, whitespace/commas")
             p.add_argument("-c", "--ctx-size", type=int, default=512)
             p.add_argument("--bos", type=int, help="BOS id (default: from the model file)")
+            p.add_argument("--chunks", type=int, default=0, help="score at most this many chunks")
             p.add_argument("--json", action="store_true")
     args = ap.parse_args(argv)
     try:
@@ -601,7 +605,7 @@ def main(argv):
             with open(args.tokens_file) as f:
                 ids = parse_ids(f.read())
             bos = m.bos if args.bos is None else args.bos
-            ppl, se, n = perplexity(m, ids, args.ctx_size, bos)
+            ppl, se, n = perplexity(m, ids, args.ctx_size, bos, args.chunks)
             if args.json:
                 print(json.dumps({"ppl": ppl, "ppl_stderr": se, "tokens_scored": n,
                                   "ctx": args.ctx_size}))
