@@ -1,0 +1,121 @@
+// The weir sparsity trace format (.wtrace): per decoded token and per streamed layer, which
+// units (neurons / input channels) of each streamed tensor kind were active, plus optional cache
+// counters from the run that recorded it. Written by `weir run|ppl|bench --trace FILE` and read
+// incrementally by `weir sim --masks trace:FILE`, so traces of long runs need not fit in memory.
+//
+// Byte layout, version 1. All integers little-endian, no padding, no alignment.
+//
+// File header (header_bytes long):
+//   off  size
+//     0     8  magic "WEIRTRCE"
+//     8     4  u32 version = 1
+//    12     4  u32 header_bytes: the size of the whole header, magic and trailing crc included
+//    16     4  u32 n_layers, 1..kMaxTraceLayers
+//    20     4  u32 n_kinds, 1..kMaxTraceKinds
+//    24     4  u32 flags: bit 0 = each record carries cache events; other bits must be 0
+//    28     4  u32 reserved = 0
+//    32     8  u64 n_tokens: token records that follow, or kUnknownTokens when the writer was
+//              not closed (then the reader stops at the last complete record)
+//    40        n_kinds kind descriptors, each:
+//                u16 name_len (1..kMaxKindName), name bytes (printable ASCII; '+' joins the
+//                    tensor kinds one mask applies to, e.g. "ffn_gate+ffn_up+ffn_down"),
+//                u64 weights_per_unit: weights of ONE tensor the kind names that one unit
+//                    covers (d_model for a neuron of ffn_up), 0 when unknown,
+//                u32 units[n_layers]: units of the kind in each layer (0 = not streamed there,
+//                    at most kMaxTraceUnits)
+//     *     4  u32 header_crc: CRC-32C of header bytes [0, header_bytes - 4)
+//
+// Token record, repeated n_tokens times (its size is fixed by the header):
+//     0     4  u32 tag kRecordTag ("TOKN")
+//     4     4  u32 record_bytes: size of this whole record, tag to crc inclusive
+//     8     8  u64 token_index: 0, 1, 2, ... (consecutive)
+//    16        for layer 0..n_layers-1, for kind 0..n_kinds-1 with units > 0:
+//                ceil(units / 8) bytes of mask: unit u is active iff bit (u % 8) of byte u / 8
+//                is set (least significant bit first); bits past `units` must be 0
+//     *        if flags bit 0, for the same (layer, kind) order, 20 bytes of cache events:
+//                u32 hits, u32 misses, u32 evictions (in units), u64 bytes_read (from storage)
+//     *     4  u32 crc: CRC-32C of the record bytes before it
+//
+// A file that ends inside a record, a bad crc, a wrong tag or token index, or fewer records than
+// the header's n_tokens is reported as corrupt, naming the file, the record and the offset.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+
+namespace weir::format {
+
+constexpr char kTraceMagic[8] = {'W', 'E', 'I', 'R', 'T', 'R', 'C', 'E'};
+constexpr uint32_t kTraceVersion = 1;
+constexpr uint32_t kRecordTag = 0x4E4B4F54;  // "TOKN" little-endian
+constexpr uint64_t kUnknownTokens = ~0ull;
+constexpr uint32_t kTraceFlagCacheEvents = 1u;
+constexpr uint32_t kMaxTraceLayers = 65536;
+constexpr uint32_t kMaxTraceKinds = 64;
+constexpr uint32_t kMaxKindName = 255;
+constexpr uint32_t kMaxTraceUnits = 1u << 26;  // 64 Mi units per (layer, kind)
+// A record larger than this is refused (a hostile header cannot make the reader allocate more).
+constexpr uint64_t kMaxRecordBytes = 1ull << 32;
+constexpr size_t kCacheEventBytes = 20;
+
+// One streamed tensor kind: its name, the weights one unit covers (per named tensor), and its
+// unit count in each layer.
+struct TraceKind {
+  std::string name;
+  uint64_t weights_per_unit = 0;
+  std::vector<uint32_t> units;  // [n_layers]
+};
+
+struct TraceHeader {
+  uint32_t version = kTraceVersion;
+  uint32_t n_layers = 0;
+  bool has_cache_events = false;
+  uint64_t n_tokens = kUnknownTokens;  // set by the writer on Close()
+  std::vector<TraceKind> kinds;
+};
+
+// Cache counters the engine observed for one (token, layer, kind).
+struct CacheEvents {
+  uint32_t hits = 0;
+  uint32_t misses = 0;
+  uint32_t evictions = 0;
+  uint64_t bytes_read = 0;
+  bool operator==(const CacheEvents&) const = default;
+};
+
+// Where each (layer, kind) block sits inside a token record; derived from a validated header.
+struct TraceLayout {
+  uint32_t n_layers = 0;
+  uint32_t n_kinds = 0;
+  bool has_cache_events = false;
+  uint64_t header_bytes = 0;
+  uint64_t record_bytes = 0;
+  // [n_layers * n_kinds]: byte offset of the mask inside a record (0 when units == 0), and of
+  // the cache events (0 when absent).
+  std::vector<uint64_t> mask_offset;
+  std::vector<uint64_t> event_offset;
+  std::vector<uint32_t> units;  // [n_layers * n_kinds]
+
+  size_t Index(uint32_t layer, uint32_t kind) const {
+    return static_cast<size_t>(layer) * n_kinds + kind;
+  }
+};
+
+// Checks a header's fields against the limits above and computes the layout (overflow-safe).
+// `where` names the file in messages.
+Result<TraceLayout> MakeTraceLayout(const TraceHeader& header, const std::string& where);
+
+// Bytes of one (layer, kind) mask with `units` bits.
+inline uint64_t MaskBytes(uint32_t units) { return (static_cast<uint64_t>(units) + 7) / 8; }
+
+// CRC-32C (Castagnoli), as used by the header and record checksums. `crc` chains calls.
+uint32_t Crc32c(const void* data, size_t n, uint32_t crc = 0);
+
+// Serializes the header (with its crc). The caller writes it at offset 0.
+std::vector<uint8_t> EncodeTraceHeader(const TraceHeader& header);
+
+}  // namespace weir::format
