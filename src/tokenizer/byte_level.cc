@@ -46,8 +46,9 @@ CharClass Classify(uint32_t cp) {
     if ((cp >= 'a' && cp <= 'z') || (cp >= 'A' && cp <= 'Z')) return CharClass::kLetter;
     return CharClass::kOther;
   }
-  if (cp <= 0xBF) return (cp == 0xAA || cp == 0xB5 || cp == 0xBA) ? CharClass::kLetter
-                                                                   : CharClass::kOther;
+  if (cp <= 0xBF) {  // Latin-1 controls, punctuation and symbols; ª µ º are letters
+    return (cp == 0xAA || cp == 0xB5 || cp == 0xBA) ? CharClass::kLetter : CharClass::kOther;
+  }
   if (cp == 0xD7 || cp == 0xF7) return CharClass::kOther;
   if ((cp >= 0x2000 && cp <= 0x2BFF) || (cp >= 0x3000 && cp <= 0x303F) ||
       (cp >= 0xFF00 && cp <= 0xFF20) || (cp >= 0x1F000 && cp <= 0x1FAFF)) {

@@ -4,8 +4,8 @@
 //      newlines stay as they are).
 //   2. Split into UTF-8 units (utf8.h); each is a symbol in a doubly linked list.
 //   3. Repeatedly merge the adjacent pair whose concatenation is a matchable piece with the highest
-//      score (ties: the leftmost pair). Candidate pairs live in a max-heap; entries made stale by an
-//      earlier merge are recognized by their length and skipped, so the cost is O(n log n).
+//      score (ties: the leftmost pair). Candidate pairs live in a max-heap; entries made stale by
+//      an earlier merge are recognized by their length and skipped, so the cost is O(n log n).
 //   4. Each final symbol becomes its piece's id, or, when a single unit is not in the vocabulary,
 //      its bytes as <0xNN> tokens, or unk when byte tokens are missing (vocab.h AppendFallback).
 //

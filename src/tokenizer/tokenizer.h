@@ -62,7 +62,7 @@ class Tokenizer {
 
   // The piece as stored in the spec ("" for an id out of range).
   std::string_view piece(int32_t id) const;
-  float score(int32_t id) const;  // 0 for an id out of range
+  float score(int32_t id) const;             // 0 for an id out of range
   format::TokenType type(int32_t id) const;  // kNormal for an id out of range
   bool is_control(int32_t id) const;
   bool is_byte(int32_t id) const;  // a <0xNN> byte-fallback token

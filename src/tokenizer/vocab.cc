@@ -73,8 +73,8 @@ std::string ReplaceSpaceMarkers(std::string_view piece) {
 
 Status AddMerges(const TokenizerSpec& spec, const PieceMap& all_pieces, Vocab* v) {
   if (spec.merges.size() > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return Status::InvalidArgument(StrFormat("tokenizer has %zu merges, more than 2^31-1",
-                                             spec.merges.size()));
+    return Status::InvalidArgument(
+        StrFormat("tokenizer has %zu merges, more than 2^31-1", spec.merges.size()));
   }
   v->merges.reserve(spec.merges.size());
   auto lookup = [&](std::string_view piece) {
@@ -93,13 +93,14 @@ Status AddMerges(const TokenizerSpec& spec, const PieceMap& all_pieces, Vocab* v
     int32_t left_id = lookup(left), right_id = lookup(right);
     std::string joined = std::string(left) + std::string(right);
     int32_t result_id = lookup(joined);
-    for (auto [piece, id] : {std::pair{std::string_view(left), left_id},
-                             std::pair{std::string_view(right), right_id},
-                             std::pair{std::string_view(joined), result_id}}) {
+    for (auto [piece, id] :
+         {std::pair{std::string_view(left), left_id}, std::pair{std::string_view(right), right_id},
+          std::pair{std::string_view(joined), result_id}}) {
       if (id < 0) {
-        return Status::InvalidArgument(StrFormat("tokenizer merge %zu %s: piece %s is not in the "
-                                                 "vocabulary", i, Quote(m).c_str(),
-                                                 Quote(piece).c_str()));
+        return Status::InvalidArgument(
+            StrFormat("tokenizer merge %zu %s: piece %s is not in the "
+                      "vocabulary",
+                      i, Quote(m).c_str(), Quote(piece).c_str()));
       }
     }
     // A repeated pair keeps its first (best) rank.
@@ -127,8 +128,8 @@ Result<std::shared_ptr<const Vocab>> BuildVocab(const TokenizerSpec& spec) {
   auto v = std::make_shared<Vocab>();
   if (spec.kind != TokenizerSpec::Kind::kSentencePiece &&
       spec.kind != TokenizerSpec::Kind::kBpeMerges) {
-    return Status::InvalidArgument(StrFormat("tokenizer spec has no usable kind (kind %d)",
-                                             static_cast<int>(spec.kind)));
+    return Status::InvalidArgument(
+        StrFormat("tokenizer spec has no usable kind (kind %d)", static_cast<int>(spec.kind)));
   }
   if (spec.byte_level && spec.kind != TokenizerSpec::Kind::kBpeMerges) {
     return Status::Unsupported("tokenizer byte_level is only supported with kind bpe-merges");
@@ -136,7 +137,8 @@ Result<std::shared_ptr<const Vocab>> BuildVocab(const TokenizerSpec& spec) {
   const size_t n = spec.tokens.size();
   if (n == 0) return Status::InvalidArgument("tokenizer has an empty vocabulary");
   if (n > static_cast<size_t>(std::numeric_limits<int32_t>::max())) {
-    return Status::InvalidArgument(StrFormat("tokenizer vocabulary of %zu tokens exceeds 2^31-1", n));
+    return Status::InvalidArgument(
+        StrFormat("tokenizer vocabulary of %zu tokens exceeds 2^31-1", n));
   }
   if (!spec.scores.empty() && spec.scores.size() != n) {
     return Status::InvalidArgument(
@@ -179,13 +181,13 @@ Result<std::shared_ptr<const Vocab>> BuildVocab(const TokenizerSpec& spec) {
     // "<0xNN>" pieces are byte tokens in SentencePiece-style vocabularies, typed or not.
     const int byte = spec.byte_level ? -1 : ParseByteToken(piece);
     if (t == TokenType::kByte && ParseByteToken(piece) < 0) {
-      return Status::InvalidArgument(StrFormat(
-          "tokenizer token %zu has type byte but piece %s is not of the form <0xNN>", id,
-          Quote(piece).c_str()));
+      return Status::InvalidArgument(
+          StrFormat("tokenizer token %zu has type byte but piece %s is not of the form <0xNN>", id,
+                    Quote(piece).c_str()));
     }
     if (std::isnan(v->scores[id])) {
-      return Status::InvalidArgument(StrFormat("tokenizer score of token %zu %s is NaN", id,
-                                               Quote(piece).c_str()));
+      return Status::InvalidArgument(
+          StrFormat("tokenizer score of token %zu %s is NaN", id, Quote(piece).c_str()));
     }
     if (piece.empty()) continue;
     all_pieces.try_emplace(piece, static_cast<int32_t>(id));
@@ -238,7 +240,8 @@ Result<std::shared_ptr<const Vocab>> BuildVocab(const TokenizerSpec& spec) {
     return Status::InvalidArgument(StrFormat(
         "tokenizer has no unk_id and no token for %d of the 256 byte values (first: 0x%02X%s), "
         "so some text could not be encoded",
-        missing, first_missing, spec.byte_fallback || spec.byte_level ? "" : "; byte_fallback off"));
+        missing, first_missing,
+        spec.byte_fallback || spec.byte_level ? "" : "; byte_fallback off"));
   }
   return std::shared_ptr<const Vocab>(std::move(v));
 }

@@ -137,8 +137,8 @@ void NaiveRankMerge(const TokenizerSpec& s, std::vector<int32_t>* ids) {
     const std::string& m = s.merges[r];
     size_t sp = m.find(' ');
     int32_t a = IdOf(s, m.substr(0, sp)), b = IdOf(s, m.substr(sp + 1));
-    rules.emplace(std::pair{a, b}, std::pair{static_cast<int>(r), IdOf(s, m.substr(0, sp) +
-                                                                              m.substr(sp + 1))});
+    rules.emplace(std::pair{a, b},
+                  std::pair{static_cast<int>(r), IdOf(s, m.substr(0, sp) + m.substr(sp + 1))});
   }
   for (;;) {
     int best = -1, best_rank = 0;
@@ -329,8 +329,14 @@ TEST(TokenizerCreateTest, RejectsBadMerges) {
 // SentencePiece (score-driven) encoding.
 
 TEST(SentencePieceTest, HighestScoreWinsAndTiesGoLeft) {
-  TokenizerSpec s = MakeSpm({{kMark, -9}, {"a", -9}, {"b", -9}, {"c", -9}, {"ab", -1},
-                             {"bc", -2}, {"bca", -5}, {"aa", -3}},
+  TokenizerSpec s = MakeSpm({{kMark, -9},
+                             {"a", -9},
+                             {"b", -9},
+                             {"c", -9},
+                             {"ab", -1},
+                             {"bc", -2},
+                             {"bca", -5},
+                             {"aa", -3}},
                             true);
   s.add_space_prefix = false;
   Tokenizer t = MustCreate(s);
@@ -371,7 +377,10 @@ TEST(SentencePieceTest, UnknownCharactersBecomeUnkOnePerCharacter) {
   TokenizerSpec s = MakeSpm({{kMark, -1}, {"a", -1}}, false);
   Tokenizer t = MustCreate(s);
   const int32_t m = IdOf(s, kMark), a = IdOf(s, "a");
-  EXPECT_EQ(t.Encode("a//\xC3\xA9" "a", false), (std::vector<int32_t>{m, a, 0, 0, 0, a}));
+  EXPECT_EQ(t.Encode("a//\xC3\xA9"
+                     "a",
+                     false),
+            (std::vector<int32_t>{m, a, 0, 0, 0, a}));
 }
 
 TEST(SentencePieceTest, MatchesBruteForceOnRandomVocabularies) {
@@ -496,8 +505,7 @@ TEST(BpeMergesTest, ByteFallbackRoundTripsAnyBytes) {
     s.types.push_back(TokenType::kNormal);  // tokenizer.json does not type them; the text does
   }
   Tokenizer t = MustCreate(s);
-  EXPECT_EQ(t.Encode("\t", false),
-            (std::vector<int32_t>{IdOf(s, kMark), IdOf(s, "<0x09>")}));
+  EXPECT_EQ(t.Encode("\t", false), (std::vector<int32_t>{IdOf(s, kMark), IdOf(s, "<0x09>")}));
   EXPECT_TRUE(t.is_byte(IdOf(s, "<0x09>")));
   EXPECT_FALSE(t.is_byte(IdOf(s, "a")));
   for (int i = 0; i < 300; ++i) {
