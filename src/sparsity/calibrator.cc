@@ -1,0 +1,65 @@
+// Calibrator: reservoir sampling of activation magnitudes (Algorithm R). Each magnitude offered
+// after the reservoir is full replaces a uniformly chosen slot with probability max/seen, so the
+// kept set is a uniform sample of everything offered.
+#include <algorithm>
+
+#include "base/check.h"
+#include "sparsity/calibration.h"
+#include "sparsity/select.h"
+
+namespace weir::sparsity {
+
+Calibrator::Calibrator(int n_layer, int64_t max_samples, uint64_t seed)
+    : max_samples_(max_samples), rng_(seed), layers_(static_cast<size_t>(n_layer)) {
+  WEIR_CHECK(n_layer >= 0 && max_samples >= 1);
+}
+
+// splitmix64: small, fast, and the same sequence on every platform.
+uint64_t Calibrator::Next() {
+  uint64_t z = (rng_ += 0x9e3779b97f4a7c15ull);
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+void Calibrator::Offer(int layer, CalibStat stat, std::span<const float> a, bool silu) {
+  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()));
+  SampleSet& set = layers_[static_cast<size_t>(layer)][static_cast<size_t>(stat)];
+  const int64_t width = static_cast<int64_t>(a.size());
+  WEIR_CHECK(set.width == 0 || set.width == width);  // one site keeps one width
+  set.width = width;
+  const Magnitude mag = silu ? Magnitude::kAbsSilu : Magnitude::kAbs;
+  for (float v : a) {
+    const float m = Score(v, mag);
+    if (set.seen < max_samples_) {
+      set.sorted.push_back(m);
+    } else {
+      // Uniform j in [0, seen] by multiply-shift (bias < 2^-40 for any realistic count).
+      const uint64_t j = static_cast<uint64_t>(
+          (static_cast<unsigned __int128>(Next()) * static_cast<uint64_t>(set.seen + 1)) >> 64);
+      if (j < static_cast<uint64_t>(max_samples_)) set.sorted[j] = m;
+    }
+    ++set.seen;
+  }
+}
+
+void Calibrator::Add(int layer, Site site, std::span<const float> activations) {
+  Offer(layer, StatOf(site), activations, false);
+}
+
+void Calibrator::AddGate(int layer, std::span<const float> gate_pre) {
+  Offer(layer, CalibStat::kGateSilu, gate_pre, true);
+}
+
+Calibration Calibrator::Finish(std::string note) const {
+  Calibration c;
+  c.note = std::move(note);
+  c.max_samples = max_samples_;
+  c.layers = layers_;
+  for (auto& layer : c.layers) {
+    for (auto& set : layer) std::sort(set.sorted.begin(), set.sorted.end());
+  }
+  return c;
+}
+
+}  // namespace weir::sparsity
