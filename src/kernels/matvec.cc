@@ -1,40 +1,78 @@
 #include "kernels/matvec.h"
 
-#include <vector>
+#include <algorithm>
 
-#include "tensor/quantize.h"
+#include "base/check.h"
+#include "kernels/internal/dispatch.h"
 
 namespace weir::kernels {
-
 namespace {
-float DotRow(const TensorView& w, int64_t r, const float* x, float* scratch) {
-  DequantizeRow(w, r, scratch);
-  float s = 0;
-  for (int64_t j = 0; j < w.cols(); ++j) s += scratch[j] * x[j];
-  return s;
-}
+
+using internal::IsaKernels;
+
+// Tokens that share one pass over the weights in MatMul: their prepared activations (up to
+// ~3 bytes per input each) stay in L2 while each weight row is read once for all of them.
+constexpr int64_t kTokenChunk = 16;
+// Rows per scheduling grain: keeps each thread's slice a long contiguous run of memory.
+constexpr size_t kRowGrain = 16;
+
+size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
+
+struct MatMulJob {
+  const IsaKernels* k;
+  const TensorView* w;
+  const void* xp;
+  size_t xp_stride;
+  int64_t n_tok;
+  float* y;
+
+  void Run(size_t row_begin, size_t row_end) const {
+    const int64_t rows = w->rows();
+    const size_t row_bytes = w->row_bytes();
+    for (int64_t t0 = 0; t0 < n_tok; t0 += kTokenChunk) {
+      const int64_t nt = std::min(kTokenChunk, n_tok - t0);
+      k->dot(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),
+             static_cast<int64_t>(row_end - row_begin),
+             static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride, xp_stride,
+             nt, y + t0 * rows + static_cast<int64_t>(row_begin), static_cast<size_t>(rows));
+    }
+  }
+};
+
 }  // namespace
 
-namespace ref {
-void MatVec(const TensorView& w, const float* x, float* y) {
-  std::vector<float> row(static_cast<size_t>(w.cols()));
-  for (int64_t r = 0; r < w.rows(); ++r) y[r] = DotRow(w, r, x, row.data());
-}
-void MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
-  for (int64_t t = 0; t < n; ++t) MatVec(w, x + t * w.cols(), y + t * w.rows());
-}
-}  // namespace ref
-
 void MatVec(const TensorView& w, const float* x, float* y, ThreadPool* pool) {
-  ParallelFor(pool, static_cast<size_t>(w.rows()), [&](size_t b, size_t e, int) {
-    thread_local std::vector<float> row;
-    if (row.size() < static_cast<size_t>(w.cols())) row.resize(static_cast<size_t>(w.cols()));
-    for (size_t r = b; r < e; ++r) y[r] = DotRow(w, static_cast<int64_t>(r), x, row.data());
-  }, 16);
+  MatMul(w, x, 1, y, pool);
 }
 
 void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  for (int64_t t = 0; t < n; ++t) MatVec(w, x + t * w.cols(), y + t * w.rows(), pool);
+  if (n <= 0 || w.rows() == 0) return;
+  const IsaKernels& k = internal::ActiveKernels();
+  const int64_t cols = w.cols();
+  WEIR_CHECK(cols % BlockSize(w.dtype) == 0);
+
+  MatMulJob job{&k, &w, x, static_cast<size_t>(cols) * sizeof(float), n, y};
+  const size_t prep_bytes = RoundUp64(k.prep_bytes(w.dtype, cols));
+  if (prep_bytes > 0) {
+    void* buf = internal::ThreadScratch(internal::ScratchSlot::kActivation,
+                                        prep_bytes * static_cast<size_t>(n));
+    auto prep = [&](size_t b, size_t e, int) {
+      for (size_t t = b; t < e; ++t) {
+        k.prep(w.dtype, x + static_cast<int64_t>(t) * cols, cols,
+               static_cast<uint8_t*>(buf) + t * prep_bytes);
+      }
+    };
+    if (n >= 4) {
+      ParallelFor(pool, static_cast<size_t>(n), prep);
+    } else {
+      prep(0, static_cast<size_t>(n), 0);
+    }
+    job.xp = buf;
+    job.xp_stride = prep_bytes;
+  }
+  ParallelFor(
+      pool, static_cast<size_t>(w.rows()),
+      [&job](size_t b, size_t e, int) { job.Run(b, e); }, kRowGrain);
 }
 
 }  // namespace weir::kernels

@@ -2,16 +2,20 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
-#include <vector>
+#include <cstring>
+
+#include "kernels/internal/dispatch.h"
 
 namespace weir::kernels {
 
 void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps) {
-  float ss = 0;
-  for (int64_t i = 0; i < n; ++i) ss += x[i] * x[i];
-  float scale = 1.0f / std::sqrt(ss / static_cast<float>(n) + eps);
-  for (int64_t i = 0; i < n; ++i) out[i] = x[i] * scale * weight[i];
+  internal::ActiveKernels().rms_norm(out, x, weight, n, eps);
+}
+
+void Softmax(float* x, int64_t n) { internal::ActiveKernels().softmax(x, n); }
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  internal::ActiveKernels().silu_mul(gate, up, n);
 }
 
 void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style) {
@@ -30,36 +34,50 @@ void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base,
   }
 }
 
-void Softmax(float* x, int64_t n) {
-  if (n <= 0) return;
-  float mx = *std::max_element(x, x + n);
-  float sum = 0;
-  for (int64_t i = 0; i < n; ++i) {
-    x[i] = std::exp(x[i] - mx);
-    sum += x[i];
-  }
-  float inv = 1.0f / sum;
-  for (int64_t i = 0; i < n; ++i) x[i] *= inv;
+namespace {
+
+// A total order on scores: NaN below every number (including -inf), then by value.
+// Returns a key whose unsigned comparison matches that order.
+inline uint32_t OrderKey(float f) {
+  if (std::isnan(f)) return 0;
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  if (f == 0) u = 0;  // -0 == +0
+  // Positive floats: set the top bit; negative floats: flip all bits. Leaves 0 free for NaN.
+  return (u & 0x80000000u) ? ~u + 1 : (u | 0x80000000u) + 1;
 }
 
-void SiluMul(float* gate, const float* up, int64_t n) {
-  for (int64_t i = 0; i < n; ++i) {
-    float g = gate[i];
-    gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+}  // namespace
+
+int64_t TopK(const float* scores, int64_t n, int64_t k, int32_t* idx, float* scratch) {
+  k = std::clamp<int64_t>(k, 0, n);
+  if (k == 0) return 0;
+  if (k == n) {
+    for (int64_t i = 0; i < n; ++i) idx[i] = static_cast<int32_t>(i);
+    return n;
   }
+  // Find the k-th largest key by selection on a copy of the keys, then take, in index order,
+  // everything strictly above it and the first (lowest-index) ties equal to it.
+  auto* keys = reinterpret_cast<uint32_t*>(scratch);
+  for (int64_t i = 0; i < n; ++i) keys[i] = OrderKey(scores[i]);
+  std::nth_element(keys, keys + (k - 1), keys + n, [](uint32_t a, uint32_t b) { return a > b; });
+  const uint32_t kth = keys[k - 1];
+  int64_t above = 0;
+  for (int64_t i = 0; i < k - 1; ++i) above += keys[i] > kth;
+  int64_t ties_left = k - above;
+  int64_t out = 0;
+  for (int64_t i = 0; i < n && out < k; ++i) {
+    const uint32_t key = OrderKey(scores[i]);
+    if (key > kth || (key == kth && ties_left-- > 0)) idx[out++] = static_cast<int32_t>(i);
+  }
+  return out;
 }
 
 int64_t TopK(const float* scores, int64_t n, int64_t k, int32_t* idx) {
-  k = std::clamp<int64_t>(k, 0, n);
-  if (k == 0) return 0;
-  std::vector<int32_t> all(static_cast<size_t>(n));
-  std::iota(all.begin(), all.end(), 0);
-  auto better = [&](int32_t a, int32_t b) {
-    return scores[a] > scores[b] || (scores[a] == scores[b] && a < b);
-  };
-  std::nth_element(all.begin(), all.begin() + (k - 1), all.end(), better);
-  std::copy(all.begin(), all.begin() + k, idx);
-  return k;
+  if (n <= 0 || k <= 0) return 0;
+  void* scratch = internal::ThreadScratch(internal::ScratchSlot::kTopK,
+                                          static_cast<size_t>(n) * sizeof(float));
+  return TopK(scores, n, k, idx, static_cast<float*>(scratch));
 }
 
 }  // namespace weir::kernels

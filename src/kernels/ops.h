@@ -1,5 +1,8 @@
 // Elementwise and small vector operations of the decoder: RMSNorm, RoPE, softmax, SwiGLU, top-k.
-// Thread safety: free functions.
+// RmsNorm, Softmax and SiluMul run on the path chosen in isa.h (vectorized on AVX2 / AVX-512 /
+// Highway); Rope and TopK have one implementation (they are a negligible share of a token).
+//
+// Thread safety: free functions. TopK's 5-argument form uses a thread_local scratch buffer.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +24,20 @@ void Softmax(float* x, int64_t n);
 // gate[i] = silu(gate[i]) * up[i]  (SwiGLU; silu(g) = g * sigmoid(g)).
 void SiluMul(float* gate, const float* up, int64_t n);
 
-// Writes into idx[k] the indices of the k largest scores[i] (any order), by partial selection
-// (O(n) expected), not a full sort. Ties are broken by lower index. k is clamped to [0, n].
-// Returns the number of indices written.
+// Writes into idx[k] the indices of the k largest scores[i] in increasing index order, by partial
+// selection (O(n) expected), not a full sort. Ties are broken by lower index; NaN ranks below
+// every number. k is clamped to [0, n]. Returns the number of indices written.
+// The 5-argument form keeps its scratch (n floats) in a grow-only thread_local buffer, so it
+// allocates only when a thread first sees a larger n; the 6-argument form uses the caller's
+// scratch[n] and never allocates.
 int64_t TopK(const float* scores, int64_t n, int64_t k, int32_t* idx);
+int64_t TopK(const float* scores, int64_t n, int64_t k, int32_t* idx, float* scratch);
+
+// Scalar references for the vectorized operations above.
+namespace ref {
+void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps);
+void Softmax(float* x, int64_t n);
+void SiluMul(float* gate, const float* up, int64_t n);
+}  // namespace ref
 
 }  // namespace weir::kernels

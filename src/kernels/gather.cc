@@ -1,0 +1,107 @@
+#include "kernels/gather.h"
+
+#include <cstring>
+
+#include "base/check.h"
+#include "kernels/internal/dispatch.h"
+
+namespace weir::kernels {
+namespace {
+
+using internal::IsaKernels;
+
+// Indices per scheduling grain (a few rows keep the per-chunk set-up negligible).
+constexpr size_t kIndexGrain = 8;
+
+void CheckIndices(const int32_t* idx, int64_t n_idx, int64_t limit) {
+  for (int64_t k = 0; k < n_idx; ++k) WEIR_CHECK(idx[k] >= 0 && idx[k] < limit);
+}
+
+// Asks for the first lines of a row that will be read soon: rows of a gather start at unrelated
+// addresses, and the hardware prefetcher only locks on after a few misses of its own.
+inline void PrefetchRowStart(const uint8_t* p, size_t bytes) {
+  const size_t n = bytes < 512 ? bytes : 512;
+  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 3);
+}
+
+struct ColsJob {
+  const IsaKernels* k;
+  const TensorView* wt;
+  const int32_t* idx;
+  const float* x;
+  float* y;         // thread 0's accumulator
+  float* partials;  // thread i > 0 accumulates into partials + (i - 1) * n_out
+
+  void Run(size_t b, size_t e, int thread) const {
+    const int64_t n_out = wt->cols();
+    float* acc = thread == 0 ? y : partials + static_cast<size_t>(thread - 1) * n_out;
+    k->axpy_gather(wt->dtype, wt->row(0), wt->row_bytes(), n_out, idx + b,
+                   static_cast<int64_t>(e - b), x, acc);
+  }
+};
+
+struct RowsJob {
+  const IsaKernels* k;
+  const TensorView* w;
+  const int32_t* idx;
+  const void* xp;
+  float* y;
+
+  void Run(size_t b, size_t e) const {
+    const size_t row_bytes = w->row_bytes();
+    for (size_t i = b; i < e; ++i) {
+      if (i + 1 < e) PrefetchRowStart(w->row(idx[i + 1]), row_bytes);
+      k->dot(w->dtype, w->row(idx[i]), row_bytes, w->cols(), 1, xp, 0, 1, y + idx[i], 0);
+    }
+  }
+};
+
+}  // namespace
+
+void GatherMatVecCols(const TensorView& wt, const int32_t* idx, int64_t n_idx, const float* x,
+                      float* y, ThreadPool* pool) {
+  const int64_t n_out = wt.cols();
+  WEIR_CHECK(n_out % BlockSize(wt.dtype) == 0);
+  CheckIndices(idx, n_idx, wt.rows());
+  std::memset(y, 0, static_cast<size_t>(n_out) * sizeof(float));
+  if (n_idx <= 0) return;
+  const IsaKernels& k = internal::ActiveKernels();
+  const int n_threads = pool == nullptr ? 1 : pool->size();
+  float* partials = nullptr;
+  if (n_threads > 1) {
+    const size_t bytes = static_cast<size_t>(n_threads - 1) * n_out * sizeof(float);
+    partials = static_cast<float*>(
+        internal::ThreadScratch(internal::ScratchSlot::kPartialSums, bytes));
+    std::memset(partials, 0, bytes);
+  }
+  ColsJob job{&k, &wt, idx, x, y, partials};
+  ParallelFor(
+      pool, static_cast<size_t>(n_idx),
+      [&job](size_t b, size_t e, int thread) { job.Run(b, e, thread); }, kIndexGrain);
+  for (int t = 1; t < n_threads; ++t) {
+    const float* p = partials + static_cast<size_t>(t - 1) * n_out;
+    for (int64_t j = 0; j < n_out; ++j) y[j] += p[j];
+  }
+}
+
+void GatherMatVecRows(const TensorView& w, const int32_t* idx, int64_t n_idx, const float* x,
+                      float* y, ThreadPool* pool) {
+  const int64_t cols = w.cols();
+  WEIR_CHECK(cols % BlockSize(w.dtype) == 0);
+  CheckIndices(idx, n_idx, w.rows());
+  if (n_idx <= 0) return;
+  const IsaKernels& k = internal::ActiveKernels();
+  const void* xp = x;
+  const size_t prep_bytes = k.prep_bytes(w.dtype, cols);
+  if (prep_bytes > 0) {
+    void* buf = internal::ThreadScratch(internal::ScratchSlot::kActivation, prep_bytes);
+    k.prep(w.dtype, x, cols, buf);
+    xp = buf;
+  }
+  RowsJob job{&k, &w, idx, xp, y};
+  ParallelFor(
+      pool, static_cast<size_t>(n_idx), [&job](size_t b, size_t e, int) { job.Run(b, e); },
+      kIndexGrain);
+}
+
+}  // namespace weir::kernels

@@ -1,0 +1,58 @@
+// The per-path kernel table behind the public kernels (matvec.h, gather.h, ops.h). Each
+// instruction-set path fills one IsaKernels with plain function pointers; the public functions
+// pick the table for ActiveIsa() once per call, prepare the activation, split rows over the pool
+// and call into it. Nothing here allocates or threads.
+//
+// Layout of the prepared activation: for Q8_0 / Q4_0 weights the activation x[cols] is quantized
+// once per call to blocks of 32 int8 with an f32 scale (d = amax/127, q = nearbyint(x/d), the
+// same numbers as ref::QuantizeActivation) and stored in whatever arrangement the path's dot
+// product wants (prep_bytes/prep). For F32/F16/BF16 weights prep_bytes is 0 and the kernels read
+// the f32 x directly (xp points at x, xp_stride = cols * 4).
+//
+// Files that implement a table for a SIMD path are compiled with that path's -m flags. Such a file
+// must not call inline functions from other headers (std:: templates included): the linker could
+// keep the copy built with the wider instructions and run it on any CPU. So these files include
+// only this header and intrinsics, and this header declares no inline code.
+//
+// Thread safety: the tables are immutable; the functions are re-entrant.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "tensor/dtype.h"
+
+namespace weir::kernels::internal {
+
+struct IsaKernels {
+  // Bytes of one token's prepared activation for weight type t and cols inputs (0: none needed).
+  size_t (*prep_bytes)(DType t, int64_t cols);
+  // Fills prep_bytes(t, cols) bytes at out (64-byte aligned) from x[cols].
+  void (*prep)(DType t, const float* x, int64_t cols, void* out);
+
+  // Dense rows: for r < n_rows, tok < n_tok:
+  //   y[tok * y_stride + r] = dot(row r, x_tok),  row r at w + r * row_stride (cols values),
+  //   x_tok prepared at xp + tok * xp_stride.
+  // n_tok > 1 shares each weight row between the tokens (prefill).
+  void (*dot)(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
+
+  // Column form of the gathered product: acc[j] += sum_k x[idx[k]] * wt[idx[k], j] for j < n_out,
+  // where row i of wt is at wt + i * row_stride (n_out values; blocks of quantized types run
+  // along j).
+  void (*axpy_gather)(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out,
+                      const int32_t* idx, int64_t n_idx, const float* x, float* acc);
+
+  // Elementwise operations, same contracts as ops.h.
+  void (*rms_norm)(float* out, const float* x, const float* weight, int64_t n, float eps);
+  void (*softmax)(float* x, int64_t n);
+  void (*silu_mul)(float* gate, const float* up, int64_t n);
+};
+
+// One table per path. Avx2Kernels/Avx512Kernels return nullptr in builds without x86 support.
+const IsaKernels* ScalarKernels();
+const IsaKernels* PortableKernels();
+const IsaKernels* Avx2Kernels();
+const IsaKernels* Avx512Kernels();
+
+}  // namespace weir::kernels::internal

@@ -1,0 +1,404 @@
+// The "portable" path: Highway (libhwy 1.0.x) kernels. Highway compiles this file once per target
+// it knows (SSSE3/SSE4/AVX2/AVX-512 on x86, NEON/SVE on ARM, a scalar emulation elsewhere) and picks
+// the best one the CPU supports at run time, so a non-x86 build (phones) gets vector code from
+// this file alone. It is simpler than the hand-written x86 paths: quantized blocks are widened to
+// int16 and multiplied pairwise into int32 (ReorderWidenMulAccumulate), and the prepared
+// activation is the plain ref layout.
+//
+// Like the hand-written paths, nothing here calls inline code from other headers outside
+// Highway's per-target namespaces.
+#include <cstddef>
+#include <cstdint>
+
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "kernels/portable_hwy.cc"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+#include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
+#include "kernels/internal/isa_kernels.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace weir::kernels::internal {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+constexpr int kQ = 32;
+constexpr size_t kQ8Bytes = 34;
+constexpr size_t kQ4Bytes = 18;
+
+// Prepared activation (Q8_0 / Q4_0 weights): int8 q[cols] padded to 64 bytes, then f32 d[nb].
+inline size_t QOffsetOfScales(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
+
+size_t PrepBytes(DType t, int64_t cols) {
+  if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
+  return QOffsetOfScales(cols) + 4 * static_cast<size_t>(cols / kQ);
+}
+
+// IEEE half to float, exact (normal, subnormal, inf, nan).
+inline float HalfToFloat(uint16_t h) {
+  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
+  uint32_t exp = (h >> 10) & 0x1f;
+  uint32_t mant = h & 0x3ff;
+  uint32_t bits;
+  if (exp == 0 && mant == 0) {
+    bits = sign;
+  } else if (exp == 0) {
+    exp = 113;
+    while ((mant & 0x400) == 0) {
+      mant <<= 1;
+      --exp;
+    }
+    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
+  } else if (exp == 31) {
+    bits = sign | 0x7f800000u | (mant << 13);
+  } else {
+    bits = sign | ((exp + 112) << 23) | (mant << 13);
+  }
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float LoadHalf(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return HalfToFloat(h);
+}
+
+template <DType T>
+inline float Load1(const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::kF32) {
+    float f;
+    __builtin_memcpy(&f, row + 4 * j, 4);
+    return f;
+  } else if constexpr (T == DType::kF16) {
+    return LoadHalf(row + 2 * j);
+  } else {
+    uint16_t h;
+    __builtin_memcpy(&h, row + 2 * j, 2);
+    const uint32_t bits = static_cast<uint32_t>(h) << 16;
+    float f;
+    __builtin_memcpy(&f, &bits, 4);
+    return f;
+  }
+}
+
+void Prep(DType t, const float* x, int64_t cols, void* out) {
+  const hn::CappedTag<float, 16> df;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const size_t n = hn::Lanes(df);
+  auto* q = static_cast<int8_t*>(out);
+  auto* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + QOffsetOfScales(cols));
+  for (int64_t b = 0; b < cols / kQ; ++b) {
+    const float* xb = x + b * kQ;
+    auto m = hn::Zero(df);
+    for (size_t j = 0; j < kQ; j += n) m = hn::Max(m, hn::Abs(hn::LoadU(df, xb + j)));
+    const float amax = hn::GetLane(hn::MaxOfLanes(df, m));
+    const float d = amax / 127.0f;
+    const auto id = hn::Set(df, d != 0 ? 1.0f / d : 0.0f);
+    for (size_t j = 0; j < kQ; j += n) {
+      const auto qi = hn::NearestInt(hn::Mul(hn::LoadU(df, xb + j), id));
+      hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * kQ + j);
+    }
+    dx[b] = d;
+  }
+}
+
+template <bool kQ4, int NT>
+void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
+                 size_t ys) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::RepartitionToWide<decltype(d16)> d32;
+  const hn::Rebind<float, decltype(d32)> df;
+  const size_t n = hn::Lanes(d16);
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  const int64_t nb = cols / kQ;
+  const size_t d_off = QOffsetOfScales(cols);
+  using VF = hn::Vec<decltype(df)>;
+  using VI = hn::Vec<decltype(d32)>;
+  VF acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* blk = row + static_cast<size_t>(b) * bb;
+    VI s0[NT], s1[NT];
+    for (int t = 0; t < NT; ++t) s0[t] = s1[t] = hn::Zero(d32);
+    for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
+      hn::Vec<decltype(d16)> wv;
+      if constexpr (kQ4) {
+        const auto raw = hn::PromoteTo(d16, hn::LoadU(du8, blk + 2 + (j % 16)));
+        const auto nib = j < 16 ? hn::And(raw, hn::Set(d16, 15)) : hn::ShiftRight<4>(raw);
+        wv = hn::Sub(nib, hn::Set(d16, 8));
+      } else {
+        wv = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
+      }
+      for (int t = 0; t < NT; ++t) {
+        const auto* xq = reinterpret_cast<const int8_t*>(xp + t * xs) + b * kQ + j;
+        s0[t] = hn::ReorderWidenMulAccumulate(d32, wv, hn::PromoteTo(d16, hn::LoadU(d8, xq)),
+                                              s0[t], s1[t]);
+      }
+    }
+    const float dw = LoadHalf(blk);
+    for (int t = 0; t < NT; ++t) {
+      const float dxb = reinterpret_cast<const float*>(xp + t * xs + d_off)[b];
+      acc[t] = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0[t], s1[t])), hn::Set(df, dw * dxb), acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) y[t * ys] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
+}
+
+template <DType T, class D>
+inline hn::Vec<D> LoadN(D df, const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::kF32) {
+    return hn::LoadU(df, reinterpret_cast<const float*>(row) + j);
+  } else if constexpr (T == DType::kF16) {
+    const hn::Rebind<hwy::float16_t, D> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::float16_t*>(row) + j));
+  } else {
+    const hn::Rebind<hwy::bfloat16_t, D> dh;
+    return hn::PromoteTo(df, hn::LoadU(dh, reinterpret_cast<const hwy::bfloat16_t*>(row) + j));
+  }
+}
+
+template <DType T, int NT>
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y,
+                 size_t ys) {
+  const hn::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  using VF = hn::Vec<decltype(df)>;
+  VF acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + 2 * n <= cols; j += 2 * n) {
+    const VF w0 = LoadN<T>(df, row, j);
+    const VF w1 = LoadN<T>(df, row, j + n);
+    for (int t = 0; t < NT; ++t) {
+      acc0[t] = hn::MulAdd(w0, hn::LoadU(df, x + t * xs + j), acc0[t]);
+      acc1[t] = hn::MulAdd(w1, hn::LoadU(df, x + t * xs + j + n), acc1[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[t], acc1[t])));
+    for (int64_t k = j; k < cols; ++k) s += Load1<T>(row, k) * x[t * xs + k];
+    y[t * ys] = s;
+  }
+}
+
+template <int NT>
+void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
+                  float* y, size_t ys) {
+  const auto* xf = reinterpret_cast<const float*>(xp);
+  switch (t) {
+    case DType::kQ8_0: DotQuantRow<false, NT>(row, cols, xp, xs, y, ys); return;
+    case DType::kQ4_0: DotQuantRow<true, NT>(row, cols, xp, xs, y, ys); return;
+    case DType::kF32: DotFloatRow<DType::kF32, NT>(row, cols, xf, xs / 4, y, ys); return;
+    case DType::kF16: DotFloatRow<DType::kF16, NT>(row, cols, xf, xs / 4, y, ys); return;
+    case DType::kBF16: DotFloatRow<DType::kBF16, NT>(row, cols, xf, xs / 4, y, ys); return;
+  }
+}
+
+void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+         const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  const auto* x = static_cast<const uint8_t*>(xp);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
+    int64_t tok = 0;
+    for (; tok + 4 <= n_tok; tok += 4) {
+      DotRowTokens<4>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                      y_stride);
+    }
+    for (; tok < n_tok; ++tok) {
+      DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                      y_stride);
+    }
+  }
+}
+
+template <DType T, int R>
+void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  const hn::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  int64_t j = 0;
+  for (; j + n <= n_out; j += n) {
+    auto a = hn::LoadU(df, acc + j);
+    for (int i = 0; i < R; ++i) a = hn::MulAdd(hn::Set(df, xs[i]), LoadN<T>(df, rows[i], j), a);
+    hn::StoreU(a, df, acc + j);
+  }
+  for (; j < n_out; ++j) {
+    for (int i = 0; i < R; ++i) acc[j] += xs[i] * Load1<T>(rows[i], j);
+  }
+}
+
+template <bool kQ4, int R>
+void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  const hn::CappedTag<float, 16> df;
+  const hn::RebindToSigned<decltype(df)> di;
+  const hn::Rebind<int8_t, decltype(df)> d8;
+  const hn::Rebind<uint8_t, decltype(df)> du8;
+  const size_t n = hn::Lanes(df);
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  for (int64_t b = 0; b < n_out / kQ; ++b) {
+    for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
+      float* aj = acc + b * kQ + j;
+      auto a = hn::LoadU(df, aj);
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
+        hn::Vec<decltype(di)> q;
+        if constexpr (kQ4) {
+          const auto raw = hn::PromoteTo(di, hn::LoadU(du8, blk + 2 + (j % 16)));
+          const auto nib = j < 16 ? hn::And(raw, hn::Set(di, 15)) : hn::ShiftRight<4>(raw);
+          q = hn::Sub(nib, hn::Set(di, 8));
+        } else {
+          q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
+        }
+        a = hn::MulAdd(hn::Set(df, xs[i] * LoadHalf(blk)), hn::ConvertTo(df, q), a);
+      }
+      hn::StoreU(a, df, aj);
+    }
+  }
+}
+
+template <int R>
+void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  switch (t) {
+    case DType::kF32: AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc); return;
+    case DType::kF16: AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc); return;
+    case DType::kBF16: AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc); return;
+    case DType::kQ8_0: AxpyQuantRows<false, R>(rows, xs, n_out, acc); return;
+    case DType::kQ4_0: AxpyQuantRows<true, R>(rows, xs, n_out, acc); return;
+  }
+}
+
+void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, const int32_t* idx,
+                int64_t n_idx, const float* x, float* acc) {
+  constexpr int R = 4;
+  const uint8_t* rows[R];
+  float xs[R];
+  int64_t k = 0;
+  for (; k + R <= n_idx; k += R) {
+    for (int i = 0; i < R; ++i) {
+      rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
+      xs[i] = x[idx[k + i]];
+    }
+    AxpyRows<R>(t, rows, xs, n_out, acc);
+  }
+  for (; k < n_idx; ++k) {
+    rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
+    xs[0] = x[idx[k]];
+    AxpyRows<1>(t, rows, xs, n_out, acc);
+  }
+}
+
+void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps) {
+  const hn::ScalableTag<float> df;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(df));
+  auto s = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + nl <= n; i += nl) {
+    const auto v = hn::LoadU(df, x + i);
+    s = hn::MulAdd(v, v, s);
+  }
+  float ss = hn::GetLane(hn::SumOfLanes(df, s));
+  for (int64_t k = i; k < n; ++k) ss += x[k] * x[k];
+  const float scale = 1.0f / __builtin_sqrtf(ss / static_cast<float>(n) + eps);
+  const auto vs = hn::Set(df, scale);
+  for (i = 0; i + nl <= n; i += nl) {
+    hn::StoreU(hn::Mul(hn::Mul(hn::LoadU(df, x + i), vs), hn::LoadU(df, weight + i)), df, out + i);
+  }
+  for (; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+inline float Exp1(float v) {
+  const hn::CappedTag<float, 1> d1;
+  return hn::GetLane(hn::Exp(d1, hn::Set(d1, v)));
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  const hn::ScalableTag<float> df;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(df));
+  auto mv = hn::Set(df, -__builtin_inff());
+  int64_t i = 0;
+  for (; i + nl <= n; i += nl) mv = hn::Max(mv, hn::LoadU(df, x + i));
+  float m = hn::GetLane(hn::MaxOfLanes(df, mv));
+  for (int64_t k = i; k < n; ++k) m = x[k] > m ? x[k] : m;
+  const auto vm = hn::Set(df, m);
+  auto sv = hn::Zero(df);
+  for (i = 0; i + nl <= n; i += nl) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vm));
+    sv = hn::Add(sv, e);
+    hn::StoreU(e, df, x + i);
+  }
+  float s = hn::GetLane(hn::SumOfLanes(df, sv));
+  for (; i < n; ++i) {
+    x[i] = Exp1(x[i] - m);
+    s += x[i];
+  }
+  const float inv = 1.0f / s;
+  for (i = 0; i + nl <= n; i += nl) {
+    hn::StoreU(hn::Mul(hn::LoadU(df, x + i), hn::Set(df, inv)), df, x + i);
+  }
+  for (; i < n; ++i) x[i] *= inv;
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(df));
+  const auto one = hn::Set(df, 1.0f);
+  int64_t i = 0;
+  for (; i + nl <= n; i += nl) {
+    const auto g = hn::LoadU(df, gate + i);
+    const auto e = hn::Exp(df, hn::Neg(g));
+    hn::StoreU(hn::Div(hn::Mul(g, hn::LoadU(df, up + i)), hn::Add(one, e)), df, gate + i);
+  }
+  for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace weir::kernels::internal
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace weir::kernels::internal {
+namespace {
+
+HWY_EXPORT(PrepBytes);
+HWY_EXPORT(Prep);
+HWY_EXPORT(Dot);
+HWY_EXPORT(AxpyGather);
+HWY_EXPORT(RmsNorm);
+HWY_EXPORT(Softmax);
+HWY_EXPORT(SiluMul);
+
+size_t DispatchPrepBytes(DType t, int64_t cols) {
+  return HWY_DYNAMIC_DISPATCH(PrepBytes)(t, cols);
+}
+void DispatchPrep(DType t, const float* x, int64_t cols, void* out) {
+  HWY_DYNAMIC_DISPATCH(Prep)(t, x, cols, out);
+}
+void DispatchDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                 const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(Dot)(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride);
+}
+void DispatchAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out,
+                        const int32_t* idx, int64_t n_idx, const float* x, float* acc) {
+  HWY_DYNAMIC_DISPATCH(AxpyGather)(t, wt, row_stride, n_out, idx, n_idx, x, acc);
+}
+void DispatchRmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps) {
+  HWY_DYNAMIC_DISPATCH(RmsNorm)(out, x, weight, n, eps);
+}
+void DispatchSoftmax(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Softmax)(x, n); }
+void DispatchSiluMul(float* gate, const float* up, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n);
+}
+
+const IsaKernels kTable = {DispatchPrepBytes, DispatchPrep,    DispatchDot,    DispatchAxpyGather,
+                           DispatchRmsNorm,   DispatchSoftmax, DispatchSiluMul};
+
+}  // namespace
+
+const IsaKernels* PortableKernels() { return &kTable; }
+
+}  // namespace weir::kernels::internal
+#endif  // HWY_ONCE

@@ -1,0 +1,444 @@
+// The "avx2" path: AVX2 + FMA + F16C kernels (no AVX-512, no VNNI). This file is compiled with
+// those -m flags (src/kernels/CMakeLists.txt) and only reached after isa.cc found the CPU
+// features, so it must not call inline code from other headers (see internal/isa_kernels.h).
+//
+// Quantized weights use vpmaddubsw (u8 x s8 -> s16 pairs) then vpmaddwd to s32, one 32-value
+// block per 256-bit vector. Q8_0 makes the weight unsigned with the sign trick
+// (|w| * sign(x, w)); Q4_0 uses the raw nibble 0..15 and adds back -8 * sum(x) from a bias
+// computed once per call when the activation is prepared.
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include "kernels/internal/isa_kernels.h"
+
+namespace weir::kernels::internal {
+namespace {
+
+constexpr int kQ = 32;
+constexpr size_t kQ8Bytes = 34;
+constexpr size_t kQ4Bytes = 18;
+
+inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline float HalfToFloat(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+inline float BF16ToFloat(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  const uint32_t bits = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &bits, 4);
+  return f;
+}
+
+inline float HSum(__m256 v) {
+  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_add_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+inline float HMax(__m256 v) {
+  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
+  s = _mm_max_ss(s, _mm_movehdup_ps(s));
+  return _mm_cvtss_f32(s);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepared activation for Q8_0 / Q4_0 weights: one 64-byte record per block,
+//   int8 q[32]       quantized x in natural order
+//   int32 bias[8]    lane l: -8 * (q[4l] + ... + q[4l+3])   (used by Q4_0 only)
+// followed by f32 dx[nb], the activation scales.
+constexpr size_t kRecBytes = 64;
+
+size_t PrepBytes(DType t, int64_t cols) {
+  if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
+  const size_t nb = static_cast<size_t>(cols / kQ);
+  return nb * kRecBytes + nb * 4;
+}
+
+void Prep(DType t, const float* x, int64_t cols, void* out) {
+  const int64_t nb = cols / kQ;
+  auto* base = static_cast<uint8_t*>(out);
+  auto* dx = reinterpret_cast<float*>(base + static_cast<size_t>(nb) * kRecBytes);
+  const __m256 sign = _mm256_set1_ps(-0.0f);
+  const __m256i ones8 = _mm256_set1_epi8(1);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = 0; b < nb; ++b) {
+    const float* xb = x + b * kQ;
+    __m256 v[4];
+    __m256 m = _mm256_setzero_ps();
+    for (int i = 0; i < 4; ++i) {
+      v[i] = _mm256_loadu_ps(xb + 8 * i);
+      m = _mm256_max_ps(m, _mm256_andnot_ps(sign, v[i]));
+    }
+    const float amax = HMax(m);
+    const float d = amax / 127.0f;
+    const __m256 id = _mm256_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+    __m256i q[4];
+    for (int i = 0; i < 4; ++i) q[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], id));
+    // Pack 32 int32 to 32 int8 (values are within [-127, 127], no saturation happens), then
+    // undo the lane interleave of the pack instructions.
+    const __m256i p01 = _mm256_packs_epi32(q[0], q[1]);
+    const __m256i p23 = _mm256_packs_epi32(q[2], q[3]);
+    __m256i p = _mm256_packs_epi16(p01, p23);
+    p = _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7));
+    uint8_t* rec = base + static_cast<size_t>(b) * kRecBytes;
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec), p);
+    // Sum of each 4 consecutive q: maddubs(1, q) gives pair sums, madd(…, 1) sums the pairs.
+    const __m256i s4 = _mm256_madd_epi16(_mm256_maddubs_epi16(ones8, p), ones16);
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec + 32),
+                        _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3)));
+    dx[b] = d;
+  }
+}
+
+// One quantized block against NT tokens. w is the block, x the first token's record, xs the
+// record stride between tokens, dxs the first token's scale of this block (stride dstride).
+template <bool kQ4, int NT>
+inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const float* dxs,
+                     size_t dstride, __m256* acc) {
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const float dw = HalfToFloat(blk);
+  if constexpr (kQ4) {
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m256i w = _mm256_and_si256(
+        _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+        _mm256_set1_epi8(0x0f));
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* r = x + t * xs;
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
+      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
+      const __m256i isum =
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16), bias);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dxs[t * dstride]),
+                               acc[t]);
+    }
+  } else {
+    const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
+    const __m256i aw = _mm256_sign_epi8(w, w);
+    for (int t = 0; t < NT; ++t) {
+      const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + t * xs));
+      const __m256i isum =
+          _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), ones16);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dxs[t * dstride]),
+                               acc[t]);
+    }
+  }
+}
+
+template <bool kQ4, int NT>
+void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y,
+                 size_t ys) {
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  const auto* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(nb) * kRecBytes);
+  const size_t dstride = xs / 4;
+  __m256 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  int64_t b = 0;
+  for (; b + 2 <= nb; b += 2) {
+    DotBlock<kQ4, NT>(row + b * bb, xp + b * kRecBytes, xs, dx + b, dstride, acc0);
+    DotBlock<kQ4, NT>(row + (b + 1) * bb, xp + (b + 1) * kRecBytes, xs, dx + b + 1, dstride,
+                      acc1);
+  }
+  if (b < nb) DotBlock<kQ4, NT>(row + b * bb, xp + b * kRecBytes, xs, dx + b, dstride, acc0);
+  for (int t = 0; t < NT; ++t) y[t * ys] = HSum(_mm256_add_ps(acc0[t], acc1[t]));
+}
+
+template <DType T>
+inline __m256 Load8(const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(row) + j);
+  } else if constexpr (T == DType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j)));
+  } else {
+    const __m256i v =
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * j)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
+  }
+}
+
+template <DType T>
+inline float Load1(const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::kF32) {
+    float f;
+    __builtin_memcpy(&f, row + 4 * j, 4);
+    return f;
+  } else if constexpr (T == DType::kF16) {
+    return HalfToFloat(row + 2 * j);
+  } else {
+    return BF16ToFloat(row + 2 * j);
+  }
+}
+
+template <DType T, int NT>
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y,
+                 size_t ys) {
+  __m256 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    const __m256 w0 = Load8<T>(row, j);
+    const __m256 w1 = Load8<T>(row, j + 8);
+    for (int t = 0; t < NT; ++t) {
+      acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs + j), acc0[t]);
+      acc1[t] = _mm256_fmadd_ps(w1, _mm256_loadu_ps(x + t * xs + j + 8), acc1[t]);
+    }
+  }
+  if (j + 8 <= cols) {
+    const __m256 w0 = Load8<T>(row, j);
+    for (int t = 0; t < NT; ++t) {
+      acc0[t] = _mm256_fmadd_ps(w0, _mm256_loadu_ps(x + t * xs + j), acc0[t]);
+    }
+    j += 8;
+  }
+  for (int t = 0; t < NT; ++t) {
+    float s = HSum(_mm256_add_ps(acc0[t], acc1[t]));
+    for (int64_t k = j; k < cols; ++k) s += Load1<T>(row, k) * x[t * xs + k];
+    y[t * ys] = s;
+  }
+}
+
+template <int NT>
+void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
+                  float* y, size_t ys) {
+  switch (t) {
+    case DType::kQ8_0: DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys); return;
+    case DType::kQ4_0: DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys); return;
+    case DType::kF32:
+      DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      return;
+    case DType::kF16:
+      DotFloatRow<DType::kF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      return;
+    case DType::kBF16:
+      DotFloatRow<DType::kBF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      return;
+  }
+}
+
+void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+         const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  const auto* x = static_cast<const uint8_t*>(xp);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
+    int64_t tok = 0;
+    for (; tok + 4 <= n_tok; tok += 4) {
+      DotRowTokens<4>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                      y_stride);
+    }
+    switch (n_tok - tok) {
+      case 3:
+        DotRowTokens<3>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                        y_stride);
+        break;
+      case 2:
+        DotRowTokens<2>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                        y_stride);
+        break;
+      case 1:
+        DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                        y_stride);
+        break;
+      default: break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Column form of the gathered product (see x86_avx512.cc).
+
+template <DType T, int R>
+void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  __m256 xv[R];
+  for (int i = 0; i < R; ++i) xv[i] = _mm256_set1_ps(xs[i]);
+  int64_t j = 0;
+  for (; j + 8 <= n_out; j += 8) {
+    __m256 a = _mm256_loadu_ps(acc + j);
+    for (int i = 0; i < R; ++i) a = _mm256_fmadd_ps(xv[i], Load8<T>(rows[i], j), a);
+    _mm256_storeu_ps(acc + j, a);
+  }
+  for (; j < n_out; ++j) {
+    for (int i = 0; i < R; ++i) acc[j] += xs[i] * Load1<T>(rows[i], j);
+  }
+}
+
+template <bool kQ4, int R>
+void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  for (int64_t b = 0; b < n_out / kQ; ++b) {
+    float* ab = acc + b * kQ;
+    __m256 a[4];
+    for (int k = 0; k < 4; ++k) a[k] = _mm256_loadu_ps(ab + 8 * k);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
+      const __m256 s = _mm256_set1_ps(xs[i] * HalfToFloat(blk));
+      __m256i q[4];
+      if constexpr (kQ4) {
+        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+        const __m256i lo = _mm256_cvtepu8_epi32(v);
+        const __m256i hi = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+        const __m256i eight = _mm256_set1_epi32(8), mask = _mm256_set1_epi32(15);
+        q[0] = _mm256_sub_epi32(_mm256_and_si256(lo, mask), eight);
+        q[1] = _mm256_sub_epi32(_mm256_and_si256(hi, mask), eight);
+        q[2] = _mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight);
+        q[3] = _mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight);
+      } else {
+        for (int k = 0; k < 4; ++k) {
+          q[k] = _mm256_cvtepi8_epi32(
+              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k)));
+        }
+      }
+      for (int k = 0; k < 4; ++k) a[k] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(q[k]), a[k]);
+    }
+    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(ab + 8 * k, a[k]);
+  }
+}
+
+template <int R>
+void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  switch (t) {
+    case DType::kF32: AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc); return;
+    case DType::kF16: AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc); return;
+    case DType::kBF16: AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc); return;
+    case DType::kQ8_0: AxpyQuantRows<false, R>(rows, xs, n_out, acc); return;
+    case DType::kQ4_0: AxpyQuantRows<true, R>(rows, xs, n_out, acc); return;
+  }
+}
+
+void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, const int32_t* idx,
+                int64_t n_idx, const float* x, float* acc) {
+  constexpr int R = 4;
+  const uint8_t* rows[R];
+  float xs[R];
+  int64_t k = 0;
+  for (; k + R <= n_idx; k += R) {
+    for (int i = 0; i < R; ++i) {
+      rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
+      xs[i] = x[idx[k + i]];
+    }
+    for (int64_t i = k + R; i < Min64(k + 2 * R, n_idx); ++i) {
+      const uint8_t* p = wt + static_cast<size_t>(idx[i]) * row_stride;
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 64), _MM_HINT_T0);
+    }
+    AxpyRows<R>(t, rows, xs, n_out, acc);
+  }
+  for (; k < n_idx; ++k) {
+    rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
+    xs[0] = x[idx[k]];
+    AxpyRows<1>(t, rows, xs, n_out, acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise operations.
+
+// e^x as in x86_avx512.cc, with 2^n built in the exponent bits; results below e^-87.3 are 0.
+inline __m256 Exp(__m256 x) {
+  const __m256 tiny = _mm256_cmp_ps(x, _mm256_set1_ps(-87.3f), _CMP_LT_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.3f));
+  x = _mm256_min_ps(x, _mm256_set1_ps(88.3f));
+  const __m256 n = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504089f)),
+                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m256 r = _mm256_fnmadd_ps(n, _mm256_set1_ps(0.693145751953125f), x);
+  r = _mm256_fnmadd_ps(n, _mm256_set1_ps(1.428606765330187e-06f), r);
+  __m256 p = _mm256_set1_ps(1.0f / 720);
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 120));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 24));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f / 6));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
+  const __m256i e = _mm256_slli_epi32(
+      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
+}
+
+void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps) {
+  __m256 s0 = _mm256_setzero_ps(), s1 = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m256 a = _mm256_loadu_ps(x + i), b = _mm256_loadu_ps(x + i + 8);
+    s0 = _mm256_fmadd_ps(a, a, s0);
+    s1 = _mm256_fmadd_ps(b, b, s1);
+  }
+  float ss = HSum(_mm256_add_ps(s0, s1));
+  for (; i < n; ++i) ss += x[i] * x[i];
+  const float scale = 1.0f / __builtin_sqrtf(ss / static_cast<float>(n) + eps);
+  const __m256 vs = _mm256_set1_ps(scale);
+  for (i = 0; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, _mm256_mul_ps(_mm256_mul_ps(_mm256_loadu_ps(x + i), vs),
+                                            _mm256_loadu_ps(weight + i)));
+  }
+  for (; i < n; ++i) out[i] = x[i] * scale * weight[i];
+}
+
+// Scalar e^x for the tails, with the same polynomial.
+inline float Exp1(float x) {
+  float buf[8] = {x, 0, 0, 0, 0, 0, 0, 0};
+  _mm256_storeu_ps(buf, Exp(_mm256_loadu_ps(buf)));
+  return buf[0];
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  __m256 mx = _mm256_set1_ps(-__builtin_inff());
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
+  float m = HMax(mx);
+  for (; i < n; ++i) m = x[i] > m ? x[i] : m;
+  const __m256 vmax = _mm256_set1_ps(m);
+  __m256 sum = _mm256_setzero_ps();
+  for (i = 0; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    sum = _mm256_add_ps(sum, e);
+    _mm256_storeu_ps(x + i, e);
+  }
+  float s = HSum(sum);
+  for (; i < n; ++i) {
+    x[i] = Exp1(x[i] - m);
+    s += x[i];
+  }
+  const float inv = 1.0f / s;
+  const __m256 vinv = _mm256_set1_ps(inv);
+  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+  for (; i < n; ++i) x[i] *= inv;
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
+    _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + i)),
+                                             _mm256_add_ps(one, e)));
+  }
+  for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
+}
+
+const IsaKernels kTable = {PrepBytes, Prep,    Dot,    AxpyGather,
+                           RmsNorm,   Softmax, SiluMul};
+
+}  // namespace
+
+const IsaKernels* Avx2Kernels() { return &kTable; }
+
+}  // namespace weir::kernels::internal
+
+#else  // not x86-64
+
+#include "kernels/internal/isa_kernels.h"
+
+namespace weir::kernels::internal {
+const IsaKernels* Avx2Kernels() { return nullptr; }
+}  // namespace weir::kernels::internal
+
+#endif

@@ -1,0 +1,475 @@
+// The "avx512" path: AVX-512 F/BW/VL + VNNI kernels. This file is compiled with those -m flags
+// (src/kernels/CMakeLists.txt) and only reached after isa.cc found the CPU features, so it must
+// not call inline code from other headers (see internal/isa_kernels.h).
+//
+// Quantized weights use vpdpbusd (u8 x s8 -> s32, four products per lane). The weight bytes are
+// made unsigned (Q8_0: q + 128 by flipping the sign bit; Q4_0: the raw nibble 0..15) and the
+// offset is taken back out by starting each block's integer accumulator at -offset * sum(x), a
+// bias computed once per call when the activation is prepared. Two blocks fill one 512-bit vector.
+#if defined(__x86_64__)
+
+#include <immintrin.h>
+
+#include "kernels/internal/isa_kernels.h"
+
+namespace weir::kernels::internal {
+namespace {
+
+constexpr int kQ = 32;
+constexpr size_t kQ8Bytes = 34;
+constexpr size_t kQ4Bytes = 18;
+
+inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
+inline float HalfToFloat(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return _cvtsh_ss(h);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Prepared activation for Q8_0 / Q4_0 weights, one 192-byte record per pair of weight blocks:
+//   int8  q[64]     both blocks' quantized x, in the order the weight vector is unpacked
+//   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 128 or 8
+//   f32   dx[16]    lane l: the activation scale of the block that lane l belongs to
+// Q8_0 order: A[0..31] B[0..31]                 (lanes 0-7 block A, 8-15 block B)
+// Q4_0 order: A[0..15] B[0..15] A[16..31] B[16..31]  (lanes 0-3 A, 4-7 B, 8-11 A, 12-15 B),
+//             matching the unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 | B.qs >> 4].
+// With an odd number of blocks the last record's B half is all zeros.
+constexpr size_t kPairBytes = 192;
+
+size_t PrepBytes(DType t, int64_t cols) {
+  if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
+  const int64_t nb = cols / kQ;
+  return static_cast<size_t>((nb + 1) / 2) * kPairBytes;
+}
+
+// Quantizes x[0..31]: values 0..15 to lo, 16..31 to hi. Same arithmetic as
+// ref::QuantizeActivation (cvtps rounds half to even like nearbyint). Returns the scale.
+inline float QuantizeBlock(const float* x, int8_t* lo, int8_t* hi) {
+  const __m512 a = _mm512_loadu_ps(x);
+  const __m512 b = _mm512_loadu_ps(x + 16);
+  const float amax = _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(a), _mm512_abs_ps(b)));
+  const float d = amax / 127.0f;
+  const __m512 id = _mm512_set1_ps(d != 0 ? 1.0f / d : 0.0f);
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(lo),
+                   _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(a, id))));
+  _mm_storeu_si128(reinterpret_cast<__m128i*>(hi),
+                   _mm512_cvtepi32_epi8(_mm512_cvtps_epi32(_mm512_mul_ps(b, id))));
+  return d;
+}
+
+void Prep(DType t, const float* x, int64_t cols, void* out) {
+  const bool q4 = t == DType::kQ4_0;
+  const int64_t nb = cols / kQ;
+  const __m512i ones = _mm512_set1_epi8(1);
+  for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
+    uint8_t* rec = static_cast<uint8_t*>(out) + static_cast<size_t>(p) * kPairBytes;
+    int8_t* q = reinterpret_cast<int8_t*>(rec);
+    const int64_t a = 2 * p, b = 2 * p + 1;
+    float da, db = 0;
+    if (q4) {
+      da = QuantizeBlock(x + a * kQ, q, q + 32);
+      if (b < nb) {
+        db = QuantizeBlock(x + b * kQ, q + 16, q + 48);
+      } else {
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm_setzero_si128());
+        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 48), _mm_setzero_si128());
+      }
+    } else {
+      da = QuantizeBlock(x + a * kQ, q, q + 16);
+      if (b < nb) {
+        db = QuantizeBlock(x + b * kQ, q + 32, q + 48);
+      } else {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32), _mm256_setzero_si256());
+      }
+    }
+    const __m512i qv = _mm512_loadu_si512(q);
+    const __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qv);
+    const __m512i bias = _mm512_sub_epi32(_mm512_setzero_si512(),
+                                          q4 ? _mm512_slli_epi32(sum4, 3)
+                                             : _mm512_slli_epi32(sum4, 7));
+    _mm512_storeu_si512(rec + 64, bias);
+    const __mmask16 b_lanes = q4 ? 0xF0F0 : 0xFF00;
+    _mm512_storeu_ps(rec + 128,
+                     _mm512_mask_blend_ps(b_lanes, _mm512_set1_ps(da), _mm512_set1_ps(db)));
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Quantized dot products.
+
+// The 64 unsigned weight bytes of blocks a and b in the order described above.
+template <bool kQ4>
+inline __m512i LoadPair(const uint8_t* a, const uint8_t* b) {
+  if constexpr (kQ4) {
+    const __m256i v = _mm256_inserti128_si256(
+        _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2))),
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 2)), 1);
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_and_si512(w, _mm512_set1_epi8(0x0f));
+  } else {
+    const __m512i w = _mm512_inserti64x4(
+        _mm512_castsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2))),
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b + 2)), 1);
+    return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+}
+
+// A lone final block (the B half is zero; its activation bytes are zero too).
+template <bool kQ4>
+inline __m512i LoadSingle(const uint8_t* a) {
+  if constexpr (kQ4) {
+    const __m256i v =
+        _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 2)));
+    const __m512i w = _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1);
+    return _mm512_and_si512(w, _mm512_set1_epi8(0x0f));
+  } else {
+    const __m512i w =
+        _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2)));
+    return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
+  }
+}
+
+// Weight scales of blocks a and b spread over the lanes that belong to them.
+template <bool kQ4>
+inline __m512 PairScales(uint32_t da_bits, uint32_t db_bits) {
+  const __m512i perm = kQ4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
+                           : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
+  const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(da_bits | (db_bits << 16))));
+  return _mm512_permutexvar_ps(perm, _mm512_castps128_ps512(s));
+}
+
+inline uint32_t HalfBits(const uint8_t* p) {
+  uint16_t h;
+  __builtin_memcpy(&h, p, 2);
+  return h;
+}
+
+// One weight pair against NT tokens' records at x (stride xs), into acc[NT].
+template <int NT>
+inline void DotPair(__m512i wv, __m512 sw, const uint8_t* x, size_t xs, __m512* acc) {
+  for (int t = 0; t < NT; ++t) {
+    const uint8_t* r = x + t * xs;
+    const __m512i isum = _mm512_dpbusd_epi32(_mm512_loadu_si512(r + 64), wv, _mm512_loadu_si512(r));
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
+                             _mm512_mul_ps(sw, _mm512_loadu_ps(r + 128)), acc[t]);
+  }
+}
+
+template <bool kQ4, int NT>
+void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y,
+                 size_t ys) {
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  __m512 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  const int64_t np = nb / 2;
+  int64_t p = 0;
+  for (; p + 2 <= np; p += 2) {
+    const uint8_t* a = row + static_cast<size_t>(2 * p) * bb;
+    DotPair<NT>(LoadPair<kQ4>(a, a + bb), PairScales<kQ4>(HalfBits(a), HalfBits(a + bb)),
+                xp + static_cast<size_t>(p) * kPairBytes, xs, acc0);
+    const uint8_t* c = a + 2 * bb;
+    DotPair<NT>(LoadPair<kQ4>(c, c + bb), PairScales<kQ4>(HalfBits(c), HalfBits(c + bb)),
+                xp + static_cast<size_t>(p + 1) * kPairBytes, xs, acc1);
+  }
+  if (p < np) {
+    const uint8_t* a = row + static_cast<size_t>(2 * p) * bb;
+    DotPair<NT>(LoadPair<kQ4>(a, a + bb), PairScales<kQ4>(HalfBits(a), HalfBits(a + bb)),
+                xp + static_cast<size_t>(p) * kPairBytes, xs, acc0);
+    ++p;
+  }
+  if (nb & 1) {
+    const uint8_t* a = row + static_cast<size_t>(2 * p) * bb;
+    DotPair<NT>(LoadSingle<kQ4>(a), PairScales<kQ4>(HalfBits(a), 0),
+                xp + static_cast<size_t>(p) * kPairBytes, xs, acc1);
+  }
+  for (int t = 0; t < NT; ++t) y[t * ys] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+}
+
+// ---------------------------------------------------------------------------------------------
+// Float-weight dot products: 16 weights widened to f32 per step.
+
+template <DType T>
+inline __m512 Load16(const uint8_t* row, int64_t j) {
+  if constexpr (T == DType::kF32) {
+    return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + j);
+  } else if constexpr (T == DType::kF16) {
+    return _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+  } else {
+    const __m512i v = _mm512_cvtepu16_epi32(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  }
+}
+
+template <DType T>
+inline __m512 Load16Masked(const uint8_t* row, int64_t j, __mmask16 m) {
+  if constexpr (T == DType::kF32) {
+    return _mm512_maskz_loadu_ps(m, reinterpret_cast<const float*>(row) + j);
+  } else if constexpr (T == DType::kF16) {
+    return _mm512_cvtph_ps(_mm256_maskz_loadu_epi16(m, row + 2 * j));
+  } else {
+    const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * j));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
+  }
+}
+
+inline __mmask16 TailMask(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
+}
+
+template <DType T, int NT>
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y,
+                 size_t ys) {
+  __m512 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32) {
+    const __m512 w0 = Load16<T>(row, j);
+    const __m512 w1 = Load16<T>(row, j + 16);
+    for (int t = 0; t < NT; ++t) {
+      acc0[t] = _mm512_fmadd_ps(w0, _mm512_loadu_ps(x + t * xs + j), acc0[t]);
+      acc1[t] = _mm512_fmadd_ps(w1, _mm512_loadu_ps(x + t * xs + j + 16), acc1[t]);
+    }
+  }
+  for (; j < cols; j += 16) {
+    const __mmask16 m = TailMask(cols - j);
+    const __m512 w0 = Load16Masked<T>(row, j, m);
+    for (int t = 0; t < NT; ++t) {
+      acc0[t] = _mm512_fmadd_ps(w0, _mm512_maskz_loadu_ps(m, x + t * xs + j), acc0[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) y[t * ys] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+}
+
+// Row r against up to four tokens at once (the weight row is loaded once for all of them).
+template <int NT>
+void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
+                  float* y, size_t ys) {
+  switch (t) {
+    case DType::kQ8_0: DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys); return;
+    case DType::kQ4_0: DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys); return;
+    case DType::kF32:
+      DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      return;
+    case DType::kF16:
+      DotFloatRow<DType::kF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      return;
+    case DType::kBF16:
+      DotFloatRow<DType::kBF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      return;
+  }
+}
+
+void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+         const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  const auto* x = static_cast<const uint8_t*>(xp);
+  for (int64_t r = 0; r < n_rows; ++r) {
+    const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
+    int64_t tok = 0;
+    for (; tok + 4 <= n_tok; tok += 4) {
+      DotRowTokens<4>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                      y_stride);
+    }
+    switch (n_tok - tok) {
+      case 3:
+        DotRowTokens<3>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                        y_stride);
+        break;
+      case 2:
+        DotRowTokens<2>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                        y_stride);
+        break;
+      case 1:
+        DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
+                        y_stride);
+        break;
+      default: break;
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Column form of the gathered product: acc += x[i] * wt[i, :] for the rows i in idx, R rows per
+// pass so each accumulator vector is loaded and stored once per R rows.
+
+template <DType T, int R>
+void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  __m512 xv[R];
+  for (int i = 0; i < R; ++i) xv[i] = _mm512_set1_ps(xs[i]);
+  int64_t j = 0;
+  for (; j + 16 <= n_out; j += 16) {
+    __m512 a = _mm512_loadu_ps(acc + j);
+    for (int i = 0; i < R; ++i) a = _mm512_fmadd_ps(xv[i], Load16<T>(rows[i], j), a);
+    _mm512_storeu_ps(acc + j, a);
+  }
+  if (j < n_out) {
+    const __mmask16 m = TailMask(n_out - j);
+    __m512 a = _mm512_maskz_loadu_ps(m, acc + j);
+    for (int i = 0; i < R; ++i) a = _mm512_fmadd_ps(xv[i], Load16Masked<T>(rows[i], j, m), a);
+    _mm512_mask_storeu_ps(acc + j, m, a);
+  }
+}
+
+template <bool kQ4, int R>
+void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  for (int64_t b = 0; b < n_out / kQ; ++b) {
+    __m512 a0 = _mm512_loadu_ps(acc + b * kQ);
+    __m512 a1 = _mm512_loadu_ps(acc + b * kQ + 16);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
+      const __m512 s = _mm512_set1_ps(xs[i] * HalfToFloat(blk));
+      __m512i lo, hi;
+      if constexpr (kQ4) {
+        const __m512i z = _mm512_cvtepu8_epi32(
+            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+        const __m512i eight = _mm512_set1_epi32(8);
+        lo = _mm512_sub_epi32(_mm512_and_si512(z, _mm512_set1_epi32(15)), eight);
+        hi = _mm512_sub_epi32(_mm512_srli_epi32(z, 4), eight);
+      } else {
+        lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+        hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+      }
+      a0 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(lo), a0);
+      a1 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(hi), a1);
+    }
+    _mm512_storeu_ps(acc + b * kQ, a0);
+    _mm512_storeu_ps(acc + b * kQ + 16, a1);
+  }
+}
+
+template <int R>
+void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+  switch (t) {
+    case DType::kF32: AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc); return;
+    case DType::kF16: AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc); return;
+    case DType::kBF16: AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc); return;
+    case DType::kQ8_0: AxpyQuantRows<false, R>(rows, xs, n_out, acc); return;
+    case DType::kQ4_0: AxpyQuantRows<true, R>(rows, xs, n_out, acc); return;
+  }
+}
+
+void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, const int32_t* idx,
+                int64_t n_idx, const float* x, float* acc) {
+  constexpr int R = 4;
+  const uint8_t* rows[R];
+  float xs[R];
+  int64_t k = 0;
+  for (; k + R <= n_idx; k += R) {
+    for (int i = 0; i < R; ++i) {
+      rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
+      xs[i] = x[idx[k + i]];
+    }
+    // Start the next group's rows early; they begin at unrelated addresses.
+    for (int64_t i = k + R; i < Min64(k + 2 * R, n_idx); ++i) {
+      const uint8_t* p = wt + static_cast<size_t>(idx[i]) * row_stride;
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + 64), _MM_HINT_T0);
+    }
+    AxpyRows<R>(t, rows, xs, n_out, acc);
+  }
+  for (; k < n_idx; ++k) {
+    rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
+    xs[0] = x[idx[k]];
+    AxpyRows<1>(t, rows, xs, n_out, acc);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Elementwise operations.
+
+// e^x: x = n ln2 + r with |r| <= ln2/2, e^r by its Taylor polynomial to r^6 (relative error
+// below 2e-7 on that interval), scaled by 2^n with vscalefps (which also flushes to 0 / inf).
+inline __m512 Exp(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-104.0f));
+  x = _mm512_min_ps(x, _mm512_set1_ps(88.7f));
+  const __m512 n = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504089f)),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  __m512 r = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693145751953125f), x);
+  r = _mm512_fnmadd_ps(n, _mm512_set1_ps(1.428606765330187e-06f), r);
+  __m512 p = _mm512_set1_ps(1.0f / 720);
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 120));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 24));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f / 6));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
+  return _mm512_scalef_ps(p, n);
+}
+
+void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps) {
+  __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
+  int64_t i = 0;
+  for (; i + 32 <= n; i += 32) {
+    const __m512 a = _mm512_loadu_ps(x + i), b = _mm512_loadu_ps(x + i + 16);
+    s0 = _mm512_fmadd_ps(a, a, s0);
+    s1 = _mm512_fmadd_ps(b, b, s1);
+  }
+  for (; i < n; i += 16) {
+    const __m512 a = _mm512_maskz_loadu_ps(TailMask(n - i), x + i);
+    s0 = _mm512_fmadd_ps(a, a, s0);
+  }
+  const float ss = _mm512_reduce_add_ps(_mm512_add_ps(s0, s1));
+  const __m512 scale = _mm512_set1_ps(1.0f / __builtin_sqrtf(ss / static_cast<float>(n) + eps));
+  for (i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 v = _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), scale);
+    _mm512_mask_storeu_ps(out + i, m, _mm512_mul_ps(v, _mm512_maskz_loadu_ps(m, weight + i)));
+  }
+}
+
+void Softmax(float* x, int64_t n) {
+  if (n <= 0) return;
+  __m512 mx = _mm512_set1_ps(-__builtin_inff());
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + i));
+  }
+  const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax));
+    sum = _mm512_mask_add_ps(sum, m, sum, e);
+    _mm512_mask_storeu_ps(x + i, m, e);
+  }
+  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
+  }
+}
+
+void SiluMul(float* gate, const float* up, int64_t n) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
+    const __m512 v = _mm512_div_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, up + i)),
+                                   _mm512_add_ps(one, e));
+    _mm512_mask_storeu_ps(gate + i, m, v);
+  }
+}
+
+const IsaKernels kTable = {PrepBytes, Prep,    Dot,    AxpyGather,
+                           RmsNorm,   Softmax, SiluMul};
+
+}  // namespace
+
+const IsaKernels* Avx512Kernels() { return &kTable; }
+
+}  // namespace weir::kernels::internal
+
+#else  // not x86-64
+
+#include "kernels/internal/isa_kernels.h"
+
+namespace weir::kernels::internal {
+const IsaKernels* Avx512Kernels() { return nullptr; }
+}  // namespace weir::kernels::internal
+
+#endif

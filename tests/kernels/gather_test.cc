@@ -1,0 +1,187 @@
+#include "kernels/gather.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/isa.h"
+#include "kernels/kernel_test_util.h"
+#include "kernels/matvec.h"
+
+namespace weir::kernels {
+namespace {
+
+using testing::AbsDot;
+using testing::AllDTypes;
+using testing::Describe;
+using testing::IsQuantized;
+using testing::kRel;
+using testing::RandomFloats;
+using testing::RandomWeights;
+using testing::RawQuantWeights;
+using testing::Weights;
+
+// A random subset of [0, n) with about density * n members (at least one when density > 0),
+// ascending unless shuffled.
+std::vector<int32_t> RandomIndices(std::mt19937& rng, int64_t n, double density, bool shuffle) {
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  std::shuffle(all.begin(), all.end(), rng);
+  int64_t k = static_cast<int64_t>(std::llround(density * static_cast<double>(n)));
+  if (density > 0 && k == 0) k = 1;
+  all.resize(static_cast<size_t>(k));
+  if (!shuffle) std::sort(all.begin(), all.end());
+  return all;
+}
+
+// wt is [cols_in, rows_out]; y[r] = sum_k x[idx[k]] * wt[idx[k], r].
+void ExpectColsNearRef(const Weights& wt, const std::vector<int32_t>& idx,
+                       const std::vector<float>& x, const std::vector<float>& y,
+                       const std::string& what) {
+  const int64_t n_out = wt.cols;
+  std::vector<float> want(static_cast<size_t>(n_out));
+  ref::GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                        want.data());
+  for (int64_t r = 0; r < n_out; ++r) {
+    double exact = 0, abs_sum = 0;
+    for (int32_t i : idx) {
+      const double term = static_cast<double>(x[i]) * wt.values[i * n_out + r];
+      exact += term;
+      abs_sum += std::fabs(term);
+    }
+    const double bound = kRel * abs_sum + 1e-30;
+    ASSERT_NEAR(y[r], want[r], bound) << what << " output " << r;
+    ASSERT_NEAR(y[r], exact, bound) << what << " output " << r << " (vs exact)";
+  }
+}
+
+TEST(GatherColsTest, EveryPathMatchesReference) {
+  std::mt19937 rng(11);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      std::vector<int64_t> outs = {32, 96, 160, 4128};
+      if (!IsQuantized(t)) outs.insert(outs.end(), {1, 7, 67});
+      for (int64_t cols_in : {1, 3, 17, 67}) {
+        for (int64_t n_out : outs) {
+          Weights wt = RandomWeights(rng, t, cols_in, n_out);
+          std::vector<float> x = RandomFloats(rng, cols_in, -2, 2);
+          for (double density : {0.0, 0.25, 0.5, 1.0}) {
+            std::vector<int32_t> idx = RandomIndices(rng, cols_in, density, cols_in % 2 == 1);
+            std::vector<float> y(static_cast<size_t>(n_out), NAN);
+            GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                             y.data(), nullptr);
+            ExpectColsNearRef(wt, idx, x, y,
+                              Describe(isa, t, cols_in, n_out) + " density " +
+                                  std::to_string(density));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(GatherColsTest, RawQuantizedBlocksAndThreads) {
+  std::mt19937 rng(12);
+  ThreadPool pool2(2), pool3(3);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      Weights wt = IsQuantized(t) ? RawQuantWeights(rng, t, 67, 160)
+                                  : RandomWeights(rng, t, 67, 160);
+      std::vector<float> x = RandomFloats(rng, 67, -2, 2);
+      for (ThreadPool* pool : {&pool2, &pool3}) {
+        std::vector<int32_t> idx = RandomIndices(rng, 67, 0.5, false);
+        std::vector<float> y(160, NAN);
+        GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                         y.data(), pool);
+        ExpectColsNearRef(wt, idx, x, y, Describe(isa, t, 67, 160) + " threads " +
+                                             std::to_string(pool->size()));
+      }
+    }
+  }
+}
+
+// With every column active, the column form over wt = W^T is the dense product W x.
+TEST(GatherColsTest, AllColumnsActiveEqualsDenseProduct) {
+  std::mt19937 rng(13);
+  ThreadPool pool(2);
+  for (DType t : {DType::kF32, DType::kF16, DType::kBF16}) {
+    const int64_t rows = 96, cols = 67;  // W [rows, cols]
+    Weights w = RandomWeights(rng, t, rows, cols);
+    // Transpose W's values into wt [cols, rows], exactly representable in the same dtype.
+    std::vector<float> tv(static_cast<size_t>(rows * cols));
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) tv[c * rows + r] = w.values[r * cols + c];
+    }
+    std::vector<uint8_t> tb(RowBytes(t, rows) * cols);
+    for (int64_t c = 0; c < cols; ++c) {
+      QuantizeRow(t, tv.data() + c * rows, tb.data() + RowBytes(t, rows) * c, rows);
+    }
+    TensorView wt{t, Shape{cols, rows}, tb.data()};
+    std::vector<float> x = RandomFloats(rng, cols);
+    std::vector<int32_t> idx(static_cast<size_t>(cols));
+    std::iota(idx.begin(), idx.end(), 0);
+    std::vector<float> dense(rows), sparse(rows);
+    MatVec(w.view(), x.data(), dense.data(), &pool);
+    GatherMatVecCols(wt, idx.data(), cols, x.data(), sparse.data(), &pool);
+    for (int64_t r = 0; r < rows; ++r) {
+      EXPECT_NEAR(sparse[r], dense[r], 2 * kRel * AbsDot(&w.values[r * cols], x.data(), cols))
+          << DTypeName(t) << " row " << r;
+    }
+  }
+}
+
+// The row form runs MatVec's own row kernel, so each active output is bitwise what MatVec gives,
+// and inactive outputs are left alone.
+TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
+  std::mt19937 rng(14);
+  ThreadPool pool(2);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      for (int64_t rows : {1, 3, 17, 67}) {
+        for (int64_t cols : IsQuantized(t) ? std::vector<int64_t>{32, 96, 160, 4128}
+                                           : std::vector<int64_t>{7, 67, 160, 4128}) {
+          Weights w = (IsQuantized(t) && rows == 3) ? RawQuantWeights(rng, t, rows, cols)
+                                                    : RandomWeights(rng, t, rows, cols);
+          std::vector<float> x = RandomFloats(rng, cols, -2, 2);
+          std::vector<float> dense(static_cast<size_t>(rows));
+          MatVec(w.view(), x.data(), dense.data(), nullptr);
+          for (double density : {0.0, 0.25, 0.5, 1.0}) {
+            std::vector<int32_t> idx = RandomIndices(rng, rows, density, rows % 2 == 1);
+            std::vector<float> y(static_cast<size_t>(rows), -12345.0f);
+            GatherMatVecRows(w.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                             y.data(), rows > 10 ? &pool : nullptr);
+            std::vector<bool> active(static_cast<size_t>(rows), false);
+            for (int32_t i : idx) active[i] = true;
+            for (int64_t r = 0; r < rows; ++r) {
+              if (active[r]) {
+                ASSERT_EQ(y[r], dense[r]) << Describe(isa, t, rows, cols) << " row " << r;
+              } else {
+                ASSERT_EQ(y[r], -12345.0f) << Describe(isa, t, rows, cols) << " row " << r;
+              }
+            }
+            // And against the reference.
+            std::vector<float> want(static_cast<size_t>(rows), -12345.0f);
+            ref::GatherMatVecRows(w.view(), idx.data(), static_cast<int64_t>(idx.size()),
+                                  x.data(), want.data());
+            for (int32_t i : idx) {
+              std::vector<float> xe = testing::EffectiveX(t, x.data(), cols);
+              ASSERT_NEAR(y[i], want[i], kRel * AbsDot(&w.values[i * cols], xe.data(), cols))
+                  << Describe(isa, t, rows, cols) << " row " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weir::kernels

@@ -1,0 +1,115 @@
+// Shared helpers for the kernel tests: random weights of every dtype with their dequantized
+// values, random activations, the paths to run, and the error bound used against references.
+#pragma once
+
+#include <cmath>
+#include <cstring>
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "kernels/isa.h"
+#include "kernels/matvec.h"
+#include "tensor/dtype.h"
+#include "tensor/quantize.h"
+#include "tensor/tensor_view.h"
+
+namespace weir::kernels::testing {
+
+inline const std::vector<DType>& AllDTypes() {
+  static const std::vector<DType> kAll = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                          DType::kQ4_0};
+  return kAll;
+}
+
+inline bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+// A weight matrix [rows, cols] of one dtype: its bytes, a view of them and its values as f32.
+struct Weights {
+  DType dtype;
+  int64_t rows = 0, cols = 0;
+  std::vector<uint8_t> bytes;
+  std::vector<float> values;  // dequantized, [rows, cols]
+  TensorView view() const { return TensorView{dtype, Shape{rows, cols}, bytes.data()}; }
+};
+
+inline std::vector<float> RandomFloats(std::mt19937& rng, int64_t n, float lo = -1, float hi = 1) {
+  std::uniform_real_distribution<float> u(lo, hi);
+  std::vector<float> v(static_cast<size_t>(n));
+  for (float& f : v) f = u(rng);
+  return v;
+}
+
+// Quantizes random floats (rows scaled differently, some blocks zero) to `t`.
+inline Weights RandomWeights(std::mt19937& rng, DType t, int64_t rows, int64_t cols) {
+  Weights w{t, rows, cols, {}, {}};
+  std::vector<float> src = RandomFloats(rng, rows * cols);
+  for (int64_t r = 0; r < rows; ++r) {
+    float scale = std::ldexp(1.0f, static_cast<int>(r % 7) - 3);
+    for (int64_t j = 0; j < cols; ++j) src[r * cols + j] *= scale;
+  }
+  if (rows * cols >= 64) {
+    for (int j = 0; j < 32; ++j) src[j] = 0;  // an all-zero block
+  }
+  w.bytes.resize(RowBytes(t, cols) * static_cast<size_t>(rows));
+  w.values.resize(src.size());
+  for (int64_t r = 0; r < rows; ++r) {
+    uint8_t* row = w.bytes.data() + RowBytes(t, cols) * r;
+    QuantizeRow(t, src.data() + r * cols, row, cols);
+    DequantizeRow(t, row, w.values.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// Raw random blocks for Q8_0 / Q4_0, including bytes the quantizer never writes (q = -128), with
+// finite scales; exercises the kernels on whatever a file may hold.
+inline Weights RawQuantWeights(std::mt19937& rng, DType t, int64_t rows, int64_t cols) {
+  Weights w{t, rows, cols, {}, {}};
+  w.bytes.resize(RowBytes(t, cols) * static_cast<size_t>(rows));
+  std::uniform_int_distribution<int> byte(0, 255);
+  for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(byte(rng));
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  const size_t bb = BlockBytes(t);
+  for (size_t off = 0; off < w.bytes.size(); off += bb) {
+    uint16_t h = F32ToF16(scale(rng));
+    std::memcpy(&w.bytes[off], &h, 2);
+  }
+  w.values.resize(static_cast<size_t>(rows * cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(t, w.bytes.data() + RowBytes(t, cols) * r, w.values.data() + r * cols, cols);
+  }
+  return w;
+}
+
+// The activation the kernels actually multiply with: x itself for float weights, the dequantized
+// ref::QuantizeActivation of x for Q8_0 / Q4_0.
+inline std::vector<float> EffectiveX(DType t, const float* x, int64_t n) {
+  std::vector<float> out(x, x + n);
+  if (!IsQuantized(t)) return out;
+  std::vector<int8_t> q(static_cast<size_t>(n));
+  std::vector<float> d(static_cast<size_t>(n / kQK));
+  ref::QuantizeActivation(x, n, q.data(), d.data());
+  for (int64_t i = 0; i < n; ++i) out[i] = d[i / kQK] * q[i];
+  return out;
+}
+
+// Error bound of a product against the reference: the paths compute the same products and
+// differ only in the order of f32 additions, so |y - y_ref| <= kRel * sum |w_i| |x_i| (+ a tiny
+// absolute term). kRel = 1e-5 is ~100x the f32 epsilon: generous for reordered sums of at most a
+// few thousand terms, and far below the error of any wrong element (one term is >= 1/4128 of the
+// sum for the sizes tested).
+constexpr double kRel = 1e-5;
+
+inline double AbsDot(const float* w, const float* x, int64_t n) {
+  double s = 0;
+  for (int64_t i = 0; i < n; ++i) s += std::fabs(static_cast<double>(w[i]) * x[i]);
+  return s;
+}
+
+inline std::string Describe(Isa isa, DType t, int64_t rows, int64_t cols) {
+  return std::string(IsaName(isa)) + " " + DTypeName(t) + " [" + std::to_string(rows) + ", " +
+         std::to_string(cols) + "]";
+}
+
+}  // namespace weir::kernels::testing

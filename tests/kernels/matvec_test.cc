@@ -1,0 +1,169 @@
+#include "kernels/matvec.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "base/thread_pool.h"
+#include "kernels/isa.h"
+#include "kernels/kernel_test_util.h"
+
+namespace weir::kernels {
+namespace {
+
+using testing::AbsDot;
+using testing::AllDTypes;
+using testing::Describe;
+using testing::EffectiveX;
+using testing::IsQuantized;
+using testing::kRel;
+using testing::RandomFloats;
+using testing::RandomWeights;
+using testing::RawQuantWeights;
+using testing::Weights;
+
+const int64_t kRows[] = {1, 3, 17, 67};
+const int64_t kColsQuant[] = {32, 96, 160, 4128};
+const int64_t kColsFloat[] = {1, 7, 32, 67, 96, 160, 4128};
+
+std::vector<int64_t> ColsFor(DType t) {
+  if (IsQuantized(t)) return {std::begin(kColsQuant), std::end(kColsQuant)};
+  return {std::begin(kColsFloat), std::end(kColsFloat)};
+}
+
+// Checks y (n tokens) against ref::MatMul within kRel * sum |w||x_eff| per output.
+void ExpectNearRef(const Weights& w, const std::vector<float>& x, int64_t n,
+                   const std::vector<float>& y, const std::string& what) {
+  std::vector<float> want(static_cast<size_t>(n * w.rows));
+  ref::MatMul(w.view(), x.data(), n, want.data());
+  for (int64_t t = 0; t < n; ++t) {
+    std::vector<float> xe = EffectiveX(w.dtype, x.data() + t * w.cols, w.cols);
+    for (int64_t r = 0; r < w.rows; ++r) {
+      const double bound = kRel * AbsDot(&w.values[r * w.cols], xe.data(), w.cols) + 1e-30;
+      ASSERT_NEAR(y[t * w.rows + r], want[t * w.rows + r], bound)
+          << what << " token " << t << " row " << r;
+    }
+  }
+}
+
+TEST(MatVecTest, EveryPathMatchesReferenceOnAwkwardShapes) {
+  std::mt19937 rng(1);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      for (int64_t rows : kRows) {
+        for (int64_t cols : ColsFor(t)) {
+          Weights w = RandomWeights(rng, t, rows, cols);
+          std::vector<float> x = RandomFloats(rng, cols, -2, 2);
+          if (cols >= 64) std::fill(x.begin() + 32, x.begin() + 64, 0.0f);  // a zero block
+          std::vector<float> y(static_cast<size_t>(rows), NAN);
+          MatVec(w.view(), x.data(), y.data(), nullptr);
+          ExpectNearRef(w, x, 1, y, Describe(isa, t, rows, cols));
+        }
+      }
+    }
+  }
+}
+
+TEST(MatVecTest, RawQuantizedBlocksIncludingMinus128) {
+  std::mt19937 rng(2);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+      for (int64_t cols : kColsQuant) {
+        Weights w = RawQuantWeights(rng, t, 5, cols);
+        std::vector<float> x = RandomFloats(rng, cols, -3, 3);
+        std::vector<float> y(5);
+        MatVec(w.view(), x.data(), y.data(), nullptr);
+        ExpectNearRef(w, x, 1, y, Describe(isa, t, 5, cols));
+      }
+    }
+  }
+}
+
+// The reference itself: with quantized weights it equals the exact product of the dequantized
+// weights with x up to the activation rounding, |x_i - d_b q_i| <= d_b / 2 per element.
+TEST(MatVecTest, ReferenceIsTheDequantizedProductUpToActivationRounding) {
+  std::mt19937 rng(3);
+  for (DType t : AllDTypes()) {
+    for (int64_t cols : ColsFor(t)) {
+      Weights w = RandomWeights(rng, t, 3, cols);
+      std::vector<float> x = RandomFloats(rng, cols, -2, 2);
+      std::vector<float> y(3);
+      ref::MatVec(w.view(), x.data(), y.data());
+      for (int64_t r = 0; r < 3; ++r) {
+        const float* row = &w.values[r * cols];
+        double exact = 0, rounding = 0;
+        for (int64_t j = 0; j < cols; ++j) {
+          exact += static_cast<double>(row[j]) * x[j];
+          if (IsQuantized(t)) {
+            float amax = 0;
+            for (int k = 0; k < kQK; ++k) amax = std::fmax(amax, std::fabs(x[j / kQK * kQK + k]));
+            rounding += std::fabs(row[j]) * amax / 127.0 / 2 * 1.001;
+          }
+        }
+        EXPECT_NEAR(y[r], exact, rounding + kRel * AbsDot(row, x.data(), cols))
+            << DTypeName(t) << " cols " << cols << " row " << r;
+      }
+    }
+  }
+}
+
+TEST(MatVecTest, ThreadedEqualsSingleThreadedExactly) {
+  std::mt19937 rng(4);
+  ThreadPool pool2(2), pool3(3);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      Weights w = RandomWeights(rng, t, 67, 160);
+      std::vector<float> x = RandomFloats(rng, 160);
+      std::vector<float> y1(67), y2(67), y3(67);
+      MatVec(w.view(), x.data(), y1.data(), nullptr);
+      MatVec(w.view(), x.data(), y2.data(), &pool2);
+      MatVec(w.view(), x.data(), y3.data(), &pool3);
+      EXPECT_EQ(y1, y2) << Describe(isa, t, 67, 160);
+      EXPECT_EQ(y1, y3) << Describe(isa, t, 67, 160);
+    }
+  }
+}
+
+// MatMul shares each weight row between tokens; every token must still get exactly what MatVec
+// gives it alone (same operations in the same order), and agree with the reference.
+TEST(MatMulTest, EqualsPerTokenMatVecAndReference) {
+  std::mt19937 rng(5);
+  ThreadPool pool(2);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      for (int64_t n : {1, 2, 3, 4, 5, 17, 35}) {
+        const int64_t rows = 17, cols = IsQuantized(t) ? 96 : 67;
+        Weights w = RandomWeights(rng, t, rows, cols);
+        std::vector<float> x = RandomFloats(rng, n * cols);
+        std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+        MatMul(w.view(), x.data(), n, y.data(), n % 2 ? &pool : nullptr);
+        ExpectNearRef(w, x, n, y, Describe(isa, t, rows, cols) + " n=" + std::to_string(n));
+        for (int64_t tok = 0; tok < n; ++tok) {
+          std::vector<float> yv(static_cast<size_t>(rows));
+          MatVec(w.view(), x.data() + tok * cols, yv.data(), nullptr);
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(yv[r], y[tok * rows + r]) << Describe(isa, t, rows, cols) << " tok " << tok;
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(MatMulTest, ZeroTokensWritesNothing) {
+  std::mt19937 rng(6);
+  Weights w = RandomWeights(rng, DType::kQ8_0, 3, 32);
+  std::vector<float> y(3, 7.0f);
+  MatMul(w.view(), nullptr, 0, y.data(), nullptr);
+  EXPECT_EQ(y, std::vector<float>(3, 7.0f));
+}
+
+}  // namespace
+}  // namespace weir::kernels
