@@ -1,0 +1,252 @@
+#include "format/llama_gguf_writer.h"
+
+#include <cctype>
+#include <cstring>
+#include <map>
+
+#include "tensor/quantize.h"
+
+namespace weir::format {
+
+namespace {
+
+// Per-layer dims, falling back to the config's scalars when the reader left `layers` empty.
+std::vector<LayerDims> LayersOf(const LlamaConfig& c) {
+  if (static_cast<int>(c.layers.size()) == c.n_layers) return c.layers;
+  return std::vector<LayerDims>(static_cast<size_t>(c.n_layers), LayerDims{c.n_head, c.n_head_kv, c.d_ff});
+}
+
+// A per-layer key: one u32 when all layers agree, else an array of n_layers u32.
+void AddPerLayer(GgufWriter* w, const std::string& key, const std::vector<LayerDims>& layers,
+                 int LayerDims::*field) {
+  bool uniform = true;
+  std::vector<uint32_t> vals;
+  for (const LayerDims& l : layers) {
+    vals.push_back(static_cast<uint32_t>(l.*field));
+    uniform = uniform && l.*field == layers[0].*field;
+  }
+  if (uniform) {
+    w->AddU32(key, vals.empty() ? 0 : vals[0]);
+  } else {
+    w->Add(key, GgufValue::U32Array(vals));
+  }
+}
+
+bool IsBytePiece(const std::string& s) {
+  return s.size() == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
+         std::isxdigit(static_cast<unsigned char>(s[3])) && std::isxdigit(static_cast<unsigned char>(s[4]));
+}
+
+std::vector<int32_t> TokenTypes(const TokenizerSpec& t) {
+  std::vector<int32_t> types(t.tokens.size(), static_cast<int32_t>(TokenType::kNormal));
+  if (t.types.size() == t.tokens.size()) {
+    for (size_t i = 0; i < types.size(); ++i) types[i] = static_cast<int32_t>(t.types[i]);
+    return types;
+  }
+  for (size_t i = 0; i < types.size(); ++i) {
+    if (t.kind == TokenizerSpec::Kind::kSentencePiece && IsBytePiece(t.tokens[i])) {
+      types[i] = static_cast<int32_t>(TokenType::kByte);
+    }
+  }
+  auto set = [&](int32_t id, TokenType tt) {
+    if (id >= 0 && static_cast<size_t>(id) < types.size()) types[id] = static_cast<int32_t>(tt);
+  };
+  set(t.bos_id, TokenType::kControl);
+  set(t.eos_id, TokenType::kControl);
+  set(t.unk_id, TokenType::kUnknown);
+  return types;
+}
+
+// Scores for a merge-list BPE written as SentencePiece: the token made by merge r scores -r
+// (earlier merges win); tokens no merge makes score below every merge.
+std::vector<float> ScoresFromMerges(const TokenizerSpec& t) {
+  std::map<std::string, size_t> id_of;
+  for (size_t i = 0; i < t.tokens.size(); ++i) id_of.emplace(t.tokens[i], i);
+  const float unmerged = -static_cast<float>(t.merges.size()) - 1.0f;
+  std::vector<float> scores(t.tokens.size(), unmerged);
+  for (size_t r = 0; r < t.merges.size(); ++r) {
+    const std::string& m = t.merges[r];
+    size_t sp = m.find(' ');
+    if (sp == std::string::npos) continue;
+    auto it = id_of.find(m.substr(0, sp) + m.substr(sp + 1));
+    if (it != id_of.end() && scores[it->second] == unmerged) scores[it->second] = -static_cast<float>(r);
+  }
+  return scores;
+}
+
+// Row r of the written attn_q/attn_k comes from this row of the rotate-half source.
+int64_t RotateHalfSourceRow(int64_t r, int head_dim, int rope_dim) {
+  int64_t head = r / head_dim;
+  int64_t j = r % head_dim;
+  if (j >= rope_dim) return r;
+  int64_t src = (j % 2 == 0) ? j / 2 : j / 2 + rope_dim / 2;
+  return head * head_dim + src;
+}
+
+}  // namespace
+
+std::vector<std::string> LlamaTensorNames(const LlamaConfig& c) {
+  std::vector<std::string> names = {"token_embd.weight"};
+  static const char* kPerLayer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
+                                    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+  for (int l = 0; l < c.n_layers; ++l) {
+    for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
+  }
+  names.push_back("output_norm.weight");
+  if (!c.tied_output) names.push_back("output.weight");
+  return names;
+}
+
+uint32_t LlamaFileType(DType t) {
+  switch (t) {
+    case DType::kF32: return 0;
+    case DType::kF16: return 1;
+    case DType::kQ4_0: return 2;
+    case DType::kQ8_0: return 7;
+    case DType::kBF16: return 32;
+  }
+  return 0;
+}
+
+Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, const std::string& name,
+                            uint32_t file_type, GgufWriter* w) {
+  if (c.n_layers <= 0 || c.d_model <= 0 || c.head_dim <= 0) {
+    return Status::InvalidArgument(StrFormat("GGUF metadata: invalid config (d_model %d, n_layers %d, head_dim %d)",
+                                             c.d_model, c.n_layers, c.head_dim));
+  }
+  const std::vector<LayerDims> layers = LayersOf(c);
+  w->AddString("general.architecture", "llama");
+  w->AddString("general.name", name);
+  w->AddU32("general.file_type", file_type);
+  w->AddU32("llama.context_length", static_cast<uint32_t>(c.ctx_len > 0 ? c.ctx_len : 2048));
+  w->AddU32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
+  w->AddU32("llama.block_count", static_cast<uint32_t>(c.n_layers));
+  AddPerLayer(w, "llama.feed_forward_length", layers, &LayerDims::d_ff);
+  AddPerLayer(w, "llama.attention.head_count", layers, &LayerDims::n_head);
+  AddPerLayer(w, "llama.attention.head_count_kv", layers, &LayerDims::n_head_kv);
+  bool uniform = true;
+  for (const LayerDims& l : layers) {
+    uniform = uniform && l.n_head == layers[0].n_head && l.n_head_kv == layers[0].n_head_kv &&
+              l.d_ff == layers[0].d_ff;
+  }
+  if (!uniform || layers[0].n_head <= 0 || layers[0].n_head * c.head_dim != c.d_model) {
+    w->AddU32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
+    w->AddU32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+  }
+  w->AddU32("llama.rope.dimension_count", static_cast<uint32_t>(c.rope_dim > 0 ? c.rope_dim : c.head_dim));
+  w->AddF32("llama.rope.freq_base", c.rope_theta);
+  w->AddF32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
+  w->AddU32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+
+  if (tok.kind == TokenizerSpec::Kind::kNone) {
+    w->AddString("tokenizer.ggml.model", "no_vocab");
+    return Status::Ok();
+  }
+  const bool gpt2 = tok.kind == TokenizerSpec::Kind::kBpeMerges && tok.byte_level;
+  if (!tok.scores.empty() && tok.scores.size() != tok.tokens.size()) {
+    return Status::InvalidArgument(StrFormat("GGUF metadata: tokenizer has %zu scores for %zu tokens",
+                                             tok.scores.size(), tok.tokens.size()));
+  }
+  w->AddString("tokenizer.ggml.model", gpt2 ? "gpt2" : "llama");
+  if (gpt2) w->AddString("tokenizer.ggml.pre", "default");
+  w->Add("tokenizer.ggml.tokens", GgufValue::StringArray(tok.tokens));
+  if (!gpt2) {
+    std::vector<float> scores = tok.kind == TokenizerSpec::Kind::kBpeMerges
+                                    ? ScoresFromMerges(tok)
+                                    : (tok.scores.empty() ? std::vector<float>(tok.tokens.size(), 0.0f) : tok.scores);
+    w->Add("tokenizer.ggml.scores", GgufValue::F32Array(scores));
+  }
+  w->Add("tokenizer.ggml.token_type", GgufValue::I32Array(TokenTypes(tok)));
+  if (gpt2) w->Add("tokenizer.ggml.merges", GgufValue::StringArray(tok.merges));
+  if (tok.bos_id >= 0) w->AddU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tok.bos_id));
+  if (tok.eos_id >= 0) w->AddU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos_id));
+  if (tok.unk_id >= 0) w->AddU32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tok.unk_id));
+  if (tok.pad_id >= 0) w->AddU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(tok.pad_id));
+  w->AddBool("tokenizer.ggml.add_bos_token", tok.add_bos);
+  w->AddBool("tokenizer.ggml.add_space_prefix", tok.add_space_prefix);
+  return Status::Ok();
+}
+
+Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::optional<DType> convert_to,
+                      const std::function<void(double)>& progress) {
+  WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
+  const LlamaConfig& c = model.config;
+  const std::vector<std::string> names = LlamaTensorNames(c);
+
+  // general.file_type follows the type most 2-D weight bytes end up in.
+  std::map<DType, uint64_t> bytes_by_type;
+  struct Plan {
+    const TensorView* src;
+    DType out;
+    bool permute;
+  };
+  std::vector<Plan> plans;
+  for (const std::string& n : names) {
+    const TensorView* v = model.Find(n);
+    if (!v || !v->valid()) {
+      return Status::InvalidArgument(StrFormat("%s: model %s has no tensor %s", path.c_str(), model.path.c_str(), n.c_str()));
+    }
+    Plan p{v, v->dtype, false};
+    if (v->shape.ndim == 1) {
+      p.out = DType::kF32;
+    } else if (convert_to && v->cols() % BlockSize(*convert_to) == 0) {
+      p.out = *convert_to;
+    }
+    p.permute = c.rope_style == RopeStyle::kRotateHalf &&
+                (n.ends_with(".attn_q.weight") || n.ends_with(".attn_k.weight"));
+    if (p.permute && (v->shape.ndim != 2 || v->rows() % c.head_dim != 0)) {
+      return Status::InvalidArgument(StrFormat("%s: %s has shape %s, not whole heads of %d rows", path.c_str(),
+                                               n.c_str(), v->shape.ToString().c_str(), c.head_dim));
+    }
+    if (v->shape.ndim == 2) bytes_by_type[p.out] += RowBytes(p.out, v->cols()) * static_cast<uint64_t>(v->rows());
+    plans.push_back(p);
+  }
+  DType main_type = DType::kF32;
+  uint64_t best = 0;
+  for (const auto& [t, b] : bytes_by_type) {
+    if (b > best) best = b, main_type = t;
+  }
+
+  GgufWriter w;
+  std::string name;
+  for (const auto& [k, v] : model.metadata) {
+    if (k == "general.name") name = v;
+  }
+  if (name.empty()) {
+    size_t slash = model.path.find_last_of('/');
+    name = slash == std::string::npos ? model.path : model.path.substr(slash + 1);
+    if (name.empty()) name = "llama";
+  }
+  WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(main_type), &w).WithContext(path));
+
+  const int head_dim = c.head_dim;
+  const int rope_dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const Plan p = plans[i];
+    const TensorView src = *p.src;
+    if (p.out == src.dtype && !p.permute) {
+      w.AddTensor(names[i], p.out, src.shape, src.data);
+      continue;
+    }
+    w.AddTensor(names[i], p.out, src.shape,
+                [src, p, head_dim, rope_dim](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                  const int64_t cols = src.cols();
+                  const size_t out_row = RowBytes(p.out, cols);
+                  std::vector<float> tmp(p.out == src.dtype ? 0 : static_cast<size_t>(cols));
+                  for (int64_t r = begin; r < end; ++r) {
+                    int64_t s = p.permute ? RotateHalfSourceRow(r, head_dim, rope_dim) : r;
+                    uint8_t* d = dst + static_cast<size_t>(r - begin) * out_row;
+                    if (p.out == src.dtype) {
+                      std::memcpy(d, src.row(s), out_row);
+                    } else {
+                      DequantizeRow(src.dtype, src.row(s), tmp.data(), cols);
+                      QuantizeRow(p.out, tmp.data(), d, cols);
+                    }
+                  }
+                  return Status::Ok();
+                });
+  }
+  return w.Write(path, progress);
+}
+
+}  // namespace weir::format

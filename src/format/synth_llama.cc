@@ -1,0 +1,219 @@
+#include "format/synth_llama.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "format/gguf_writer.h"
+#include "format/llama_gguf_writer.h"
+#include "tensor/quantize.h"
+
+namespace weir::format {
+
+namespace {
+
+constexpr float kInitStd = 0.02f;
+constexpr int kFirstFiller = 3 + 256;  // after <unk>, <s>, </s> and the byte tokens
+
+uint64_t Mix64(uint64_t z) {
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+// Lowercase strings of length n in lexicographic order, the k-th one.
+std::string LowercaseString(int n, uint64_t k) {
+  std::string s(static_cast<size_t>(n), 'a');
+  for (int i = n - 1; i >= 0; --i) {
+    s[i] = static_cast<char>('a' + k % 26);
+    k /= 26;
+  }
+  return s;
+}
+
+}  // namespace
+
+Result<SynthSpec> SynthPreset(const std::string& name) {
+  SynthSpec s;
+  s.name = name;
+  if (name == "tiny") {
+    s.d_model = 64, s.n_layers = 2, s.n_head = 4, s.n_head_kv = 2, s.d_ff = 192, s.vocab_size = 320;
+    s.ctx_len = 512;
+  } else if (name == "llama-1b") {
+    s.d_model = 2048, s.n_layers = 22, s.n_head = 32, s.n_head_kv = 4, s.d_ff = 5632;
+    s.vocab_size = 32000, s.ctx_len = 2048;
+  } else if (name == "llama-7b") {
+    s.d_model = 4096, s.n_layers = 32, s.n_head = 32, s.n_head_kv = 32, s.d_ff = 11008;
+    s.vocab_size = 32000, s.ctx_len = 4096;
+  } else {
+    return Status::InvalidArgument(StrFormat("unknown synthetic model preset '%s' (known: tiny, llama-1b, llama-7b)",
+                                             name.c_str()));
+  }
+  return s;
+}
+
+std::vector<std::string> SynthPresetNames() { return {"tiny", "llama-1b", "llama-7b"}; }
+
+Status ValidateSynthSpec(const SynthSpec& s, DType type) {
+  auto bad = [&](const char* what) {
+    return Status::InvalidArgument(StrFormat("synthetic model '%s': %s (d_model %d, n_layers %d, n_head %d, n_head_kv %d, d_ff %d, vocab %d)",
+                                             s.name.c_str(), what, s.d_model, s.n_layers, s.n_head,
+                                             s.n_head_kv, s.d_ff, s.vocab_size));
+  };
+  if (s.d_model <= 0 || s.n_layers <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.d_ff <= 0 || s.ctx_len <= 0) {
+    return bad("every dimension must be positive");
+  }
+  if (s.d_model > (1 << 20) || s.d_ff > (1 << 22) || s.n_layers > 4096 || s.vocab_size > (1 << 22)) {
+    return bad("dimensions are implausibly large");
+  }
+  if (s.d_model % s.n_head != 0) return bad("n_head must divide d_model");
+  if (s.n_head % s.n_head_kv != 0) return bad("n_head_kv must divide n_head");
+  if ((s.d_model / s.n_head) % 2 != 0) return bad("head_dim must be even for RoPE");
+  if (s.vocab_size < kFirstFiller) return bad("vocab_size must be at least 259 (3 specials + 256 byte tokens)");
+  if (s.d_model % BlockSize(type) != 0 || s.d_ff % BlockSize(type) != 0) {
+    return Status::InvalidArgument(StrFormat("synthetic model '%s': d_model %d and d_ff %d must be multiples of the %s block size %d",
+                                             s.name.c_str(), s.d_model, s.d_ff, DTypeName(type), BlockSize(type)));
+  }
+  if (!(s.rope_theta > 0) || !(s.rms_eps > 0)) return bad("rope_theta and rms_eps must be positive");
+  return Status::Ok();
+}
+
+LlamaConfig SynthConfig(const SynthSpec& s) {
+  LlamaConfig c;
+  c.d_model = s.d_model;
+  c.n_layers = s.n_layers;
+  c.n_head = s.n_head;
+  c.n_head_kv = s.n_head_kv;
+  c.head_dim = s.n_head > 0 ? s.d_model / s.n_head : 0;
+  c.d_ff = s.d_ff;
+  c.vocab_size = s.vocab_size;
+  c.ctx_len = s.ctx_len;
+  c.rms_eps = s.rms_eps;
+  c.rope_theta = s.rope_theta;
+  c.rope_dim = c.head_dim;
+  c.rope_style = RopeStyle::kAdjacentPairs;
+  c.tied_output = false;
+  c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0), LayerDims{s.n_head, s.n_head_kv, s.d_ff});
+  return c;
+}
+
+TokenizerSpec SynthVocabulary(int vocab_size) {
+  TokenizerSpec t;
+  t.kind = TokenizerSpec::Kind::kSentencePiece;
+  t.bos_id = 1, t.eos_id = 2, t.unk_id = 0;
+  t.add_bos = true, t.add_space_prefix = true, t.byte_fallback = true;
+  auto add = [&](std::string piece, TokenType type, float score) {
+    if (static_cast<int>(t.tokens.size()) >= vocab_size) return;
+    t.tokens.push_back(std::move(piece));
+    t.types.push_back(type);
+    t.scores.push_back(score);
+  };
+  add("<unk>", TokenType::kUnknown, 0.0f);
+  add("<s>", TokenType::kControl, 0.0f);
+  add("</s>", TokenType::kControl, 0.0f);
+  for (int b = 0; b < 256; ++b) add(StrFormat("<0x%02X>", b), TokenType::kByte, 0.0f);
+  const std::string kSpace = "\xe2\x96\x81";  // "▁"
+  int k = 0;
+  auto filler = [&](std::string piece) { add(std::move(piece), TokenType::kNormal, -static_cast<float>(k++)); };
+  filler(kSpace);
+  for (char c = 0x21; c < 0x7f; ++c) filler(std::string(1, c));
+  for (char c = 'a'; c <= 'z'; ++c) filler(kSpace + c);
+  for (char c = 'A'; c <= 'Z'; ++c) filler(kSpace + c);
+  // Length n >= 2: "▁" + each lowercase string of length n-1 (n >= 3), then each of length n.
+  for (int n = 2; static_cast<int>(t.tokens.size()) < vocab_size; ++n) {
+    uint64_t count = 1;
+    for (int i = 0; i < n; ++i) count *= 26;
+    if (n >= 3) {
+      for (uint64_t i = 0; i < count / 26 && static_cast<int>(t.tokens.size()) < vocab_size; ++i) {
+        filler(kSpace + LowercaseString(n - 1, i));
+      }
+    }
+    for (uint64_t i = 0; i < count && static_cast<int>(t.tokens.size()) < vocab_size; ++i) {
+      filler(LowercaseString(n, i));
+    }
+  }
+  return t;
+}
+
+void SynthRandomRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst, int64_t n) {
+  uint64_t state = Mix64(seed ^ Mix64(tensor_index * 0x9e3779b97f4a7c15ull + 1) ^
+                         Mix64(row * 0xd1b54a32d192ed03ull + 2));
+  constexpr float kTwoPi = 6.2831853071795864769f;
+  constexpr float kInv24 = 1.0f / 16777216.0f;
+  for (int64_t i = 0; i < n; i += 2) {
+    state += 0x9e3779b97f4a7c15ull;  // SplitMix64 step
+    uint64_t x = Mix64(state);
+    float u1 = static_cast<float>((x >> 40) + 1) * kInv24;      // (0, 1]
+    float u2 = static_cast<float>(x & 0xffffffu) * kInv24;      // [0, 1)
+    float r = kInitStd * std::sqrt(-2.0f * std::log(u1));
+    float a = kTwoPi * u2;
+    dst[i] = r * std::cos(a);
+    if (i + 1 < n) dst[i + 1] = r * std::sin(a);
+  }
+}
+
+Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed, const std::string& path,
+                            std::function<void(double)> progress, ThreadPool* pool) {
+  WEIR_RETURN_IF_ERROR(ValidateSynthSpec(spec, type));
+  const LlamaConfig c = SynthConfig(spec);
+  GgufWriter w;
+  WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, SynthVocabulary(spec.vocab_size), "weir-synth-" + spec.name,
+                                            LlamaFileType(type), &w));
+  w.AddU64("weir.synth.seed", seed);
+  w.AddString("weir.synth.init", "normal(0, 0.02)");
+
+  const std::vector<std::string> names = LlamaTensorNames(c);
+  const int64_t q_rows = static_cast<int64_t>(c.n_head) * c.head_dim;
+  const int64_t kv_rows = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
+  for (size_t i = 0; i < names.size(); ++i) {
+    const std::string& n = names[i];
+    Shape shape;
+    if (n.ends_with("_norm.weight")) {
+      shape = {c.d_model};
+    } else if (n == "token_embd.weight" || n == "output.weight") {
+      shape = {c.vocab_size, c.d_model};
+    } else if (n.ends_with(".attn_q.weight")) {
+      shape = {q_rows, c.d_model};
+    } else if (n.ends_with(".attn_k.weight") || n.ends_with(".attn_v.weight")) {
+      shape = {kv_rows, c.d_model};
+    } else if (n.ends_with(".attn_output.weight")) {
+      shape = {c.d_model, q_rows};
+    } else if (n.ends_with(".ffn_down.weight")) {
+      shape = {c.d_model, c.d_ff};
+    } else {  // ffn_gate, ffn_up
+      shape = {c.d_ff, c.d_model};
+    }
+    if (shape.ndim == 1) {
+      const int64_t cols = shape.cols();
+      w.AddTensor(n, DType::kF32, shape, [cols](int64_t, int64_t, uint8_t* dst) -> Status {
+        std::vector<float> ones(static_cast<size_t>(cols), 1.0f);  // the only row
+        std::memcpy(dst, ones.data(), ones.size() * sizeof(float));
+        return Status::Ok();
+      });
+      continue;
+    }
+    const uint64_t index = i;
+    const DType t = type;
+    const int64_t cols = shape.cols();
+    w.AddTensor(n, t, shape, [seed, index, t, cols, pool](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+      const size_t row_bytes = RowBytes(t, cols);
+      ParallelFor(pool, static_cast<size_t>(end - begin), [&](size_t b, size_t e, int) {
+        std::vector<float> tmp(static_cast<size_t>(cols));
+        for (size_t r = b; r < e; ++r) {
+          uint64_t row = static_cast<uint64_t>(begin) + r;
+          uint8_t* d = dst + r * row_bytes;
+          if (t == DType::kF32) {
+            SynthRandomRow(seed, index, row, reinterpret_cast<float*>(d), cols);
+          } else {
+            SynthRandomRow(seed, index, row, tmp.data(), cols);
+            QuantizeRow(t, tmp.data(), d, cols);
+          }
+        }
+      }, 16);
+      return Status::Ok();
+    });
+  }
+  return w.Write(path, progress);
+}
+
+}  // namespace weir::format

@@ -1,0 +1,72 @@
+// Synthetic Llama models: a GGUF file with real Llama shapes and random weights, for tests and
+// for benchmarks at sizes no real model here has (llama.cpp loads these files too).
+//
+// Weights: every element of every 2-D tensor is 0.02 * z with z standard normal, i.i.d.,
+// i.e. N(0, 0.02^2) (0.02 is the usual Llama initialisation std). z comes from a Box-Muller
+// transform of a SplitMix64 stream seeded per (seed, tensor, row), so any row can be generated
+// independently (rows are generated in parallel) and the same seed always gives the same bytes.
+// Norm weights are 1.0 (F32). token_embd and output are written too (untied).
+//
+// Vocabulary (SentencePiece, "llama"): 0 <unk> (UNKNOWN), 1 <s> (CONTROL), 2 </s> (CONTROL),
+// 3..258 <0x00>..<0xFF> (BYTE), then filler pieces: "▁", the printable ASCII characters, "▁" +
+// each letter, then lowercase strings of growing length (each preceded by its "▁"-prefixed
+// variants), until vocab_size. Filler piece k scores -k, so every string tokenizes (by pieces
+// or byte fallback) and decodes back.
+//
+// Thread safety: free functions.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "format/model_file.h"
+#include "format/tokenizer_spec.h"
+#include "tensor/dtype.h"
+
+namespace weir::format {
+
+struct SynthSpec {
+  std::string name = "custom";
+  int d_model = 0;
+  int n_layers = 0;
+  int n_head = 0;
+  int n_head_kv = 0;
+  int d_ff = 0;
+  int vocab_size = 0;  // at least 259 (3 specials + 256 byte tokens)
+  int ctx_len = 2048;
+  float rope_theta = 10000.0f;
+  float rms_eps = 1e-5f;
+};
+
+// "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.
+//   (vocab 320 rather than 256: the byte-fallback vocabulary alone needs 259 ids.)
+// "llama-1b": TinyLlama-1.1B shapes: 2048, 22 layers, 32 heads, 4 kv heads, d_ff 5632,
+//   vocab 32000, ctx 2048.
+// "llama-7b": Llama-2-7B shapes: 4096, 32 layers, 32 heads, 32 kv heads, d_ff 11008,
+//   vocab 32000, ctx 4096.
+Result<SynthSpec> SynthPreset(const std::string& name);
+std::vector<std::string> SynthPresetNames();
+
+// Checks the dims (positive, heads divide d_model and each other, even head_dim, vocab >= 259,
+// rows a whole number of `type` blocks).
+Status ValidateSynthSpec(const SynthSpec& spec, DType type);
+
+// The config a reader gets back from a synthetic file.
+LlamaConfig SynthConfig(const SynthSpec& spec);
+// The synthetic vocabulary described above.
+TokenizerSpec SynthVocabulary(int vocab_size);
+
+// Fills dst[0..n) with 0.02 * N(0, 1) values of row `row` of tensor number `tensor_index`.
+void SynthRandomRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst, int64_t n);
+
+// Writes the model (via path.tmp + rename). 2-D weights in `type`, norms F32. `progress` gets
+// the fraction written; `pool` (optional) generates rows in parallel.
+Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
+                            const std::string& path, std::function<void(double)> progress,
+                            ThreadPool* pool = nullptr);
+
+}  // namespace weir::format
