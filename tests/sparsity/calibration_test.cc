@@ -58,7 +58,8 @@ TEST(CalibratorTest, ReservoirStaysBoundedAndUniform) {
     for (int i = 0; i < 1000; ++i) chunk[static_cast<size_t>(i)] = static_cast<float>(c * 1000 + i);
     cal.Add(0, Site::kMlpDown, chunk);
   }
-  const SampleSet& s = cal.Finish().samples(0, CalibStat::kMlpDown);
+  const Calibration c = cal.Finish();
+  const SampleSet& s = c.samples(0, CalibStat::kMlpDown);
   EXPECT_EQ(s.seen, 200000);
   ASSERT_EQ(s.sorted.size(), 4096u);
   double mean = 0;
