@@ -1,0 +1,61 @@
+#include "model/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace weir::model {
+
+Sampler::Sampler(int vocab_size, const SamplerOptions& options)
+    : opt_(options), vocab_(vocab_size), rng_(options.seed) {
+  cand_.reserve(static_cast<size_t>(vocab_size));
+}
+
+int32_t Sampler::Argmax(const float* logits, int n) {
+  int32_t best = 0;
+  for (int i = 1; i < n; ++i) if (logits[i] > logits[best]) best = i;
+  return best;
+}
+
+int32_t Sampler::Sample(const float* logits) {
+  if (opt_.temp <= 0) return Argmax(logits, vocab_);
+  cand_.clear();
+  for (int i = 0; i < vocab_; ++i) cand_.emplace_back(logits[i] / opt_.temp, i);
+  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  size_t keep = cand_.size();
+  if (opt_.top_k > 0 && static_cast<size_t>(opt_.top_k) < keep) {
+    keep = static_cast<size_t>(opt_.top_k);
+    std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
+  } else {
+    std::sort(cand_.begin(), cand_.end(), by_logit);
+  }
+  cand_.resize(keep);
+  // Softmax over the survivors.
+  float mx = cand_[0].first, sum = 0;
+  for (auto& c : cand_) {
+    c.first = std::exp(c.first - mx);
+    sum += c.first;
+  }
+  for (auto& c : cand_) c.first /= sum;
+  if (opt_.top_p < 1.0f) {
+    float cum = 0;
+    size_t n = 0;
+    while (n < cand_.size()) {
+      cum += cand_[n].first;
+      ++n;
+      if (cum >= opt_.top_p) break;
+    }
+    cand_.resize(n);
+    float s = 0;
+    for (auto& c : cand_) s += c.first;
+    for (auto& c : cand_) c.first /= s;
+  }
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  float r = u(rng_), cum = 0;
+  for (const auto& c : cand_) {
+    cum += c.first;
+    if (r < cum) return c.second;
+  }
+  return cand_.back().second;
+}
+
+}  // namespace weir::model

@@ -1,0 +1,78 @@
+#include "model/session.h"
+
+#include <algorithm>
+
+namespace weir::model {
+
+Result<std::unique_ptr<Session>> Session::Create(const Model& model, ThreadPool* pool,
+                                                 const SessionOptions& options) {
+  auto s = std::unique_ptr<Session>(new Session(model, pool));
+  WEIR_RETURN_IF_ERROR(s->Allocate(options));
+  return s;
+}
+
+Status Session::Allocate(const SessionOptions& options) {
+  const auto& c = model_.config();
+  int ctx = options.ctx > 0 ? options.ctx : (c.ctx_len > 0 ? std::min(c.ctx_len, 4096) : 2048);
+  if (ctx > (1 << 20)) return Status::InvalidArgument(StrFormat("context size %d is too large (max 1048576)", ctx));
+  if (options.n_batch <= 0) return Status::InvalidArgument(StrFormat("batch size %d must be positive", options.n_batch));
+  n_batch_ = std::min(options.n_batch, ctx);
+  WEIR_RETURN_IF_ERROR(kv_.Init(c, ctx));
+
+  size_t max_q = 0, max_kv = 0, max_ff = 0;
+  for (const auto& L : c.layers) {
+    max_q = std::max(max_q, static_cast<size_t>(L.n_head * c.head_dim));
+    max_kv = std::max(max_kv, static_cast<size_t>(L.n_head_kv * c.head_dim));
+    max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
+  }
+  const size_t B = static_cast<size_t>(n_batch_), f = sizeof(float);
+  const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
+  bool ok = x_.Reset(B * c.d_model * f) && xb_.Reset(B * c.d_model * f) && q_.Reset(B * max_q * f) &&
+            k_.Reset(B * max_kv * f) && v_.Reset(B * max_kv * f) && att_.Reset(B * max_q * f) &&
+            scores_.Reset(threads * static_cast<size_t>(ctx) * f) && gate_.Reset(B * max_ff * f) &&
+            up_.Reset(B * max_ff * f) && logits_.Reset(B * static_cast<size_t>(c.vocab_size) * f);
+  if (!ok) return Status::OutOfMemory("cannot allocate session activation buffers");
+  return Status::Ok();
+}
+
+uint64_t Session::allocated_bytes() const {
+  return kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
+         scores_.size() + gate_.size() + up_.size() + logits_.size();
+}
+
+Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor which) {
+  const int n = static_cast<int>(tokens.size());
+  if (n <= 0 || n > n_batch_) {
+    return Status::InvalidArgument(StrFormat("forward of %d tokens (batch holds 1..%d)", n, n_batch_));
+  }
+  if (pos_ + n > kv_.ctx()) {
+    return Status::InvalidArgument(StrFormat("context full: %d + %d tokens exceed the context size %d",
+                                             pos_, n, kv_.ctx()));
+  }
+  for (int32_t t : tokens) {
+    if (t < 0 || t >= model_.config().vocab_size) {
+      return Status::InvalidArgument(StrFormat("token id %d outside the vocabulary [0, %d)", t,
+                                               model_.config().vocab_size));
+    }
+  }
+  Embed(tokens);
+  for (int l = 0; l < model_.config().n_layers; ++l) {
+    Attention(l, n);
+    Mlp(l, n);
+  }
+  Output(n, which);
+  pos_ += n;
+  return logits_.data<float>();
+}
+
+Result<const float*> Session::Prefill(std::span<const int32_t> tokens) {
+  if (tokens.empty()) return Status::InvalidArgument("empty prompt");
+  const float* last = nullptr;
+  for (size_t i = 0; i < tokens.size(); i += static_cast<size_t>(n_batch_)) {
+    size_t n = std::min(tokens.size() - i, static_cast<size_t>(n_batch_));
+    WEIR_ASSIGN_OR_RETURN(last, Forward(tokens.subspan(i, n), LogitsFor::kLast));
+  }
+  return last;
+}
+
+}  // namespace weir::model

@@ -1,0 +1,53 @@
+#include "common/model_flags.h"
+
+#include <chrono>
+#include <thread>
+
+namespace weir::tools {
+
+void AddModelFlags(CLI::App& app, ModelFlags* f, bool with_ctx) {
+  app.add_option("-m,--model", f->model,
+                 "model: a .gguf file, a llama2.c .bin checkpoint, or a Hugging Face folder / "
+                 ".safetensors file with config.json beside it")
+      ->required();
+  app.add_option("--tokenizer", f->tokenizer,
+                 "tokenizer file to use instead of the one found with the model "
+                 "(tokenizer.bin or tokenizer.json)");
+  app.add_option("-t,--threads", f->threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
+  if (with_ctx) {
+    app.add_option("-c,--ctx-size", f->ctx, "context size in tokens (default: the model's, max 4096)")
+        ->check(CLI::Range(0, 1 << 20));
+  }
+}
+
+Result<std::unique_ptr<model::Model>> LoadModel(const ModelFlags& f) {
+  format::LoadOptions opt;
+  opt.tokenizer_path = f.tokenizer;
+  return model::Model::Load(f.model, opt);
+}
+
+int ThreadCount(const ModelFlags& f) {
+  if (f.threads > 0) return f.threads;
+  unsigned hc = std::thread::hardware_concurrency();
+  return hc ? static_cast<int>(hc) : 1;
+}
+
+void AddSamplingFlags(CLI::App& app, SamplingFlags* f) {
+  app.add_option("--temp", f->temp, "temperature; 0 = greedy (default 0.8)");
+  app.add_option("--top-k", f->top_k, "keep the k most likely tokens; 0 = off (default 40)");
+  app.add_option("--top-p", f->top_p, "nucleus sampling threshold; 1 = off (default 0.95)")
+      ->check(CLI::Range(0.0, 1.0));
+  app.add_option("--seed", f->seed, "random seed; -1 = from the clock (default -1)");
+}
+
+model::SamplerOptions ToSamplerOptions(const SamplingFlags& f) {
+  model::SamplerOptions o;
+  o.temp = f.temp;
+  o.top_k = f.top_k;
+  o.top_p = f.top_p;
+  o.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
+                       : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
+  return o;
+}
+
+}  // namespace weir::tools

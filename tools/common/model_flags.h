@@ -1,0 +1,36 @@
+// Flags shared by the commands that load and run a model (-m, -t, -c, --tokenizer, sampling),
+// declared once here so every command spells them the same way (llama.cpp's spellings).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "model/model.h"
+#include "model/sampler.h"
+
+namespace weir::tools {
+
+struct ModelFlags {
+  std::string model;
+  std::string tokenizer;
+  int threads = 0;  // 0 = all cores
+  int ctx = 0;      // 0 = the model's context length
+};
+
+void AddModelFlags(CLI::App& app, ModelFlags* flags, bool with_ctx = true);
+Result<std::unique_ptr<model::Model>> LoadModel(const ModelFlags& flags);
+int ThreadCount(const ModelFlags& flags);
+
+struct SamplingFlags {
+  float temp = 0.8f;
+  int top_k = 40;
+  float top_p = 0.95f;
+  int64_t seed = -1;  // -1 = from the clock
+};
+
+void AddSamplingFlags(CLI::App& app, SamplingFlags* flags);
+model::SamplerOptions ToSamplerOptions(const SamplingFlags& flags);
+
+}  // namespace weir::tools

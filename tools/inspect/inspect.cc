@@ -1,0 +1,109 @@
+// weir inspect: describe a model file -- format, hyperparameters, tokenizer, tensor table.
+#include <cstdio>
+
+#include "base/units.h"
+#include "common/cli.h"
+#include "common/commands.h"
+#include "format/model_file.h"
+
+namespace weir::tools {
+
+namespace {
+const char* TokenizerKindName(format::TokenizerSpec::Kind k) {
+  switch (k) {
+    case format::TokenizerSpec::Kind::kNone: return "none";
+    case format::TokenizerSpec::Kind::kSentencePiece: return "sentencepiece-bpe";
+    case format::TokenizerSpec::Kind::kBpeMerges: return "bpe-merges";
+  }
+  return "?";
+}
+}  // namespace
+
+int InspectMain(int argc, char** argv) {
+  CLI::App app("Describe a model file: format, hyperparameters, tokenizer and tensors.", "inspect");
+  std::string path, tokenizer;
+  bool json = false, metadata = false;
+  app.add_option("-m,--model", path, "model file or folder")->required();
+  app.add_option("--tokenizer", tokenizer, "tokenizer file to use instead of the one beside the model");
+  app.add_flag("--metadata", metadata, "also list every metadata key");
+  app.add_flag("--json", json, "print as JSON");
+  if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+
+  format::LoadOptions opt;
+  opt.tokenizer_path = tokenizer;
+  auto mf = format::LoadModel(path, opt);
+  if (!mf.ok()) return Fail("inspect", mf.status());
+  const auto& c = mf->config;
+  const auto& t = mf->tokenizer;
+  uint64_t total = 0;
+  for (const auto& [n, v] : mf->tensors) total += v.nbytes();
+  bool uniform = true;
+  for (const auto& L : c.layers) {
+    uniform = uniform && L.n_head == c.n_head && L.n_head_kv == c.n_head_kv && L.d_ff == c.d_ff;
+  }
+
+  if (json) {
+    nlohmann::json j;
+    j["path"] = mf->path;
+    j["format"] = format::FileFormatName(mf->format);
+    j["config"] = {{"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_head", c.n_head},
+                   {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim}, {"d_ff", c.d_ff},
+                   {"vocab_size", c.vocab_size}, {"ctx_len", c.ctx_len}, {"rms_eps", c.rms_eps},
+                   {"rope_theta", c.rope_theta}, {"rope_dim", c.rope_dim},
+                   {"rope_style", RopeStyleName(c.rope_style)}, {"tied_output", c.tied_output}};
+    nlohmann::json layers = nlohmann::json::array();
+    for (const auto& L : c.layers) layers.push_back({{"n_head", L.n_head}, {"n_head_kv", L.n_head_kv}, {"d_ff", L.d_ff}});
+    j["layers"] = layers;
+    j["tokenizer"] = {{"kind", TokenizerKindName(t.kind)}, {"tokens", t.tokens.size()},
+                      {"merges", t.merges.size()}, {"bos_id", t.bos_id}, {"eos_id", t.eos_id},
+                      {"unk_id", t.unk_id}, {"add_bos", t.add_bos}};
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const auto& name : mf->tensor_order) {
+      const TensorView* v = mf->Find(name);
+      if (!v) continue;
+      std::vector<int64_t> shape(v->shape.dims.begin(), v->shape.dims.begin() + v->shape.ndim);
+      tensors.push_back({{"name", name}, {"type", DTypeName(v->dtype)}, {"shape", shape}, {"bytes", v->nbytes()}});
+    }
+    j["tensors"] = tensors;
+    j["weight_bytes"] = total;
+    if (metadata) {
+      nlohmann::json md = nlohmann::json::object();
+      for (const auto& [k, v] : mf->metadata) md[k] = v;
+      j["metadata"] = md;
+    }
+    PrintJson(j);
+    return kExitOk;
+  }
+
+  std::printf("model:      %s\nformat:     %s\n", mf->path.c_str(), format::FileFormatName(mf->format));
+  std::printf("d_model %d | layers %d | heads %d (kv %d, head_dim %d) | d_ff %d | vocab %d | ctx %d\n",
+              c.d_model, c.n_layers, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab_size, c.ctx_len);
+  std::printf("rms_eps %g | rope %s, theta %g, dims %d | output head %s\n", c.rms_eps,
+              RopeStyleName(c.rope_style), c.rope_theta, c.rope_dim, c.tied_output ? "tied to token_embd" : "separate");
+  if (!uniform) {
+    std::printf("per-layer dims (non-uniform):\n  layer  heads  kv_heads  d_ff\n");
+    for (size_t l = 0; l < c.layers.size(); ++l) {
+      std::printf("  %5zu  %5d  %8d  %5d\n", l, c.layers[l].n_head, c.layers[l].n_head_kv, c.layers[l].d_ff);
+    }
+  }
+  std::printf("tokenizer:  %s, %zu tokens, %zu merges, bos %d, eos %d, unk %d, add_bos %s\n",
+              TokenizerKindName(t.kind), t.tokens.size(), t.merges.size(), t.bos_id, t.eos_id, t.unk_id,
+              t.add_bos ? "yes" : "no");
+  if (metadata) {
+    std::printf("\nmetadata:\n");
+    for (const auto& [k, v] : mf->metadata) std::printf("  %-40s %s\n", k.c_str(), v.c_str());
+  }
+  std::printf("\n| %-28s | %-5s | %-16s | %12s |\n|%s|%s|%s|%s|\n", "tensor", "type", "shape", "bytes",
+              std::string(30, '-').c_str(), std::string(7, '-').c_str(), std::string(18, '-').c_str(),
+              std::string(14, '-').c_str());
+  for (const auto& name : mf->tensor_order) {
+    const TensorView* v = mf->Find(name);
+    if (!v) continue;
+    std::printf("| %-28s | %-5s | %-16s | %12zu |\n", name.c_str(), DTypeName(v->dtype), v->shape.ToString().c_str(),
+                v->nbytes());
+  }
+  std::printf("\n%zu tensors, %s of weights\n", mf->tensors.size(), FormatBytes(total).c_str());
+  return kExitOk;
+}
+
+}  // namespace weir::tools

@@ -1,0 +1,69 @@
+// weir ppl: perplexity of a model over a text file (llama.cpp's scheme by default).
+#include <cstdio>
+#include <unistd.h>
+
+#include "common/cli.h"
+#include "common/commands.h"
+#include "common/model_flags.h"
+#include "format/mapped_file.h"
+#include "model/perplexity.h"
+
+namespace weir::tools {
+
+int PplMain(int argc, char** argv) {
+  CLI::App app("Perplexity over a text file. Default scheme = llama.cpp's perplexity tool: the\n"
+               "file is tokenized as one text, cut into non-overlapping chunks of CTX tokens, the\n"
+               "first token of each chunk is replaced by BOS, and only the second half of each\n"
+               "chunk is scored. --score all scores every position instead.", "ppl");
+  ModelFlags mf;
+  mf.ctx = 512;
+  std::string file, score = "half";
+  int chunks = 0;
+  bool json = false, no_progress = false;
+  AddModelFlags(app, &mf);
+  app.get_option("--ctx-size")->description("tokens per chunk (default 512)");
+  app.add_option("-f,--file", file, "text file")->required();
+  app.add_option("--score", score, "which predictions to score: half (default) or all")
+      ->check(CLI::IsMember({"half", "all"}));
+  app.add_option("--chunks", chunks, "score at most this many chunks (default: all)")->check(CLI::NonNegativeNumber);
+  app.add_flag("--json", json, "print the result as JSON");
+  app.add_flag("--no-progress", no_progress, "no progress bar");
+  if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+  if (mf.ctx == 0) mf.ctx = 512;
+
+  auto text = format::ReadSmallFile(file, 1ull << 30);
+  if (!text.ok()) return Fail("ppl", text.status());
+  auto m = LoadModel(mf);
+  if (!m.ok()) return Fail("ppl", m.status());
+  const model::Model& model = **m;
+  const tokenizer::Tokenizer* tok = model.tokenizer();
+  if (tok == nullptr) return Fail("ppl", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
+  std::vector<int32_t> ids = tok->Encode(*text, true);
+
+  ThreadPool pool(ThreadCount(mf));
+  model::SessionOptions so;
+  so.ctx = mf.ctx;
+  so.n_batch = std::min(mf.ctx, 64);
+  auto session = model::Session::Create(model, &pool, so);
+  if (!session.ok()) return Fail("ppl", session.status());
+  model::PerplexityOptions po;
+  po.score = score == "all" ? model::PerplexityOptions::Score::kAll : model::PerplexityOptions::Score::kSecondHalf;
+  po.max_chunks = chunks;
+  int total = static_cast<int>(ids.size() / static_cast<size_t>(mf.ctx));
+  if (chunks > 0) total = std::min(total, chunks);
+  ProgressBar bar("ppl", static_cast<uint64_t>(total), !json && !no_progress);
+  auto r = model::Perplexity(**session, ids, tok->bos_id(), po, [&](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
+  bar.Finish();
+  if (!r.ok()) return Fail("ppl", r.status());
+  if (json) {
+    PrintJson({{"model", model.file().path}, {"file", file}, {"ctx", mf.ctx}, {"score", score},
+               {"text_tokens", ids.size()}, {"chunks", r->chunks}, {"tokens_scored", r->tokens_scored},
+               {"ppl", r->ppl}, {"ppl_stderr", r->ppl_stderr}, {"mean_nll", r->mean_nll}});
+  } else {
+    std::printf("perplexity: %.4f +/- %.4f  (%lld tokens scored, %d chunks of %d, score=%s)\n", r->ppl,
+                r->ppl_stderr, static_cast<long long>(r->tokens_scored), r->chunks, mf.ctx, score.c_str());
+  }
+  return kExitOk;
+}
+
+}  // namespace weir::tools

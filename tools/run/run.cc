@@ -1,0 +1,89 @@
+// weir run: generate text from a prompt, streaming it to stdout; speeds on stderr / in --json.
+#include <cstdio>
+
+#include "common/cli.h"
+#include "common/commands.h"
+#include "common/model_flags.h"
+#include "model/generate.h"
+#include "model/session.h"
+
+namespace weir::tools {
+
+int RunMain(int argc, char** argv) {
+  CLI::App app("Generate text from a prompt.", "run");
+  ModelFlags mf;
+  SamplingFlags sf;
+  std::string prompt;
+  int n_predict = 128;
+  bool json = false, no_bos = false;
+  AddModelFlags(app, &mf);
+  AddSamplingFlags(app, &sf);
+  app.add_option("-p,--prompt", prompt, "prompt text (default: empty, generation starts from BOS)");
+  app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)")->check(CLI::Range(0, 1 << 20));
+  app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt");
+  app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
+  if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+
+  auto m = LoadModel(mf);
+  if (!m.ok()) return Fail("run", m.status());
+  const model::Model& model = **m;
+  const tokenizer::Tokenizer* tok = model.tokenizer();
+  if (tok == nullptr) return Fail("run", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
+
+  std::vector<int32_t> ids = tok->Encode(prompt, !no_bos);
+  if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : 0);
+  ThreadPool pool(ThreadCount(mf));
+  model::SessionOptions so;
+  so.ctx = mf.ctx;
+  auto session = model::Session::Create(model, &pool, so);
+  if (!session.ok()) return Fail("run", session.status());
+  if (static_cast<int>(ids.size()) >= (*session)->ctx()) {
+    return Fail("run", Status::InvalidArgument(StrFormat("prompt of %zu tokens does not fit the context size %d",
+                                                         ids.size(), (*session)->ctx())));
+  }
+  model::Sampler sampler(model.config().vocab_size, ToSamplerOptions(sf));
+
+  std::string text;
+  int32_t prev = ids.back();
+  if (!json) {
+    std::fputs(prompt.c_str(), stdout);
+    std::fflush(stdout);
+  }
+  auto stats = model::Generate(**session, sampler, ids, n_predict, tok->eos_id(), [&](int32_t id) {
+    if (id == tok->eos_id()) return true;
+    std::string piece = tok->Decode(prev, id);
+    prev = id;
+    text += piece;
+    if (!json) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    }
+    return true;
+  });
+  if (!stats.ok()) {
+    if (!json) std::fputc('\n', stdout);
+    return Fail("run", stats.status());
+  }
+  if (json) {
+    PrintJson({{"model", model.file().path},
+               {"prompt", prompt},
+               {"text", text},
+               {"prompt_tokens", stats->prompt_tokens},
+               {"generated_tokens", stats->generated_tokens},
+               {"stopped_at_eos", stats->stopped_at_eos},
+               {"prompt_seconds", stats->prompt_seconds},
+               {"decode_seconds", stats->decode_seconds},
+               {"prompt_tok_s", stats->prompt_tok_s()},
+               {"decode_tok_s", stats->decode_tok_s()},
+               {"threads", pool.size()}});
+  } else {
+    std::fputc('\n', stdout);
+    std::fflush(stdout);
+    std::fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | %d threads\n",
+                 stats->prompt_tokens, stats->prompt_tok_s(), stats->generated_tokens, stats->decode_tok_s(),
+                 pool.size());
+  }
+  return kExitOk;
+}
+
+}  // namespace weir::tools
