@@ -19,8 +19,8 @@
 //    40        n_kinds kind descriptors, each:
 //                u16 name_len (1..kMaxKindName), name bytes (printable ASCII; '+' joins the
 //                    tensor kinds one mask applies to, e.g. "ffn_gate+ffn_up+ffn_down"),
-//                u64 weights_per_unit: weights of ONE tensor the kind names that one unit
-//                    covers (d_model for a neuron of ffn_up), 0 when unknown,
+//                u64 weights_per_unit: weights one unit covers, summed over the tensors the
+//                    kind names (3 * d_model for a neuron of gate+up+down), 0 when unknown,
 //                u32 units[n_layers]: units of the kind in each layer (0 = not streamed there,
 //                    at most kMaxTraceUnits)
 //     *     4  u32 header_crc: CRC-32C of header bytes [0, header_bytes - 4)
@@ -62,7 +62,7 @@ constexpr uint32_t kMaxTraceUnits = 1u << 26;  // 64 Mi units per (layer, kind)
 constexpr uint64_t kMaxRecordBytes = 1ull << 32;
 constexpr size_t kCacheEventBytes = 20;
 
-// One streamed tensor kind: its name, the weights one unit covers (per named tensor), and its
+// One streamed tensor kind: its name, the weights one unit covers (over all its tensors), and its
 // unit count in each layer.
 struct TraceKind {
   std::string name;
