@@ -20,7 +20,8 @@
 // capacity() >= the width of its site. Per-token calls do not allocate and cannot fail on valid
 // calls (a wrong width or layer is a bug and trips WEIR_CHECK).
 //
-// Thread safety: a policy owns scratch buffers, so one policy serves one thread (one Session).
+// Thread safety: a policy owns scratch buffers, so one policy serves one thread (one Session);
+// Clone() gives each further thread its own.
 #pragma once
 
 #include <memory>
@@ -54,6 +55,10 @@ class SparsityPolicy {
   virtual ~SparsityPolicy() = default;
 
   virtual const PolicyInfo& info() const = 0;
+
+  // An independent copy (same rules and thresholds, own scratch, same prepared state), e.g. one
+  // per session or per worker thread from one parsed spec.
+  virtual std::unique_ptr<SparsityPolicy> Clone() const = 0;
 
   // Checks the policy against the model (calibration layer count and widths) and sizes scratch.
   virtual Status Prepare(std::span<const LayerDims> layers) = 0;

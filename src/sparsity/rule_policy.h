@@ -6,6 +6,7 @@
 // Thread safety: as SparsityPolicy (one thread per instance).
 #pragma once
 
+#include <memory>
 #include <vector>
 
 #include "sparsity/policy.h"
@@ -41,6 +42,9 @@ class RulePolicy final : public SparsityPolicy {
   explicit RulePolicy(PolicyConfig config);
 
   const PolicyInfo& info() const override { return c_.info; }
+  std::unique_ptr<SparsityPolicy> Clone() const override {
+    return std::make_unique<RulePolicy>(*this);
+  }
   Status Prepare(std::span<const LayerDims> layers) override;
   UnitPredictor unit_predictor() const override { return c_.predictor; }
   bool MayPrune(Site site) const override;

@@ -326,6 +326,28 @@ TEST(PolicyTest, PrepareRejectsACalibrationOfAnotherModel) {
   EXPECT_TRUE((*c)->Prepare(Dims()).ok());
 }
 
+TEST(PolicyTest, CloneSelectsTheSame) {
+  std::vector<uint64_t> words(CacheWords(256), 0x0123456789abcdefull);
+  CacheStateView in_cache(std::span<const uint64_t>(words).first(2), 96), down_cache(words, 200);
+  Calibration calib = Calibrate(3);
+  for (const char* spec : {"dip-ca:0.4", "gate:0.5", "teal:0.6"}) {
+    auto p = Make(spec, &calib);
+    auto q = p->Clone();
+    p.reset();  // the clone owns everything it needs
+    auto fresh = Make(spec, &calib);
+    Lists a, b;
+    for (int t = 0; t < 3; ++t) {
+      RunToken(*q, t, t % kLayers, &a, &in_cache, &down_cache);
+      RunToken(*fresh, t, t % kLayers, &b, &in_cache, &down_cache);
+      EXPECT_EQ(ToVector(a.attn_in), ToVector(b.attn_in)) << spec;
+      EXPECT_EQ(ToVector(a.mlp_in), ToVector(b.mlp_in)) << spec;
+      EXPECT_EQ(ToVector(a.units), ToVector(b.units)) << spec;
+      EXPECT_EQ(ToVector(a.down), ToVector(b.down)) << spec;
+    }
+    EXPECT_EQ(q->info().spec, fresh->info().spec);
+  }
+}
+
 TEST(PolicyTest, SelectInputAtMlpDownEqualsSelectDownWithoutPredictor) {
   auto p = Make("topk-all:0.3", nullptr);
   IndexList a(256), b(256), all(256);
