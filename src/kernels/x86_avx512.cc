@@ -21,27 +21,28 @@ constexpr size_t kQ4Bytes = 18;
 
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-inline float HalfToFloat(const uint8_t* p) {
-  uint16_t h;
-  __builtin_memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
+inline __mmask16 TailMask(int64_t n) {
+  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prepared activation for Q8_0 / Q4_0 weights, one 192-byte record per pair of weight blocks:
+// Prepared activation for Q8_0 / Q4_0 weights: one 128-byte record per pair of weight blocks,
 //   int8  q[64]     both blocks' quantized x, in the order the weight vector is unpacked
 //   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 128 or 8
-//   f32   dx[16]    lane l: the activation scale of the block that lane l belongs to
 // Q8_0 order: A[0..31] B[0..31]                 (lanes 0-7 block A, 8-15 block B)
 // Q4_0 order: A[0..15] B[0..15] A[16..31] B[16..31]  (lanes 0-3 A, 4-7 B, 8-11 A, 12-15 B),
 //             matching the unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 | B.qs >> 4].
-// With an odd number of blocks the last record's B half is all zeros.
-constexpr size_t kPairBytes = 192;
+// With an odd number of blocks the last record's B half is all zeros. The records are followed
+// by f32 dx[nb] (the activation scales), zero-padded to a multiple of 16.
+constexpr size_t kPairBytes = 128;
+
+inline int64_t PairCount(int64_t nb) { return (nb + 1) / 2; }
+inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 size_t PrepBytes(DType t, int64_t cols) {
   if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
   const int64_t nb = cols / kQ;
-  return static_cast<size_t>((nb + 1) / 2) * kPairBytes;
+  return static_cast<size_t>(PairCount(nb)) * kPairBytes + static_cast<size_t>(Pad16(nb)) * 4;
 }
 
 // Quantizes x[0..31]: values 0..15 to lo, 16..31 to hi. Same arithmetic as
@@ -63,23 +64,24 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   const bool q4 = t == DType::kQ4_0;
   const int64_t nb = cols / kQ;
   const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t p = 0; p < (nb + 1) / 2; ++p) {
+  float* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) +
+                                       static_cast<size_t>(PairCount(nb)) * kPairBytes);
+  for (int64_t p = 0; p < PairCount(nb); ++p) {
     uint8_t* rec = static_cast<uint8_t*>(out) + static_cast<size_t>(p) * kPairBytes;
     int8_t* q = reinterpret_cast<int8_t*>(rec);
     const int64_t a = 2 * p, b = 2 * p + 1;
-    float da, db = 0;
     if (q4) {
-      da = QuantizeBlock(x + a * kQ, q, q + 32);
+      dx[a] = QuantizeBlock(x + a * kQ, q, q + 32);
       if (b < nb) {
-        db = QuantizeBlock(x + b * kQ, q + 16, q + 48);
+        dx[b] = QuantizeBlock(x + b * kQ, q + 16, q + 48);
       } else {
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm_setzero_si128());
         _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 48), _mm_setzero_si128());
       }
     } else {
-      da = QuantizeBlock(x + a * kQ, q, q + 16);
+      dx[a] = QuantizeBlock(x + a * kQ, q, q + 16);
       if (b < nb) {
-        db = QuantizeBlock(x + b * kQ, q + 32, q + 48);
+        dx[b] = QuantizeBlock(x + b * kQ, q + 32, q + 48);
       } else {
         _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32), _mm256_setzero_si256());
       }
@@ -90,10 +92,8 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
                                           q4 ? _mm512_slli_epi32(sum4, 3)
                                              : _mm512_slli_epi32(sum4, 7));
     _mm512_storeu_si512(rec + 64, bias);
-    const __mmask16 b_lanes = q4 ? 0xF0F0 : 0xFF00;
-    _mm512_storeu_ps(rec + 128,
-                     _mm512_mask_blend_ps(b_lanes, _mm512_set1_ps(da), _mm512_set1_ps(db)));
   }
+  for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -131,29 +131,48 @@ inline __m512i LoadSingle(const uint8_t* a) {
   }
 }
 
-// Weight scales of blocks a and b spread over the lanes that belong to them.
-template <bool kQ4>
-inline __m512 PairScales(uint32_t da_bits, uint32_t db_bits) {
-  const __m512i perm = kQ4 ? _mm512_setr_epi32(0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1)
-                           : _mm512_setr_epi32(0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1);
-  const __m128 s = _mm_cvtph_ps(_mm_cvtsi32_si128(static_cast<int>(da_bits | (db_bits << 16))));
-  return _mm512_permutexvar_ps(perm, _mm512_castps128_ps512(s));
+// The f16 scales of up to 16 consecutive blocks (stride bb bytes) as f32, lanes past n zero.
+// One gather instead of 16 scalar half conversions.
+template <size_t bb>
+inline __m512 BlockScales16(const uint8_t* first, __mmask16 m) {
+  const __m512i offsets = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int>(bb)));
+  const __m512i words =
+      _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, first, 1);
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
 }
 
-inline uint32_t HalfBits(const uint8_t* p) {
-  uint16_t h;
-  __builtin_memcpy(&h, p, 2);
-  return h;
-}
+// For pair k (0..7) of a 16-block chunk: which of the 16 chunk scales each lane takes.
+alignas(64) constexpr int32_t kPairLanesQ8[8][16] = {
+    {0, 0, 0, 0, 0, 0, 0, 0, 1, 1, 1, 1, 1, 1, 1, 1},
+    {2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3},
+    {4, 4, 4, 4, 4, 4, 4, 4, 5, 5, 5, 5, 5, 5, 5, 5},
+    {6, 6, 6, 6, 6, 6, 6, 6, 7, 7, 7, 7, 7, 7, 7, 7},
+    {8, 8, 8, 8, 8, 8, 8, 8, 9, 9, 9, 9, 9, 9, 9, 9},
+    {10, 10, 10, 10, 10, 10, 10, 10, 11, 11, 11, 11, 11, 11, 11, 11},
+    {12, 12, 12, 12, 12, 12, 12, 12, 13, 13, 13, 13, 13, 13, 13, 13},
+    {14, 14, 14, 14, 14, 14, 14, 14, 15, 15, 15, 15, 15, 15, 15, 15}};
+alignas(64) constexpr int32_t kPairLanesQ4[8][16] = {
+    {0, 0, 0, 0, 1, 1, 1, 1, 0, 0, 0, 0, 1, 1, 1, 1},
+    {2, 2, 2, 2, 3, 3, 3, 3, 2, 2, 2, 2, 3, 3, 3, 3},
+    {4, 4, 4, 4, 5, 5, 5, 5, 4, 4, 4, 4, 5, 5, 5, 5},
+    {6, 6, 6, 6, 7, 7, 7, 7, 6, 6, 6, 6, 7, 7, 7, 7},
+    {8, 8, 8, 8, 9, 9, 9, 9, 8, 8, 8, 8, 9, 9, 9, 9},
+    {10, 10, 10, 10, 11, 11, 11, 11, 10, 10, 10, 10, 11, 11, 11, 11},
+    {12, 12, 12, 12, 13, 13, 13, 13, 12, 12, 12, 12, 13, 13, 13, 13},
+    {14, 14, 14, 14, 15, 15, 15, 15, 14, 14, 14, 14, 15, 15, 15, 15}};
 
-// One weight pair against NT tokens' records at x (stride xs), into acc[NT].
-template <int NT>
-inline void DotPair(__m512i wv, __m512 sw, const uint8_t* x, size_t xs, __m512* acc) {
+// One weight pair (chunk position k) against NT tokens: records at x (stride xs), chunk scales
+// (weight * activation) in s[NT], into acc[NT].
+template <bool kQ4, int NT>
+inline void DotPair(__m512i wv, int k, const uint8_t* x, size_t xs, const __m512* s,
+                    __m512* acc) {
+  const __m512i lanes = _mm512_load_si512(kQ4 ? kPairLanesQ4[k] : kPairLanesQ8[k]);
   for (int t = 0; t < NT; ++t) {
     const uint8_t* r = x + t * xs;
     const __m512i isum = _mm512_dpbusd_epi32(_mm512_loadu_si512(r + 64), wv, _mm512_loadu_si512(r));
-    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum),
-                             _mm512_mul_ps(sw, _mm512_loadu_ps(r + 128)), acc[t]);
+    acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), _mm512_permutexvar_ps(lanes, s[t]), acc[t]);
   }
 }
 
@@ -161,28 +180,35 @@ template <bool kQ4, int NT>
 void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y,
                  size_t ys) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
-  __m512 acc0[NT], acc1[NT];
+  const float* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) *
+                                                            kPairBytes);
+  __m512 acc0[NT], acc1[NT], s[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
-  const int64_t np = nb / 2;
-  int64_t p = 0;
-  for (; p + 2 <= np; p += 2) {
-    const uint8_t* a = row + static_cast<size_t>(2 * p) * bb;
-    DotPair<NT>(LoadPair<kQ4>(a, a + bb), PairScales<kQ4>(HalfBits(a), HalfBits(a + bb)),
-                xp + static_cast<size_t>(p) * kPairBytes, xs, acc0);
-    const uint8_t* c = a + 2 * bb;
-    DotPair<NT>(LoadPair<kQ4>(c, c + bb), PairScales<kQ4>(HalfBits(c), HalfBits(c + bb)),
-                xp + static_cast<size_t>(p + 1) * kPairBytes, xs, acc1);
-  }
-  if (p < np) {
-    const uint8_t* a = row + static_cast<size_t>(2 * p) * bb;
-    DotPair<NT>(LoadPair<kQ4>(a, a + bb), PairScales<kQ4>(HalfBits(a), HalfBits(a + bb)),
-                xp + static_cast<size_t>(p) * kPairBytes, xs, acc0);
-    ++p;
-  }
-  if (nb & 1) {
-    const uint8_t* a = row + static_cast<size_t>(2 * p) * bb;
-    DotPair<NT>(LoadSingle<kQ4>(a), PairScales<kQ4>(HalfBits(a), 0),
-                xp + static_cast<size_t>(p) * kPairBytes, xs, acc1);
+  for (int64_t c = 0; c < nb; c += 16) {
+    const int64_t n = Min64(16, nb - c);
+    const __m512 sw = BlockScales16<bb>(row + c * bb, TailMask(n));
+    for (int t = 0; t < NT; ++t) {
+      s[t] = _mm512_mul_ps(sw, _mm512_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + c));
+    }
+    const uint8_t* a = row + c * bb;
+    const uint8_t* xc = xp + static_cast<size_t>(c / 2) * kPairBytes;
+    if (n == 16) {
+      for (int k = 0; k < 8; k += 2) {
+        DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
+                         xc + k * kPairBytes, xs, s, acc0);
+        DotPair<kQ4, NT>(LoadPair<kQ4>(a + (2 * k + 2) * bb, a + (2 * k + 3) * bb), k + 1,
+                         xc + (k + 1) * kPairBytes, xs, s, acc1);
+      }
+    } else {
+      int k = 0;
+      for (; 2 * k + 1 < n; ++k) {
+        DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
+                         xc + k * kPairBytes, xs, s, (k & 1) ? acc1 : acc0);
+      }
+      if (n & 1) {
+        DotPair<kQ4, NT>(LoadSingle<kQ4>(a + 2 * k * bb), k, xc + k * kPairBytes, xs, s, acc1);
+      }
+    }
   }
   for (int t = 0; t < NT; ++t) y[t * ys] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
 }
@@ -214,10 +240,6 @@ inline __m512 Load16Masked(const uint8_t* row, int64_t j, __mmask16 m) {
     const __m512i v = _mm512_cvtepu16_epi32(_mm256_maskz_loadu_epi16(m, row + 2 * j));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
   }
-}
-
-inline __mmask16 TailMask(int64_t n) {
-  return n >= 16 ? static_cast<__mmask16>(0xffff) : static_cast<__mmask16>((1u << n) - 1);
 }
 
 template <DType T, int NT>
@@ -316,28 +338,40 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
-  for (int64_t b = 0; b < n_out / kQ; ++b) {
-    __m512 a0 = _mm512_loadu_ps(acc + b * kQ);
-    __m512 a1 = _mm512_loadu_ps(acc + b * kQ + 16);
+  // Q4_0 nibble -> (nibble - 8) as f32 by vpermps, which reads only the low 4 bits of each index.
+  const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
+  const int64_t nb = n_out / kQ;
+  alignas(64) float scale[R][16];  // x[i] * d of the chunk's blocks, row by row
+  for (int64_t c = 0; c < nb; c += 16) {
+    const int64_t n = Min64(16, nb - c);
     for (int i = 0; i < R; ++i) {
-      const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
-      const __m512 s = _mm512_set1_ps(xs[i] * HalfToFloat(blk));
-      __m512i lo, hi;
-      if constexpr (kQ4) {
-        const __m512i z = _mm512_cvtepu8_epi32(
-            _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-        const __m512i eight = _mm512_set1_epi32(8);
-        lo = _mm512_sub_epi32(_mm512_and_si512(z, _mm512_set1_epi32(15)), eight);
-        hi = _mm512_sub_epi32(_mm512_srli_epi32(z, 4), eight);
-      } else {
-        lo = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-        hi = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
-      }
-      a0 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(lo), a0);
-      a1 = _mm512_fmadd_ps(s, _mm512_cvtepi32_ps(hi), a1);
+      _mm512_store_ps(scale[i], _mm512_mul_ps(BlockScales16<bb>(rows[i] + c * bb, TailMask(n)),
+                                              _mm512_set1_ps(xs[i])));
     }
-    _mm512_storeu_ps(acc + b * kQ, a0);
-    _mm512_storeu_ps(acc + b * kQ + 16, a1);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t b = c + k;
+      __m512 a0 = _mm512_loadu_ps(acc + b * kQ);
+      __m512 a1 = _mm512_loadu_ps(acc + b * kQ + 16);
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
+        const __m512 s = _mm512_set1_ps(scale[i][k]);
+        if constexpr (kQ4) {
+          const __m512i z = _mm512_cvtepu8_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+          a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(z, centred), s, a0);
+          a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), centred), s, a1);
+        } else {
+          const __m512i lo =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+          const __m512i hi =
+              _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
+          a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, a0);
+          a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, a1);
+        }
+      }
+      _mm512_storeu_ps(acc + b * kQ, a0);
+      _mm512_storeu_ps(acc + b * kQ + 16, a1);
+    }
   }
 }
 
