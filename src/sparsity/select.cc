@@ -35,7 +35,7 @@ void SelectThreshold(std::span<const float> v, Magnitude mag, float threshold, I
 void Selector::Reserve(int64_t max_width) {
   WEIR_CHECK(max_width >= 0);
   scores_.assign(static_cast<size_t>(max_width), 0.0f);
-  bits_.assign(static_cast<size_t>(CacheWords(max_width)), 0);
+  topk_scratch_.assign(static_cast<size_t>(max_width), 0.0f);
 }
 
 void Selector::TopK(std::span<const float> v, Magnitude mag, int64_t k, const CacheStateView* cache,
@@ -59,22 +59,9 @@ void Selector::TopK(std::span<const float> v, Magnitude mag, int64_t k, const Ca
       if (!cache->test(i)) s[i] *= gamma;
     }
   }
+  // The kernel returns the indices in increasing order, using topk_scratch_ (no allocation).
   int32_t* idx = out->BeginWrite(n);
-  const int64_t got = kernels::TopK(s, n, k, idx);
-  WEIR_CHECK(got == k);
-  // The kernel returns the k indices in any order; a bitset pass sorts them in O(n/64 + k).
-  uint64_t* bits = bits_.data();
-  for (int64_t j = 0; j < k; ++j) bits[idx[j] >> 6] |= uint64_t{1} << (idx[j] & 63);
-  int64_t count = 0;
-  const int64_t words = CacheWords(n);
-  for (int64_t w = 0; w < words; ++w) {
-    uint64_t word = bits[w];
-    bits[w] = 0;
-    while (word != 0) {
-      idx[count++] = static_cast<int32_t>(w * 64 + __builtin_ctzll(word));
-      word &= word - 1;
-    }
-  }
+  const int64_t count = kernels::TopK(s, n, k, idx, topk_scratch_.data());
   WEIR_CHECK(count == k);
   out->EndWrite(count);
 }

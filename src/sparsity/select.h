@@ -52,7 +52,7 @@ class Selector {
 
  private:
   std::vector<float> scores_;
-  std::vector<uint64_t> bits_;  // scratch bitset that sorts the chosen indices; kept all-zero
+  std::vector<float> topk_scratch_;  // kernels::TopK's selection buffer
 };
 
 }  // namespace weir::sparsity
