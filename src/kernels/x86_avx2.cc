@@ -54,13 +54,32 @@ inline float HMax(__m256 v) {
 // Prepared activation for Q8_0 / Q4_0 weights: one 64-byte record per block,
 //   int8 q[32]       quantized x in natural order
 //   int32 bias[8]    lane l: -8 * (q[4l] + ... + q[4l+3])   (used by Q4_0 only)
-// followed by f32 dx[nb], the activation scales.
+// followed by f32 dx[nb], the activation scales, zero-padded to a multiple of 8.
 constexpr size_t kRecBytes = 64;
+
+inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
 
 size_t PrepBytes(DType t, int64_t cols) {
   if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
-  const size_t nb = static_cast<size_t>(cols / kQ);
-  return nb * kRecBytes + nb * 4;
+  const int64_t nb = cols / kQ;
+  return static_cast<size_t>(nb) * kRecBytes + static_cast<size_t>(Pad8(nb)) * 4;
+}
+
+// The f16 scales of up to 8 consecutive blocks (stride bb bytes) as f32, lanes past n zero.
+// One gather instead of 8 scalar half conversions.
+template <size_t bb>
+inline __m256 BlockScales8(const uint8_t* first, int64_t n) {
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256i offsets = _mm256_mullo_epi32(lane, _mm256_set1_epi32(static_cast<int>(bb)));
+  const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
+  __m256i words = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
+                                              reinterpret_cast<const int*>(first), offsets,
+                                              valid, 1);
+  words = _mm256_and_si256(words, _mm256_set1_epi32(0xffff));
+  // Narrow 8 x 32-bit to 8 x 16-bit (packus works per 128-bit lane; gather the halves).
+  const __m256i packed = _mm256_permute4x64_epi64(
+      _mm256_packus_epi32(words, _mm256_setzero_si256()), 0x08);
+  return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
 }
 
 void Prep(DType t, const float* x, int64_t cols, void* out) {
@@ -70,6 +89,7 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
+  for (int64_t b = nb; b < Pad8(nb); ++b) dx[b] = 0;
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kQ;
     __m256 v[4];
@@ -99,13 +119,12 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   }
 }
 
-// One quantized block against NT tokens. w is the block, x the first token's record, xs the
-// record stride between tokens, dxs the first token's scale of this block (stride dstride).
+// One quantized block against NT tokens. x is the first token's record, xs the record stride
+// between tokens, scale[t] the block's weight scale times token t's activation scale.
 template <bool kQ4, int NT>
-inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const float* dxs,
-                     size_t dstride, __m256* acc) {
+inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const float* scale,
+                     __m256* acc) {
   const __m256i ones16 = _mm256_set1_epi16(1);
-  const float dw = HalfToFloat(blk);
   if constexpr (kQ4) {
     const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
     const __m256i w = _mm256_and_si256(
@@ -117,8 +136,7 @@ inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const floa
       const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
       const __m256i isum =
           _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16), bias);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dxs[t * dstride]),
-                               acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale[8 * t]), acc[t]);
     }
   } else {
     const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 2));
@@ -127,8 +145,7 @@ inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const floa
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + t * xs));
       const __m256i isum =
           _mm256_madd_epi16(_mm256_maddubs_epi16(aw, _mm256_sign_epi8(xq, w)), ones16);
-      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(dw * dxs[t * dstride]),
-                               acc[t]);
+      acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale[8 * t]), acc[t]);
     }
   }
 }
@@ -138,16 +155,25 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
                  size_t ys) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
   const auto* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(nb) * kRecBytes);
-  const size_t dstride = xs / 4;
+  alignas(32) float scale[NT][8];
   __m256 acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
-  int64_t b = 0;
-  for (; b + 2 <= nb; b += 2) {
-    DotBlock<kQ4, NT>(row + b * bb, xp + b * kRecBytes, xs, dx + b, dstride, acc0);
-    DotBlock<kQ4, NT>(row + (b + 1) * bb, xp + (b + 1) * kRecBytes, xs, dx + b + 1, dstride,
-                      acc1);
+  for (int64_t c = 0; c < nb; c += 8) {
+    const int64_t n = Min64(8, nb - c);
+    const __m256 sw = BlockScales8<bb>(row + c * bb, n);
+    for (int t = 0; t < NT; ++t) {
+      _mm256_store_ps(scale[t],
+                      _mm256_mul_ps(sw, _mm256_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + c)));
+    }
+    const uint8_t* a = row + c * bb;
+    const uint8_t* xc = xp + static_cast<size_t>(c) * kRecBytes;
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+      DotBlock<kQ4, NT>(a + k * bb, xc + k * kRecBytes, xs, &scale[0][k], acc0);
+      DotBlock<kQ4, NT>(a + (k + 1) * bb, xc + (k + 1) * kRecBytes, xs, &scale[0][k + 1], acc1);
+    }
+    if (k < n) DotBlock<kQ4, NT>(a + k * bb, xc + k * kRecBytes, xs, &scale[0][k], acc0);
   }
-  if (b < nb) DotBlock<kQ4, NT>(row + b * bb, xp + b * kRecBytes, xs, dx + b, dstride, acc0);
   for (int t = 0; t < NT; ++t) y[t * ys] = HSum(_mm256_add_ps(acc0[t], acc1[t]));
 }
 
@@ -272,32 +298,42 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
-  for (int64_t b = 0; b < n_out / kQ; ++b) {
-    float* ab = acc + b * kQ;
-    __m256 a[4];
-    for (int k = 0; k < 4; ++k) a[k] = _mm256_loadu_ps(ab + 8 * k);
+  const int64_t nb = n_out / kQ;
+  alignas(32) float scale[R][8];  // x[i] * d of the chunk's blocks, row by row
+  for (int64_t c = 0; c < nb; c += 8) {
+    const int64_t n = Min64(8, nb - c);
     for (int i = 0; i < R; ++i) {
-      const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
-      const __m256 s = _mm256_set1_ps(xs[i] * HalfToFloat(blk));
-      __m256i q[4];
-      if constexpr (kQ4) {
-        const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
-        const __m256i lo = _mm256_cvtepu8_epi32(v);
-        const __m256i hi = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
-        const __m256i eight = _mm256_set1_epi32(8), mask = _mm256_set1_epi32(15);
-        q[0] = _mm256_sub_epi32(_mm256_and_si256(lo, mask), eight);
-        q[1] = _mm256_sub_epi32(_mm256_and_si256(hi, mask), eight);
-        q[2] = _mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight);
-        q[3] = _mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight);
-      } else {
-        for (int k = 0; k < 4; ++k) {
-          q[k] = _mm256_cvtepi8_epi32(
-              _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * k)));
-        }
-      }
-      for (int k = 0; k < 4; ++k) a[k] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(q[k]), a[k]);
+      _mm256_store_ps(scale[i], _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n),
+                                              _mm256_set1_ps(xs[i])));
     }
-    for (int k = 0; k < 4; ++k) _mm256_storeu_ps(ab + 8 * k, a[k]);
+    for (int64_t k = 0; k < n; ++k) {
+      const int64_t b = c + k;
+      float* ab = acc + b * kQ;
+      __m256 a[4];
+      for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_ps(ab + 8 * j);
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
+        const __m256 s = _mm256_set1_ps(scale[i][k]);
+        __m256i q[4];
+        if constexpr (kQ4) {
+          const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+          const __m256i lo = _mm256_cvtepu8_epi32(v);
+          const __m256i hi = _mm256_cvtepu8_epi32(_mm_srli_si128(v, 8));
+          const __m256i eight = _mm256_set1_epi32(8), mask = _mm256_set1_epi32(15);
+          q[0] = _mm256_sub_epi32(_mm256_and_si256(lo, mask), eight);
+          q[1] = _mm256_sub_epi32(_mm256_and_si256(hi, mask), eight);
+          q[2] = _mm256_sub_epi32(_mm256_srli_epi32(lo, 4), eight);
+          q[3] = _mm256_sub_epi32(_mm256_srli_epi32(hi, 4), eight);
+        } else {
+          for (int j = 0; j < 4; ++j) {
+            q[j] = _mm256_cvtepi8_epi32(
+                _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j)));
+          }
+        }
+        for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(q[j]), a[j]);
+      }
+      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(ab + 8 * j, a[j]);
+    }
   }
 }
 
