@@ -18,7 +18,22 @@ ThreadPool::~ThreadPool() {
   for (auto& t : workers_) t.join();
 }
 
+namespace {
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+}  // namespace
+
 void ThreadPool::RunChunk(int index) {
+  if (job_dynamic_) {
+    for (;;) {
+      size_t begin = job_next_.fetch_add(job_chunk_, std::memory_order_relaxed);
+      if (begin >= job_n_) return;
+      (*job_)(begin, std::min(job_n_, begin + job_chunk_), index);
+    }
+  }
   size_t begin = static_cast<size_t>(index) * job_chunk_;
   size_t end = std::min(job_n_, begin + job_chunk_);
   if (begin < end) (*job_)(begin, end, index);
@@ -29,9 +44,20 @@ void ThreadPool::ParallelFor(size_t n, const RangeFn& fn, size_t grain) {
   grain = std::max<size_t>(1, grain);
   size_t n_grains = (n + grain - 1) / grain;
   size_t per = (n_grains + n_threads_ - 1) / n_threads_;
+  Run(n, fn, per * grain, /*dynamic=*/false);
+}
+
+void ThreadPool::ParallelForDynamic(size_t n, const RangeFn& fn, size_t grain) {
+  if (n == 0) return;
+  Run(n, fn, std::max<size_t>(1, grain), /*dynamic=*/true);
+}
+
+void ThreadPool::Run(size_t n, const RangeFn& fn, size_t chunk, bool dynamic) {
   job_ = &fn;
   job_n_ = n;
-  job_chunk_ = per * grain;
+  job_chunk_ = chunk;
+  job_dynamic_ = dynamic;
+  job_next_.store(0, std::memory_order_relaxed);
   pending_.store(n_threads_ - 1, std::memory_order_relaxed);
   {
     std::lock_guard<std::mutex> lock(mu_);
@@ -39,8 +65,14 @@ void ThreadPool::ParallelFor(size_t n, const RangeFn& fn, size_t grain) {
   }
   cv_.notify_all();
   RunChunk(0);
-  while (pending_.load(std::memory_order_acquire) != 0) {
-    // The caller's chunk is usually the same size as the others; a short spin suffices.
+  // The caller's share is usually about as long as the others', so spin briefly; on a machine
+  // with more runnable threads than cores, yield so a descheduled worker can finish its share.
+  for (int spins = 0; pending_.load(std::memory_order_acquire) != 0; ++spins) {
+    if (spins < 1024) {
+      CpuRelax();
+    } else {
+      std::this_thread::yield();
+    }
   }
   job_ = nullptr;
 }
@@ -50,8 +82,9 @@ void ThreadPool::WorkerLoop(int index) {
   for (;;) {
     uint64_t g = generation_.load(std::memory_order_acquire);
     int spins = 0;
-    while (g == seen && spins < 20000) {
+    while (g == seen && spins < 2000) {
       ++spins;
+      CpuRelax();
       g = generation_.load(std::memory_order_acquire);
     }
     if (g == seen) {

@@ -2,8 +2,10 @@
 // whatever computes (kernels split their output rows over it). ParallelFor blocks until every
 // chunk ran; the calling thread takes part, so a pool of n threads has n-1 workers.
 //
-// Workers spin briefly on a generation counter before sleeping, because a decode step issues
-// hundreds of small parallel sections per token and a condition-variable wake costs tens of µs.
+// Workers spin briefly (~100 µs, with a pause instruction) on a generation counter before
+// sleeping, because a decode step issues hundreds of small parallel sections per token and a
+// condition-variable wake costs tens of µs. The caller spins ~50 µs for the others to finish,
+// then yields, so a worker descheduled by other load on the machine can get the core back.
 //
 // Thread safety: ParallelFor may be called from one thread at a time (the owner of the pool).
 #pragma once
@@ -33,9 +35,15 @@ class ThreadPool {
   using RangeFn = std::function<void(size_t begin, size_t end, int thread_index)>;
   void ParallelFor(size_t n, const RangeFn& fn, size_t grain = 1);
 
+  // Like ParallelFor, but the threads take chunks of `grain` indices from a shared counter until
+  // none are left, so a thread slowed down by other load on the machine simply takes fewer. fn
+  // may run several times on one thread; thread_index is the thread running it (0 = the caller).
+  void ParallelForDynamic(size_t n, const RangeFn& fn, size_t grain);
+
  private:
   void WorkerLoop(int index);
   void RunChunk(int index);
+  void Run(size_t n, const RangeFn& fn, size_t chunk, bool dynamic);
 
   int n_threads_;
   std::vector<std::thread> workers_;
@@ -48,6 +56,8 @@ class ThreadPool {
   const RangeFn* job_ = nullptr;
   size_t job_n_ = 0;
   size_t job_chunk_ = 0;
+  bool job_dynamic_ = false;
+  std::atomic<size_t> job_next_{0};  // next unclaimed index of a dynamic job
 };
 
 // Runs fn over [0, n) on `pool` when given, else inline on the caller.
@@ -58,6 +68,16 @@ inline void ParallelFor(ThreadPool* pool, size_t n, const ThreadPool::RangeFn& f
     return;
   }
   pool->ParallelFor(n, fn, grain);
+}
+
+// Runs fn over [0, n) on `pool` with dynamic chunks when given, else inline on the caller.
+inline void ParallelForDynamic(ThreadPool* pool, size_t n, const ThreadPool::RangeFn& fn,
+                               size_t grain) {
+  if (pool == nullptr || pool->size() == 1 || n <= grain) {
+    if (n > 0) fn(0, n, 0);
+    return;
+  }
+  pool->ParallelForDynamic(n, fn, grain);
 }
 
 }  // namespace weir

@@ -1,5 +1,6 @@
 #include "kernels/gather.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/check.h"
@@ -10,8 +11,12 @@ namespace {
 
 using internal::IsaKernels;
 
-// Indices per scheduling grain (a few rows keep the per-chunk set-up negligible).
-constexpr size_t kIndexGrain = 8;
+// Indices are handed out in chunks (ParallelForDynamic) of about 1/8 of a thread's share, at
+// least 8 rows, so a thread slowed by other load takes fewer of them.
+size_t IndexChunk(int64_t n_idx, ThreadPool* pool) {
+  const size_t threads = pool == nullptr ? 1 : static_cast<size_t>(pool->size());
+  return std::max<size_t>(8, static_cast<size_t>(n_idx) / (8 * threads));
+}
 
 void CheckIndices(const int32_t* idx, int64_t n_idx, int64_t limit) {
   for (int64_t k = 0; k < n_idx; ++k) WEIR_CHECK(idx[k] >= 0 && idx[k] < limit);
@@ -75,9 +80,10 @@ void GatherMatVecCols(const TensorView& wt, const int32_t* idx, int64_t n_idx, c
     std::memset(partials, 0, bytes);
   }
   ColsJob job{&k, &wt, idx, x, y, partials};
-  ParallelFor(
+  ParallelForDynamic(
       pool, static_cast<size_t>(n_idx),
-      [&job](size_t b, size_t e, int thread) { job.Run(b, e, thread); }, kIndexGrain);
+      [&job](size_t b, size_t e, int thread) { job.Run(b, e, thread); },
+      IndexChunk(n_idx, pool));
   for (int t = 1; t < n_threads; ++t) {
     const float* p = partials + static_cast<size_t>(t - 1) * n_out;
     for (int64_t j = 0; j < n_out; ++j) y[j] += p[j];
@@ -99,9 +105,9 @@ void GatherMatVecRows(const TensorView& w, const int32_t* idx, int64_t n_idx, co
     xp = buf;
   }
   RowsJob job{&k, &w, idx, xp, y};
-  ParallelFor(
+  ParallelForDynamic(
       pool, static_cast<size_t>(n_idx), [&job](size_t b, size_t e, int) { job.Run(b, e); },
-      kIndexGrain);
+      IndexChunk(n_idx, pool));
 }
 
 }  // namespace weir::kernels

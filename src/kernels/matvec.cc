@@ -13,8 +13,14 @@ using internal::IsaKernels;
 // Tokens that share one pass over the weights in MatMul: their prepared activations (up to
 // ~3 bytes per input each) stay in L2 while each weight row is read once for all of them.
 constexpr int64_t kTokenChunk = 16;
-// Rows per scheduling grain: keeps each thread's slice a long contiguous run of memory.
-constexpr size_t kRowGrain = 16;
+// Rows are handed out in chunks (ParallelForDynamic) of about 1/8 of a thread's share, at least
+// 16: long contiguous runs for the prefetchers, yet enough chunks that a thread slowed by other
+// load on the machine does less of the work instead of holding everyone up.
+size_t RowChunk(int64_t rows, ThreadPool* pool) {
+  const size_t threads = pool == nullptr ? 1 : static_cast<size_t>(pool->size());
+  const size_t chunk = static_cast<size_t>(rows) / (8 * threads);
+  return std::max<size_t>(16, (chunk + 15) / 16 * 16);
+}
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
@@ -70,9 +76,9 @@ void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
     job.xp = buf;
     job.xp_stride = prep_bytes;
   }
-  ParallelFor(
-      pool, static_cast<size_t>(w.rows()),
-      [&job](size_t b, size_t e, int) { job.Run(b, e); }, kRowGrain);
+  ParallelForDynamic(
+      pool, static_cast<size_t>(w.rows()), [&job](size_t b, size_t e, int) { job.Run(b, e); },
+      RowChunk(w.rows(), pool));
 }
 
 }  // namespace weir::kernels

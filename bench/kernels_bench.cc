@@ -1,0 +1,387 @@
+// Kernel micro-benchmarks (Google Benchmark) at llama-1b shapes, with a STREAM-style memory
+// bandwidth measurement in the same run so kernel GB/s can be read as a fraction of what the
+// memory delivers right now (it drifts by 2x within minutes on a shared VM).
+//
+// Each matrix benchmark cycles through copies of its weights spanning WEIR_BENCH_MB (default
+// 1024) MiB, so every call reads its weights from DRAM as a decode step does (one matrix alone
+// would sit in the caches). Bytes/s counts the weight bytes each call must read.
+//
+//   BM_Stream/{read,copy,triad}/threads:T   memory bandwidth (read: sum of an array; copy c = a
+//                                           counts 2 arrays; triad a = b + s c counts 3)
+//   BM_MatVec/DTYPE/ROWSxCOLS/threads:T     dense decode product on the active path
+//   BM_MatVecPath/PATH/DTYPE/...            the same on each supported path
+//   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens)
+//   BM_GatherCols/DTYPE/...density:P        y = W[:, idx] x[idx] over wt [cols, rows]
+//   BM_GatherRows/DTYPE/...density:P        y[idx] = W[idx, :] x
+//   BM_RmsNorm, BM_SiluMul, BM_Softmax, BM_TopK
+//
+// Path: WEIR_KERNELS=scalar|portable|avx2|avx512 (default: best for the CPU).
+// Example: build-kern/bin/kernels_bench --benchmark_filter='Stream|MatVec/'
+//            --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <numeric>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/thread_pool.h"
+#include "kernels/gather.h"
+#include "kernels/isa.h"
+#include "kernels/matvec.h"
+#include "kernels/ops.h"
+#include "tensor/dtype.h"
+#include "tensor/quantize.h"
+#include "tensor/tensor_view.h"
+
+namespace weir::kernels {
+namespace {
+
+size_t ArenaBytes() {
+  const char* v = std::getenv("WEIR_BENCH_MB");
+  long mb = v ? std::atol(v) : 1024;
+  return static_cast<size_t>(std::max(16L, mb)) << 20;
+}
+
+ThreadPool* Pool(int threads) {
+  static std::unique_ptr<ThreadPool> pools[9];
+  if (!pools[threads]) pools[threads] = std::make_unique<ThreadPool>(threads);
+  return pools[threads].get();
+}
+
+std::vector<float> RandomFloats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> g(0.0f, 0.02f);
+  std::vector<float> v(n);
+  for (float& f : v) f = g(rng);
+  return v;
+}
+
+// Copies of one [rows, cols] matrix of a dtype filling the arena (only the latest kept alive).
+struct Arena {
+  DType dtype;
+  int64_t rows = 0, cols = 0;
+  size_t matrix_bytes = 0;
+  size_t copies = 0;
+  AlignedBuffer buf;
+  TensorView view(size_t i) const {
+    return TensorView{dtype, Shape{rows, cols}, buf.data() + (i % copies) * matrix_bytes};
+  }
+};
+
+const Arena& GetArena(DType t, int64_t rows, int64_t cols) {
+  static Arena arena;
+  if (arena.copies > 0 && arena.dtype == t && arena.rows == rows && arena.cols == cols) {
+    return arena;
+  }
+  arena.buf.Reset(0);
+  arena.dtype = t;
+  arena.rows = rows;
+  arena.cols = cols;
+  // Matrix starts 4 KiB aligned, as tensors in a mapped GGUF file are 32-byte aligned at least.
+  arena.matrix_bytes = (RowBytes(t, cols) * rows + 4095) / 4096 * 4096;
+  arena.copies = std::max<size_t>(2, ArenaBytes() / arena.matrix_bytes);
+  arena.buf.Reset(arena.matrix_bytes * arena.copies, 4096);
+  std::vector<float> src = RandomFloats(static_cast<size_t>(rows * cols), 7);
+  for (int64_t r = 0; r < rows; ++r) {
+    QuantizeRow(t, src.data() + r * cols, arena.buf.data() + r * RowBytes(t, cols), cols);
+  }
+  for (size_t i = 1; i < arena.copies; ++i) {
+    std::memcpy(arena.buf.data() + i * arena.matrix_bytes, arena.buf.data(), arena.matrix_bytes);
+  }
+  return arena;
+}
+
+// ---- STREAM-style bandwidth ----
+
+struct StreamArrays {
+  size_t n = 0;
+  AlignedBuffer a, b, c;
+};
+
+StreamArrays& Stream() {
+  static StreamArrays s;
+  if (s.n == 0) {
+    s.n = ArenaBytes() / 3 / sizeof(float);
+    s.a.Reset(s.n * 4, 4096);
+    s.b.Reset(s.n * 4, 4096);
+    s.c.Reset(s.n * 4, 4096);
+    float* a = s.a.data<float>();
+    float* b = s.b.data<float>();
+    float* c = s.c.data<float>();
+    for (size_t i = 0; i < s.n; ++i) a[i] = 1.0f, b[i] = 2.0f, c[i] = 0.5f;
+  }
+  return s;
+}
+
+enum class StreamOp { kRead, kCopy, kTriad };
+
+void BM_Stream(benchmark::State& state, StreamOp op) {
+  const int threads = static_cast<int>(state.range(0));
+  StreamArrays& s = Stream();
+  ThreadPool* pool = Pool(threads);
+  float* a = s.a.data<float>();
+  float* b = s.b.data<float>();
+  float* c = s.c.data<float>();
+  uint64_t sink[8] = {};
+  for (auto _ : state) {
+    pool->ParallelFor(s.n, [&](size_t begin, size_t end, int ti) {
+      if (op == StreamOp::kRead) {
+        // 16-byte integer vectors (GCC/Clang vector extension: SSE2 / NEON) in 4 independent
+        // accumulators, so the loop issues one load per 16 bytes and is never the bottleneck.
+        typedef uint32_t V4 __attribute__((vector_size(16)));
+        const auto* p = reinterpret_cast<const uint32_t*>(a);
+        V4 acc[4] = {};
+        size_t i = begin;
+        for (; i + 16 <= end; i += 16) {
+          for (int k = 0; k < 4; ++k) {
+            V4 v;
+            std::memcpy(&v, p + i + 4 * k, sizeof(v));
+            acc[k] += v;
+          }
+        }
+        uint64_t total = 0;
+        for (; i < end; ++i) total += p[i];
+        for (int k = 0; k < 4; ++k) {
+          for (int l = 0; l < 4; ++l) total += acc[k][l];
+        }
+        sink[ti] += total;
+      } else if (op == StreamOp::kCopy) {
+        std::memcpy(c + begin, a + begin, (end - begin) * sizeof(float));
+      } else {
+        for (size_t i = begin; i < end; ++i) a[i] = b[i] + 0.5f * c[i];
+      }
+    }, 4096);
+    benchmark::DoNotOptimize(sink);
+    benchmark::ClobberMemory();
+  }
+  const int arrays = op == StreamOp::kRead ? 1 : op == StreamOp::kCopy ? 2 : 3;
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(s.n * 4 * arrays));
+}
+
+// ---- dense products ----
+
+struct Shape2 {
+  int64_t rows, cols;
+};
+// llama-1b (TinyLlama 1.1B) shapes: FFN down [2048, 5632], gate/up [5632, 2048], wq/wo
+// [2048, 2048], wk/wv [256, 2048], output [32000, 2048].
+const Shape2 kShapes[] = {{2048, 5632}, {5632, 2048}, {2048, 2048}, {256, 2048}, {32000, 2048}};
+
+void BM_MatVec(benchmark::State& state, DType t, Shape2 s, int threads, std::optional<Isa> isa) {
+  std::optional<ScopedIsaOverride> use;
+  if (isa) use.emplace(*isa);
+  const Arena& arena = GetArena(t, s.rows, s.cols);
+  std::vector<float> x = RandomFloats(static_cast<size_t>(s.cols), 3);
+  std::vector<float> y(static_cast<size_t>(s.rows));
+  ThreadPool* pool = Pool(threads);
+  size_t i = 0;
+  for (auto _ : state) {
+    MatVec(arena.view(i++), x.data(), y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(RowBytes(t, s.cols) * s.rows));
+}
+
+void BM_MatMul(benchmark::State& state, DType t, Shape2 s, int threads, int64_t n) {
+  const Arena& arena = GetArena(t, s.rows, s.cols);
+  std::vector<float> x = RandomFloats(static_cast<size_t>(s.cols * n), 3);
+  std::vector<float> y(static_cast<size_t>(s.rows * n));
+  ThreadPool* pool = Pool(threads);
+  size_t i = 0;
+  for (auto _ : state) {
+    MatMul(arena.view(i++), x.data(), n, y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+  state.counters["GFLOP/s"] = benchmark::Counter(
+      static_cast<double>(state.iterations()) * 2.0 * s.rows * s.cols * n / 1e9,
+      benchmark::Counter::kIsRate);
+}
+
+// ---- gathered products ----
+
+std::vector<int32_t> ActiveIndices(int64_t n, double density) {
+  std::vector<int32_t> all(static_cast<size_t>(n));
+  std::iota(all.begin(), all.end(), 0);
+  std::mt19937 rng(5);
+  std::shuffle(all.begin(), all.end(), rng);
+  all.resize(static_cast<size_t>(std::llround(density * static_cast<double>(n))));
+  std::sort(all.begin(), all.end());
+  return all;
+}
+
+// Column form over wt [cols_in, rows_out] (the transposed FFN down projection: 5632 inputs,
+// 2048 outputs), at the given density of active inputs.
+void BM_GatherCols(benchmark::State& state, DType t, Shape2 s, int threads, double density) {
+  const Arena& arena = GetArena(t, s.cols, s.rows);  // wt: [cols_in, rows_out]
+  std::vector<float> x = RandomFloats(static_cast<size_t>(s.cols), 3);
+  std::vector<float> y(static_cast<size_t>(s.rows));
+  std::vector<int32_t> idx = ActiveIndices(s.cols, density);
+  ThreadPool* pool = Pool(threads);
+  size_t i = 0;
+  for (auto _ : state) {
+    GatherMatVecCols(arena.view(i++), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                     y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(RowBytes(t, s.rows) * idx.size()));
+}
+
+void BM_GatherRows(benchmark::State& state, DType t, Shape2 s, int threads, double density) {
+  const Arena& arena = GetArena(t, s.rows, s.cols);
+  std::vector<float> x = RandomFloats(static_cast<size_t>(s.cols), 3);
+  std::vector<float> y(static_cast<size_t>(s.rows));
+  std::vector<int32_t> idx = ActiveIndices(s.rows, density);
+  ThreadPool* pool = Pool(threads);
+  size_t i = 0;
+  for (auto _ : state) {
+    GatherMatVecRows(arena.view(i++), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                     y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(state.iterations() *
+                          static_cast<int64_t>(RowBytes(t, s.cols) * idx.size()));
+}
+
+// ---- elementwise ----
+
+void BM_RmsNorm(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> x = RandomFloats(n, 1), w = RandomFloats(n, 2), y(n);
+  for (auto _ : state) {
+    RmsNorm(y.data(), x.data(), w.data(), n, 1e-5f);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+void BM_SiluMul(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> g = RandomFloats(n, 1), u = RandomFloats(n, 2), work(n);
+  for (auto _ : state) {
+    std::memcpy(work.data(), g.data(), n * 4);
+    SiluMul(work.data(), u.data(), n);
+    benchmark::DoNotOptimize(work.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+void BM_Softmax(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  std::vector<float> x = RandomFloats(n, 1), work(n);
+  for (auto _ : state) {
+    std::memcpy(work.data(), x.data(), n * 4);
+    Softmax(work.data(), n);
+    benchmark::DoNotOptimize(work.data());
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+void BM_TopK(benchmark::State& state) {
+  const int64_t n = state.range(0), k = state.range(1);
+  std::vector<float> x = RandomFloats(n, 1);
+  std::vector<int32_t> idx(n);
+  for (auto _ : state) {
+    benchmark::DoNotOptimize(TopK(x.data(), n, k, idx.data()));
+  }
+  state.SetItemsProcessed(state.iterations() * n);
+}
+
+std::string ShapeName(Shape2 s) {
+  return std::to_string(s.rows) + "x" + std::to_string(s.cols);
+}
+
+std::string CpuModel() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("model name", 0) == 0) return line.substr(line.find(':') + 2);
+  }
+  return "unknown";
+}
+
+void RegisterAll() {
+  using benchmark::RegisterBenchmark;
+  const DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kBF16, DType::kF32};
+  for (int threads : {1, 2}) {
+    RegisterBenchmark("BM_Stream/read", BM_Stream, StreamOp::kRead)->Arg(threads)->ArgName("threads")->UseRealTime();
+    RegisterBenchmark("BM_Stream/copy", BM_Stream, StreamOp::kCopy)->Arg(threads)->ArgName("threads")->UseRealTime();
+    RegisterBenchmark("BM_Stream/triad", BM_Stream, StreamOp::kTriad)->Arg(threads)->ArgName("threads")->UseRealTime();
+  }
+  for (DType t : kTypes) {
+    for (Shape2 s : kShapes) {
+      for (int threads : {1, 2}) {
+        RegisterBenchmark(("BM_MatVec/" + std::string(DTypeName(t)) + "/" + ShapeName(s) +
+                           "/threads:" + std::to_string(threads)).c_str(),
+                          BM_MatVec, t, s, threads, std::nullopt)
+            ->UseRealTime();
+      }
+    }
+  }
+  for (Isa isa : SupportedIsas()) {
+    if (isa == Isa::kScalar) continue;
+    for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+      RegisterBenchmark(("BM_MatVecPath/" + std::string(IsaName(isa)) + "/" + DTypeName(t) +
+                         "/2048x5632/threads:2").c_str(),
+                        BM_MatVec, t, Shape2{2048, 5632}, 2, isa)
+          ->UseRealTime();
+    }
+  }
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+    for (int64_t n : {16, 64}) {
+      RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) + "/2048x5632/tokens:" +
+                         std::to_string(n) + "/threads:2").c_str(),
+                        BM_MatMul, t, Shape2{2048, 5632}, 2, n)
+          ->UseRealTime();
+    }
+  }
+  for (DType t : kTypes) {
+    for (double density : {1.0, 0.5, 0.25}) {
+      const std::string d = std::to_string(static_cast<int>(density * 100));
+      // Column form: the FFN down projection W [2048, 5632] stored as wt [5632, 2048].
+      RegisterBenchmark(("BM_GatherCols/" + std::string(DTypeName(t)) +
+                         "/2048x5632/density:" + d + "/threads:2").c_str(),
+                        BM_GatherCols, t, Shape2{2048, 5632}, 2, density)
+          ->UseRealTime();
+      // Row form: the gate/up projection W [5632, 2048], active outputs.
+      RegisterBenchmark(("BM_GatherRows/" + std::string(DTypeName(t)) +
+                         "/5632x2048/density:" + d + "/threads:2").c_str(),
+                        BM_GatherRows, t, Shape2{5632, 2048}, 2, density)
+          ->UseRealTime();
+    }
+  }
+  benchmark::RegisterBenchmark("BM_RmsNorm", BM_RmsNorm)->Arg(2048);
+  benchmark::RegisterBenchmark("BM_SiluMul", BM_SiluMul)->Arg(5632);
+  benchmark::RegisterBenchmark("BM_Softmax", BM_Softmax)->Arg(1024);
+  benchmark::RegisterBenchmark("BM_TopK", BM_TopK)->Args({5632, 1408});
+}
+
+}  // namespace
+}  // namespace weir::kernels
+
+int main(int argc, char** argv) {
+  using namespace weir::kernels;
+  benchmark::Initialize(&argc, argv);
+  auto env = IsaFromEnv();
+  if (!env.ok()) {
+    std::fprintf(stderr, "kernels_bench: %s\n", env.status().ToString().c_str());
+    return 2;
+  }
+  benchmark::AddCustomContext("cpu_model", CpuModel());
+  benchmark::AddCustomContext("kernels_path", IsaName(ActiveIsa()));
+  benchmark::AddCustomContext("arena_mib", std::to_string(ArenaBytes() >> 20));
+  RegisterAll();
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
