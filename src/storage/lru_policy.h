@@ -1,0 +1,36 @@
+// LruPolicy: least recently used. Each partition keeps its evictable units in an intrusive
+// doubly linked list (links live in the cache entry's PolicyHook, so every operation is O(1)
+// and allocates nothing). A unit joins the most-recent end when its last pin is released, so
+// recency is release order, which equals access order when handles are dropped in the order
+// they were taken (the compute path's case).
+//
+// Thread safety: none; driven under the WeightCache mutex.
+#pragma once
+
+#include <vector>
+
+#include "storage/eviction_policy.h"
+
+namespace weir::storage {
+
+class LruPolicy : public EvictionPolicy {
+ public:
+  std::string_view name() const override { return "lru"; }
+  void Init(uint32_t n_partitions) override;
+  void OnAccess(UnitId id, PolicyHook* resident) override {}
+  void OnInsert(PolicyHook* hook) override {}
+  void MakeEvictable(PolicyHook* hook) override;
+  void MakeUnevictable(PolicyHook* hook) override;
+  void OnRemove(PolicyHook* hook) override { MakeUnevictable(hook); }
+  PolicyHook* PickVictim(uint32_t partition, bool force) override;
+  size_t per_entry_bytes() const override { return 0; }
+
+ private:
+  struct List {
+    PolicyHook* head = nullptr;  // most recently released
+    PolicyHook* tail = nullptr;  // least recently released: the victim
+  };
+  std::vector<List> lists_;
+};
+
+}  // namespace weir::storage

@@ -1,0 +1,35 @@
+#include "storage/token_policies.h"
+
+namespace weir::storage {
+
+void TokenStampedPolicy::OnAccess(UnitId id, PolicyHook* resident) {
+  ++clock_;
+  if (resident != nullptr) {
+    resident->key1 = token_;
+    resident->key2 = clock_;
+  }
+}
+
+void TokenStampedPolicy::OnInsert(PolicyHook* h) {
+  h->key1 = token_;
+  h->key2 = ++clock_;
+}
+
+void WindowPolicy::BeginToken(std::vector<PolicyHook*>* expired) {
+  ++token_;
+  // Keep units used in tokens token_-k .. token_-1; older ones expire.
+  for (const OrderedSet& s : sets_) {
+    for (PolicyHook* h : s) {
+      if (h->key1 + window_tokens_ >= token_) break;
+      expired->push_back(h);
+    }
+  }
+}
+
+PolicyHook* AtuPolicy::PickVictim(uint32_t partition, bool force) {
+  PolicyHook* v = OrderedPolicy::PickVictim(partition, force);
+  if (v != nullptr && !force && v->key1 >= token_) return nullptr;  // all of this token
+  return v;
+}
+
+}  // namespace weir::storage

@@ -1,0 +1,429 @@
+#include "storage/weight_cache.h"
+
+#include <algorithm>
+#include <cinttypes>
+
+#include "base/checked_math.h"
+#include "base/units.h"
+
+namespace weir::storage {
+
+namespace {
+
+// glibc malloc: a chunk is the request plus an 8-byte size field, rounded up to 16, at least 32.
+uint64_t MallocChunk(uint64_t n) { return std::max<uint64_t>(32, (n + 8 + 15) / 16 * 16); }
+// Hash index: one node (next pointer + key + owning pointer) per entry, and the bucket array,
+// which libstdc++ keeps between 1x and ~2x the element count: two bucket pointers per entry.
+constexpr uint64_t kIndexBytesPerEntry = 2 * sizeof(void*);
+
+std::string UnitName(UnitId id) {
+  return StrFormat("unit 0x%016" PRIx64 " (layer %u kind %u index %" PRIu64 ")", id,
+                   UnitLayer(id), UnitKind(id), UnitIndex(id));
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// CacheHandle
+
+CacheHandle::CacheHandle(CacheHandle&& o) noexcept
+    : cache_(std::exchange(o.cache_, nullptr)),
+      entry_(std::exchange(o.entry_, nullptr)),
+      loader_(std::exchange(o.loader_, false)) {}
+
+CacheHandle& CacheHandle::operator=(CacheHandle&& o) noexcept {
+  if (this != &o) {
+    Reset();
+    cache_ = std::exchange(o.cache_, nullptr);
+    entry_ = std::exchange(o.entry_, nullptr);
+    loader_ = std::exchange(o.loader_, false);
+  }
+  return *this;
+}
+
+void CacheHandle::Publish() {
+  WEIR_CHECK(valid() && loader_);
+  cache_->PublishEntry(entry_);
+  loader_ = false;
+}
+
+void CacheHandle::Abort(Status why) {
+  WEIR_CHECK(valid() && loader_);
+  cache_->AbortEntry(entry_, std::move(why));
+  loader_ = false;
+  Reset();
+}
+
+Status CacheHandle::Wait() {
+  WEIR_CHECK(valid() && !loader_);
+  if (ready()) return Status::Ok();
+  return cache_->WaitEntry(entry_);
+}
+
+void CacheHandle::Reset() {
+  if (entry_ == nullptr) return;
+  if (loader_) {
+    loader_ = false;
+    cache_->AbortEntry(entry_, Status::Internal(StrFormat(
+                                   "%s: its loader released the reservation without Publish or "
+                                   "Abort",
+                                   UnitName(entry_->hook.id).c_str())));
+  }
+  cache_->Unpin(entry_);
+  entry_ = nullptr;
+  cache_ = nullptr;
+}
+
+// ---------------------------------------------------------------------------------------------
+// WeightCache: creation and accounting
+
+Result<std::unique_ptr<WeightCache>> WeightCache::Create(const CacheOptions& options,
+                                                         std::unique_ptr<EvictionPolicy> policy) {
+  if (policy == nullptr) return Status::InvalidArgument("weight cache: no eviction policy given");
+  const size_t a = options.alignment;
+  if (a < 16 || a > (size_t{1} << 20) || (a & (a - 1)) != 0) {
+    return Status::InvalidArgument(StrFormat(
+        "weight cache: alignment %zu must be a power of two between 16 and 1048576", a));
+  }
+  std::vector<uint64_t> weights = options.partition_weights;
+  if (weights.empty()) weights.push_back(1);
+  if (weights.size() > kUnitLayerLimit) {
+    return Status::InvalidArgument(StrFormat("weight cache: %zu partitions (at most %u)",
+                                             weights.size(), kUnitLayerLimit));
+  }
+  uint64_t total = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (weights[i] == 0) {
+      return Status::InvalidArgument(
+          StrFormat("weight cache: partition %zu has weight 0 (every partition needs a share)", i));
+    }
+    if (!CheckedAdd(total, weights[i], &total)) {
+      return Status::InvalidArgument("weight cache: partition weights overflow 64 bits");
+    }
+  }
+  std::unique_ptr<WeightCache> cache(new WeightCache());
+  cache->policy_ = std::move(policy);
+  cache->policy_->Init(static_cast<uint32_t>(weights.size()));
+  cache->weights_ = std::move(weights);
+  cache->alignment_ = a;
+  cache->record_trace_ = options.record_trace;
+  cache->parts_.resize(cache->weights_.size());
+  cache->budget_ = options.budget_bytes;
+  std::vector<uint64_t> split = cache->SplitBudget(options.budget_bytes);
+  for (size_t p = 0; p < split.size(); ++p) cache->parts_[p].budget = split[p];
+  return cache;
+}
+
+WeightCache::~WeightCache() {
+  // A handle outliving its cache would dangle: that is a bug in the caller.
+  for (const Partition& p : parts_) WEIR_CHECK(p.pinned == 0);
+}
+
+std::vector<uint64_t> WeightCache::SplitBudget(uint64_t budget) const {
+  unsigned __int128 total = 0;
+  for (uint64_t w : weights_) total += w;
+  std::vector<uint64_t> out(weights_.size());
+  for (size_t p = 0; p < weights_.size(); ++p) {
+    out[p] = static_cast<uint64_t>(static_cast<unsigned __int128>(budget) * weights_[p] / total);
+  }
+  return out;
+}
+
+uint64_t WeightCache::EntryCharge(size_t bytes) const {
+  const uint64_t payload = (static_cast<uint64_t>(bytes) + alignment_ - 1) / alignment_ * alignment_;
+  return payload + 16 /* allocator header of the data block */ + MallocChunk(sizeof(Entry)) +
+         MallocChunk(sizeof(void*) + sizeof(std::pair<const UnitId, std::unique_ptr<Entry>>)) +
+         kIndexBytesPerEntry + policy_->per_entry_bytes();
+}
+
+void WeightCache::PinLocked(Entry* e) {
+  if (e->pins++ == 0) {
+    parts_[e->hook.partition].pinned += e->charge;
+    if (e->indexed) policy_->MakeUnevictable(&e->hook);
+  }
+}
+
+void WeightCache::UnpinLocked(Entry* e) {
+  WEIR_CHECK(e->pins > 0);
+  if (--e->pins > 0) return;
+  Partition& part = parts_[e->hook.partition];
+  part.pinned -= e->charge;
+  if (e->indexed) {
+    policy_->MakeEvictable(&e->hook);
+    return;
+  }
+  // An aborted entry: its memory goes now.
+  part.used -= e->charge;
+  part.entries -= 1;
+  payload_ -= e->bytes;
+  aborted_.erase(e);
+}
+
+void WeightCache::RecordLocked(UnitId id) {
+  if (record_trace_) trace_.push_back(id);
+}
+
+Status WeightCache::CheckUnit(UnitId id, size_t bytes, uint32_t partition) const {
+  if (partition >= parts_.size()) {
+    return Status::InvalidArgument(StrFormat("weight cache: %s: partition %u, but the cache has %zu",
+                                             UnitName(id).c_str(), partition, parts_.size()));
+  }
+  if (bytes == 0) {
+    return Status::InvalidArgument(StrFormat("weight cache: %s has size 0", UnitName(id).c_str()));
+  }
+  auto it = index_.find(id);
+  if (it != index_.end()) {
+    const Entry* e = it->second.get();
+    if (e->bytes != bytes || e->hook.partition != partition) {
+      return Status::InvalidArgument(StrFormat(
+          "weight cache: %s is cached with %zu bytes in partition %u but was asked with %zu bytes "
+          "in partition %u",
+          UnitName(id).c_str(), e->bytes, e->hook.partition, bytes, partition));
+    }
+  }
+  return Status::Ok();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Accesses and reservations
+
+CacheHandle WeightCache::HitLocked(Entry* e) {
+  PinLocked(e);
+  policy_->OnAccess(e->hook.id, &e->hook);
+  if (e->prefetched) {
+    e->prefetched = false;
+    ++counters_.prefetch_hits;
+  } else if (e->state.load(std::memory_order_relaxed) == Entry::kReady) {
+    ++counters_.hits;
+    counters_.hit_bytes += e->bytes;
+  } else {
+    ++counters_.joins;
+  }
+  return CacheHandle(this, e, /*loader=*/false);
+}
+
+CacheHandle WeightCache::Lookup(UnitId id) {
+  std::lock_guard<std::mutex> lock(mu_);
+  RecordLocked(id);
+  auto it = index_.find(id);
+  if (it == index_.end()) {
+    ++counters_.misses;
+    policy_->OnAccess(id, nullptr);
+    return CacheHandle();
+  }
+  return HitLocked(it->second.get());
+}
+
+Result<CacheHandle> WeightCache::Acquire(UnitId id, size_t bytes, uint32_t partition) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WEIR_RETURN_IF_ERROR(CheckUnit(id, bytes, partition));
+  RecordLocked(id);
+  auto it = index_.find(id);
+  if (it != index_.end()) return HitLocked(it->second.get());
+  ++counters_.misses;
+  policy_->OnAccess(id, nullptr);
+  return ReserveLocked(id, bytes, partition, /*prefetched=*/false);
+}
+
+Result<CacheHandle> WeightCache::Reserve(UnitId id, size_t bytes, uint32_t partition) {
+  std::lock_guard<std::mutex> lock(mu_);
+  WEIR_RETURN_IF_ERROR(CheckUnit(id, bytes, partition));
+  if (index_.count(id) != 0) return CacheHandle();
+  return ReserveLocked(id, bytes, partition, /*prefetched=*/true);
+}
+
+Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t partition,
+                                               bool prefetched) {
+  Partition& part = parts_[partition];
+  const uint64_t charge = EntryCharge(bytes);
+  if (charge > part.budget) {
+    ++counters_.reserve_failures;
+    return Status::OutOfMemory(StrFormat(
+        "weight cache: %s needs %" PRIu64 " bytes (%zu payload) but partition %u's budget is %s",
+        UnitName(id).c_str(), charge, bytes, partition, FormatBytes(part.budget).c_str()));
+  }
+  if (part.pinned + charge > part.budget) {
+    ++counters_.reserve_failures;
+    return Status::OutOfMemory(StrFormat(
+        "weight cache: no room for %s (%" PRIu64 " bytes) in partition %u: %s of its %s budget "
+        "is pinned by units in use",
+        UnitName(id).c_str(), charge, partition, FormatBytes(part.pinned).c_str(),
+        FormatBytes(part.budget).c_str()));
+  }
+  while (part.used + charge > part.budget) {
+    PolicyHook* victim = policy_->PickVictim(partition, /*force=*/false);
+    if (victim == nullptr) {
+      ++counters_.reserve_failures;
+      return Status::OutOfMemory(StrFormat(
+          "weight cache: no room for %s (%" PRIu64 " bytes) in partition %u: policy '%.*s' keeps "
+          "every remaining unit (%s used of %s)",
+          UnitName(id).c_str(), charge, partition, static_cast<int>(policy_->name().size()),
+          policy_->name().data(), FormatBytes(part.used).c_str(),
+          FormatBytes(part.budget).c_str()));
+    }
+    EvictLocked(victim);
+  }
+  auto e = std::make_unique<Entry>();
+  const size_t capacity = (bytes + alignment_ - 1) / alignment_ * alignment_;
+  if (!e->data.Reset(capacity, alignment_)) {
+    return Status::OutOfMemory(
+        StrFormat("weight cache: cannot allocate %zu bytes for %s", bytes, UnitName(id).c_str()));
+  }
+  e->hook.id = id;
+  e->hook.partition = partition;
+  e->bytes = bytes;
+  e->charge = charge;
+  e->pins = 1;
+  e->prefetched = prefetched;
+  Entry* raw = e.get();
+  index_.emplace(id, std::move(e));
+  part.used += charge;
+  part.pinned += charge;
+  part.entries += 1;
+  payload_ += bytes;
+  policy_->OnInsert(&raw->hook);
+  return CacheHandle(this, raw, /*loader=*/true);
+}
+
+void WeightCache::EvictLocked(PolicyHook* victim) {
+  auto it = index_.find(victim->id);
+  WEIR_CHECK(it != index_.end());
+  Entry* e = it->second.get();
+  WEIR_CHECK(e->pins == 0 && &e->hook == victim);
+  policy_->OnRemove(victim);
+  Partition& part = parts_[victim->partition];
+  part.used -= e->charge;
+  part.entries -= 1;
+  payload_ -= e->bytes;
+  ++counters_.evicted_entries;
+  counters_.evicted_bytes += e->bytes;
+  index_.erase(it);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Loads
+
+void WeightCache::PublishEntry(Entry* e) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    WEIR_CHECK(e->state.load(std::memory_order_relaxed) == Entry::kLoading);
+    e->state.store(Entry::kReady, std::memory_order_release);
+    ++counters_.inserted_entries;
+    counters_.inserted_bytes += e->bytes;
+  }
+  loaded_cv_.notify_all();
+}
+
+void WeightCache::AbortEntry(Entry* e, Status why) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    WEIR_CHECK(e->state.load(std::memory_order_relaxed) == Entry::kLoading && e->indexed);
+    e->abort_status = std::move(why);
+    e->state.store(Entry::kAborted, std::memory_order_release);
+    ++counters_.aborted_loads;
+    policy_->OnRemove(&e->hook);
+    e->indexed = false;
+    auto it = index_.find(e->hook.id);
+    WEIR_CHECK(it != index_.end() && it->second.get() == e);
+    aborted_.emplace(e, std::move(it->second));
+    index_.erase(it);
+  }
+  loaded_cv_.notify_all();
+}
+
+Status WeightCache::WaitEntry(Entry* e) {
+  std::unique_lock<std::mutex> lock(mu_);
+  loaded_cv_.wait(lock, [e] {
+    return e->state.load(std::memory_order_acquire) != Entry::kLoading;
+  });
+  if (e->state.load(std::memory_order_acquire) == Entry::kReady) return Status::Ok();
+  return e->abort_status;
+}
+
+void WeightCache::Unpin(Entry* e) {
+  std::lock_guard<std::mutex> lock(mu_);
+  UnpinLocked(e);
+}
+
+// ---------------------------------------------------------------------------------------------
+// Budget, boundaries, stats
+
+bool WeightCache::Contains(UnitId id) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return index_.count(id) != 0;
+}
+
+Status WeightCache::SetBudget(uint64_t budget_bytes) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<uint64_t> split = SplitBudget(budget_bytes);
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    if (parts_[p].pinned > split[p]) {
+      return Status::OutOfMemory(StrFormat(
+          "weight cache: cannot shrink the budget to %s: partition %zu would get %s but %s of it "
+          "is pinned by units in use",
+          FormatBytes(budget_bytes).c_str(), p, FormatBytes(split[p]).c_str(),
+          FormatBytes(parts_[p].pinned).c_str()));
+    }
+  }
+  budget_ = budget_bytes;
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    Partition& part = parts_[p];
+    part.budget = split[p];
+    while (part.used > part.budget) {
+      PolicyHook* victim = policy_->PickVictim(static_cast<uint32_t>(p), /*force=*/true);
+      WEIR_CHECK(victim != nullptr);  // used > budget >= pinned, so something is evictable
+      EvictLocked(victim);
+    }
+  }
+  return Status::Ok();
+}
+
+void WeightCache::EvictAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (size_t p = 0; p < parts_.size(); ++p) {
+    while (PolicyHook* victim = policy_->PickVictim(static_cast<uint32_t>(p), /*force=*/true)) {
+      EvictLocked(victim);
+    }
+  }
+}
+
+void WeightCache::BeginToken() {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::vector<PolicyHook*> expired;
+  policy_->BeginToken(&expired);
+  for (PolicyHook* h : expired) EvictLocked(h);
+}
+
+void WeightCache::ResetSequence() {
+  std::lock_guard<std::mutex> lock(mu_);
+  policy_->ResetSequence();
+}
+
+CacheStats WeightCache::stats() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  CacheStats s = counters_;
+  s.entries = s.current_bytes = s.pinned_bytes = 0;
+  s.payload_bytes = payload_;
+  for (const Partition& p : parts_) {
+    s.entries += p.entries;
+    s.current_bytes += p.used;
+    s.pinned_bytes += p.pinned;
+  }
+  s.budget_bytes = budget_;
+  s.policy_metadata_bytes = policy_->metadata_bytes();
+  return s;
+}
+
+PartitionStats WeightCache::partition_stats(uint32_t partition) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  WEIR_CHECK(partition < parts_.size());
+  const Partition& p = parts_[partition];
+  return PartitionStats{p.budget, p.used, p.pinned, p.entries};
+}
+
+std::vector<UnitId> WeightCache::TakeTrace() {
+  std::lock_guard<std::mutex> lock(mu_);
+  return std::exchange(trace_, {});
+}
+
+}  // namespace weir::storage
