@@ -34,27 +34,17 @@ size_t PrepBytes(DType t, int64_t cols) {
   return QOffsetOfScales(cols) + 4 * static_cast<size_t>(cols / kQ);
 }
 
-// IEEE half to float, exact (normal, subnormal, inf, nan).
+// IEEE half to float, exact (normal, subnormal, inf, nan), without branches on the common path:
+// the half's exponent and mantissa moved into a float's bits read as 2^-112 times the value
+// (also for subnormals, which become float subnormals), so one multiply by 2^112 fixes it.
 inline float HalfToFloat(uint16_t h) {
-  const uint32_t sign = static_cast<uint32_t>(h & 0x8000) << 16;
-  uint32_t exp = (h >> 10) & 0x1f;
-  uint32_t mant = h & 0x3ff;
-  uint32_t bits;
-  if (exp == 0 && mant == 0) {
-    bits = sign;
-  } else if (exp == 0) {
-    exp = 113;
-    while ((mant & 0x400) == 0) {
-      mant <<= 1;
-      --exp;
-    }
-    bits = sign | (exp << 23) | ((mant & 0x3ff) << 13);
-  } else if (exp == 31) {
-    bits = sign | 0x7f800000u | (mant << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (mant << 13);
-  }
+  uint32_t bits = static_cast<uint32_t>(h & 0x7fff) << 13;
   float f;
+  __builtin_memcpy(&f, &bits, 4);
+  f *= 5.192296858534828e+33f;  // 2^112
+  __builtin_memcpy(&bits, &f, 4);
+  if ((h & 0x7c00) == 0x7c00) bits = 0x7f800000u | (static_cast<uint32_t>(h & 0x3ff) << 13);
+  bits |= static_cast<uint32_t>(h & 0x8000) << 16;
   __builtin_memcpy(&f, &bits, 4);
   return f;
 }
