@@ -1,5 +1,6 @@
 #include "format/synth_llama.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -135,21 +136,122 @@ TokenizerSpec SynthVocabulary(int vocab_size) {
   return t;
 }
 
-void SynthRandomRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst, int64_t n) {
-  uint64_t state = Mix64(seed ^ Mix64(tensor_index * 0x9e3779b97f4a7c15ull + 1) ^
-                         Mix64(row * 0xd1b54a32d192ed03ull + 2));
-  constexpr float kTwoPi = 6.2831853071795864769f;
-  constexpr float kInv24 = 1.0f / 16777216.0f;
-  for (int64_t i = 0; i < n; i += 2) {
-    state += 0x9e3779b97f4a7c15ull;  // SplitMix64 step
-    uint64_t x = Mix64(state);
-    float u1 = static_cast<float>((x >> 40) + 1) * kInv24;      // (0, 1]
-    float u2 = static_cast<float>(x & 0xffffffu) * kInv24;      // [0, 1)
-    float r = kInitStd * std::sqrt(-2.0f * std::log(u1));
-    float a = kTwoPi * u2;
-    dst[i] = r * std::cos(a);
-    if (i + 1 < n) dst[i + 1] = r * std::sin(a);
+namespace {
+
+// The uniform bits of row `row`: pair p uses the p-th SplitMix64 output of a stream seeded from
+// (seed, tensor, row); its top 24 bits give u1 in (0, 1], its low 24 bits u2 in [0, 1).
+struct RowStream {
+  uint64_t state;
+  RowStream(uint64_t seed, uint64_t tensor_index, uint64_t row)
+      : state(Mix64(seed ^ Mix64(tensor_index * 0x9e3779b97f4a7c15ull + 1) ^
+                    Mix64(row * 0xd1b54a32d192ed03ull + 2))) {}
+  uint64_t Next() {
+    state += 0x9e3779b97f4a7c15ull;
+    return Mix64(state);
   }
+};
+
+constexpr float kInv24 = 1.0f / 16777216.0f;
+constexpr float kTwoPi = 6.2831853071795864769f;
+constexpr float kHalfPi = 1.5707963267948966192f;
+
+// ln(u) for u in (0, 1]: u = m * 2^e with m in [sqrt(1/2), sqrt(2)), ln m by the odd series
+// of atanh in s = (m - 1) / (m + 1), |s| <= 0.172 (error < 1e-7 relative).
+inline float FastLog(float u) {
+  uint32_t bits;
+  std::memcpy(&bits, &u, 4);
+  int32_t e = static_cast<int32_t>(bits >> 23) - 127;
+  uint32_t mbits = (bits & 0x007fffffu) | 0x3f800000u;
+  const uint32_t big = mbits > 0x3fb504f3u;  // m > sqrt(2): halve m (arithmetic, no branch)
+  mbits -= big << 23;
+  e += static_cast<int32_t>(big);
+  float m;
+  std::memcpy(&m, &mbits, 4);
+  float s = (m - 1.0f) / (m + 1.0f);
+  float s2 = s * s;
+  float series = s * (2.0f + s2 * (2.0f / 3 + s2 * (2.0f / 5 + s2 * (2.0f / 7 + s2 * (2.0f / 9)))));
+  return static_cast<float>(e) * 0.69314718056f + series;
+}
+
+// sqrt(x) for x >= 0 without a libm call (std::sqrt's errno path keeps loops scalar): an
+// initial 1/sqrt estimate from the exponent bits, three Newton steps, times x.
+inline float FastSqrt(float x) {
+  uint32_t bits;
+  std::memcpy(&bits, &x, 4);
+  bits = 0x5f375a86u - (bits >> 1);
+  float y;
+  std::memcpy(&y, &bits, 4);
+  for (int i = 0; i < 3; ++i) y = y * (1.5f - 0.5f * x * y * y);
+  return x * y;  // 0 for x == 0 (y stays finite)
+}
+
+// cos and sin of 2*pi*u for u in [0, 1): quadrant from 4u, then Taylor series on [0, pi/2).
+inline void FastSinCos2Pi(float u, float* c_out, float* s_out) {
+  float t = u * 4.0f;
+  int q = static_cast<int>(t);
+  float x = (t - static_cast<float>(q)) * kHalfPi;
+  float x2 = x * x;
+  float s = x * (1.0f + x2 * (-1.0f / 6 + x2 * (1.0f / 120 + x2 * (-1.0f / 5040 +
+                x2 * (1.0f / 362880 + x2 * (-1.0f / 39916800))))));
+  float c = 1.0f + x2 * (-0.5f + x2 * (1.0f / 24 + x2 * (-1.0f / 720 + x2 * (1.0f / 40320 +
+                x2 * (-1.0f / 3628800 + x2 * (1.0f / 479001600))))));
+  // Rotate by q quarter turns: (c, s) -> (-s, c) -> (-c, -s) -> (s, -c), as exact arithmetic
+  // blends with 0/1 weights so that the loop has no branch.
+  const float odd = static_cast<float>(q & 1);
+  const float flip = 1.0f - static_cast<float>(q & 2);  // +1 or -1
+  const float cc = c * (1.0f - odd) - s * odd;
+  const float ss = s * (1.0f - odd) + c * odd;
+  *c_out = cc * flip;
+  *s_out = ss * flip;
+}
+
+// Pair p's two normals go to dst[p] and dst[n_pairs + p] (when < n).
+template <typename Transform>
+void FillRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst, int64_t n,
+             const Transform& transform) {
+  RowStream rng(seed, tensor_index, row);
+  const int64_t n_pairs = (n + 1) / 2;
+  constexpr int64_t kBatch = 256;
+  uint32_t a[kBatch], b[kBatch];
+  float z0[kBatch], z1[kBatch];
+  for (int64_t p0 = 0; p0 < n_pairs; p0 += kBatch) {
+    const int64_t k_end = std::min(kBatch, n_pairs - p0);
+    for (int64_t k = 0; k < k_end; ++k) {
+      uint64_t x = rng.Next();
+      a[k] = static_cast<uint32_t>(x >> 40);
+      b[k] = static_cast<uint32_t>(x & 0xffffffu);
+    }
+    for (int64_t k = 0; k < k_end; ++k) {  // branch-free: the compiler vectorizes it
+      float u1 = static_cast<float>(a[k] + 1) * kInv24;
+      float u2 = static_cast<float>(b[k]) * kInv24;
+      transform(u1, u2, &z0[k], &z1[k]);
+    }
+    for (int64_t k = 0; k < k_end; ++k) dst[p0 + k] = z0[k];
+    const int64_t second = std::min(k_end, n - n_pairs - p0);
+    for (int64_t k = 0; k < second; ++k) dst[n_pairs + p0 + k] = z1[k];
+  }
+}
+
+}  // namespace
+
+void SynthRandomRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst, int64_t n) {
+  FillRow(seed, tensor_index, row, dst, n, [](float u1, float u2, float* z0, float* z1) {
+    float r = kInitStd * FastSqrt(-2.0f * FastLog(u1));
+    float c, s;
+    FastSinCos2Pi(u2, &c, &s);
+    *z0 = r * c;
+    *z1 = r * s;
+  });
+}
+
+void SynthRandomRowReference(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst,
+                             int64_t n) {
+  FillRow(seed, tensor_index, row, dst, n, [](float u1, float u2, float* z0, float* z1) {
+    double r = kInitStd * std::sqrt(-2.0 * std::log(static_cast<double>(u1)));
+    double a = 2.0 * 3.14159265358979323846 * static_cast<double>(u2);
+    *z0 = static_cast<float>(r * std::cos(a));
+    *z1 = static_cast<float>(r * std::sin(a));
+  });
 }
 
 Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed, const std::string& path,

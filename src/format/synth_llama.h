@@ -3,8 +3,9 @@
 //
 // Weights: every element of every 2-D tensor is 0.02 * z with z standard normal, i.i.d.,
 // i.e. N(0, 0.02^2) (0.02 is the usual Llama initialisation std). z comes from a Box-Muller
-// transform of a SplitMix64 stream seeded per (seed, tensor, row), so any row can be generated
-// independently (rows are generated in parallel) and the same seed always gives the same bytes.
+// transform (24-bit uniforms, so |z| <= 5.8) of a SplitMix64 stream seeded per (seed, tensor,
+// row), so any row can be generated independently (rows are generated in parallel) and the
+// same seed always gives the same bytes.
 // Norm weights are 1.0 (F32). token_embd and output are written too (untied).
 //
 // Vocabulary (SentencePiece, "llama"): 0 <unk> (UNKNOWN), 1 <s> (CONTROL), 2 </s> (CONTROL),
@@ -61,7 +62,12 @@ LlamaConfig SynthConfig(const SynthSpec& spec);
 TokenizerSpec SynthVocabulary(int vocab_size);
 
 // Fills dst[0..n) with 0.02 * N(0, 1) values of row `row` of tensor number `tensor_index`.
+// Uses float polynomial log/sin/cos (branch-free, vectorized; ~1e-7 relative error).
 void SynthRandomRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst, int64_t n);
+// The same values from the same random bits with libm in double precision: the reference the
+// fast path is tested against (agreement within ~1e-6 relative to 0.02).
+void SynthRandomRowReference(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst,
+                             int64_t n);
 
 // Writes the model (via path.tmp + rename). 2-D weights in `type`, norms F32. `progress` gets
 // the fraction written; `pool` (optional) generates rows in parallel.
