@@ -1,0 +1,308 @@
+// LoadModel (format sniffing) and ValidateLlama (the checks every reader ends with).
+//
+// Sniffing order, by content first and by name only where content cannot decide:
+//   1. a directory                        -> safetensors (model.safetensors or a sharded index,
+//                                            config.json beside it)
+//   2. the 4 bytes "GGUF" at offset 0      -> GGUF
+//   3. a name ending in .safetensors or .index.json, or an 8-byte little-endian length in
+//      2..100 MB followed by '{'          -> safetensors
+//   4. a plausible llama2.c header         -> llama2.c (its exact size is then checked)
+//   otherwise "not a GGUF, safetensors or llama2.c model".
+//
+// Vocabulary policy (ValidateLlama): a tokenizer may have FEWER tokens than config.vocab_size
+// (Hugging Face models often pad the embedding to a multiple of 64 or 128; ids past the
+// tokenizer are never produced by it), but never more (its ids would index past the embedding).
+#include "format/model_file.h"
+
+#include <sys/stat.h>
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+
+#include "format/gguf_reader.h"
+#include "format/llama2c_reader.h"
+#include "format/llama_limits.h"
+#include "format/mapped_file.h"
+#include "format/safetensors_reader.h"
+#include "format/tokenizer_files.h"
+
+namespace weir::format {
+
+const char* FileFormatName(FileFormat f) {
+  switch (f) {
+    case FileFormat::kGguf:
+      return "gguf";
+    case FileFormat::kSafetensors:
+      return "safetensors";
+    case FileFormat::kLlama2c:
+      return "llama2.c";
+  }
+  return "?";
+}
+
+namespace {
+
+bool EndsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() &&
+         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+bool LooksLikeSafetensors(const uint8_t* data, uint64_t size) {
+  if (size < 9) return false;
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = (n << 8) | data[i];
+  return n >= 2 && n <= kMaxSafetensorsHeaderBytes && n <= size - 8 && data[8] == '{';
+}
+
+// Replaces the reader's tokenizer with the file named in options.tokenizer_path.
+Status OverrideTokenizer(const std::string& tok_path, ModelFile* m) {
+  Result<TokenizerSpec> tok = EndsWith(tok_path, ".json")
+                                  ? LoadHfTokenizerJson(tok_path)
+                                  : LoadLlama2cTokenizer(tok_path, m->config.vocab_size);
+  if (!tok.ok()) return tok.status().WithContext("tokenizer for " + m->path);
+  m->tokenizer = std::move(tok).value();
+  m->metadata.emplace_back("tokenizer.path", tok_path);
+  return Status::Ok();
+}
+
+Result<ModelFile> LoadByContent(const std::string& path, const LoadOptions& options) {
+  const char* p = path.c_str();
+  struct stat st;
+  if (::stat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT || errno == ENOTDIR) {
+      return Status::NotFound(StrFormat("%s: no such file or directory", p));
+    }
+    return Status::IoError(StrFormat("%s: cannot stat: %s", p, std::strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) {
+    if (Exists(path + "/model.safetensors") || Exists(path + "/model.safetensors.index.json") ||
+        Exists(path + "/config.json")) {
+      return LoadSafetensorsModel(path, options);
+    }
+    return Status::NotFound(
+        StrFormat("%s: directory holds no model (no model.safetensors, "
+                  "model.safetensors.index.json or config.json)",
+                  p));
+  }
+  if (EndsWith(path, ".safetensors") || EndsWith(path, ".safetensors.index.json")) {
+    return LoadSafetensorsModel(path, options);
+  }
+  WEIR_ASSIGN_OR_RETURN(std::shared_ptr<MappedFile> file, MappedFile::Open(path));
+  const uint8_t* data = file->data();
+  const uint64_t size = file->size();
+  if (size == 0) {
+    return Status::InvalidArgument(
+        StrFormat("%s: empty file; not a GGUF, safetensors or "
+                  "llama2.c model",
+                  p));
+  }
+  if (size >= 4 && std::memcmp(data, "GGUF", 4) == 0) {
+    file.reset();
+    WEIR_ASSIGN_OR_RETURN(ModelFile m, LoadGgufModel(path));
+    if (!options.tokenizer_path.empty()) {
+      WEIR_RETURN_IF_ERROR(OverrideTokenizer(options.tokenizer_path, &m));
+    }
+    return m;
+  }
+  if (LooksLikeSafetensors(data, size)) return LoadSafetensorsModel(path, options);
+  Result<Llama2cHeader> header = ParseLlama2cHeader(data, size, path);
+  if (!header.ok()) {
+    if (header.status().code() == Status::Code::kUnsupported) return header.status();
+    return Status::InvalidArgument(StrFormat(
+        "%s: not a GGUF, safetensors or llama2.c model (no GGUF magic, no safetensors header, "
+        "and as a llama2.c checkpoint: %s)",
+        p, header.status().message().c_str()));
+  }
+  file.reset();
+  return LoadLlama2cModel(path, options);
+}
+
+Status CheckRange(const std::string& path, const std::string& field, int64_t v, int64_t lo,
+                  int64_t hi) {
+  if (v < lo || v > hi) {
+    return Status::InvalidArgument(StrFormat(
+        "%s: config %s = %lld is outside %lld..%lld", path.c_str(), field.c_str(),
+        static_cast<long long>(v), static_cast<long long>(lo), static_cast<long long>(hi)));
+  }
+  return Status::Ok();
+}
+
+Status CheckTensor(const ModelFile& m, const std::string& name, const Shape& expected, bool norm,
+                   const char* derivation) {
+  const char* p = m.path.c_str();
+  const TensorView* t = m.Find(name);
+  if (!t) {
+    return Status::Corrupt(StrFormat("%s: required tensor %s is missing (expected shape %s = %s)",
+                                     p, name.c_str(), derivation, expected.ToString().c_str()));
+  }
+  if (!(t->shape == expected)) {
+    return Status::Corrupt(StrFormat("%s: tensor %s has shape %s, expected %s = %s", p,
+                                     name.c_str(), t->shape.ToString().c_str(), derivation,
+                                     expected.ToString().c_str()));
+  }
+  if (norm && t->dtype != DType::kF32) {
+    return Status::Corrupt(StrFormat("%s: norm tensor %s is %s; norms must be F32", p, name.c_str(),
+                                     DTypeName(t->dtype)));
+  }
+  if (t->cols() % BlockSize(t->dtype) != 0) {
+    return Status::Corrupt(
+        StrFormat("%s: tensor %s: rows of %lld %s values are not whole "
+                  "blocks of %d",
+                  p, name.c_str(), static_cast<long long>(t->cols()), DTypeName(t->dtype),
+                  BlockSize(t->dtype)));
+  }
+  if (!t->data) {
+    return Status::Corrupt(StrFormat("%s: tensor %s has no data", p, name.c_str()));
+  }
+  return Status::Ok();
+}
+
+Status ValidateTokenizer(const ModelFile& m) {
+  const char* p = m.path.c_str();
+  const TokenizerSpec& t = m.tokenizer;
+  const int64_t vocab = m.config.vocab_size;
+  const bool has_tokens = t.kind != TokenizerSpec::Kind::kNone;
+  const int64_t n = has_tokens ? static_cast<int64_t>(t.tokens.size()) : vocab;
+  if (has_tokens) {
+    if (t.tokens.empty()) {
+      return Status::Corrupt(StrFormat("%s: the tokenizer has no tokens", p));
+    }
+    if (n > vocab) {
+      return Status::Corrupt(
+          StrFormat("%s: the tokenizer has %lld tokens but the model's "
+                    "vocab_size is %lld; its ids would index past the "
+                    "embedding",
+                    p, static_cast<long long>(n), static_cast<long long>(vocab)));
+    }
+    if (!t.scores.empty() && static_cast<int64_t>(t.scores.size()) != n) {
+      return Status::Corrupt(StrFormat("%s: tokenizer has %zu scores for %lld tokens", p,
+                                       t.scores.size(), static_cast<long long>(n)));
+    }
+    if (!t.types.empty() && static_cast<int64_t>(t.types.size()) != n) {
+      return Status::Corrupt(StrFormat("%s: tokenizer has %zu token types for %lld tokens", p,
+                                       t.types.size(), static_cast<long long>(n)));
+    }
+  }
+  const struct {
+    const char* name;
+    int32_t id;
+  } ids[] = {
+      {"bos_id", t.bos_id}, {"eos_id", t.eos_id}, {"unk_id", t.unk_id}, {"pad_id", t.pad_id}};
+  for (const auto& [name, id] : ids) {
+    if (id < -1 || id >= n) {
+      return Status::Corrupt(StrFormat("%s: tokenizer %s %d is outside 0..%lld (-1 = none)", p,
+                                       name, id, static_cast<long long>(n - 1)));
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options) {
+  WEIR_ASSIGN_OR_RETURN(ModelFile m, LoadByContent(path, options));
+  WEIR_RETURN_IF_ERROR(ValidateLlama(m));
+  return m;
+}
+
+Status ValidateLlama(const ModelFile& m) {
+  namespace lim = limits;
+  const std::string& path = m.path;
+  const char* p = path.c_str();
+  const LlamaConfig& c = m.config;
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "d_model", c.d_model, 1, lim::kMaxModelDim));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "n_layers", c.n_layers, 1, lim::kMaxLayers));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "n_head", c.n_head, 1, lim::kMaxHeads));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "n_head_kv", c.n_head_kv, 1, c.n_head));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "head_dim", c.head_dim, 1, lim::kMaxHeadDim));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "d_ff", c.d_ff, 1, lim::kMaxFfnDim));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "vocab_size", c.vocab_size, 1, lim::kMaxVocabSize));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "ctx_len", c.ctx_len, 0, INT32_MAX));
+  WEIR_RETURN_IF_ERROR(CheckRange(path, "rope_dim", c.rope_dim, 2, c.head_dim));
+  if (c.n_head % c.n_head_kv != 0) {
+    return Status::InvalidArgument(
+        StrFormat("%s: config n_head %d is not a multiple of "
+                  "n_head_kv %d",
+                  p, c.n_head, c.n_head_kv));
+  }
+  if (c.rope_dim % 2 != 0) {
+    return Status::InvalidArgument(StrFormat("%s: config rope_dim %d is odd", p, c.rope_dim));
+  }
+  if (!std::isfinite(c.rms_eps) || c.rms_eps <= 0 || c.rms_eps >= 1) {
+    return Status::InvalidArgument(
+        StrFormat("%s: config rms_eps %g must be in (0, 1)", p, static_cast<double>(c.rms_eps)));
+  }
+  if (!std::isfinite(c.rope_theta) || c.rope_theta <= 0) {
+    return Status::InvalidArgument(
+        StrFormat("%s: config rope_theta %g must be positive and "
+                  "finite",
+                  p, static_cast<double>(c.rope_theta)));
+  }
+  if (static_cast<int64_t>(c.layers.size()) != c.n_layers) {
+    return Status::InvalidArgument(
+        StrFormat("%s: config has %zu per-layer entries for "
+                  "n_layers %d",
+                  p, c.layers.size(), c.n_layers));
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerDims& d = c.layers[l];
+    const std::string at = "layers[" + std::to_string(l) + "].";
+    WEIR_RETURN_IF_ERROR(CheckRange(path, at + "n_head", d.n_head, 1, lim::kMaxHeads));
+    WEIR_RETURN_IF_ERROR(CheckRange(path, at + "n_head_kv", d.n_head_kv, 1, d.n_head));
+    WEIR_RETURN_IF_ERROR(CheckRange(path, at + "d_ff", d.d_ff, 1, lim::kMaxFfnDim));
+    WEIR_RETURN_IF_ERROR(CheckRange(path, at + "n_head * head_dim", int64_t{d.n_head} * c.head_dim,
+                                    1, lim::kMaxModelDim));
+    if (d.n_head % d.n_head_kv != 0) {
+      return Status::InvalidArgument(
+          StrFormat("%s: config layer %d: n_head %d is not a "
+                    "multiple of n_head_kv %d",
+                    p, l, d.n_head, d.n_head_kv));
+    }
+  }
+  WEIR_RETURN_IF_ERROR(ValidateTokenizer(m));
+
+  // Tensors: presence, exact shape, F32 norms.
+  const int64_t dm = c.d_model, vocab = c.vocab_size;
+  WEIR_RETURN_IF_ERROR(
+      CheckTensor(m, "token_embd.weight", {vocab, dm}, false, "[vocab_size, d_model]"));
+  WEIR_RETURN_IF_ERROR(CheckTensor(m, "output_norm.weight", {dm}, true, "[d_model]"));
+  if (c.tied_output) {
+    if (m.Find("output.weight")) {
+      return Status::Corrupt(
+          StrFormat("%s: config says the output head is tied to "
+                    "token_embd.weight, but output.weight is present",
+                    p));
+    }
+  } else {
+    WEIR_RETURN_IF_ERROR(
+        CheckTensor(m, "output.weight", {vocab, dm}, false, "[vocab_size, d_model]"));
+  }
+  for (int l = 0; l < c.n_layers; ++l) {
+    const LayerDims& d = c.layers[l];
+    const int64_t q = int64_t{d.n_head} * c.head_dim, kv = int64_t{d.n_head_kv} * c.head_dim;
+    const int64_t ff = d.d_ff;
+    const std::string b = "blk." + std::to_string(l) + ".";
+    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "attn_norm.weight", {dm}, true, "[d_model]"));
+    WEIR_RETURN_IF_ERROR(
+        CheckTensor(m, b + "attn_q.weight", {q, dm}, false, "[n_head * head_dim, d_model]"));
+    WEIR_RETURN_IF_ERROR(
+        CheckTensor(m, b + "attn_k.weight", {kv, dm}, false, "[n_head_kv * head_dim, d_model]"));
+    WEIR_RETURN_IF_ERROR(
+        CheckTensor(m, b + "attn_v.weight", {kv, dm}, false, "[n_head_kv * head_dim, d_model]"));
+    WEIR_RETURN_IF_ERROR(
+        CheckTensor(m, b + "attn_output.weight", {dm, q}, false, "[d_model, n_head * head_dim]"));
+    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_norm.weight", {dm}, true, "[d_model]"));
+    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_gate.weight", {ff, dm}, false, "[d_ff, d_model]"));
+    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_up.weight", {ff, dm}, false, "[d_ff, d_model]"));
+    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_down.weight", {dm, ff}, false, "[d_model, d_ff]"));
+  }
+  return Status::Ok();
+}
+
+}  // namespace weir::format
