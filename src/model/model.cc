@@ -26,4 +26,14 @@ uint64_t Model::weight_bytes() const {
   return total;
 }
 
+uint64_t Model::dense_bytes_per_token() const {
+  uint64_t total = 0;
+  for (const auto& [name, view] : file_.tensors) {
+    if (name != "token_embd.weight") total += view.nbytes();
+  }
+  total += weights_.token_embd.row_bytes();
+  if (config().tied_output) total += weights_.output.nbytes();
+  return total;
+}
+
 }  // namespace weir::model

@@ -27,6 +27,9 @@ class Model {
   const tokenizer::Tokenizer* tokenizer() const { return tokenizer_ ? &*tokenizer_ : nullptr; }
   // Bytes of all weight tensors.
   uint64_t weight_bytes() const;
+  // Weight bytes a dense decode step reads: every layer tensor, the output norm and head, and
+  // one row of the token embedding.
+  uint64_t dense_bytes_per_token() const;
 
  private:
   format::ModelFile file_;

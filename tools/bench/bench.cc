@@ -1,0 +1,99 @@
+// weir bench: prompt and decode speed of a model, in llama-bench's spirit, with the weight bytes
+// a decode step reads, the bandwidth that achieves, and that as a fraction of a STREAM reading
+// taken in the same run. Prints a Markdown table, or JSON with --json.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <vector>
+
+#include "base/memory_bandwidth.h"
+#include "base/units.h"
+#include "common/cli.h"
+#include "common/commands.h"
+#include "common/model_flags.h"
+#include "model/sampler.h"
+#include "model/session.h"
+
+namespace weir::tools {
+
+namespace {
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
+}
+}  // namespace
+
+int BenchMain(int argc, char** argv) {
+  CLI::App app("Prompt and decode speed, bytes of weights per token, achieved bandwidth vs STREAM.", "bench");
+  ModelFlags mf;
+  int n_gen = 128, n_prompt = 128, reps = 3;
+  bool json = false, no_stream = false;
+  AddModelFlags(app, &mf);
+  app.add_option("-n,--n-gen", n_gen, "tokens to decode per repetition (default 128)")->check(CLI::Range(1, 1 << 20));
+  app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per repetition; 0 = skip (default 128)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("-r,--repetitions", reps, "repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
+  app.add_flag("--no-stream", no_stream, "skip the STREAM bandwidth measurement");
+  app.add_flag("--json", json, "print as JSON");
+  if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+
+  auto m = LoadModel(mf);
+  if (!m.ok()) return Fail("bench", m.status());
+  const model::Model& model = **m;
+  ThreadPool pool(ThreadCount(mf));
+  model::SessionOptions so;
+  so.ctx = std::max(mf.ctx, n_prompt + n_gen + 1);
+  so.n_batch = std::max(1, std::min(n_prompt, 64));
+  auto session = model::Session::Create(model, &pool, so);
+  if (!session.ok()) return Fail("bench", session.status());
+  model::Session& s = **session;
+  const int vocab = model.config().vocab_size;
+
+  std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
+  for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 1) % vocab;
+  using Clock = std::chrono::steady_clock;
+  std::vector<double> pp, tg;
+  for (int r = 0; r < reps; ++r) {
+    s.Reset();
+    int32_t tok = 1 % vocab;
+    if (n_prompt > 0) {
+      auto t0 = Clock::now();
+      auto l = s.Prefill(prompt);
+      if (!l.ok()) return Fail("bench", l.status());
+      pp.push_back(n_prompt / std::chrono::duration<double>(Clock::now() - t0).count());
+      tok = model::Sampler::Argmax(*l, vocab);
+      s.Reset();  // decode is measured from an empty context, like llama-bench's tg
+    }
+    auto t0 = Clock::now();
+    for (int i = 0; i < n_gen; ++i) {
+      auto l = s.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
+      if (!l.ok()) return Fail("bench", l.status());
+      tok = model::Sampler::Argmax(*l, vocab);
+    }
+    tg.push_back(n_gen / std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  MemoryBandwidth bw;
+  if (!no_stream) bw = MeasureMemoryBandwidth(&pool);
+  const double pp_tok_s = Median(pp), tg_tok_s = Median(tg);
+  const uint64_t bytes_tok = model.dense_bytes_per_token();
+  const double achieved = tg_tok_s * static_cast<double>(bytes_tok) / 1e9;
+  const double frac = bw.read_gbs > 0 ? achieved / bw.read_gbs : 0;
+
+  if (json) {
+    PrintJson({{"model", model.file().path}, {"weight_bytes", model.weight_bytes()}, {"threads", pool.size()},
+               {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"repetitions", reps},
+               {"prompt_tok_s", pp_tok_s}, {"decode_tok_s", tg_tok_s}, {"prompt_tok_s_all", pp},
+               {"decode_tok_s_all", tg}, {"bytes_per_token", bytes_tok}, {"achieved_gbs", achieved},
+               {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
+               {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac}});
+  } else {
+    std::printf("| model | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
+                n_prompt, n_gen);
+    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(),
+                FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
+                FormatBytes(bytes_tok).c_str(), achieved, bw.read_gbs, frac * 100);
+  }
+  return kExitOk;
+}
+
+}  // namespace weir::tools
