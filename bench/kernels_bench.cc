@@ -10,6 +10,8 @@
 //                                           counts 2 arrays; triad a = b + s c counts 3)
 //   BM_MatVec/DTYPE/ROWSxCOLS/threads:T     dense decode product on the active path
 //   BM_MatVecPath/PATH/DTYPE/...            the same on each supported path
+//   BM_DecodeMatVecs/DTYPE/llama-1b/...     every matvec of one llama-1b decode step (items =
+//                                           tokens: an upper bound on decode tok/s)
 //   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens)
 //   BM_GatherCols/DTYPE/...density:P        y = W[:, idx] x[idx] over wt [cols, rows]
 //   BM_GatherRows/DTYPE/...density:P        y[idx] = W[idx, :] x
@@ -25,11 +27,14 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <memory>
 #include <numeric>
 #include <random>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
@@ -207,6 +212,67 @@ void BM_MatMul(benchmark::State& state, DType t, Shape2 s, int threads, int64_t 
       benchmark::Counter::kIsRate);
 }
 
+// ---- all the matrix-vector products of one llama-1b decode step ----
+// 22 layers of wq, wk, wv, wo [2048|256, 2048], gate/up [5632, 2048], down [2048, 5632] and the
+// output matrix [32000, 2048], each at its own address (the model's weight bytes: 0.59 GiB Q4_0,
+// 1.09 GiB Q8_0, 2.05 GiB F16). Items/s is an upper bound on decode tok/s with these kernels;
+// bytes/s compared with BM_Stream/read is the bandwidth fraction of the products alone.
+struct DecodeModel {
+  DType dtype = DType::kF32;
+  std::vector<TensorView> mats;
+  size_t bytes = 0;
+  AlignedBuffer buf;
+};
+
+const DecodeModel& GetDecodeModel(DType t) {
+  static DecodeModel m;
+  if (!m.mats.empty() && m.dtype == t) return m;
+  m.buf.Reset(0);
+  m.mats.clear();
+  m.dtype = t;
+  std::vector<Shape2> shapes;
+  for (int l = 0; l < 22; ++l) {
+    for (Shape2 s : {Shape2{2048, 2048}, Shape2{256, 2048}, Shape2{256, 2048},
+                     Shape2{2048, 2048}, Shape2{5632, 2048}, Shape2{5632, 2048},
+                     Shape2{2048, 5632}}) {
+      shapes.push_back(s);
+    }
+  }
+  shapes.push_back({32000, 2048});
+  std::vector<size_t> offsets;
+  size_t total = 0;
+  for (Shape2 s : shapes) {
+    offsets.push_back(total);
+    total += (RowBytes(t, s.cols) * s.rows + 4095) / 4096 * 4096;
+  }
+  m.buf.Reset(total, 4096);
+  m.bytes = 0;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Shape2 s = shapes[i];
+    uint8_t* dst = m.buf.data<uint8_t>() + offsets[i];
+    // Quantize one row and repeat it (the contents do not matter to the speed, the bytes do).
+    std::vector<float> src = RandomFloats(static_cast<size_t>(s.cols), static_cast<uint32_t>(i));
+    QuantizeRow(t, src.data(), dst, s.cols);
+    const size_t rb = RowBytes(t, s.cols);
+    for (int64_t r = 1; r < s.rows; ++r) std::memcpy(dst + r * rb, dst, rb);
+    m.mats.push_back(TensorView{t, Shape{s.rows, s.cols}, dst});
+    m.bytes += rb * s.rows;
+  }
+  return m;
+}
+
+void BM_DecodeMatVecs(benchmark::State& state, DType t, int threads) {
+  const DecodeModel& m = GetDecodeModel(t);
+  std::vector<float> x = RandomFloats(5632, 3), y(32000);
+  ThreadPool* pool = Pool(threads);
+  for (auto _ : state) {
+    for (const TensorView& w : m.mats) MatVec(w, x.data(), y.data(), pool);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetItemsProcessed(state.iterations());
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(m.bytes));
+}
+
 // ---- gathered products ----
 
 std::vector<int32_t> ActiveIndices(int64_t n, double density) {
@@ -297,6 +363,80 @@ void BM_TopK(benchmark::State& state) {
   state.SetItemsProcessed(state.iterations() * n);
 }
 
+// ---- summary ----
+// Prints, after the usual table, the ratios the kernel targets are stated in: kernel GB/s as a
+// fraction of the STREAM read bandwidth of the same run (same thread count), and gathered time
+// as a fraction of the dense time. With --benchmark_repetitions each figure is a median.
+class SummaryReporter : public benchmark::ConsoleReporter {
+ public:
+  SummaryReporter()
+      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+
+  void ReportRuns(const std::vector<Run>& runs) override {
+    ConsoleReporter::ReportRuns(runs);
+    for (const Run& r : runs) {
+      if (r.run_type != Run::RT_Iteration || r.error_occurred) continue;
+      std::string name = r.benchmark_name();
+      const std::string suffix = "/real_time";
+      if (name.size() > suffix.size() && name.ends_with(suffix)) {
+        name.resize(name.size() - suffix.size());
+      }
+      auto it = r.counters.find("bytes_per_second");
+      times_[name].push_back(r.GetAdjustedRealTime());
+      if (it != r.counters.end()) rates_[name].push_back(it->second.value);
+    }
+  }
+
+  void Finalize() override {
+    ConsoleReporter::Finalize();
+    std::printf("\nSummary (medians; %% of BM_Stream/read at the same thread count)\n");
+    for (int threads : {1, 2}) {
+      const std::string suffix = "/threads:" + std::to_string(threads);
+      const double read = Median(rates_, "BM_Stream/read" + suffix);
+      if (read <= 0) continue;
+      std::printf("  STREAM %d thread(s): read %.2f GB/s, copy %.2f GB/s, triad %.2f GB/s\n",
+                  threads, read / 1e9, Median(rates_, "BM_Stream/copy" + suffix) / 1e9,
+                  Median(rates_, "BM_Stream/triad" + suffix) / 1e9);
+      for (const auto& [name, v] : rates_) {
+        if (name.rfind("BM_Stream", 0) == 0 || !name.ends_with(suffix)) continue;
+        if (name.rfind("BM_MatVec", 0) != 0 && name.rfind("BM_Decode", 0) != 0) continue;
+        const double rate = Median(rates_, name);
+        std::printf("    %-52s %6.2f GB/s  %5.1f%%\n", name.c_str(), rate / 1e9,
+                    100.0 * rate / read);
+      }
+    }
+    std::printf("\n  Gathered time / dense time (same matrix, 2 threads)\n");
+    for (const auto& [name, v] : times_) {
+      const bool cols = name.rfind("BM_GatherCols/", 0) == 0;
+      const bool rows = name.rfind("BM_GatherRows/", 0) == 0;
+      if (!cols && !rows) continue;
+      // BM_GatherCols/Q8_0/2048x5632/density:50/threads:2 -> BM_MatVec/Q8_0/2048x5632/threads:2
+      const size_t type_begin = name.find('/') + 1;
+      const size_t shape_end = name.find("/density:");
+      const std::string dense = "BM_MatVec/" + name.substr(type_begin, shape_end - type_begin) +
+                                "/threads:2";
+      const double t_dense = Median(times_, dense);
+      const double t_full = Median(times_, name.substr(0, shape_end) + "/density:100/threads:2");
+      if (t_dense <= 0) continue;
+      std::printf("    %-56s %5.1f%% of dense MatVec, %5.1f%% of density 100\n", name.c_str(),
+                  100.0 * Median(times_, name) / t_dense,
+                  t_full > 0 ? 100.0 * Median(times_, name) / t_full : 0.0);
+    }
+  }
+
+ private:
+  static double Median(const std::map<std::string, std::vector<double>>& m,
+                       const std::string& key) {
+    auto it = m.find(key);
+    if (it == m.end() || it->second.empty()) return 0;
+    std::vector<double> v = it->second;
+    std::sort(v.begin(), v.end());
+    return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  }
+
+  std::map<std::string, std::vector<double>> times_, rates_;
+};
+
 std::string ShapeName(Shape2 s) {
   return std::to_string(s.rows) + "x" + std::to_string(s.cols);
 }
@@ -326,6 +466,14 @@ void RegisterAll() {
                           BM_MatVec, t, s, threads, std::nullopt)
             ->UseRealTime();
       }
+    }
+  }
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+    for (int threads : {1, 2}) {
+      RegisterBenchmark(("BM_DecodeMatVecs/" + std::string(DTypeName(t)) + "/llama-1b/threads:" +
+                         std::to_string(threads)).c_str(),
+                        BM_DecodeMatVecs, t, threads)
+          ->UseRealTime();
     }
   }
   for (Isa isa : SupportedIsas()) {
@@ -381,7 +529,8 @@ int main(int argc, char** argv) {
   benchmark::AddCustomContext("kernels_path", IsaName(ActiveIsa()));
   benchmark::AddCustomContext("arena_mib", std::to_string(ArenaBytes() >> 20));
   RegisterAll();
-  benchmark::RunSpecifiedBenchmarks();
+  SummaryReporter reporter;
+  benchmark::RunSpecifiedBenchmarks(&reporter);
   benchmark::Shutdown();
   return 0;
 }

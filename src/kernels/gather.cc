@@ -22,11 +22,10 @@ void CheckIndices(const int32_t* idx, int64_t n_idx, int64_t limit) {
   for (int64_t k = 0; k < n_idx; ++k) WEIR_CHECK(idx[k] >= 0 && idx[k] < limit);
 }
 
-// Asks for the first lines of a row that will be read soon: rows of a gather start at unrelated
-// addresses, and the hardware prefetcher only locks on after a few misses of its own.
-inline void PrefetchRowStart(const uint8_t* p, size_t bytes) {
-  const size_t n = bytes < 512 ? bytes : 512;
-  for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off, 0, 3);
+// Asks for a row that will be read soon: rows of a gather start at unrelated addresses, where
+// the hardware prefetcher needs a few misses of its own to lock on.
+inline void PrefetchRow(const uint8_t* p, size_t bytes) {
+  for (size_t off = 0; off < bytes; off += 64) __builtin_prefetch(p + off, 0, 3);
 }
 
 struct ColsJob {
@@ -54,8 +53,10 @@ struct RowsJob {
 
   void Run(size_t b, size_t e) const {
     const size_t row_bytes = w->row_bytes();
+    if (b < e) PrefetchRow(w->row(idx[b]), row_bytes);
+    if (b + 1 < e) PrefetchRow(w->row(idx[b + 1]), row_bytes);
     for (size_t i = b; i < e; ++i) {
-      if (i + 1 < e) PrefetchRowStart(w->row(idx[i + 1]), row_bytes);
+      if (i + 2 < e) PrefetchRow(w->row(idx[i + 2]), row_bytes);
       k->dot(w->dtype, w->row(idx[i]), row_bytes, w->cols(), 1, xp, 0, 1, y + idx[i], 0);
     }
   }

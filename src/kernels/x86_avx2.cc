@@ -359,10 +359,13 @@ void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, co
       rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
       xs[i] = x[idx[k + i]];
     }
-    for (int64_t i = k + R; i < Min64(k + 2 * R, n_idx); ++i) {
+    // Rows of a gather start at unrelated addresses, where the hardware prefetcher needs a few
+    // misses to lock on; ask for the whole rows of the group after next ahead of time.
+    for (int64_t i = k + 2 * R; i < Min64(k + 3 * R, n_idx); ++i) {
       const uint8_t* p = wt + static_cast<size_t>(idx[i]) * row_stride;
-      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-      _mm_prefetch(reinterpret_cast<const char*>(p + 64), _MM_HINT_T0);
+      for (size_t off = 0; off < row_stride; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+      }
     }
     AxpyRows<R>(t, rows, xs, n_out, acc);
   }
