@@ -21,6 +21,7 @@
 // Example: build-kern/bin/kernels_bench --benchmark_filter='Stream|MatVec/'
 //            --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstdio>
@@ -33,8 +34,6 @@
 #include <random>
 #include <string>
 #include <vector>
-
-#include <unistd.h>
 
 #include "base/aligned_buffer.h"
 #include "base/thread_pool.h"
@@ -137,33 +136,36 @@ void BM_Stream(benchmark::State& state, StreamOp op) {
   float* c = s.c.data<float>();
   uint64_t sink[8] = {};
   for (auto _ : state) {
-    pool->ParallelFor(s.n, [&](size_t begin, size_t end, int ti) {
-      if (op == StreamOp::kRead) {
-        // 16-byte integer vectors (GCC/Clang vector extension: SSE2 / NEON) in 4 independent
-        // accumulators, so the loop issues one load per 16 bytes and is never the bottleneck.
-        typedef uint32_t V4 __attribute__((vector_size(16)));
-        const auto* p = reinterpret_cast<const uint32_t*>(a);
-        V4 acc[4] = {};
-        size_t i = begin;
-        for (; i + 16 <= end; i += 16) {
-          for (int k = 0; k < 4; ++k) {
-            V4 v;
-            std::memcpy(&v, p + i + 4 * k, sizeof(v));
-            acc[k] += v;
+    pool->ParallelFor(
+        s.n,
+        [&](size_t begin, size_t end, int ti) {
+          if (op == StreamOp::kRead) {
+            // 16-byte integer vectors (GCC/Clang vector extension: SSE2 / NEON) in 4 independent
+            // accumulators, so the loop issues one load per 16 bytes and is never the bottleneck.
+            typedef uint32_t V4 __attribute__((vector_size(16)));
+            const auto* p = reinterpret_cast<const uint32_t*>(a);
+            V4 acc[4] = {};
+            size_t i = begin;
+            for (; i + 16 <= end; i += 16) {
+              for (int k = 0; k < 4; ++k) {
+                V4 v;
+                std::memcpy(&v, p + i + 4 * k, sizeof(v));
+                acc[k] += v;
+              }
+            }
+            uint64_t total = 0;
+            for (; i < end; ++i) total += p[i];
+            for (int k = 0; k < 4; ++k) {
+              for (int l = 0; l < 4; ++l) total += acc[k][l];
+            }
+            sink[ti] += total;
+          } else if (op == StreamOp::kCopy) {
+            std::memcpy(c + begin, a + begin, (end - begin) * sizeof(float));
+          } else {
+            for (size_t i = begin; i < end; ++i) a[i] = b[i] + 0.5f * c[i];
           }
-        }
-        uint64_t total = 0;
-        for (; i < end; ++i) total += p[i];
-        for (int k = 0; k < 4; ++k) {
-          for (int l = 0; l < 4; ++l) total += acc[k][l];
-        }
-        sink[ti] += total;
-      } else if (op == StreamOp::kCopy) {
-        std::memcpy(c + begin, a + begin, (end - begin) * sizeof(float));
-      } else {
-        for (size_t i = begin; i < end; ++i) a[i] = b[i] + 0.5f * c[i];
-      }
-    }, 4096);
+        },
+        4096);
     benchmark::DoNotOptimize(sink);
     benchmark::ClobberMemory();
   }
@@ -192,8 +194,7 @@ void BM_MatVec(benchmark::State& state, DType t, Shape2 s, int threads, std::opt
     MatVec(arena.view(i++), x.data(), y.data(), pool);
     benchmark::DoNotOptimize(y.data());
   }
-  state.SetBytesProcessed(state.iterations() *
-                          static_cast<int64_t>(RowBytes(t, s.cols) * s.rows));
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(RowBytes(t, s.cols) * s.rows));
 }
 
 void BM_MatMul(benchmark::State& state, DType t, Shape2 s, int threads, int64_t n) {
@@ -207,9 +208,9 @@ void BM_MatMul(benchmark::State& state, DType t, Shape2 s, int threads, int64_t 
     benchmark::DoNotOptimize(y.data());
   }
   state.SetItemsProcessed(state.iterations() * n);
-  state.counters["GFLOP/s"] = benchmark::Counter(
-      static_cast<double>(state.iterations()) * 2.0 * s.rows * s.cols * n / 1e9,
-      benchmark::Counter::kIsRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(static_cast<double>(state.iterations()) * 2.0 * s.rows * s.cols * n / 1e9,
+                         benchmark::Counter::kIsRate);
 }
 
 // ---- all the matrix-vector products of one llama-1b decode step ----
@@ -232,9 +233,8 @@ const DecodeModel& GetDecodeModel(DType t) {
   m.dtype = t;
   std::vector<Shape2> shapes;
   for (int l = 0; l < 22; ++l) {
-    for (Shape2 s : {Shape2{2048, 2048}, Shape2{256, 2048}, Shape2{256, 2048},
-                     Shape2{2048, 2048}, Shape2{5632, 2048}, Shape2{5632, 2048},
-                     Shape2{2048, 5632}}) {
+    for (Shape2 s : {Shape2{2048, 2048}, Shape2{256, 2048}, Shape2{256, 2048}, Shape2{2048, 2048},
+                     Shape2{5632, 2048}, Shape2{5632, 2048}, Shape2{2048, 5632}}) {
       shapes.push_back(s);
     }
   }
@@ -369,8 +369,7 @@ void BM_TopK(benchmark::State& state) {
 // as a fraction of the dense time. With --benchmark_repetitions each figure is a median.
 class SummaryReporter : public benchmark::ConsoleReporter {
  public:
-  SummaryReporter()
-      : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
+  SummaryReporter() : ConsoleReporter(isatty(STDOUT_FILENO) ? OO_ColorTabular : OO_Tabular) {}
 
   void ReportRuns(const std::vector<Run>& runs) override {
     ConsoleReporter::ReportRuns(runs);
@@ -413,8 +412,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       // BM_GatherCols/Q8_0/2048x5632/density:50/threads:2 -> BM_MatVec/Q8_0/2048x5632/threads:2
       const size_t type_begin = name.find('/') + 1;
       const size_t shape_end = name.find("/density:");
-      const std::string dense = "BM_MatVec/" + name.substr(type_begin, shape_end - type_begin) +
-                                "/threads:2";
+      const std::string dense =
+          "BM_MatVec/" + name.substr(type_begin, shape_end - type_begin) + "/threads:2";
       const double t_dense = Median(times_, dense);
       const double t_full = Median(times_, name.substr(0, shape_end) + "/density:100/threads:2");
       if (t_dense <= 0) continue;
@@ -437,9 +436,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   std::map<std::string, std::vector<double>> times_, rates_;
 };
 
-std::string ShapeName(Shape2 s) {
-  return std::to_string(s.rows) + "x" + std::to_string(s.cols);
-}
+std::string ShapeName(Shape2 s) { return std::to_string(s.rows) + "x" + std::to_string(s.cols); }
 
 std::string CpuModel() {
   std::ifstream f("/proc/cpuinfo");
@@ -454,15 +451,25 @@ void RegisterAll() {
   using benchmark::RegisterBenchmark;
   const DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kBF16, DType::kF32};
   for (int threads : {1, 2}) {
-    RegisterBenchmark("BM_Stream/read", BM_Stream, StreamOp::kRead)->Arg(threads)->ArgName("threads")->UseRealTime();
-    RegisterBenchmark("BM_Stream/copy", BM_Stream, StreamOp::kCopy)->Arg(threads)->ArgName("threads")->UseRealTime();
-    RegisterBenchmark("BM_Stream/triad", BM_Stream, StreamOp::kTriad)->Arg(threads)->ArgName("threads")->UseRealTime();
+    RegisterBenchmark("BM_Stream/read", BM_Stream, StreamOp::kRead)
+        ->Arg(threads)
+        ->ArgName("threads")
+        ->UseRealTime();
+    RegisterBenchmark("BM_Stream/copy", BM_Stream, StreamOp::kCopy)
+        ->Arg(threads)
+        ->ArgName("threads")
+        ->UseRealTime();
+    RegisterBenchmark("BM_Stream/triad", BM_Stream, StreamOp::kTriad)
+        ->Arg(threads)
+        ->ArgName("threads")
+        ->UseRealTime();
   }
   for (DType t : kTypes) {
     for (Shape2 s : kShapes) {
       for (int threads : {1, 2}) {
         RegisterBenchmark(("BM_MatVec/" + std::string(DTypeName(t)) + "/" + ShapeName(s) +
-                           "/threads:" + std::to_string(threads)).c_str(),
+                           "/threads:" + std::to_string(threads))
+                              .c_str(),
                           BM_MatVec, t, s, threads, std::nullopt)
             ->UseRealTime();
       }
@@ -470,8 +477,9 @@ void RegisterAll() {
   }
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
     for (int threads : {1, 2}) {
-      RegisterBenchmark(("BM_DecodeMatVecs/" + std::string(DTypeName(t)) + "/llama-1b/threads:" +
-                         std::to_string(threads)).c_str(),
+      RegisterBenchmark(("BM_DecodeMatVecs/" + std::string(DTypeName(t)) +
+                         "/llama-1b/threads:" + std::to_string(threads))
+                            .c_str(),
                         BM_DecodeMatVecs, t, threads)
           ->UseRealTime();
     }
@@ -480,15 +488,17 @@ void RegisterAll() {
     if (isa == Isa::kScalar) continue;
     for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
       RegisterBenchmark(("BM_MatVecPath/" + std::string(IsaName(isa)) + "/" + DTypeName(t) +
-                         "/2048x5632/threads:2").c_str(),
+                         "/2048x5632/threads:2")
+                            .c_str(),
                         BM_MatVec, t, Shape2{2048, 5632}, 2, isa)
           ->UseRealTime();
     }
   }
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
     for (int64_t n : {16, 64}) {
-      RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) + "/2048x5632/tokens:" +
-                         std::to_string(n) + "/threads:2").c_str(),
+      RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) +
+                         "/2048x5632/tokens:" + std::to_string(n) + "/threads:2")
+                            .c_str(),
                         BM_MatMul, t, Shape2{2048, 5632}, 2, n)
           ->UseRealTime();
     }
@@ -497,14 +507,16 @@ void RegisterAll() {
     for (double density : {1.0, 0.5, 0.25}) {
       const std::string d = std::to_string(static_cast<int>(density * 100));
       // Column form: the FFN down projection W [2048, 5632] stored as wt [5632, 2048].
-      RegisterBenchmark(("BM_GatherCols/" + std::string(DTypeName(t)) +
-                         "/2048x5632/density:" + d + "/threads:2").c_str(),
-                        BM_GatherCols, t, Shape2{2048, 5632}, 2, density)
+      RegisterBenchmark(
+          ("BM_GatherCols/" + std::string(DTypeName(t)) + "/2048x5632/density:" + d + "/threads:2")
+              .c_str(),
+          BM_GatherCols, t, Shape2{2048, 5632}, 2, density)
           ->UseRealTime();
       // Row form: the gate/up projection W [5632, 2048], active outputs.
-      RegisterBenchmark(("BM_GatherRows/" + std::string(DTypeName(t)) +
-                         "/5632x2048/density:" + d + "/threads:2").c_str(),
-                        BM_GatherRows, t, Shape2{5632, 2048}, 2, density)
+      RegisterBenchmark(
+          ("BM_GatherRows/" + std::string(DTypeName(t)) + "/5632x2048/density:" + d + "/threads:2")
+              .c_str(),
+          BM_GatherRows, t, Shape2{5632, 2048}, 2, density)
           ->UseRealTime();
     }
   }

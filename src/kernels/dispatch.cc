@@ -8,10 +8,18 @@ namespace weir::kernels::internal {
 const IsaKernels& KernelsFor(Isa isa) {
   const IsaKernels* k = nullptr;
   switch (isa) {
-    case Isa::kScalar: k = ScalarKernels(); break;
-    case Isa::kPortable: k = PortableKernels(); break;
-    case Isa::kAvx2: k = Avx2Kernels(); break;
-    case Isa::kAvx512: k = Avx512Kernels(); break;
+    case Isa::kScalar:
+      k = ScalarKernels();
+      break;
+    case Isa::kPortable:
+      k = PortableKernels();
+      break;
+    case Isa::kAvx2:
+      k = Avx2Kernels();
+      break;
+    case Isa::kAvx512:
+      k = Avx512Kernels();
+      break;
   }
   WEIR_CHECK(k != nullptr);
   return *k;

@@ -76,15 +76,14 @@ void GatherMatVecCols(const TensorView& wt, const int32_t* idx, int64_t n_idx, c
   float* partials = nullptr;
   if (n_threads > 1) {
     const size_t bytes = static_cast<size_t>(n_threads - 1) * n_out * sizeof(float);
-    partials = static_cast<float*>(
-        internal::ThreadScratch(internal::ScratchSlot::kPartialSums, bytes));
+    partials =
+        static_cast<float*>(internal::ThreadScratch(internal::ScratchSlot::kPartialSums, bytes));
     std::memset(partials, 0, bytes);
   }
   ColsJob job{&k, &wt, idx, x, y, partials};
   ParallelForDynamic(
       pool, static_cast<size_t>(n_idx),
-      [&job](size_t b, size_t e, int thread) { job.Run(b, e, thread); },
-      IndexChunk(n_idx, pool));
+      [&job](size_t b, size_t e, int thread) { job.Run(b, e, thread); }, IndexChunk(n_idx, pool));
   for (int t = 1; t < n_threads; ++t) {
     const float* p = partials + static_cast<size_t>(t - 1) * n_out;
     for (int64_t j = 0; j < n_out; ++j) y[j] += p[j];

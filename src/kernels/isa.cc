@@ -24,9 +24,8 @@ bool CpuHasAvx2() {
 bool CpuHasAvx512() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") &&
-         __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
-         __builtin_cpu_supports("avx512vnni");
+  return CpuHasAvx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
 #else
   return false;
 #endif
@@ -45,10 +44,14 @@ Isa ProcessIsa() {
 
 const char* IsaName(Isa isa) {
   switch (isa) {
-    case Isa::kScalar: return "scalar";
-    case Isa::kPortable: return "portable";
-    case Isa::kAvx2: return "avx2";
-    case Isa::kAvx512: return "avx512";
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kPortable:
+      return "portable";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
   }
   return "?";
 }
@@ -65,9 +68,12 @@ bool IsaSupported(Isa isa) {
   static const bool has_avx512 = CpuHasAvx512();
   switch (isa) {
     case Isa::kScalar:
-    case Isa::kPortable: return true;
-    case Isa::kAvx2: return has_avx2;
-    case Isa::kAvx512: return has_avx512;
+    case Isa::kPortable:
+      return true;
+    case Isa::kAvx2:
+      return has_avx2;
+    case Isa::kAvx512:
+      return has_avx512;
   }
   return false;
 }
@@ -95,9 +101,8 @@ Result<std::optional<Isa>> IsaFromEnv() {
         "WEIR_KERNELS='%s' names no kernel path (expected scalar, portable, avx2 or avx512)", v));
   }
   if (!IsaSupported(*isa)) {
-    return Status::Unsupported(
-        StrFormat("WEIR_KERNELS='%s': this CPU cannot run that path (best is %s)", v,
-                  IsaName(BestIsa())));
+    return Status::Unsupported(StrFormat(
+        "WEIR_KERNELS='%s': this CPU cannot run that path (best is %s)", v, IsaName(BestIsa())));
   }
   return isa;
 }

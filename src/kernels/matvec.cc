@@ -39,8 +39,8 @@ struct MatMulJob {
       const int64_t nt = std::min(kTokenChunk, n_tok - t0);
       k->dot(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),
              static_cast<int64_t>(row_end - row_begin),
-             static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride, xp_stride,
-             nt, y + t0 * rows + static_cast<int64_t>(row_begin), static_cast<size_t>(rows));
+             static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride, xp_stride, nt,
+             y + t0 * rows + static_cast<int64_t>(row_begin), static_cast<size_t>(rows));
     }
   }
 };

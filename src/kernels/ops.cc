@@ -75,8 +75,8 @@ int64_t TopK(const float* scores, int64_t n, int64_t k, int32_t* idx, float* scr
 
 int64_t TopK(const float* scores, int64_t n, int64_t k, int32_t* idx) {
   if (n <= 0 || k <= 0) return 0;
-  void* scratch = internal::ThreadScratch(internal::ScratchSlot::kTopK,
-                                          static_cast<size_t>(n) * sizeof(float));
+  void* scratch =
+      internal::ThreadScratch(internal::ScratchSlot::kTopK, static_cast<size_t>(n) * sizeof(float));
   return TopK(scores, n, k, idx, static_cast<float*>(scratch));
 }
 

@@ -1,8 +1,8 @@
 // The "portable" path: Highway (libhwy 1.0.x) kernels. Highway compiles this file once per target
-// it knows (SSSE3/SSE4/AVX2/AVX-512 on x86, NEON/SVE on ARM, a scalar emulation elsewhere) and picks
-// the best one the CPU supports at run time, so a non-x86 build (phones) gets vector code from
-// this file alone. It is simpler than the hand-written x86 paths: quantized blocks are widened to
-// int16 and multiplied pairwise into int32 (ReorderWidenMulAccumulate), and the prepared
+// it knows (SSSE3/SSE4/AVX2/AVX-512 on x86, NEON/SVE on ARM, a scalar emulation elsewhere) and
+// picks the best one the CPU supports at run time, so a non-x86 build (phones) gets vector code
+// from this file alone. It is simpler than the hand-written x86 paths: quantized blocks are widened
+// to int16 and multiplied pairwise into int32 (ReorderWidenMulAccumulate), and the prepared
 // activation is the plain ref layout.
 //
 // Like the hand-written paths, nothing here calls inline code from other headers outside
@@ -12,9 +12,9 @@
 
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/portable_hwy.cc"
+#include "hwy/contrib/math/math-inl.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "hwy/contrib/math/math-inl.h"
 #include "kernels/internal/isa_kernels.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -125,8 +125,8 @@ void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
       }
       for (int t = 0; t < NT; ++t) {
         const auto* xq = reinterpret_cast<const int8_t*>(xp + t * xs) + b * kQ + j;
-        s0[t] = hn::ReorderWidenMulAccumulate(d32, wv, hn::PromoteTo(d16, hn::LoadU(d8, xq)),
-                                              s0[t], s1[t]);
+        s0[t] = hn::ReorderWidenMulAccumulate(d32, wv, hn::PromoteTo(d16, hn::LoadU(d8, xq)), s0[t],
+                                              s1[t]);
       }
     }
     const float dw = LoadHalf(blk);
@@ -152,8 +152,7 @@ inline hn::Vec<D> LoadN(D df, const uint8_t* row, int64_t j) {
 }
 
 template <DType T, int NT>
-void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y,
-                 size_t ys) {
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys) {
   const hn::ScalableTag<float> df;
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
   using VF = hn::Vec<decltype(df)>;
@@ -176,20 +175,30 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
 }
 
 template <int NT>
-void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
-                  float* y, size_t ys) {
+void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
+                  size_t ys) {
   const auto* xf = reinterpret_cast<const float*>(xp);
   switch (t) {
-    case DType::kQ8_0: DotQuantRow<false, NT>(row, cols, xp, xs, y, ys); return;
-    case DType::kQ4_0: DotQuantRow<true, NT>(row, cols, xp, xs, y, ys); return;
-    case DType::kF32: DotFloatRow<DType::kF32, NT>(row, cols, xf, xs / 4, y, ys); return;
-    case DType::kF16: DotFloatRow<DType::kF16, NT>(row, cols, xf, xs / 4, y, ys); return;
-    case DType::kBF16: DotFloatRow<DType::kBF16, NT>(row, cols, xf, xs / 4, y, ys); return;
+    case DType::kQ8_0:
+      DotQuantRow<false, NT>(row, cols, xp, xs, y, ys);
+      return;
+    case DType::kQ4_0:
+      DotQuantRow<true, NT>(row, cols, xp, xs, y, ys);
+      return;
+    case DType::kF32:
+      DotFloatRow<DType::kF32, NT>(row, cols, xf, xs / 4, y, ys);
+      return;
+    case DType::kF16:
+      DotFloatRow<DType::kF16, NT>(row, cols, xf, xs / 4, y, ys);
+      return;
+    case DType::kBF16:
+      DotFloatRow<DType::kBF16, NT>(row, cols, xf, xs / 4, y, ys);
+      return;
   }
 }
 
-void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-         const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
+         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
   const auto* x = static_cast<const uint8_t*>(xp);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
@@ -252,11 +261,21 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 template <int R>
 void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
   switch (t) {
-    case DType::kF32: AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc); return;
-    case DType::kF16: AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc); return;
-    case DType::kBF16: AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc); return;
-    case DType::kQ8_0: AxpyQuantRows<false, R>(rows, xs, n_out, acc); return;
-    case DType::kQ4_0: AxpyQuantRows<true, R>(rows, xs, n_out, acc); return;
+    case DType::kF32:
+      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kF16:
+      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kBF16:
+      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kQ8_0:
+      AxpyQuantRows<false, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kQ4_0:
+      AxpyQuantRows<true, R>(rows, xs, n_out, acc);
+      return;
   }
 }
 
@@ -361,9 +380,7 @@ HWY_EXPORT(RmsNorm);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(SiluMul);
 
-size_t DispatchPrepBytes(DType t, int64_t cols) {
-  return HWY_DYNAMIC_DISPATCH(PrepBytes)(t, cols);
-}
+size_t DispatchPrepBytes(DType t, int64_t cols) { return HWY_DYNAMIC_DISPATCH(PrepBytes)(t, cols); }
 void DispatchPrep(DType t, const float* x, int64_t cols, void* out) {
   HWY_DYNAMIC_DISPATCH(Prep)(t, x, cols, out);
 }

@@ -72,13 +72,12 @@ inline __m256 BlockScales8(const uint8_t* first, int64_t n) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i offsets = _mm256_mullo_epi32(lane, _mm256_set1_epi32(static_cast<int>(bb)));
   const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
-  __m256i words = _mm256_mask_i32gather_epi32(_mm256_setzero_si256(),
-                                              reinterpret_cast<const int*>(first), offsets,
-                                              valid, 1);
+  __m256i words = _mm256_mask_i32gather_epi32(
+      _mm256_setzero_si256(), reinterpret_cast<const int*>(first), offsets, valid, 1);
   words = _mm256_and_si256(words, _mm256_set1_epi32(0xffff));
   // Narrow 8 x 32-bit to 8 x 16-bit (packus works per 128-bit lane; gather the halves).
-  const __m256i packed = _mm256_permute4x64_epi64(
-      _mm256_packus_epi32(words, _mm256_setzero_si256()), 0x08);
+  const __m256i packed =
+      _mm256_permute4x64_epi64(_mm256_packus_epi32(words, _mm256_setzero_si256()), 0x08);
   return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
 }
 
@@ -204,8 +203,7 @@ inline float Load1(const uint8_t* row, int64_t j) {
 }
 
 template <DType T, int NT>
-void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y,
-                 size_t ys) {
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys) {
   __m256 acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
   int64_t j = 0;
@@ -232,11 +230,15 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
 }
 
 template <int NT>
-void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
-                  float* y, size_t ys) {
+void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
+                  size_t ys) {
   switch (t) {
-    case DType::kQ8_0: DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys); return;
-    case DType::kQ4_0: DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys); return;
+    case DType::kQ8_0:
+      DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys);
+      return;
+    case DType::kQ4_0:
+      DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys);
+      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
       return;
@@ -249,8 +251,8 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
   }
 }
 
-void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-         const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
+         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
   const auto* x = static_cast<const uint8_t*>(xp);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
@@ -272,7 +274,8 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
         DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
                         y_stride);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -303,8 +306,8 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   for (int64_t c = 0; c < nb; c += 8) {
     const int64_t n = Min64(8, nb - c);
     for (int i = 0; i < R; ++i) {
-      _mm256_store_ps(scale[i], _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n),
-                                              _mm256_set1_ps(xs[i])));
+      _mm256_store_ps(scale[i],
+                      _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n), _mm256_set1_ps(xs[i])));
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t b = c + k;
@@ -340,11 +343,21 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 template <int R>
 void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
   switch (t) {
-    case DType::kF32: AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc); return;
-    case DType::kF16: AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc); return;
-    case DType::kBF16: AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc); return;
-    case DType::kQ8_0: AxpyQuantRows<false, R>(rows, xs, n_out, acc); return;
-    case DType::kQ4_0: AxpyQuantRows<true, R>(rows, xs, n_out, acc); return;
+    case DType::kF32:
+      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kF16:
+      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kBF16:
+      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kQ8_0:
+      AxpyQuantRows<false, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kQ4_0:
+      AxpyQuantRows<true, R>(rows, xs, n_out, acc);
+      return;
   }
 }
 
@@ -395,8 +408,8 @@ inline __m256 Exp(__m256 x) {
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(0.5f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
   p = _mm256_fmadd_ps(p, r, _mm256_set1_ps(1.0f));
-  const __m256i e = _mm256_slli_epi32(
-      _mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
+  const __m256i e =
+      _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(n), _mm256_set1_epi32(127)), 23);
   return _mm256_andnot_ps(tiny, _mm256_mul_ps(p, _mm256_castsi256_ps(e)));
 }
 
@@ -447,7 +460,8 @@ void Softmax(float* x, int64_t n) {
   }
   const float inv = 1.0f / s;
   const __m256 vinv = _mm256_set1_ps(inv);
-  for (i = 0; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
+  for (i = 0; i + 8 <= n; i += 8)
+    _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));
   for (; i < n; ++i) x[i] *= inv;
 }
 
@@ -457,14 +471,13 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (; i + 8 <= n; i += 8) {
     const __m256 g = _mm256_loadu_ps(gate + i);
     const __m256 e = Exp(_mm256_sub_ps(_mm256_setzero_ps(), g));
-    _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + i)),
-                                             _mm256_add_ps(one, e)));
+    _mm256_storeu_ps(
+        gate + i, _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + i)), _mm256_add_ps(one, e)));
   }
   for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
 }
 
-const IsaKernels kTable = {PrepBytes, Prep,    Dot,    AxpyGather,
-                           RmsNorm,   Softmax, SiluMul};
+const IsaKernels kTable = {PrepBytes, Prep, Dot, AxpyGather, RmsNorm, Softmax, SiluMul};
 
 }  // namespace
 

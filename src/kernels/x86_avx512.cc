@@ -88,9 +88,8 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
     }
     const __m512i qv = _mm512_loadu_si512(q);
     const __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qv);
-    const __m512i bias = _mm512_sub_epi32(_mm512_setzero_si512(),
-                                          q4 ? _mm512_slli_epi32(sum4, 3)
-                                             : _mm512_slli_epi32(sum4, 7));
+    const __m512i bias = _mm512_sub_epi32(
+        _mm512_setzero_si512(), q4 ? _mm512_slli_epi32(sum4, 3) : _mm512_slli_epi32(sum4, 7));
     _mm512_storeu_si512(rec + 64, bias);
   }
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
@@ -135,11 +134,10 @@ inline __m512i LoadSingle(const uint8_t* a) {
 // One gather instead of 16 scalar half conversions.
 template <size_t bb>
 inline __m512 BlockScales16(const uint8_t* first, __mmask16 m) {
-  const __m512i offsets = _mm512_mullo_epi32(
-      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-      _mm512_set1_epi32(static_cast<int>(bb)));
-  const __m512i words =
-      _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, first, 1);
+  const __m512i offsets =
+      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+                         _mm512_set1_epi32(static_cast<int>(bb)));
+  const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, first, 1);
   return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
 }
 
@@ -166,8 +164,7 @@ alignas(64) constexpr int32_t kPairLanesQ4[8][16] = {
 // One weight pair (chunk position k) against NT tokens: records at x (stride xs), chunk scales
 // (weight * activation) in s[NT], into acc[NT].
 template <bool kQ4, int NT>
-inline void DotPair(__m512i wv, int k, const uint8_t* x, size_t xs, const __m512* s,
-                    __m512* acc) {
+inline void DotPair(__m512i wv, int k, const uint8_t* x, size_t xs, const __m512* s, __m512* acc) {
   const __m512i lanes = _mm512_load_si512(kQ4 ? kPairLanesQ4[k] : kPairLanesQ8[k]);
   for (int t = 0; t < NT; ++t) {
     const uint8_t* r = x + t * xs;
@@ -180,8 +177,8 @@ template <bool kQ4, int NT>
 void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y,
                  size_t ys) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
-  const float* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) *
-                                                            kPairBytes);
+  const float* dx =
+      reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
   __m512 acc0[NT], acc1[NT], s[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nb; c += 16) {
@@ -221,11 +218,10 @@ inline __m512 Load16(const uint8_t* row, int64_t j) {
   if constexpr (T == DType::kF32) {
     return _mm512_loadu_ps(reinterpret_cast<const float*>(row) + j);
   } else if constexpr (T == DType::kF16) {
-    return _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+    return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
   } else {
-    const __m512i v = _mm512_cvtepu16_epi32(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
+    const __m512i v =
+        _mm512_cvtepu16_epi32(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(row + 2 * j)));
     return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
   }
 }
@@ -243,8 +239,7 @@ inline __m512 Load16Masked(const uint8_t* row, int64_t j, __mmask16 m) {
 }
 
 template <DType T, int NT>
-void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y,
-                 size_t ys) {
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys) {
   __m512 acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
   int64_t j = 0;
@@ -268,11 +263,15 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
 
 // Row r against up to four tokens at once (the weight row is loaded once for all of them).
 template <int NT>
-void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
-                  float* y, size_t ys) {
+void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
+                  size_t ys) {
   switch (t) {
-    case DType::kQ8_0: DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys); return;
-    case DType::kQ4_0: DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys); return;
+    case DType::kQ8_0:
+      DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys);
+      return;
+    case DType::kQ4_0:
+      DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys);
+      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
       return;
@@ -285,8 +284,8 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
   }
 }
 
-void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-         const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
+         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
   const auto* x = static_cast<const uint8_t*>(xp);
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
@@ -308,7 +307,8 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
         DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
                         y_stride);
         break;
-      default: break;
+      default:
+        break;
     }
   }
 }
@@ -356,8 +356,8 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
         const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
         const __m512 s = _mm512_set1_ps(scale[i][k]);
         if constexpr (kQ4) {
-          const __m512i z = _mm512_cvtepu8_epi32(
-              _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
+          const __m512i z =
+              _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
           a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(z, centred), s, a0);
           a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), centred), s, a1);
         } else {
@@ -378,11 +378,21 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 template <int R>
 void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
   switch (t) {
-    case DType::kF32: AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc); return;
-    case DType::kF16: AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc); return;
-    case DType::kBF16: AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc); return;
-    case DType::kQ8_0: AxpyQuantRows<false, R>(rows, xs, n_out, acc); return;
-    case DType::kQ4_0: AxpyQuantRows<true, R>(rows, xs, n_out, acc); return;
+    case DType::kF32:
+      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kF16:
+      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kBF16:
+      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kQ8_0:
+      AxpyQuantRows<false, R>(rows, xs, n_out, acc);
+      return;
+    case DType::kQ4_0:
+      AxpyQuantRows<true, R>(rows, xs, n_out, acc);
+      return;
   }
 }
 
@@ -485,14 +495,13 @@ void SiluMul(float* gate, const float* up, int64_t n) {
     const __mmask16 m = TailMask(n - i);
     const __m512 g = _mm512_maskz_loadu_ps(m, gate + i);
     const __m512 e = Exp(_mm512_sub_ps(_mm512_setzero_ps(), g));
-    const __m512 v = _mm512_div_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, up + i)),
-                                   _mm512_add_ps(one, e));
+    const __m512 v =
+        _mm512_div_ps(_mm512_mul_ps(g, _mm512_maskz_loadu_ps(m, up + i)), _mm512_add_ps(one, e));
     _mm512_mask_storeu_ps(gate + i, m, v);
   }
 }
 
-const IsaKernels kTable = {PrepBytes, Prep,    Dot,    AxpyGather,
-                           RmsNorm,   Softmax, SiluMul};
+const IsaKernels kTable = {PrepBytes, Prep, Dot, AxpyGather, RmsNorm, Softmax, SiluMul};
 
 }  // namespace
 

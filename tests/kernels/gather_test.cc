@@ -76,9 +76,9 @@ TEST(GatherColsTest, EveryPathMatchesReference) {
             std::vector<float> y(static_cast<size_t>(n_out), NAN);
             GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
                              y.data(), nullptr);
-            ExpectColsNearRef(wt, idx, x, y,
-                              Describe(isa, t, cols_in, n_out) + " density " +
-                                  std::to_string(density));
+            ExpectColsNearRef(
+                wt, idx, x, y,
+                Describe(isa, t, cols_in, n_out) + " density " + std::to_string(density));
           }
         }
       }
@@ -92,16 +92,16 @@ TEST(GatherColsTest, RawQuantizedBlocksAndThreads) {
   for (Isa isa : SupportedIsas()) {
     ScopedIsaOverride use(isa);
     for (DType t : AllDTypes()) {
-      Weights wt = IsQuantized(t) ? RawQuantWeights(rng, t, 67, 160)
-                                  : RandomWeights(rng, t, 67, 160);
+      Weights wt =
+          IsQuantized(t) ? RawQuantWeights(rng, t, 67, 160) : RandomWeights(rng, t, 67, 160);
       std::vector<float> x = RandomFloats(rng, 67, -2, 2);
       for (ThreadPool* pool : {&pool2, &pool3}) {
         std::vector<int32_t> idx = RandomIndices(rng, 67, 0.5, false);
         std::vector<float> y(160, NAN);
         GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
                          y.data(), pool);
-        ExpectColsNearRef(wt, idx, x, y, Describe(isa, t, 67, 160) + " threads " +
-                                             std::to_string(pool->size()));
+        ExpectColsNearRef(wt, idx, x, y,
+                          Describe(isa, t, 67, 160) + " threads " + std::to_string(pool->size()));
       }
     }
   }
@@ -169,8 +169,8 @@ TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
             }
             // And against the reference.
             std::vector<float> want(static_cast<size_t>(rows), -12345.0f);
-            ref::GatherMatVecRows(w.view(), idx.data(), static_cast<int64_t>(idx.size()),
-                                  x.data(), want.data());
+            ref::GatherMatVecRows(w.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                                  want.data());
             for (int32_t i : idx) {
               std::vector<float> xe = testing::EffectiveX(t, x.data(), cols);
               ASSERT_NEAR(y[i], want[i], kRel * AbsDot(&w.values[i * cols], xe.data(), cols))

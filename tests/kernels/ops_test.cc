@@ -152,7 +152,7 @@ TEST(TopKTest, ReturnsTheTrueTopKWithTiesByLowerIndex) {
     std::uniform_int_distribution<int> pick(0, 9);
     for (float& v : s) {
       const int p = pick(rng);
-      v = p == 0 ? NAN
+      v = p == 0   ? NAN
           : p == 1 ? -0.0f
           : p == 2 ? 0.0f
           : p == 3 ? -INFINITY
