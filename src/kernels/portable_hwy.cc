@@ -10,12 +10,16 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/internal/isa_kernels.h"
+
+// Highway re-includes this file once per target; the order of these includes matters.
+// clang-format off
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "kernels/portable_hwy.cc"
-#include "hwy/contrib/math/math-inl.h"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 #include "hwy/highway.h"
-#include "kernels/internal/isa_kernels.h"
+#include "hwy/contrib/math/math-inl.h"
+// clang-format on
 
 HWY_BEFORE_NAMESPACE();
 namespace weir::kernels::internal {
