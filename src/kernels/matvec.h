@@ -13,9 +13,9 @@
 // (it is not a loop of MatVec calls).
 //
 // Scratch: the quantized activation lives in a grow-only buffer owned by the calling thread
-// (thread_local), about 1.2 bytes per input per token (3 on the AVX-512 path); it is allocated
-// the first time a thread needs that much and reused afterwards, so steady-state calls do not
-// allocate.
+// (thread_local), at most ~2.2 bytes per input per token (the x86 paths store per-block sums
+// beside the int8 values); it is allocated the first time a thread needs that much and reused
+// afterwards, so steady-state calls do not allocate.
 //
 // Thread safety: free functions; concurrent calls from different threads are fine if their
 // outputs do not alias (each pool must be used by one thread at a time, see ThreadPool).
