@@ -2,7 +2,7 @@
 // prove that every layer above turns a failed read into a clean Status and never into wrong
 // bytes. Faults: EIO on every read from the N-th on, EIO with probability p (seeded, so a test
 // is reproducible), short reads (only a prefix of the buffer is filled, then IoError), and an
-// added delay before each read (to widen race windows in concurrency tests).
+// added delay per call (to widen race windows in concurrency tests).
 //
 // Reads are numbered in the order they reach the wrapper; a batch of n requests counts n.
 //
@@ -26,7 +26,7 @@ struct FaultOptions {
   uint64_t fail_after_reads = std::numeric_limits<uint64_t>::max();
   double fail_probability = 0.0;        // each read fails with EIO with this probability
   double short_read_probability = 0.0;  // each read delivers only a prefix, then IoError
-  std::chrono::microseconds delay{0};   // slept before each read
+  std::chrono::microseconds delay{0};   // slept at the start of each ReadAt / Read call
   uint64_t seed = 1;
 };
 

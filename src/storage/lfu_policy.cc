@@ -10,7 +10,7 @@ uint64_t LfuPolicy::Count(UnitId id) const {
 void LfuPolicy::OnAccess(UnitId id, PolicyHook* resident) {
   ++clock_;
   const uint64_t c = ++counts_[id];
-  if (resident != nullptr) {  // pinned, so out of the set: keys may change
+  if (resident != nullptr) {  // pinned, so in no bucket: keys may change
     resident->key1 = c;
     resident->key2 = clock_;
   }
@@ -23,7 +23,7 @@ void LfuPolicy::OnInsert(PolicyHook* h) {
 
 void LfuPolicy::ResetSequence() {
   counts_.clear();
-  RekeyAll([](PolicyHook* h) { h->key1 = 0; });
+  MergeAllInto(0);
 }
 
 }  // namespace weir::storage

@@ -8,22 +8,25 @@
 
 #include <unordered_map>
 
-#include "storage/ordered_policy.h"
+#include "storage/bucket_policy.h"
 
 namespace weir::storage {
 
-class LfuPolicy : public OrderedPolicy {
+class LfuPolicy : public BucketPolicy {
  public:
   std::string_view name() const override { return "lfu"; }
   void OnAccess(UnitId id, PolicyHook* resident) override;
   void OnInsert(PolicyHook* hook) override;
   void ResetSequence() override;
-  // One hash node (key, count, next) in a 32-byte chunk plus a bucket pointer per counted unit.
-  size_t metadata_bytes() const override { return counts_.size() * 40 + counts_.bucket_count() * 8; }
+  // The counts: one hash node (key, count, next) in a 32-byte chunk plus a bucket pointer per
+  // counted unit, and the buckets.
+  size_t metadata_bytes() const override {
+    return counts_.size() * 40 + counts_.bucket_count() * 8 + BucketPolicy::metadata_bytes();
+  }
 
  private:
   uint64_t Count(UnitId id) const;
-  void RefreshKeys(PolicyHook* hook) override { hook->key1 = Count(hook->id); }
+  void RefreshKey(PolicyHook* hook) override { hook->key1 = Count(hook->id); }
 
   std::unordered_map<UnitId, uint64_t> counts_;
   uint64_t clock_ = 0;  // access counter, for recency among equal counts

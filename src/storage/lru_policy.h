@@ -1,8 +1,7 @@
-// LruPolicy: least recently used. Each partition keeps its evictable units in an intrusive
-// doubly linked list (links live in the cache entry's PolicyHook, so every operation is O(1)
-// and allocates nothing). A unit joins the most-recent end when its last pin is released, so
-// recency is release order, which equals access order when handles are dropped in the order
-// they were taken (the compute path's case).
+// LruPolicy: least recently used. Each partition keeps its evictable units in an intrusive list
+// (hook_list.h), so every operation is O(1) and allocates nothing. A unit joins the most-recent
+// end when its last pin is released, so recency is release order, which equals access order
+// when handles are dropped in the order they were taken (the compute path's case).
 //
 // Thread safety: none; driven under the WeightCache mutex.
 #pragma once
@@ -10,27 +9,26 @@
 #include <vector>
 
 #include "storage/eviction_policy.h"
+#include "storage/hook_list.h"
 
 namespace weir::storage {
 
 class LruPolicy : public EvictionPolicy {
  public:
   std::string_view name() const override { return "lru"; }
-  void Init(uint32_t n_partitions) override;
+  void Init(uint32_t n_partitions) override { lists_.assign(n_partitions, HookList{}); }
   void OnAccess(UnitId id, PolicyHook* resident) override {}
   void OnInsert(PolicyHook* hook) override {}
   void MakeEvictable(PolicyHook* hook) override;
   void MakeUnevictable(PolicyHook* hook) override;
   void OnRemove(PolicyHook* hook) override { MakeUnevictable(hook); }
-  PolicyHook* PickVictim(uint32_t partition, bool force) override;
+  PolicyHook* PickVictim(uint32_t partition, bool force) override {
+    return lists_[partition].tail;
+  }
   size_t per_entry_bytes() const override { return 0; }
 
  private:
-  struct List {
-    PolicyHook* head = nullptr;  // most recently released
-    PolicyHook* tail = nullptr;  // least recently released: the victim
-  };
-  std::vector<List> lists_;
+  std::vector<HookList> lists_;
 };
 
 }  // namespace weir::storage

@@ -4,7 +4,6 @@ namespace weir::storage {
 
 void OrderedPolicy::MakeEvictable(PolicyHook* h) {
   if (h->evictable) return;
-  RefreshKeys(h);
   sets_[h->partition].insert(h);
   h->evictable = true;
 }

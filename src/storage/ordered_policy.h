@@ -1,8 +1,8 @@
-// OrderedPolicy: the shared base of the policies whose eviction order is a key per unit
-// (LFU: count then recency; Belady: next use; window/ATU: last token then recency). Each
-// partition keeps its evictable units in a set ordered by (key1, key2, id); the victim is the
-// smallest. Keys are only changed while a unit is out of the set (pinned) or by taking it out
-// and putting it back, so the order is always consistent. O(log n) per operation.
+// OrderedPolicy: a base for policies whose eviction order is an arbitrary key per unit (Belady:
+// the next use). Each partition keeps its evictable units in a set ordered by (key1, key2, id);
+// the victim is the smallest. Keys are only changed while a unit is out of the set (pinned) or
+// by taking it out and putting it back, so the order is always consistent. O(log n) per
+// operation, one set node per evictable unit.
 //
 // Thread safety: none; driven under the WeightCache mutex.
 #pragma once
@@ -34,21 +34,6 @@ class OrderedPolicy : public EvictionPolicy {
     }
   };
   using OrderedSet = std::set<PolicyHook*, KeyLess>;
-
-  // Called as a unit becomes evictable, to bring its keys up to date.
-  virtual void RefreshKeys(PolicyHook* hook) {}
-  // Re-keys every evictable unit with `fn(hook)` (e.g. after a reset).
-  template <typename Fn>
-  void RekeyAll(Fn fn) {
-    for (OrderedSet& s : sets_) {
-      std::vector<PolicyHook*> all(s.begin(), s.end());
-      s.clear();
-      for (PolicyHook* h : all) {
-        fn(h);
-        s.insert(h);
-      }
-    }
-  }
 
   std::vector<OrderedSet> sets_;
 };

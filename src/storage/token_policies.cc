@@ -18,16 +18,16 @@ void TokenStampedPolicy::OnInsert(PolicyHook* h) {
 void WindowPolicy::BeginToken(std::vector<PolicyHook*>* expired) {
   ++token_;
   // Keep units used in tokens token_-k .. token_-1; older ones expire.
-  for (const OrderedSet& s : sets_) {
-    for (PolicyHook* h : s) {
-      if (h->key1 + window_tokens_ >= token_) break;
-      expired->push_back(h);
+  for (const Buckets& b : parts_) {
+    for (const auto& [token, list] : b) {
+      if (token + window_tokens_ >= token_) break;
+      for (PolicyHook* h = list.tail; h != nullptr; h = h->prev) expired->push_back(h);
     }
   }
 }
 
 PolicyHook* AtuPolicy::PickVictim(uint32_t partition, bool force) {
-  PolicyHook* v = OrderedPolicy::PickVictim(partition, force);
+  PolicyHook* v = BucketPolicy::PickVictim(partition, force);
   if (v != nullptr && !force && v->key1 >= token_) return nullptr;  // all of this token
   return v;
 }

@@ -1,6 +1,6 @@
 // Two policies that think in tokens rather than in single accesses. Both stamp each unit with
 // the token of its last use (WeightCache::BeginToken() advances the token) and order evictable
-// units by (last token, last access).
+// units by last token, then by recency (release order) within a token.
 //
 // WindowPolicy (LLM in a flash, Alizadeh et al. 2023, as summarized by M2Cache §5.3): keep only
 // the units used by the last k tokens. At each token boundary every evictable unit whose last
@@ -19,11 +19,11 @@
 // Thread safety: none; driven under the WeightCache mutex.
 #pragma once
 
-#include "storage/ordered_policy.h"
+#include "storage/bucket_policy.h"
 
 namespace weir::storage {
 
-class TokenStampedPolicy : public OrderedPolicy {
+class TokenStampedPolicy : public BucketPolicy {
  public:
   void OnAccess(UnitId id, PolicyHook* resident) override;
   void OnInsert(PolicyHook* hook) override;

@@ -12,9 +12,8 @@ namespace {
 
 // glibc malloc: a chunk is the request plus an 8-byte size field, rounded up to 16, at least 32.
 uint64_t MallocChunk(uint64_t n) { return std::max<uint64_t>(32, (n + 8 + 15) / 16 * 16); }
-// Hash index: one node (next pointer + key + owning pointer) per entry, and the bucket array,
-// which libstdc++ keeps between 1x and ~2x the element count: two bucket pointers per entry.
-constexpr uint64_t kIndexBytesPerEntry = 2 * sizeof(void*);
+// The hash index keeps its load at or above 1/8 (unit_map.h): at most 8 slots per entry.
+constexpr uint64_t kIndexBytesPerEntry = 8 * sizeof(UnitMap<detail::CacheEntry>::Slot);
 
 std::string UnitName(UnitId id) {
   return StrFormat("unit 0x%016" PRIx64 " (layer %u kind %u index %" PRIu64 ")", id,
@@ -117,6 +116,7 @@ Result<std::unique_ptr<WeightCache>> WeightCache::Create(const CacheOptions& opt
 WeightCache::~WeightCache() {
   // A handle outliving its cache would dangle: that is a bug in the caller.
   for (const Partition& p : parts_) WEIR_CHECK(p.pinned == 0);
+  index_.ForEach([](UnitId, Entry* e) { delete e; });
 }
 
 std::vector<uint64_t> WeightCache::SplitBudget(uint64_t budget) const {
@@ -132,7 +132,6 @@ std::vector<uint64_t> WeightCache::SplitBudget(uint64_t budget) const {
 uint64_t WeightCache::EntryCharge(size_t bytes) const {
   const uint64_t payload = (static_cast<uint64_t>(bytes) + alignment_ - 1) / alignment_ * alignment_;
   return payload + 16 /* allocator header of the data block */ + MallocChunk(sizeof(Entry)) +
-         MallocChunk(sizeof(void*) + sizeof(std::pair<const UnitId, std::unique_ptr<Entry>>)) +
          kIndexBytesPerEntry + policy_->per_entry_bytes();
 }
 
@@ -163,7 +162,8 @@ void WeightCache::RecordLocked(UnitId id) {
   if (record_trace_) trace_.push_back(id);
 }
 
-Status WeightCache::CheckUnit(UnitId id, size_t bytes, uint32_t partition) const {
+Status WeightCache::CheckUnit(UnitId id, size_t bytes, uint32_t partition,
+                              const Entry* present) const {
   if (partition >= parts_.size()) {
     return Status::InvalidArgument(StrFormat("weight cache: %s: partition %u, but the cache has %zu",
                                              UnitName(id).c_str(), partition, parts_.size()));
@@ -171,15 +171,11 @@ Status WeightCache::CheckUnit(UnitId id, size_t bytes, uint32_t partition) const
   if (bytes == 0) {
     return Status::InvalidArgument(StrFormat("weight cache: %s has size 0", UnitName(id).c_str()));
   }
-  auto it = index_.find(id);
-  if (it != index_.end()) {
-    const Entry* e = it->second.get();
-    if (e->bytes != bytes || e->hook.partition != partition) {
-      return Status::InvalidArgument(StrFormat(
-          "weight cache: %s is cached with %zu bytes in partition %u but was asked with %zu bytes "
-          "in partition %u",
-          UnitName(id).c_str(), e->bytes, e->hook.partition, bytes, partition));
-    }
+  if (present != nullptr && (present->bytes != bytes || present->hook.partition != partition)) {
+    return Status::InvalidArgument(StrFormat(
+        "weight cache: %s is cached with %zu bytes in partition %u but was asked with %zu bytes "
+        "in partition %u",
+        UnitName(id).c_str(), present->bytes, present->hook.partition, bytes, partition));
   }
   return Status::Ok();
 }
@@ -205,21 +201,21 @@ CacheHandle WeightCache::HitLocked(Entry* e) {
 CacheHandle WeightCache::Lookup(UnitId id) {
   std::lock_guard<std::mutex> lock(mu_);
   RecordLocked(id);
-  auto it = index_.find(id);
-  if (it == index_.end()) {
+  Entry* e = index_.Find(id);
+  if (e == nullptr) {
     ++counters_.misses;
     policy_->OnAccess(id, nullptr);
     return CacheHandle();
   }
-  return HitLocked(it->second.get());
+  return HitLocked(e);
 }
 
 Result<CacheHandle> WeightCache::Acquire(UnitId id, size_t bytes, uint32_t partition) {
   std::lock_guard<std::mutex> lock(mu_);
-  WEIR_RETURN_IF_ERROR(CheckUnit(id, bytes, partition));
+  Entry* e = index_.Find(id);
+  WEIR_RETURN_IF_ERROR(CheckUnit(id, bytes, partition, e));
   RecordLocked(id);
-  auto it = index_.find(id);
-  if (it != index_.end()) return HitLocked(it->second.get());
+  if (e != nullptr) return HitLocked(e);
   ++counters_.misses;
   policy_->OnAccess(id, nullptr);
   return ReserveLocked(id, bytes, partition, /*prefetched=*/false);
@@ -227,8 +223,9 @@ Result<CacheHandle> WeightCache::Acquire(UnitId id, size_t bytes, uint32_t parti
 
 Result<CacheHandle> WeightCache::Reserve(UnitId id, size_t bytes, uint32_t partition) {
   std::lock_guard<std::mutex> lock(mu_);
-  WEIR_RETURN_IF_ERROR(CheckUnit(id, bytes, partition));
-  if (index_.count(id) != 0) return CacheHandle();
+  Entry* e = index_.Find(id);
+  WEIR_RETURN_IF_ERROR(CheckUnit(id, bytes, partition, e));
+  if (e != nullptr) return CacheHandle();
   return ReserveLocked(id, bytes, partition, /*prefetched=*/true);
 }
 
@@ -275,8 +272,8 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
   e->charge = charge;
   e->pins = 1;
   e->prefetched = prefetched;
-  Entry* raw = e.get();
-  index_.emplace(id, std::move(e));
+  Entry* raw = e.release();
+  index_.Insert(id, raw);
   part.used += charge;
   part.pinned += charge;
   part.entries += 1;
@@ -286,10 +283,8 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
 }
 
 void WeightCache::EvictLocked(PolicyHook* victim) {
-  auto it = index_.find(victim->id);
-  WEIR_CHECK(it != index_.end());
-  Entry* e = it->second.get();
-  WEIR_CHECK(e->pins == 0 && &e->hook == victim);
+  Entry* e = index_.Erase(victim->id);
+  WEIR_CHECK(e != nullptr && e->pins == 0 && &e->hook == victim);
   policy_->OnRemove(victim);
   Partition& part = parts_[victim->partition];
   part.used -= e->charge;
@@ -297,7 +292,8 @@ void WeightCache::EvictLocked(PolicyHook* victim) {
   payload_ -= e->bytes;
   ++counters_.evicted_entries;
   counters_.evicted_bytes += e->bytes;
-  index_.erase(it);
+  delete e;
+  index_.Compact();
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -323,10 +319,10 @@ void WeightCache::AbortEntry(Entry* e, Status why) {
     ++counters_.aborted_loads;
     policy_->OnRemove(&e->hook);
     e->indexed = false;
-    auto it = index_.find(e->hook.id);
-    WEIR_CHECK(it != index_.end() && it->second.get() == e);
-    aborted_.emplace(e, std::move(it->second));
-    index_.erase(it);
+    Entry* erased = index_.Erase(e->hook.id);
+    WEIR_CHECK(erased == e);
+    aborted_.emplace(e, std::unique_ptr<Entry>(e));
+    index_.Compact();
   }
   loaded_cv_.notify_all();
 }
@@ -350,7 +346,17 @@ void WeightCache::Unpin(Entry* e) {
 
 bool WeightCache::Contains(UnitId id) const {
   std::lock_guard<std::mutex> lock(mu_);
-  return index_.count(id) != 0;
+  return index_.Find(id) != nullptr;
+}
+
+void WeightCache::ResidentMask(UnitId first, size_t count, uint64_t* words) const {
+  const size_t n_words = (count + 63) / 64;
+  for (size_t w = 0; w < n_words; ++w) words[w] = 0;
+  std::lock_guard<std::mutex> lock(mu_);
+  if (index_.size() == 0) return;
+  for (size_t i = 0; i < count; ++i) {
+    if (index_.Find(first + i) != nullptr) words[i / 64] |= uint64_t{1} << (i % 64);
+  }
 }
 
 Status WeightCache::SetBudget(uint64_t budget_bytes) {

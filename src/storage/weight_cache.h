@@ -3,11 +3,11 @@
 //
 // What it guarantees:
 //   * Budget. Every entry is charged the bytes it really costs: its payload rounded up to the
-//     cache alignment, the allocator's header, the entry record, its hash-index node and bucket
-//     share, and the eviction policy's per-entry node (EntryCharge()). The sum of charges never
-//     exceeds the budget, per partition and in total, after any operation. What a policy keeps
-//     apart from entries (LFU counts, Belady's trace) is reported in CacheStats and is the
-//     caller's to budget.
+//     cache alignment, the allocator's header, the entry record, its share of the hash index
+//     (an upper bound: 8 slots) and the eviction policy's per-entry node (EntryCharge()). The
+//     sum of charges never exceeds the budget, per partition and in total, after any operation.
+//     What a policy keeps apart from entries (LFU counts, Belady's trace) is reported in
+//     CacheStats and is the caller's to budget, as is the index's minimal table (1 KiB).
 //   * Pins. Lookup/Acquire return a move-only CacheHandle that pins its entry; a pinned entry
 //     is never evicted or freed, so a kernel reading a handle's data() is always safe. The
 //     handle's destructor unpins.
@@ -49,6 +49,7 @@
 #include "base/status.h"
 #include "storage/eviction_policy.h"
 #include "storage/unit_id.h"
+#include "storage/unit_map.h"
 
 namespace weir::storage {
 
@@ -171,7 +172,8 @@ class WeightCache {
   WeightCache& operator=(const WeightCache&) = delete;
 
   // One access. A hit returns a pinned handle (ready, or loading: call Wait()); a miss returns
-  // an invalid handle.
+  // an invalid handle. For "use it if cached, else read it elsewhere". When a miss is to be
+  // loaded into the cache, call Acquire instead (Lookup then Acquire counts two accesses).
   CacheHandle Lookup(UnitId id);
 
   // One access. Like Lookup, but a miss reserves an entry of `bytes` in `partition` and returns
@@ -186,6 +188,10 @@ class WeightCache {
 
   // Not an access: is the unit present (ready or loading)? For cache-aware masking (DIP-CA).
   bool Contains(UnitId id) const;
+  // Not an access: for i in [0, count), sets bit i % 64 of words[i / 64] when unit first + i is
+  // present and clears it otherwise (the layout of sparsity's CacheStateView). One lock for the
+  // whole range; words must hold (count + 63) / 64 entries.
+  void ResidentMask(UnitId first, size_t count, uint64_t* words) const;
 
   // Changes the budget. Shrinking evicts unpinned units (policy order, per partition); it fails
   // with OutOfMemory, changing nothing, when a partition's pinned bytes exceed its new share.
@@ -220,7 +226,8 @@ class WeightCache {
 
   WeightCache() = default;
   std::vector<uint64_t> SplitBudget(uint64_t budget) const;
-  Status CheckUnit(UnitId id, size_t bytes, uint32_t partition) const;
+  // Checks a request; `present` is the unit's entry or null.
+  Status CheckUnit(UnitId id, size_t bytes, uint32_t partition, const Entry* present) const;
   // The access bookkeeping of a present entry; pins it.
   CacheHandle HitLocked(Entry* e);
   Result<CacheHandle> ReserveLocked(UnitId id, size_t bytes, uint32_t partition, bool prefetched);
@@ -237,7 +244,7 @@ class WeightCache {
 
   mutable std::mutex mu_;
   std::condition_variable loaded_cv_;
-  std::unordered_map<UnitId, std::unique_ptr<Entry>> index_;
+  UnitMap<Entry> index_;  // owns its entries (deleted on eviction and in the destructor)
   std::unordered_map<Entry*, std::unique_ptr<Entry>> aborted_;  // out of the index, still pinned
   std::unique_ptr<EvictionPolicy> policy_;
   std::vector<uint64_t> weights_;

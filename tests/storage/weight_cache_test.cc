@@ -113,8 +113,8 @@ TEST(WeightCacheTest, ChargeCountsRoundingAndOverhead) {
   EXPECT_GT(page, 4096u + 64u);    // plus the allocator header, entry record and index node
   EXPECT_LT(page, 4096u + 512u);   // ... which are small
   EXPECT_EQ(c->EntryCharge(4097) - page, 4096u);
-  auto lfu = MakeCache(1 << 20, "lfu", {}, 4096);
-  EXPECT_GT(lfu->EntryCharge(4096), page);  // LFU's ordered-set node is charged too
+  auto belady = MakeCache(1 << 20, "belady", {}, 4096);
+  EXPECT_EQ(belady->EntryCharge(4096), page + 48);  // Belady's ordered-set node is charged too
 }
 
 TEST(WeightCacheTest, CreateRejectsBadOptions) {
@@ -303,6 +303,24 @@ TEST(WeightCacheTest, ContainsAndReserveAreNotAccesses) {
   EXPECT_EQ(s.misses, 1u);
   EXPECT_EQ(c->TakeTrace(), (std::vector<UnitId>{1, 1, 3}));
   EXPECT_TRUE(c->TakeTrace().empty());
+}
+
+TEST(WeightCacheTest, ResidentMaskMatchesContains) {
+  auto c = MakeCache(1 << 20);
+  std::vector<CacheHandle> keep;
+  for (uint64_t i : {0, 3, 63, 64, 65, 129}) Load(*c, MakeUnitId(2, 1, i), 10);
+  Load(*c, MakeUnitId(3, 1, 1), 10);  // another layer: not in the range
+  const CacheStats before = c->stats();
+  std::vector<uint64_t> words(3, ~uint64_t{0});
+  c->ResidentMask(MakeUnitId(2, 1, 0), 130, words.data());
+  for (uint64_t i = 0; i < 130; ++i) {
+    EXPECT_EQ((words[i / 64] >> (i % 64)) & 1, c->Contains(MakeUnitId(2, 1, i)) ? 1u : 0u) << i;
+  }
+  EXPECT_EQ(words[0], (uint64_t{1} << 0) | (uint64_t{1} << 3) | (uint64_t{1} << 63));
+  EXPECT_EQ(words[1], 0b11u);
+  EXPECT_EQ(words[2], 0b10u);  // bit 129 - 128; bits past `count` are cleared
+  const CacheStats after = c->stats();
+  EXPECT_EQ(after.hits + after.misses, before.hits + before.misses);  // not accesses
 }
 
 // A random workload on every policy: acquire, prefetch, hold, release, abort, change the budget,
