@@ -56,7 +56,11 @@ Result<const json*> Object(const json& obj, const char* key, const std::string& 
 
 double BandwidthCurve::At(double request_bytes) const {
   if (points.empty()) return 0;
-  if (request_bytes <= points.front().request_bytes) return points.front().bytes_per_s;
+  // Below the smallest measured size a request costs as long as the smallest one: block
+  // devices read whole blocks, and small reads are latency bound (constant IOPS).
+  if (request_bytes < points.front().request_bytes) {
+    return points.front().bytes_per_s * request_bytes / points.front().request_bytes;
+  }
   if (request_bytes >= points.back().request_bytes) return points.back().bytes_per_s;
   auto hi = std::upper_bound(points.begin(), points.end(), request_bytes,
                              [](double r, const BandwidthPoint& p) { return r < p.request_bytes; });
@@ -80,7 +84,7 @@ void BandwidthCurve::ScaleToPeak(double peak) {
 
 BandwidthCurve BandwidthCurve::Flat(double bytes_per_s) {
   BandwidthCurve c;
-  c.points.push_back({4096, bytes_per_s});
+  c.points.push_back({1, bytes_per_s});
   return c;
 }
 
@@ -195,24 +199,25 @@ Result<DeviceProfile> LoadDeviceProfile(const std::string& path) {
 }
 
 std::string DeviceProfileToJson(const DeviceProfile& p) {
-  json doc;
+  using ojson = nlohmann::ordered_json;  // keeps the schema's field order in the file
+  ojson doc;
   doc["name"] = p.name;
   doc["description"] = p.description;
   doc["source"] = p.source;
-  doc["memory"] = {{"name", p.memory_name},
-                   {"capacity_GB", p.memory_capacity_bytes / kGB},
-                   {"bandwidth_GBps", p.memory_bandwidth / kGB}};
+  doc["memory"] = ojson{{"name", p.memory_name},
+                        {"capacity_GB", p.memory_capacity_bytes / kGB},
+                        {"bandwidth_GBps", p.memory_bandwidth / kGB}};
   if (p.has_host) {
-    doc["host"] = {{"name", p.host_name},
-                   {"capacity_GB", p.host_capacity_bytes / kGB},
-                   {"link_GBps", p.host_link_bandwidth / kGB}};
+    doc["host"] = ojson{{"name", p.host_name},
+                        {"capacity_GB", p.host_capacity_bytes / kGB},
+                        {"link_GBps", p.host_link_bandwidth / kGB}};
   }
-  json read = json::array();
+  ojson read = ojson::array();
   for (const BandwidthPoint& b : p.storage_read.points) {
-    read.push_back({{"request_bytes", b.request_bytes}, {"GBps", b.bytes_per_s / kGB}});
+    read.push_back(ojson{{"request_bytes", b.request_bytes}, {"GBps", b.bytes_per_s / kGB}});
   }
-  doc["storage"] = {{"name", p.storage_name}, {"read", read}};
-  if (p.flops_per_s > 0) doc["compute"] = {{"GFLOPS", p.flops_per_s / 1e9}};
+  doc["storage"] = ojson{{"name", p.storage_name}, {"read", read}};
+  if (p.flops_per_s > 0) doc["compute"] = ojson{{"GFLOPS", p.flops_per_s / 1e9}};
   doc["concurrent_io"] = p.concurrent_io;
   return doc.dump(2) + "\n";
 }

@@ -6,8 +6,11 @@
 //   host     optional middle tier (host DRAM behind PCIe for a GPU): capacity for cached
 //            weights and the link bandwidth to `memory`.
 //   storage  flash / NVMe: read throughput as a function of request size, measured or taken
-//            from the literature, interpolated log-linearly in the request size and clamped at
-//            both ends.
+//            from the literature, interpolated log-linearly in the request size; above the
+//            largest point it stays at that point's throughput; below the smallest point a
+//            request takes as long as one of the smallest size (constant IOPS: block devices
+//            read whole blocks and tiny reads are latency bound). A curve with one point at
+//            1 byte is flat for every size.
 //   compute  optional FLOP rate; 0 leaves compute out of the time model.
 //   concurrent_io  whether storage reads overlap memory reads and compute within a stage.
 //
@@ -40,7 +43,7 @@ struct BandwidthPoint {
 struct BandwidthCurve {
   std::vector<BandwidthPoint> points;  // ascending request_bytes, all positive
 
-  // Throughput for requests of `request_bytes`: log-linear interpolation, clamped.
+  // Throughput for requests of `request_bytes` (see above for both ends).
   double At(double request_bytes) const;
   double Peak() const;
   // Seconds to read `request_bytes` as one request.
@@ -49,6 +52,7 @@ struct BandwidthCurve {
   }
   // Multiplies every point so that Peak() == peak_bytes_per_s (flash-speed sweeps).
   void ScaleToPeak(double peak_bytes_per_s);
+  // The same throughput for every request size.
   static BandwidthCurve Flat(double bytes_per_s);
 };
 

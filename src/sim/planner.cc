@@ -181,7 +181,7 @@ Result<Plan> PlanActiveFlow(const ModelShape& shape, const DeviceProfile& device
     st.t_onload = st.group_bytes * miss * (1 - o.similarity) / st.bw_small;
     st.t_preload = st.group_bytes * miss / st.bw_large;
     st.t_overlap = st.t_onload + std::max(st.t_preload, st.t_comp);
-    const int groups = (L + n - 1) / n;
+    const double groups = static_cast<double>(L) / n;  // a partial last group counts partly
     st.t_decode = st.t_load + (groups - 1) * st.t_overlap + st.t_comp + t_head;
     plan.steps.push_back(st);
     if (best < 0 || st.t_decode < plan.steps[static_cast<size_t>(best)].t_decode) {

@@ -22,8 +22,9 @@
 //               it is per group like Eqs. 3, 4 and 7                             (Eq. 6)
 //   T_preload = M_cl (1 - hr) / BW_large                                        (Eq. 7)
 //   T_overlap = T_onload + max(T_preload, T_comp)                               (Eq. 5)
-//   T_decode  = T_load + (G - 1) T_overlap + T_comp + T_head, G = ceil(L / N)    (Eq. 1; the
-//               overlap repeats once per group transition; T_head reads the output head)
+//   T_decode  = T_load + (G - 1) T_overlap + T_comp + T_head, G = L / N          (Eq. 1; the
+//               overlap repeats once per group transition, a partial last group counting as a
+//               fraction of one; T_head reads the output head)
 // Greedy search: N = 1, 2, ... while M_cl fits; stop when T_preload <= T_comp or when
 // T_preload fell by less than stop_fraction; the plan is the evaluated N with the least T_decode.
 //

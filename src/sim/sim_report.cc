@@ -124,7 +124,7 @@ std::string SimResultMarkdown(const SimResult& r, bool per_layer) {
                  r.storage_s, r.memory_s,
                  r.compute_modeled ? StrFormat("%.4g s", r.compute_s).c_str() : "not modeled",
                  r.link_s);
-  o += StrFormat("| stages | %s |\n", r.concurrent_io ? "max(storage, memory|compute, link)"
+  o += StrFormat("| stages | %s |\n", r.concurrent_io ? "max(storage, max(memory, compute), link)"
                                                         : "storage + max(memory, compute) + link");
   if (r.has_recorded) {
     uint64_t hits = 0, misses = 0;

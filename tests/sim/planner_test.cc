@@ -105,7 +105,7 @@ TEST(PlannerTest, CostModelByHand) {
   EXPECT_NEAR(st.t_onload, st.group_bytes * (1 - hr) * 0.1 / (0.2 * kGB), 1e-12);  // Eq. 6
   EXPECT_NEAR(st.t_preload, st.group_bytes * (1 - hr) / st.bw_large, 1e-12);       // Eq. 7
   EXPECT_NEAR(st.t_overlap, st.t_onload + std::max(st.t_preload, st.t_comp), 1e-12);  // Eq. 5
-  const int groups = (32 + n - 1) / n;
+  const double groups = 32.0 / n;
   EXPECT_NEAR(plan->seconds_per_token,
               st.t_load + (groups - 1) * st.t_overlap + st.t_comp +
                   4096.0 * 32000 * 0.5 / (50 * kGB),

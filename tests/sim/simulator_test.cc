@@ -294,6 +294,21 @@ TEST(SimulatorTest, PresetsHavePublishedSizes) {
   EXPECT_FALSE(ParseWeightBits("4,mlp=3").ok());
 }
 
+TEST(SimulatorTest, BandwidthCurveEnds) {
+  BandwidthCurve c;
+  c.points = {{4096, 1e8}, {65536, 1e9}};
+  EXPECT_DOUBLE_EQ(c.At(4096), 1e8);
+  EXPECT_DOUBLE_EQ(c.At(1 << 20), 1e9);           // clamped above
+  EXPECT_DOUBLE_EQ(c.At(16384), 1e8 + 0.5 * 9e8);  // halfway in log(size)
+  EXPECT_DOUBLE_EQ(c.At(2048), 5e7);               // constant IOPS below the smallest point
+  EXPECT_DOUBLE_EQ(c.Seconds(512), c.Seconds(4096));
+  c.ScaleToPeak(2e9);
+  EXPECT_DOUBLE_EQ(c.At(4096), 2e8);
+  BandwidthCurve flat = BandwidthCurve::Flat(3e9);
+  EXPECT_DOUBLE_EQ(flat.At(1), 3e9);
+  EXPECT_DOUBLE_EQ(flat.At(1e9), 3e9);
+}
+
 TEST(SimulatorTest, ProfilesInTheRepositoryLoad) {
   for (const char* name : {"a18", "ufs4", "ufs3.1", "ufs2.2", "raspberry-pi-5",
                            "rtx3090-pcie3"}) {

@@ -1,0 +1,37 @@
+// TraceMaskSource: a recorded sparsity trace (format::TraceReader) as a sim::MaskSource. Each
+// (layer, kind) with units becomes one mask stream; the kind name lists the tensors the mask
+// applies to, and the model shape supplies each tensor's weights per unit. Cache events in the
+// trace are passed on for the simulated-vs-recorded comparison.
+//
+// Thread safety: one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "format/trace_reader.h"
+#include "sim/mask_source.h"
+#include "sim/model_shape.h"
+
+namespace weir::tools {
+
+class TraceMaskSource : public sim::MaskSource {
+ public:
+  static Result<std::unique_ptr<TraceMaskSource>> Open(const std::string& path,
+                                                       const sim::ModelShape& shape);
+
+  const sim::MaskLayout& layout() const override { return layout_; }
+  int64_t n_tokens() const override { return static_cast<int64_t>(reader_->n_tokens()); }
+  std::string Describe() const override { return "trace:" + reader_->path(); }
+  Status Rewind() override { return reader_->Rewind(); }
+  Result<bool> Next(sim::TokenMasks* out) override;
+
+ private:
+  std::unique_ptr<format::TraceReader> reader_;
+  sim::MaskLayout layout_;
+  std::vector<std::pair<uint32_t, uint32_t>> blocks_;  // [stream] -> (layer, kind)
+  format::TraceToken token_;
+};
+
+}  // namespace weir::tools
