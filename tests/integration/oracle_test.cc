@@ -6,23 +6,28 @@
 // and write float32 logits [20, vocab]. The test checks
 //   rel_err      = max |weir - ref| / max |ref|     over all positions and the whole vocabulary
 //   argmax_agree = fraction of positions whose argmax is the same
-// against a bound per weight type. The oracle dequantizes weights exactly like the file says
+// against a bound per weight type. The oracle dequantizes weights exactly as the file stores them
 // (F16/BF16/Q8_0/Q4_0 blocks to float) and computes in float64, so the bounds measure weir's own
 // arithmetic: float32 accumulation for float weights, plus activation quantization where weir
-// multiplies quantized weights by quantized activations (ggml-style Q8_0/Q4_0 dot products).
+// multiplies quantized weights by quantized (Q8) activations, as ggml does.
 //
-// Bounds (measured values in the comments; each bound leaves a wide margin over them but stays
-// far below what a real bug gives: a wrong RoPE pairing, GQA mapping, norm eps or dequantization
-// moves rel_err to 1e-1 or more and the argmaxes apart):
-//   F32 weights        rel_err < 1e-4,  all argmaxes equal
-//   F16 / BF16 weights rel_err < 1e-2,  argmax_agree >= 0.9
-//   Q8_0 / Q4_0        rel_err < 3e-2,  argmax_agree >= 0.8
-// Argmax ties are not a concern: the sequences' top-2 logit gaps are far above these errors for
-// F32; for lossier types the agreement threshold is a fraction rather than "all".
+// Bounds, chosen from measurements (2-thread Release build, Nov 2025):
+//   type         bound on rel_err  argmax_agree  measured rel_err / argmax_agree
+//   F32          1e-4              all           stories260K .bin/.gguf 3.9e-7, 656K .safetensors
+//                                                3.5e-7, 656K .gguf 3.7e-7, gen tiny 1.5e-7; all
+//   F16, BF16    1e-3              >= 0.9        gen tiny 1.5e-7 / 2.0e-7; all (weir keeps F32
+//                                                activations; the bound still admits F16
+//                                                activations, which simulate at ~5e-4)
+//   Q8_0, Q4_0   5e-2              >= 0.8        656K Q8_0 1.9e-2 / all; gen tiny Q8_0 7.9e-3 /
+//                                                all, Q4_0 6.7e-3 / 0.95 (one near-tie of random
+//                                                weights); Q8 activations simulate at 1.5e-2
+// Bugs land far outside: pairing RoPE rotate-half instead of adjacent gives rel_err 0.40 and
+// argmax_agree 0.30 on stories260K; interleaving Q4_0 nibbles (value 2j = low nibble of byte j)
+// gives rel_err 1.3 and argmax_agree 0.05 on gen tiny Q4_0.
 //
-// The oracle is first checked on its own (OracleSelfCheck): it must reproduce llama2.c's published
-// stories260K greedy story and TinyStories-656K's known opening, and the GGUF conversions must
-// match their originals.
+// The oracle is first checked on its own (OracleSelfCheck, tests/reference/check_oracle.py): it
+// reproduces llama2.c's published stories260K greedy story and TinyStories-656K's known opening,
+// and the GGUF conversions give the same logits as the originals.
 
 #include <gtest/gtest.h>
 
@@ -47,8 +52,8 @@ struct Bound {
 };
 
 constexpr Bound kF32Bound{1e-4, 1.0};
-constexpr Bound kHalfBound{1e-2, 0.9};
-constexpr Bound kQuantBound{3e-2, 0.8};
+constexpr Bound kHalfBound{1e-3, 0.9};
+constexpr Bound kQuantBound{5e-2, 0.8};
 
 std::string Quote(const std::string& s) {
   std::string q = "'";
@@ -56,9 +61,11 @@ std::string Quote(const std::string& s) {
   return q + "'";
 }
 
-std::string Oracle() {
-  return Quote(Python()) + " " + Quote(SourceDir() + "/tests/reference/weir_ref.py");
+std::string Script(const std::string& name) {
+  return Quote(Python()) + " " + Quote(SourceDir() + "/tests/reference/" + name);
 }
+
+std::string Oracle() { return Script("weir_ref.py"); }
 
 std::string Describe(const CommandResult& r) {
   return "exit " + std::to_string(r.exit_code) + "\nstdout: " + r.out + "\nstderr: " + r.err;
@@ -147,9 +154,7 @@ void CompareWithOracle(const std::string& label, const std::string& model, Bound
 // --- the oracle on its own -------------------------------------------------------------------
 
 TEST(OracleTest, OracleSelfCheck) {
-  CommandResult r =
-      RunCommand(Quote(Python()) + " " + Quote(SourceDir() + "/tests/reference/check_oracle.py") +
-                 " " + Quote(SharedDir()));
+  CommandResult r = RunCommand(Script("check_oracle.py") + " " + Quote(SharedDir()));
   EXPECT_EQ(r.exit_code, 0) << Describe(r);
   EXPECT_NE(r.out.find("0 failure(s)"), std::string::npos) << r.out;
 }
@@ -203,7 +208,7 @@ TEST_P(GeneratedOracleTest, LogitsMatch) {
   ASSERT_TRUE(FileExists(WeirBin())) << "weir binary missing: " << WeirBin();
   const std::string model = TempDir() + "/tiny_" + p.type + ".gguf";
   CommandResult g = RunCommand(Quote(WeirBin()) + " gen --preset tiny --type " + p.type +
-                               " --seed 1234 -o " + Quote(model));
+                               " --seed 1234 --no-progress -o " + Quote(model));
   ASSERT_EQ(g.exit_code, 0) << Describe(g);
   CompareWithOracle(std::string("gen_tiny_") + p.type, model, p.bound);
 }
@@ -216,6 +221,39 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                          [](const ::testing::TestParamInfo<GenType>& info) {
                            return std::string(info.param.type);
                          });
+
+// --- GGUF corners on a generated model: per-layer shapes, v2 with 64-byte alignment --------------
+
+struct Variant {
+  const char* name;
+  const char* flags;  // gguf_writer.py variant flags
+};
+
+void PrintTo(const Variant& p, std::ostream* os) { *os << p.name; }
+
+class GgufVariantOracleTest : public ::testing::TestWithParam<Variant> {};
+
+TEST_P(GgufVariantOracleTest, LogitsMatch) {
+  const Variant& p = GetParam();
+  ASSERT_TRUE(FileExists(WeirBin())) << "weir binary missing: " << WeirBin();
+  const std::string dir = TempDir(), src = dir + "/tiny.gguf", model = dir + "/variant.gguf";
+  CommandResult g = RunCommand(Quote(WeirBin()) + " gen --preset tiny --type f32 --seed 99 -o " +
+                               Quote(src) + " --no-progress");
+  ASSERT_EQ(g.exit_code, 0) << Describe(g);
+  CommandResult v = RunCommand(Script("gguf_writer.py") + " variant " + Quote(src) + " " +
+                               Quote(model) + " " + p.flags);
+  ASSERT_EQ(v.exit_code, 0) << Describe(v);
+  CompareWithOracle(std::string("gen_tiny_") + p.name, model, kF32Bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Variants, GgufVariantOracleTest,
+    ::testing::Values(
+        // The last layer has a kv head (and its query heads) and a third of its MLP units fewer;
+        // head_count, head_count_kv and feed_forward_length are per-layer arrays.
+        Variant{"per_layer_shapes", "--per-layer"},
+        Variant{"v2_align64", "--version 2 --alignment 64"}),
+    [](const ::testing::TestParamInfo<Variant>& info) { return std::string(info.param.name); });
 
 // --- perplexity: weir ppl against the oracle's, on the same token ids ---------------------------
 

@@ -6,14 +6,17 @@
 Checks, each printed as "ok: ..." or "FAIL: ...":
   1. Element decoders: hand-built Q8_0 / Q4_0 / F16 / BF16 blocks decode to known values (the
      Q4_0 nibble order included), through a GGUF file written here.
-  2. GGUF metadata of every value type, arrays included, round-trips; per-layer head-count and
-     d_ff arrays give the same logits as scalars.
+  2. GGUF metadata of every value type, arrays included, round-trips; every truncation of a
+     GGUF header is a clean ModelError.
   3. Real models (skipped when absent): stories260K.bin greedy from BOS reproduces llama2.c's
      published text; TinyStories-656K (safetensors) greedy from BOS gives its known opening;
-     the GGUF conversions give the same logits as the originals.
+     the GGUF conversions give the same logits as the originals; per-layer head counts and d_ff
+     (GGUF arrays, v2, 64-byte alignment) equal the full model with the dropped heads' and units'
+     output columns zeroed.
 Exit code 0 when nothing failed.
 """
 
+import copy
 import json
 import os
 import struct
@@ -24,6 +27,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import weir_ref  # noqa: E402
+from gguf_writer import model_to_gguf, narrow_last_layer, write_gguf  # noqa: E402
 
 failures = []
 
@@ -65,80 +69,6 @@ def decode(pieces, ids):
             p = bytes([int(p[3:5], 16)])
         out += p
     return out.decode("utf-8", errors="replace")
-
-
-# ----------------------------------------------------------------------------------------------
-# A minimal GGUF writer (test input only).
-
-def _s(text):
-    b = text.encode()
-    return struct.pack("<Q", len(b)) + b
-
-
-SCALAR_TYPES = {"u8": (0, "<B"), "i8": (1, "<b"), "u16": (2, "<H"), "i16": (3, "<h"),
-                "u32": (4, "<I"), "i32": (5, "<i"), "f32": (6, "<f"), "bool": (7, "<?"),
-                "u64": (10, "<Q"), "i64": (11, "<q"), "f64": (12, "<d")}
-
-
-def _value(kind, v):
-    if kind == "str":
-        return struct.pack("<I", 8) + _s(v)
-    if kind.startswith("arr:"):
-        ek = kind[4:]
-        body = b"".join(_s(x) if ek == "str" else struct.pack(SCALAR_TYPES[ek][1], x) for x in v)
-        et = 8 if ek == "str" else SCALAR_TYPES[ek][0]
-        return struct.pack("<I", 9) + struct.pack("<IQ", et, len(v)) + body
-    t, fmt = SCALAR_TYPES[kind]
-    return struct.pack("<I", t) + struct.pack(fmt, v)
-
-
-def write_gguf(path, kvs, tensors, alignment=32, version=3):
-    """kvs: [(key, kind, value)]; tensors: [(name, ne (innermost first), type id, raw bytes)].
-    Returns the length of the header before its padding."""
-    if alignment != 32:
-        kvs = kvs + [("general.alignment", "u32", alignment)]
-    head = b"GGUF" + struct.pack("<IQQ", version, len(tensors), len(kvs))
-    head += b"".join(_s(k) + _value(kind, v) for k, kind, v in kvs)
-    data, infos = b"", b""
-    for name, ne, ttype, raw in tensors:
-        data += b"\0" * (-len(data) % alignment)
-        infos += _s(name) + struct.pack("<I", len(ne)) + b"".join(struct.pack("<Q", d) for d in ne)
-        infos += struct.pack("<IQ", ttype, len(data))
-        data += raw
-    body = head + infos
-    header_bytes = len(body)
-    body += b"\0" * (-len(body) % alignment)
-    with open(path, "wb") as f:
-        f.write(body + data)
-    return header_bytes
-
-
-def model_to_gguf(m, path, per_layer_arrays=False):
-    """Writes an oracle Model (adjacent-pair RoPE) as an F32 GGUF."""
-    L = m.n_layers
-    arr = per_layer_arrays
-    kvs = [("general.architecture", "str", "llama"),
-           ("llama.embedding_length", "u32", m.d_model), ("llama.block_count", "u32", L),
-           ("llama.feed_forward_length", "arr:i32" if arr else "u32",
-            m.d_ff if arr else m.d_ff[0]),
-           ("llama.attention.head_count", "arr:u32" if arr else "u32",
-            m.n_heads if arr else m.n_heads[0]),
-           ("llama.attention.head_count_kv", "arr:u32" if arr else "u32",
-            m.n_kv_heads if arr else m.n_kv_heads[0]),
-           ("llama.attention.layer_norm_rms_epsilon", "f32", m.eps),
-           ("llama.rope.freq_base", "f32", m.theta),
-           ("tokenizer.ggml.bos_token_id", "u32", m.bos)]
-    f32 = lambda a: np.ascontiguousarray(a, dtype="<f4").tobytes()  # noqa: E731
-    ts = [("token_embd.weight", [m.d_model, m.vocab], 0, f32(m.tok_emb)),
-          ("output_norm.weight", [m.d_model], 0, f32(m.out_norm))]
-    names = dict(attn_norm="attn_norm", wq="attn_q", wk="attn_k", wv="attn_v", wo="attn_output",
-                 ffn_norm="ffn_norm", w_gate="ffn_gate", w_up="ffn_up", w_down="ffn_down")
-    for i, l in enumerate(m.layers):
-        for k, n in names.items():
-            ts.append((f"blk.{i}.{n}.weight", list(reversed(l[k].shape)), 0, f32(l[k])))
-    if m.w_out is not m.tok_emb:
-        ts.append(("output.weight", [m.d_model, m.vocab], 0, f32(m.w_out)))
-    write_gguf(path, kvs, ts)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -202,10 +132,11 @@ def check_real_models(shared, tmp):
     d260 = os.path.join(shared, "models/stories260K")
     if os.path.exists(os.path.join(d260, "stories260K.bin")):
         m = weir_ref.load_model(os.path.join(d260, "stories260K.bin"))
-        text = decode(llama2c_pieces(os.path.join(d260, "tok512.bin")), weir_ref.greedy(m, [1], 60))
-        want = ("Once upon a time, there was a little girl named Lily. She loved to play outside in "
-                "the park. One day, she saw a big, red ball. She wanted to play with it, but it was "
-                "too high")
+        pieces = llama2c_pieces(os.path.join(d260, "tok512.bin"))
+        text = decode(pieces, weir_ref.greedy(m, [1], 60))
+        want = ("Once upon a time, there was a little girl named Lily. She loved to play outside "
+                "in the park. One day, she saw a big, red ball. She wanted to play with it, but it "
+                "was too high")
         check(text.lstrip().startswith(want), f"stories260K greedy from BOS: {text!r}")
         ref = weir_ref.forward(m, toks)
         g = os.path.join(d260, "stories260K-F32.gguf")
@@ -219,21 +150,19 @@ def check_real_models(shared, tmp):
         a, b = (weir_ref.forward(weir_ref.load_model(p), toks) for p in (p1, p2))
         check(rel_err(a, ref) < 1e-6 and rel_err(b, ref) < 1e-6,
               "re-written GGUF (scalar and per-layer-array hyperparameters) gives the same logits")
-        # Layers that really differ: drop layer 1's last kv head (and its 2 query heads) and
-        # 72 of its 172 MLP units. That must equal the full model with those heads' wo columns
+        # Layers that really differ: the last layer loses a kv head (with its query heads) and
+        # a third of its MLP units. That must equal the full model with those heads' wo columns
         # and those units' w_down columns zeroed.
-        hd, keep_f = m.head_dim, 100
-        l1 = m.layers[1]
-        zeroed = dict(l1, wo=l1["wo"].copy(), w_down=l1["w_down"].copy())
-        zeroed["wo"][:, 6 * hd:] = 0
-        zeroed["w_down"][:, keep_f:] = 0
-        m.layers[1] = zeroed
+        narrow = copy.deepcopy(m)
+        narrow_last_layer(narrow)
+        h, f = narrow.n_heads[-1] * m.head_dim, narrow.d_ff[-1]
+        last = m.layers[-1]
+        m.layers[-1] = dict(last, wo=last["wo"].copy(), w_down=last["w_down"].copy())
+        m.layers[-1]["wo"][:, h:] = 0
+        m.layers[-1]["w_down"][:, f:] = 0
         want = weir_ref.forward(m, toks)
-        m.layers[1] = dict(l1, wq=l1["wq"][:6 * hd], wk=l1["wk"][:3 * hd], wv=l1["wv"][:3 * hd],
-                           wo=l1["wo"][:, :6 * hd], w_gate=l1["w_gate"][:keep_f],
-                           w_up=l1["w_up"][:keep_f], w_down=l1["w_down"][:, :keep_f])
-        m.n_heads[1], m.n_kv_heads[1], m.d_ff[1] = 6, 3, keep_f
-        model_to_gguf(m, p2, per_layer_arrays=True)
+        m.layers[-1] = last
+        model_to_gguf(narrow, p2, per_layer_arrays=True, version=2, alignment=64)
         got = weir_ref.forward(weir_ref.load_model(p2), toks)
         check(rel_err(got, want) < 1e-9 and rel_err(want, ref) > 1e-3,
               f"per-layer head counts and d_ff (GGUF arrays) (rel err {rel_err(got, want):.1e})")

@@ -298,7 +298,7 @@ def load_gguf(path):
         raise ModelError(f"{path}: missing tensor token_embd.weight")
     m.vocab = m.tok_emb.shape[0]
     m.out_norm = _f64(t.get("output_norm.weight"))
-    m.w_out = _f64(t.get("output.weight", t["token_embd.weight"]))
+    m.w_out = _f64(t["output.weight"]) if "output.weight" in t else m.tok_emb  # tied
     for i in range(m.n_layers):
         g = lambda n: _f64(t.get(f"blk.{i}.{n}.weight"))  # noqa: E731
         m.layers.append(dict(attn_norm=g("attn_norm"), wq=g("attn_q"), wk=g("attn_k"),
