@@ -27,6 +27,9 @@ namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
 constexpr int kQ = 32;
+// How far ahead of the weights being multiplied the dense dot products ask for more (see
+// x86_avx512.cc).
+constexpr size_t kPrefetchBytes = 2048;
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 
@@ -116,6 +119,7 @@ void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
   for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + static_cast<size_t>(b) * bb;
+    __builtin_prefetch(blk + kPrefetchBytes, 0, 3);
     VI s0[NT], s1[NT];
     for (int t = 0; t < NT; ++t) s0[t] = s1[t] = hn::Zero(d32);
     for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
@@ -163,7 +167,9 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
   VF acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = hn::Zero(df);
   int64_t j = 0;
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   for (; j + 2 * n <= cols; j += 2 * n) {
+    __builtin_prefetch(row + j * kBpe + kPrefetchBytes, 0, 3);
     const VF w0 = LoadN<T>(df, row, j);
     const VF w1 = LoadN<T>(df, row, j + n);
     for (int t = 0; t < NT; ++t) {

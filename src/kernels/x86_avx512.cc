@@ -16,6 +16,10 @@ namespace weir::kernels::internal {
 namespace {
 
 constexpr int kQ = 32;
+// How far ahead of the weights being multiplied the dense dot products ask for more. The hardware
+// prefetchers alone leave the compute-heavier kernels (Q4_0) at ~75% of the read bandwidth of one
+// core; 2 KiB ahead brings them to ~95% (1-4 KiB measured alike).
+constexpr size_t kPrefetchBytes = 2048;
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 
@@ -190,6 +194,9 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
     const uint8_t* a = row + c * bb;
     const uint8_t* xc = xp + static_cast<size_t>(c / 2) * kPairBytes;
     if (n == 16) {
+      for (size_t off = 0; off < 16 * bb; off += 64) {
+        _mm_prefetch(reinterpret_cast<const char*>(a + off + kPrefetchBytes), _MM_HINT_T0);
+      }
       for (int k = 0; k < 8; k += 2) {
         DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
                          xc + k * kPairBytes, xs, s, acc0);
@@ -242,8 +249,13 @@ template <DType T, int NT>
 void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys) {
   __m512 acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   int64_t j = 0;
   for (; j + 32 <= cols; j += 32) {
+    for (int64_t off = 0; off < 32 * kBpe; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row + j * kBpe + off + kPrefetchBytes),
+                   _MM_HINT_T0);
+    }
     const __m512 w0 = Load16<T>(row, j);
     const __m512 w1 = Load16<T>(row, j + 16);
     for (int t = 0; t < NT; ++t) {
