@@ -84,8 +84,8 @@ class EvictionPolicy {
 };
 
 struct PolicyOptions {
-  uint32_t window_tokens = 4;          // window: k, the tokens a unit stays after its last use
-  std::vector<UnitId> belady_trace;    // belady: the accesses of the run to replay, in order
+  uint32_t window_tokens = 4;        // window: k, the tokens a unit stays after its last use
+  std::vector<UnitId> belady_trace;  // belady: the accesses of the run to replay, in order
 };
 
 // "lru", "lfu", "belady", "atu", "window". InvalidArgument for an unknown name (listing the

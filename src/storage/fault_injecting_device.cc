@@ -42,8 +42,8 @@ FaultInjectingDevice::Fault FaultInjectingDevice::Next(size_t length, size_t* sh
   return f;
 }
 
-Status FaultInjectingDevice::Apply(Fault fault, size_t short_bytes, uint64_t offset,
-                                   size_t length, void* dst) {
+Status FaultInjectingDevice::Apply(Fault fault, size_t short_bytes, uint64_t offset, size_t length,
+                                   void* dst) {
   switch (fault) {
     case Fault::kNone:
       return Status::Ok();
@@ -92,7 +92,8 @@ Status FaultInjectingDevice::Read(std::span<ReadRequest> requests) {
   }
   if (!healthy.empty()) {
     (void)inner_->Read(std::span<ReadRequest>(healthy));
-    for (size_t k = 0; k < healthy.size(); ++k) requests[healthy_index[k]].status = healthy[k].status;
+    for (size_t k = 0; k < healthy.size(); ++k)
+      requests[healthy_index[k]].status = healthy[k].status;
   }
   return FirstError(requests);
 }

@@ -41,7 +41,7 @@ class FaultInjectingDevice : public BlockDevice {
   size_t required_alignment() const override { return inner_->required_alignment(); }
   size_t preferred_alignment() const override { return inner_->preferred_alignment(); }
 
-  uint64_t reads() const;           // reads seen so far
+  uint64_t reads() const;            // reads seen so far
   uint64_t injected_faults() const;  // reads broken so far
 
  private:

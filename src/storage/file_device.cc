@@ -17,9 +17,9 @@ Result<size_t> ResolveDirectAlignment(const std::string& path, size_t requested)
     if (a < 512) a = 4096;
   }
   if (a < 512 || a > (size_t{1} << 20) || (a & (a - 1)) != 0) {
-    return Status::InvalidArgument(StrFormat(
-        "%s: O_DIRECT alignment %zu must be a power of two between 512 and 1048576", path.c_str(),
-        a));
+    return Status::InvalidArgument(
+        StrFormat("%s: O_DIRECT alignment %zu must be a power of two between 512 and 1048576",
+                  path.c_str(), a));
   }
   return a;
 }

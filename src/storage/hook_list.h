@@ -23,10 +23,14 @@ struct HookList {
   }
 
   void Unlink(PolicyHook* h) {
-    if (h->prev != nullptr) h->prev->next = h->next;
-    else head = h->next;
-    if (h->next != nullptr) h->next->prev = h->prev;
-    else tail = h->prev;
+    if (h->prev != nullptr)
+      h->prev->next = h->next;
+    else
+      head = h->next;
+    if (h->next != nullptr)
+      h->next->prev = h->prev;
+    else
+      tail = h->prev;
     h->prev = h->next = nullptr;
   }
 };

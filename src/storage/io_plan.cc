@@ -56,7 +56,8 @@ Status IoPlan::Add(size_t request_index, uint64_t offset, size_t length, void* d
     AlignedBuffer buffer;
     const size_t span = static_cast<size_t>(file_end - file_begin);
     if (!buffer.Reset(span, a)) {
-      return Status::OutOfMemory(StrFormat("cannot allocate a %zu-byte O_DIRECT bounce buffer", span));
+      return Status::OutOfMemory(
+          StrFormat("cannot allocate a %zu-byte O_DIRECT bounce buffer", span));
     }
     IoOp op;
     op.request = request_index;
@@ -77,18 +78,19 @@ Status IoPlan::Add(size_t request_index, uint64_t offset, size_t length, void* d
 Result<bool> IoPlan::Progress(IoOp& op, size_t n, const std::string& device) const {
   if (n == 0) {
     if (op.done >= op.needed) return true;
-    return Status::IoError(StrFormat(
-        "%s: unexpected end of file at offset %" PRIu64 ": %zu of %zu bytes arrived (was the "
-        "file truncated?)",
-        device.c_str(), op.file_offset + op.done, op.done, op.needed));
+    return Status::IoError(StrFormat("%s: unexpected end of file at offset %" PRIu64
+                                     ": %zu of %zu bytes arrived (was the "
+                                     "file truncated?)",
+                                     device.c_str(), op.file_offset + op.done, op.done, op.needed));
   }
   op.done += n;
   if (op.done >= op.needed) return true;
   if (alignment_ > 1 && op.done % alignment_ != 0) {
-    return Status::IoError(StrFormat(
-        "%s: O_DIRECT read at offset %" PRIu64 " stopped after %zu of %zu bytes, not on a %zu-byte "
-        "boundary",
-        device.c_str(), op.file_offset, op.done, op.needed, alignment_));
+    return Status::IoError(StrFormat("%s: O_DIRECT read at offset %" PRIu64
+                                     " stopped after %zu of %zu bytes, not on a %zu-byte "
+                                     "boundary",
+                                     device.c_str(), op.file_offset, op.done, op.needed,
+                                     alignment_));
   }
   return false;
 }

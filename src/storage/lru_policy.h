@@ -22,9 +22,7 @@ class LruPolicy : public EvictionPolicy {
   void MakeEvictable(PolicyHook* hook) override;
   void MakeUnevictable(PolicyHook* hook) override;
   void OnRemove(PolicyHook* hook) override { MakeUnevictable(hook); }
-  PolicyHook* PickVictim(uint32_t partition, bool force) override {
-    return lists_[partition].tail;
-  }
+  PolicyHook* PickVictim(uint32_t partition, bool force) override { return lists_[partition].tail; }
   size_t per_entry_bytes() const override { return 0; }
 
  private:

@@ -13,11 +13,11 @@ MemoryDevice::MemoryDevice(std::string label, std::vector<std::byte> bytes,
 }
 
 MemoryDevice::MemoryDevice(std::string label, const std::string& bytes, size_t required_alignment)
-    : MemoryDevice(std::move(label),
-                   std::vector<std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
-                                          reinterpret_cast<const std::byte*>(bytes.data()) +
-                                              bytes.size()),
-                   required_alignment) {}
+    : MemoryDevice(
+          std::move(label),
+          std::vector<std::byte>(reinterpret_cast<const std::byte*>(bytes.data()),
+                                 reinterpret_cast<const std::byte*>(bytes.data()) + bytes.size()),
+          required_alignment) {}
 
 Status MemoryDevice::ReadAt(uint64_t offset, size_t length, void* dst) {
   WEIR_RETURN_IF_ERROR(CheckRead(offset, length, dst));

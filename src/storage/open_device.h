@@ -22,12 +22,12 @@ namespace weir::storage {
 
 struct DeviceOptions {
   std::string kind = "pread";
-  uint32_t queue_depth = 32;             // io_uring: operations in flight per batch
-  uint32_t max_rings = 4;                // io_uring: rings shared by concurrent callers
-  size_t direct_alignment = 0;           // O_DIRECT: 0 asks the kernel, else a power of two
+  uint32_t queue_depth = 32;              // io_uring: operations in flight per batch
+  uint32_t max_rings = 4;                 // io_uring: rings shared by concurrent callers
+  size_t direct_alignment = 0;            // O_DIRECT: 0 asks the kernel, else a power of two
   size_t bounce_bytes = size_t{1} << 20;  // O_DIRECT: largest bounce buffer per operation
-  bool allow_unaligned = true;           // O_DIRECT: false refuses unaligned reads instead
-  std::string profile;                   // "" or a storage profile name (storage_profile.h)
+  bool allow_unaligned = true;            // O_DIRECT: false refuses unaligned reads instead
+  std::string profile;                    // "" or a storage profile name (storage_profile.h)
 };
 
 Result<std::unique_ptr<BlockDevice>> OpenDevice(const std::string& path,

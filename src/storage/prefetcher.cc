@@ -12,8 +12,8 @@ namespace {
 std::string UnitName(UnitId id) { return StrFormat("unit 0x%016" PRIx64, id); }
 }  // namespace
 
-size_t RoundedReadLength(const BlockDevice& device, uint64_t offset, size_t length,
-                         const void* dst, size_t capacity) {
+size_t RoundedReadLength(const BlockDevice& device, uint64_t offset, size_t length, const void* dst,
+                         size_t capacity) {
   const size_t a = device.preferred_alignment();
   if (a <= 1 || offset % a != 0 || reinterpret_cast<uintptr_t>(dst) % a != 0) return length;
   const uint64_t rounded = (static_cast<uint64_t>(length) + a - 1) / a * a;
@@ -21,8 +21,7 @@ size_t RoundedReadLength(const BlockDevice& device, uint64_t offset, size_t leng
   return static_cast<size_t>(rounded);
 }
 
-Result<std::unique_ptr<Prefetcher>> Prefetcher::Create(WeightCache* cache,
-                                                       const Options& options) {
+Result<std::unique_ptr<Prefetcher>> Prefetcher::Create(WeightCache* cache, const Options& options) {
   if (cache == nullptr) return Status::InvalidArgument("prefetcher: no cache given");
   if (options.max_batch == 0) return Status::InvalidArgument("prefetcher: max_batch must be >= 1");
   return std::unique_ptr<Prefetcher>(new Prefetcher(cache, options));
@@ -41,11 +40,10 @@ Status Prefetcher::CheckRead(const UnitRead& read) {
         StrFormat("prefetcher: %s has no device", UnitName(read.id).c_str()));
   }
   if (read.length == 0 || !RangeInside(read.offset, read.length, read.device->size())) {
-    return Status::InvalidArgument(StrFormat(
-        "prefetcher: %s: %zu bytes at offset %" PRIu64 " do not lie inside %s (%" PRIu64
-        " bytes)",
-        UnitName(read.id).c_str(), read.length, read.offset, read.device->name().c_str(),
-        read.device->size()));
+    return Status::InvalidArgument(StrFormat("prefetcher: %s: %zu bytes at offset %" PRIu64
+                                             " do not lie inside %s (%" PRIu64 " bytes)",
+                                             UnitName(read.id).c_str(), read.length, read.offset,
+                                             read.device->name().c_str(), read.device->size()));
   }
   return Status::Ok();
 }
@@ -111,8 +109,8 @@ void Prefetcher::Loop() {
       CacheHandle& h = batch[i].handle;
       const UnitRead& r = batch[i].read;
       requests[i].offset = r.offset;
-      requests[i].length = RoundedReadLength(*device, r.offset, r.length, h.mutable_data(),
-                                             h.capacity());
+      requests[i].length =
+          RoundedReadLength(*device, r.offset, r.length, h.mutable_data(), h.capacity());
       requests[i].dst = h.mutable_data();
       bytes += requests[i].length;
     }
@@ -127,8 +125,10 @@ void Prefetcher::Loop() {
       if (requests[i].status.ok()) {
         job.handle.Publish();
         ++stats_.completed;
-        if (!drop && !stop_) held_.emplace(id, std::move(job.handle));
-        else job.handle.Reset();
+        if (!drop && !stop_)
+          held_.emplace(id, std::move(job.handle));
+        else
+          job.handle.Reset();
       } else {
         Status failed =
             requests[i].status.WithContext(StrFormat("prefetching %s", UnitName(id).c_str()));
@@ -214,8 +214,8 @@ Result<CacheHandle> Prefetcher::Get(const UnitRead& read) {
 bool Prefetcher::Cancel(UnitId id) {
   std::lock_guard<std::mutex> lock(mu_);
   if (auto q = queued_.find(id); q != queued_.end()) {
-    q->second->handle.Abort(Status::NotFound(
-        StrFormat("prefetch of %s was cancelled", UnitName(id).c_str())));
+    q->second->handle.Abort(
+        Status::NotFound(StrFormat("prefetch of %s was cancelled", UnitName(id).c_str())));
     queue_.erase(q->second);
     queued_.erase(q);
     ++stats_.cancelled;
@@ -234,8 +234,8 @@ size_t Prefetcher::CancelAll() {
   size_t n = queue_.size() + held_.size() + failed_.size();
   failed_.clear();
   for (Job& job : queue_) {
-    job.handle.Abort(Status::NotFound(
-        StrFormat("prefetch of %s was cancelled", UnitName(job.read.id).c_str())));
+    job.handle.Abort(
+        Status::NotFound(StrFormat("prefetch of %s was cancelled", UnitName(job.read.id).c_str())));
   }
   stats_.cancelled += queue_.size();
   queue_.clear();
@@ -254,8 +254,9 @@ void Prefetcher::Shutdown() {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
     for (Job& job : queue_) {
-      job.handle.Abort(Status::NotFound(StrFormat(
-          "prefetch of %s was cancelled: the prefetcher shut down", UnitName(job.read.id).c_str())));
+      job.handle.Abort(
+          Status::NotFound(StrFormat("prefetch of %s was cancelled: the prefetcher shut down",
+                                     UnitName(job.read.id).c_str())));
     }
     stats_.cancelled += queue_.size();
     queue_.clear();

@@ -58,13 +58,13 @@ class Prefetcher {
     size_t max_batch = 64;  // jobs per BlockDevice::Read
   };
   struct Stats {
-    uint64_t enqueued = 0;   // jobs queued
-    uint64_t completed = 0;  // jobs whose read succeeded (on the I/O thread or stolen by Get)
-    uint64_t failed = 0;     // jobs whose read failed
-    uint64_t cancelled = 0;  // queued jobs dropped by Cancel/CancelAll/Shutdown
-    uint64_t stolen = 0;     // queued jobs Get read on the calling thread
-    uint64_t on_demand = 0;  // units Get read because they were neither cached nor queued
-    uint64_t batches = 0;    // BlockDevice::Read calls by the I/O thread
+    uint64_t enqueued = 0;    // jobs queued
+    uint64_t completed = 0;   // jobs whose read succeeded (on the I/O thread or stolen by Get)
+    uint64_t failed = 0;      // jobs whose read failed
+    uint64_t cancelled = 0;   // queued jobs dropped by Cancel/CancelAll/Shutdown
+    uint64_t stolen = 0;      // queued jobs Get read on the calling thread
+    uint64_t on_demand = 0;   // units Get read because they were neither cached nor queued
+    uint64_t batches = 0;     // BlockDevice::Read calls by the I/O thread
     uint64_t bytes_read = 0;  // bytes asked of devices (after rounding up to their alignment)
   };
 
@@ -111,7 +111,7 @@ class Prefetcher {
   std::condition_variable work_cv_;
   std::list<Job> queue_;
   std::unordered_map<UnitId, std::list<Job>::iterator> queued_;
-  std::unordered_map<UnitId, bool> in_flight_;  // id -> do not hold when done (claimed/cancelled)
+  std::unordered_map<UnitId, bool> in_flight_;    // id -> do not hold when done (claimed/cancelled)
   std::unordered_map<UnitId, CacheHandle> held_;  // completed, not yet claimed
   std::unordered_map<UnitId, Status> failed_;     // failed, not yet claimed
   bool stop_ = false;
@@ -122,7 +122,7 @@ class Prefetcher {
 // The read length Load uses: `length` rounded up to the device's preferred alignment when the
 // offset and buffer are aligned, the rounded range lies inside the device and fits `capacity`;
 // otherwise `length`. Lets O_DIRECT read straight into cache entries.
-size_t RoundedReadLength(const BlockDevice& device, uint64_t offset, size_t length,
-                         const void* dst, size_t capacity);
+size_t RoundedReadLength(const BlockDevice& device, uint64_t offset, size_t length, const void* dst,
+                         size_t capacity);
 
 }  // namespace weir::storage

@@ -28,11 +28,11 @@ namespace weir::storage {
 
 struct StorageProfile {
   std::string name;
-  double peak_bytes_per_s = 1e9;   // sustained sequential read bandwidth of the bus
-  double access_latency_s = 0;     // per request, overlapping across in-flight requests
-  double command_overhead_s = 0;   // per request, serialized on the bus (caps IOPS)
-  uint32_t queue_depth = 32;       // requests the device works on at once (>= 1)
-  size_t min_transfer_bytes = 0;   // smaller reads cost as much as this (a flash page)
+  double peak_bytes_per_s = 1e9;  // sustained sequential read bandwidth of the bus
+  double access_latency_s = 0;    // per request, overlapping across in-flight requests
+  double command_overhead_s = 0;  // per request, serialized on the bus (caps IOPS)
+  uint32_t queue_depth = 32;      // requests the device works on at once (>= 1)
+  size_t min_transfer_bytes = 0;  // smaller reads cost as much as this (a flash page)
 };
 
 // "ufs4", "ufs3.1", "ufs2.2", "nvme-pcie3", "a18-flash". NotFound lists the known names.

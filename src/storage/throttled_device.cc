@@ -5,8 +5,8 @@
 
 namespace weir::storage {
 
-Result<std::unique_ptr<ThrottledDevice>> ThrottledDevice::Create(
-    std::unique_ptr<BlockDevice> inner, const StorageProfile& profile) {
+Result<std::unique_ptr<ThrottledDevice>> ThrottledDevice::Create(std::unique_ptr<BlockDevice> inner,
+                                                                 const StorageProfile& profile) {
   WEIR_RETURN_IF_ERROR(ValidateProfile(profile));
   return std::unique_ptr<ThrottledDevice>(new ThrottledDevice(std::move(inner), profile));
 }
@@ -39,8 +39,10 @@ void ThrottledDevice::WaitUntil(double done_s, size_t n_requests, uint64_t bytes
   std::lock_guard<std::mutex> lock(mu_);
   stats_.requests += n_requests;
   stats_.bytes += bytes;
-  if (remaining > 0) stats_.slept_s += remaining;
-  else ++stats_.late_reads;
+  if (remaining > 0)
+    stats_.slept_s += remaining;
+  else
+    ++stats_.late_reads;
 }
 
 Status ThrottledDevice::ReadAt(uint64_t offset, size_t length, void* dst) {

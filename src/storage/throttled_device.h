@@ -40,7 +40,7 @@ class ThrottledDevice : public BlockDevice {
   struct Stats {
     uint64_t requests = 0;
     uint64_t bytes = 0;
-    double slept_s = 0;      // total time callers were held back to match the profile
+    double slept_s = 0;       // total time callers were held back to match the profile
     uint64_t late_reads = 0;  // reads whose real I/O already exceeded the emulated time
   };
   Stats stats() const;

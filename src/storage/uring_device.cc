@@ -26,8 +26,8 @@ struct UringDevice::Ring {
 Result<std::unique_ptr<UringDevice>> UringDevice::Open(const std::string& path,
                                                        const Options& options) {
   if (options.queue_depth < 1 || options.queue_depth > 4096) {
-    return Status::InvalidArgument(
-        StrFormat("%s: io_uring queue depth %u must be in 1..4096", path.c_str(), options.queue_depth));
+    return Status::InvalidArgument(StrFormat("%s: io_uring queue depth %u must be in 1..4096",
+                                             path.c_str(), options.queue_depth));
   }
   if (options.max_rings < 1 || options.max_rings > 64) {
     return Status::InvalidArgument(
@@ -137,7 +137,7 @@ Status UringDevice::RunPlan(Ring* ring_state, IoPlan& plan, std::span<ReadReques
   size_t prepared = 0;   // in the submission queue, not yet accepted by the kernel
   size_t in_flight = 0;  // accepted by the kernel, completion not yet reaped
   Status fatal;          // the ring itself failed; stop submitting, drain, report
-  int busy_spins = 0;     // consecutive refused submits with nothing in flight
+  int busy_spins = 0;    // consecutive refused submits with nothing in flight
 
   auto fail_request = [&](size_t request, Status st) {
     if (requests[request].status.ok()) requests[request].status = std::move(st);
@@ -155,8 +155,8 @@ Status UringDevice::RunPlan(Ring* ring_state, IoPlan& plan, std::span<ReadReques
       io_uring_sqe* sqe = io_uring_get_sqe(ring);
       if (sqe == nullptr) break;
       pending.pop_front();
-      io_uring_prep_read(sqe, fd_.get(), op.buf + op.done, static_cast<unsigned>(op.length - op.done),
-                         op.file_offset + op.done);
+      io_uring_prep_read(sqe, fd_.get(), op.buf + op.done,
+                         static_cast<unsigned>(op.length - op.done), op.file_offset + op.done);
       io_uring_sqe_set_data64(sqe, idx);
       ++prepared;
     }
@@ -170,8 +170,8 @@ Status UringDevice::RunPlan(Ring* ring_state, IoPlan& plan, std::span<ReadReques
                  (in_flight > 0 || ++busy_spins <= kMaxRetries)) {
         if (in_flight == 0) sched_yield();  // nothing to reap: try again
       } else {
-        fatal = Status::IoError(
-            StrFormat("%s: io_uring_submit: %s", name_.c_str(), std::strerror(-s)));
+        fatal =
+            Status::IoError(StrFormat("%s: io_uring_submit: %s", name_.c_str(), std::strerror(-s)));
         *broken = true;  // unsubmitted entries stay in the ring: never reuse it
       }
     }
@@ -182,8 +182,8 @@ Status UringDevice::RunPlan(Ring* ring_state, IoPlan& plan, std::span<ReadReques
     if (w < 0) {
       // Cannot reap: the kernel may still write into the callers' buffers. Report and make
       // sure the ring is never touched again.
-      fatal = Status::IoError(
-          StrFormat("%s: io_uring_wait_cqe: %s", name_.c_str(), std::strerror(-w)));
+      fatal =
+          Status::IoError(StrFormat("%s: io_uring_wait_cqe: %s", name_.c_str(), std::strerror(-w)));
       *broken = true;
       break;
     }
@@ -204,10 +204,10 @@ Status UringDevice::RunPlan(Ring* ring_state, IoPlan& plan, std::span<ReadReques
           pending.push_back(idx);
         }
       } else if (res < 0) {
-        fail_request(op.request, Status::IoError(StrFormat(
-                                     "%s: read of %zu bytes at offset %" PRIu64 ": %s",
-                                     name_.c_str(), op.length - op.done, op.file_offset + op.done,
-                                     std::strerror(-res))));
+        fail_request(op.request,
+                     Status::IoError(StrFormat("%s: read of %zu bytes at offset %" PRIu64 ": %s",
+                                               name_.c_str(), op.length - op.done,
+                                               op.file_offset + op.done, std::strerror(-res))));
       } else {
         Result<bool> complete = plan.Progress(op, static_cast<size_t>(res), name_);
         if (!complete.ok()) {

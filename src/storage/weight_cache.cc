@@ -16,8 +16,8 @@ uint64_t MallocChunk(uint64_t n) { return std::max<uint64_t>(32, (n + 8 + 15) / 
 constexpr uint64_t kIndexBytesPerEntry = 8 * sizeof(UnitMap<detail::CacheEntry>::Slot);
 
 std::string UnitName(UnitId id) {
-  return StrFormat("unit 0x%016" PRIx64 " (layer %u kind %u index %" PRIu64 ")", id,
-                   UnitLayer(id), UnitKind(id), UnitIndex(id));
+  return StrFormat("unit 0x%016" PRIx64 " (layer %u kind %u index %" PRIu64 ")", id, UnitLayer(id),
+                   UnitKind(id), UnitIndex(id));
 }
 
 }  // namespace
@@ -81,14 +81,14 @@ Result<std::unique_ptr<WeightCache>> WeightCache::Create(const CacheOptions& opt
   if (policy == nullptr) return Status::InvalidArgument("weight cache: no eviction policy given");
   const size_t a = options.alignment;
   if (a < 16 || a > (size_t{1} << 20) || (a & (a - 1)) != 0) {
-    return Status::InvalidArgument(StrFormat(
-        "weight cache: alignment %zu must be a power of two between 16 and 1048576", a));
+    return Status::InvalidArgument(
+        StrFormat("weight cache: alignment %zu must be a power of two between 16 and 1048576", a));
   }
   std::vector<uint64_t> weights = options.partition_weights;
   if (weights.empty()) weights.push_back(1);
   if (weights.size() > kUnitLayerLimit) {
-    return Status::InvalidArgument(StrFormat("weight cache: %zu partitions (at most %u)",
-                                             weights.size(), kUnitLayerLimit));
+    return Status::InvalidArgument(
+        StrFormat("weight cache: %zu partitions (at most %u)", weights.size(), kUnitLayerLimit));
   }
   uint64_t total = 0;
   for (size_t i = 0; i < weights.size(); ++i) {
@@ -130,7 +130,8 @@ std::vector<uint64_t> WeightCache::SplitBudget(uint64_t budget) const {
 }
 
 uint64_t WeightCache::EntryCharge(size_t bytes) const {
-  const uint64_t payload = (static_cast<uint64_t>(bytes) + alignment_ - 1) / alignment_ * alignment_;
+  const uint64_t payload =
+      (static_cast<uint64_t>(bytes) + alignment_ - 1) / alignment_ * alignment_;
   return payload + 16 /* allocator header of the data block */ + MallocChunk(sizeof(Entry)) +
          kIndexBytesPerEntry + policy_->per_entry_bytes();
 }
@@ -165,8 +166,9 @@ void WeightCache::RecordLocked(UnitId id) {
 Status WeightCache::CheckUnit(UnitId id, size_t bytes, uint32_t partition,
                               const Entry* present) const {
   if (partition >= parts_.size()) {
-    return Status::InvalidArgument(StrFormat("weight cache: %s: partition %u, but the cache has %zu",
-                                             UnitName(id).c_str(), partition, parts_.size()));
+    return Status::InvalidArgument(
+        StrFormat("weight cache: %s: partition %u, but the cache has %zu", UnitName(id).c_str(),
+                  partition, parts_.size()));
   }
   if (bytes == 0) {
     return Status::InvalidArgument(StrFormat("weight cache: %s has size 0", UnitName(id).c_str()));
@@ -241,22 +243,24 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
   }
   if (part.pinned + charge > part.budget) {
     ++counters_.reserve_failures;
-    return Status::OutOfMemory(StrFormat(
-        "weight cache: no room for %s (%" PRIu64 " bytes) in partition %u: %s of its %s budget "
-        "is pinned by units in use",
-        UnitName(id).c_str(), charge, partition, FormatBytes(part.pinned).c_str(),
-        FormatBytes(part.budget).c_str()));
+    return Status::OutOfMemory(StrFormat("weight cache: no room for %s (%" PRIu64
+                                         " bytes) in partition %u: %s of its %s budget "
+                                         "is pinned by units in use",
+                                         UnitName(id).c_str(), charge, partition,
+                                         FormatBytes(part.pinned).c_str(),
+                                         FormatBytes(part.budget).c_str()));
   }
   while (part.used + charge > part.budget) {
     PolicyHook* victim = policy_->PickVictim(partition, /*force=*/false);
     if (victim == nullptr) {
       ++counters_.reserve_failures;
-      return Status::OutOfMemory(StrFormat(
-          "weight cache: no room for %s (%" PRIu64 " bytes) in partition %u: policy '%.*s' keeps "
-          "every remaining unit (%s used of %s)",
-          UnitName(id).c_str(), charge, partition, static_cast<int>(policy_->name().size()),
-          policy_->name().data(), FormatBytes(part.used).c_str(),
-          FormatBytes(part.budget).c_str()));
+      return Status::OutOfMemory(StrFormat("weight cache: no room for %s (%" PRIu64
+                                           " bytes) in partition %u: policy '%.*s' keeps "
+                                           "every remaining unit (%s used of %s)",
+                                           UnitName(id).c_str(), charge, partition,
+                                           static_cast<int>(policy_->name().size()),
+                                           policy_->name().data(), FormatBytes(part.used).c_str(),
+                                           FormatBytes(part.budget).c_str()));
     }
     EvictLocked(victim);
   }
@@ -329,9 +333,8 @@ void WeightCache::AbortEntry(Entry* e, Status why) {
 
 Status WeightCache::WaitEntry(Entry* e) {
   std::unique_lock<std::mutex> lock(mu_);
-  loaded_cv_.wait(lock, [e] {
-    return e->state.load(std::memory_order_acquire) != Entry::kLoading;
-  });
+  loaded_cv_.wait(lock,
+                  [e] { return e->state.load(std::memory_order_acquire) != Entry::kLoading; });
   if (e->state.load(std::memory_order_acquire) == Entry::kReady) return Status::Ok();
   return e->abort_status;
 }

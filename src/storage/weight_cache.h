@@ -60,8 +60,8 @@ namespace detail {
 struct CacheEntry {
   enum State : uint8_t { kLoading = 0, kReady = 1, kAborted = 2 };
   PolicyHook hook;
-  AlignedBuffer data;  // capacity = payload rounded up to the cache alignment
-  size_t bytes = 0;    // payload
+  AlignedBuffer data;   // capacity = payload rounded up to the cache alignment
+  size_t bytes = 0;     // payload
   uint64_t charge = 0;  // bytes counted against the budget
   uint32_t pins = 0;
   std::atomic<uint8_t> state{kLoading};
@@ -89,7 +89,9 @@ class CacheHandle {
   // Writable bytes behind mutable_data(): size() rounded up to the cache alignment, so a loader
   // may read whole aligned blocks (O_DIRECT without a bounce).
   size_t capacity() const { return entry_->data.size(); }
-  bool ready() const { return entry_->state.load(std::memory_order_acquire) == detail::CacheEntry::kReady; }
+  bool ready() const {
+    return entry_->state.load(std::memory_order_acquire) == detail::CacheEntry::kReady;
+  }
   // The unit's bytes; only once ready() (a bug otherwise).
   const std::byte* data() const {
     WEIR_CHECK(ready());
@@ -136,15 +138,15 @@ struct CacheOptions {
 };
 
 struct CacheStats {
-  uint64_t hits = 0;           // accesses served by a ready entry
-  uint64_t prefetch_hits = 0;  // first access to a prefetched (Reserve) unit, ready or loading
-  uint64_t joins = 0;          // accesses to a unit another thread was loading on demand
-  uint64_t misses = 0;         // accesses to an absent unit
-  uint64_t hit_bytes = 0;      // payload bytes of `hits`
+  uint64_t hits = 0;              // accesses served by a ready entry
+  uint64_t prefetch_hits = 0;     // first access to a prefetched (Reserve) unit, ready or loading
+  uint64_t joins = 0;             // accesses to a unit another thread was loading on demand
+  uint64_t misses = 0;            // accesses to an absent unit
+  uint64_t hit_bytes = 0;         // payload bytes of `hits`
   uint64_t inserted_entries = 0;  // loads published
   uint64_t inserted_bytes = 0;    // their payload bytes (= bytes read from storage into the cache)
   uint64_t evicted_entries = 0;
-  uint64_t evicted_bytes = 0;     // payload bytes evicted
+  uint64_t evicted_bytes = 0;  // payload bytes evicted
   uint64_t aborted_loads = 0;
   uint64_t reserve_failures = 0;  // reservations refused for lack of room
   uint64_t entries = 0;           // now resident (including loading)

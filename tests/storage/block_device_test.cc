@@ -1,5 +1,7 @@
 // Every device returns the bytes a plain read of the file gives, at random offsets and lengths
 // (aligned and not), one at a time and in batches; bad reads are refused with a clear Status.
+#include "storage/block_device.h"
+
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "base/aligned_buffer.h"
-#include "storage/block_device.h"
 #include "storage/file_device.h"
 #include "storage/memory_device.h"
 #include "storage/mmap_device.h"
@@ -71,21 +72,29 @@ std::vector<std::pair<uint64_t, size_t>> RandomRanges(uint64_t seed, size_t n, s
   for (size_t i = 0; i < n; ++i) {
     size_t len;
     switch (rng() % 4) {
-      case 0: len = 1 + rng() % 64; break;
-      case 1: len = 1 + rng() % 20000; break;
-      case 2: len = 4096 * (1 + rng() % 40); break;
-      default: len = 1 + rng() % (300 * 1024); break;
+      case 0:
+        len = 1 + rng() % 64;
+        break;
+      case 1:
+        len = 1 + rng() % 20000;
+        break;
+      case 2:
+        len = 4096 * (1 + rng() % 40);
+        break;
+      default:
+        len = 1 + rng() % (300 * 1024);
+        break;
     }
     len = std::min(len, size);
     uint64_t off = rng() % (size - len + 1);
     if (rng() % 3 == 0) off = off / 4096 * 4096;  // aligned start
     out.push_back({off, len});
   }
-  out.push_back({size - 1, 1});         // last byte
-  out.push_back({size - 1234, 1234});   // the unaligned tail exactly
-  out.push_back({size - 5000, 5000});   // across the last aligned boundary
-  out.push_back({0, size});             // everything
-  out.push_back({4096, 0});             // empty
+  out.push_back({size - 1, 1});        // last byte
+  out.push_back({size - 1234, 1234});  // the unaligned tail exactly
+  out.push_back({size - 5000, 5000});  // across the last aligned boundary
+  out.push_back({0, size});            // everything
+  out.push_back({4096, 0});            // empty
   return out;
 }
 

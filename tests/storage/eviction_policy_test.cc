@@ -220,7 +220,7 @@ TEST(EvictionPolicyTest, WindowKeepsTheLastKTokens) {
     PolicyOptions po;
     po.window_tokens = k;
     Sim s = Sim::Make("window", 100, po);  // plenty of room: only the window evicts
-    s.cache->BeginToken();  // token 1
+    s.cache->BeginToken();                 // token 1
     s.Access(1);
     s.Access(2);
     s.cache->BeginToken();  // token 2
@@ -335,10 +335,8 @@ TEST(EvictionPolicyTest, BeladyHitsAtLeastLruAndLfu) {
     std::vector<UnitId> trace;
   };
   std::vector<Case> cases = {
-      {"uniform-50", UniformTrace(50, 4000, 11)},
-      {"uniform-200", UniformTrace(200, 4000, 12)},
-      {"zipf-1.0", ZipfTrace(300, 6000, 1.0, 13)},
-      {"zipf-1.3", ZipfTrace(300, 6000, 1.3, 14)},
+      {"uniform-50", UniformTrace(50, 4000, 11)},   {"uniform-200", UniformTrace(200, 4000, 12)},
+      {"zipf-1.0", ZipfTrace(300, 6000, 1.0, 13)},  {"zipf-1.3", ZipfTrace(300, 6000, 1.3, 14)},
       {"zipf-0.7", ZipfTrace(1000, 6000, 0.7, 15)},
   };
   for (const Case& c : cases) {

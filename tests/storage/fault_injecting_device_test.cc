@@ -1,11 +1,12 @@
 // Fault injection turns reads into IoErrors (never into wrong bytes reported as Ok), at the
 // device level and through the cache and the prefetcher.
+#include "storage/fault_injecting_device.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <random>
 
-#include "storage/fault_injecting_device.h"
 #include "storage/memory_device.h"
 #include "storage/open_device.h"
 #include "storage_test_util.h"

@@ -234,15 +234,17 @@ TEST(PrefetcherTest, ShutdownWithQueuedWorkIsClean) {
     // A waiter on a queued unit is released by the shutdown with a Status, not left hanging.
     std::thread waiter([&] {
       auto h = pf->Wait(99);
-      if (h.ok()) ExpectBytes(*h, bytes, 99 * kUnitBytes);
-      else EXPECT_EQ(h.status().code(), Status::Code::kNotFound);
+      if (h.ok())
+        ExpectBytes(*h, bytes, 99 * kUnitBytes);
+      else
+        EXPECT_EQ(h.status().code(), Status::Code::kNotFound);
     });
     std::this_thread::sleep_for(std::chrono::milliseconds(2));
     pf->Shutdown();
     waiter.join();
     EXPECT_FALSE(pf->Enqueue(ReadOf(&dev, 1)).ok());
     pf->Shutdown();  // idempotent
-  }  // the destructor after an explicit Shutdown
+  }                  // the destructor after an explicit Shutdown
   CacheStats s = cache->stats();
   EXPECT_EQ(s.pinned_bytes, 0u);
   EXPECT_LE(s.current_bytes, s.budget_bytes);
@@ -273,7 +275,10 @@ TEST(PrefetcherTest, FullCacheRefusesPrefetchButNotOnDemandCorrectness) {
   Status st = pf->Enqueue(ReadOf(&dev, 4));
   EXPECT_EQ(st.code(), Status::Code::kOutOfMemory);
   // Claim and release one: room again.
-  { auto h = pf->Wait(0); ASSERT_TRUE(h.ok()); }
+  {
+    auto h = pf->Wait(0);
+    ASSERT_TRUE(h.ok());
+  }
   EXPECT_TRUE(pf->Enqueue(ReadOf(&dev, 4)).ok());
   auto h4 = pf->Wait(4);
   ASSERT_TRUE(h4.ok());

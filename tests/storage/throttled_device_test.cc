@@ -1,5 +1,7 @@
 // The throttled device really reads (the bytes are the file's), and the service model behind
 // it has the shape the profiles promise. No wall-clock timing is asserted.
+#include "storage/throttled_device.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 
 #include "storage/open_device.h"
 #include "storage/storage_profile.h"
-#include "storage/throttled_device.h"
 #include "storage_test_util.h"
 
 namespace weir::storage {
@@ -54,8 +55,8 @@ TEST(StorageProfileTest, ModelShape) {
     for (size_t bytes = 4096; bytes <= (size_t{4} << 20); bytes *= 4) {
       const double t1 = ModelThroughput(p, bytes, 1);
       const double t32 = ModelThroughput(p, bytes, 32);
-      EXPECT_GT(t1, prev) << name << " " << bytes;  // bigger reads are faster
-      EXPECT_GE(t32, t1 * 0.999) << name << " " << bytes;  // concurrency never hurts
+      EXPECT_GT(t1, prev) << name << " " << bytes;          // bigger reads are faster
+      EXPECT_GE(t32, t1 * 0.999) << name << " " << bytes;   // concurrency never hurts
       EXPECT_LE(t32, p.peak_bytes_per_s * 1.0001) << name;  // the bus is the ceiling
       prev = t1;
     }

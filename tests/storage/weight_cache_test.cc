@@ -16,8 +16,7 @@ namespace weir::storage {
 namespace {
 
 std::unique_ptr<WeightCache> MakeCache(uint64_t budget, const char* policy = "lru",
-                                       std::vector<uint64_t> weights = {},
-                                       size_t alignment = 64) {
+                                       std::vector<uint64_t> weights = {}, size_t alignment = 64) {
   CacheOptions o;
   o.budget_bytes = budget;
   o.partition_weights = std::move(weights);
@@ -109,9 +108,9 @@ TEST(WeightCacheTest, ChargeCountsRoundingAndOverhead) {
   auto c = MakeCache(1 << 20, "lru", {}, 4096);
   const uint64_t one = c->EntryCharge(1);
   const uint64_t page = c->EntryCharge(4096);
-  EXPECT_EQ(one, page);            // 1 byte costs a whole aligned block
-  EXPECT_GT(page, 4096u + 64u);    // plus the allocator header, entry record and index node
-  EXPECT_LT(page, 4096u + 512u);   // ... which are small
+  EXPECT_EQ(one, page);           // 1 byte costs a whole aligned block
+  EXPECT_GT(page, 4096u + 64u);   // plus the allocator header, entry record and index node
+  EXPECT_LT(page, 4096u + 512u);  // ... which are small
   EXPECT_EQ(c->EntryCharge(4097) - page, 4096u);
   auto belady = MakeCache(1 << 20, "belady", {}, 4096);
   EXPECT_EQ(belady->EntryCharge(4096), page + 48);  // Belady's ordered-set node is charged too
