@@ -8,13 +8,16 @@ namespace weir::storage {
 namespace {
 
 // See docs/storage.md for where these numbers come from. GB = 1e9 bytes (spec sheets' unit).
+// Peak bandwidth and command overhead are chosen so that, with many reads in flight, the model
+// reproduces the read-vs-request-size curves of the simulator's profiles/*.json (which are shaped
+// like ActiveFlow Fig. 7); the access latency adds what one read at a time costs.
 std::vector<StorageProfile> BuiltInProfiles() {
   return {
       // name, peak B/s, access latency, command overhead, queue depth, min transfer
-      {"ufs4", 4.2e9, 60e-6, 6e-6, 32, 4096},
-      {"ufs3.1", 2.1e9, 80e-6, 10e-6, 32, 4096},
-      {"ufs2.2", 0.85e9, 120e-6, 20e-6, 32, 4096},
-      {"nvme-pcie3", 3.5e9, 80e-6, 2e-6, 64, 4096},
+      {"ufs4", 4.0e9, 60e-6, 10.7e-6, 32, 4096},
+      {"ufs3.1", 1.9e9, 80e-6, 14.2e-6, 32, 4096},
+      {"ufs2.2", 0.9e9, 120e-6, 29.6e-6, 32, 4096},
+      {"nvme-pcie3", 3.4e9, 80e-6, 7.0e-6, 64, 4096},
       // DIP's simulator (Federici et al., App. A): a flat 1 GB/s whatever the read size.
       {"a18-flash", 1.0e9, 0.0, 0.0, 32, 0},
   };
