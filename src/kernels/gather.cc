@@ -22,6 +22,8 @@ void CheckIndices(const int32_t* idx, int64_t n_idx, int64_t limit) {
   for (int64_t k = 0; k < n_idx; ++k) WEIR_CHECK(idx[k] >= 0 && idx[k] < limit);
 }
 
+constexpr size_t kGatherAheadBytes = 4096;
+
 // Asks for a row that will be read soon: rows of a gather start at unrelated addresses, where
 // the hardware prefetcher needs a few misses of its own to lock on.
 inline void PrefetchRow(const uint8_t* p, size_t bytes) {
@@ -53,11 +55,13 @@ struct RowsJob {
 
   void Run(size_t b, size_t e) const {
     const size_t row_bytes = w->row_bytes();
-    if (b < e) PrefetchRow(w->row(idx[b]), row_bytes);
-    if (b + 1 < e) PrefetchRow(w->row(idx[b + 1]), row_bytes);
+    // Each row is requested while the row this many positions before it is computed (the
+    // kernel streams the requests at its reading pace): about 2 KiB of lead, at least one row.
+    const size_t ahead = (kGatherAheadBytes + row_bytes - 1) / row_bytes;
+    for (size_t i = b; i < std::min(e, b + ahead); ++i) PrefetchRow(w->row(idx[i]), row_bytes);
     for (size_t i = b; i < e; ++i) {
-      if (i + 2 < e) PrefetchRow(w->row(idx[i + 2]), row_bytes);
-      k->dot(w->dtype, w->row(idx[i]), row_bytes, w->cols(), 1, xp, 0, 1, y + idx[i], 0);
+      const uint8_t* next = i + ahead < e ? w->row(idx[i + ahead]) : nullptr;
+      k->dot(w->dtype, w->row(idx[i]), row_bytes, w->cols(), 1, xp, 0, 1, y + idx[i], 0, next);
     }
   }
 };

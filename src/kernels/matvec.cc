@@ -40,7 +40,7 @@ struct MatMulJob {
       k->dot(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),
              static_cast<int64_t>(row_end - row_begin),
              static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride, xp_stride, nt,
-             y + t0 * rows + static_cast<int64_t>(row_begin), static_cast<size_t>(rows));
+             y + t0 * rows + static_cast<int64_t>(row_begin), static_cast<size_t>(rows), nullptr);
     }
   }
 };

@@ -103,7 +103,7 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
 
 template <bool kQ4, int NT>
 void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
-                 size_t ys) {
+                 size_t ys, const uint8_t* pf_end, const uint8_t* pf_shadow) {
   const hn::CappedTag<int16_t, 16> d16;
   const hn::Rebind<int8_t, decltype(d16)> d8;
   const hn::Rebind<uint8_t, decltype(d16)> du8;
@@ -119,7 +119,8 @@ void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
   for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + static_cast<size_t>(b) * bb;
-    __builtin_prefetch(blk + kPrefetchBytes, 0, 3);
+    if (blk + kPrefetchBytes < pf_end) __builtin_prefetch(blk + kPrefetchBytes, 0, 3);
+    if (pf_shadow) __builtin_prefetch(pf_shadow + b * bb, 0, 3);
     VI s0[NT], s1[NT];
     for (int t = 0; t < NT; ++t) s0[t] = s1[t] = hn::Zero(d32);
     for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
@@ -160,7 +161,8 @@ inline hn::Vec<D> LoadN(D df, const uint8_t* row, int64_t j) {
 }
 
 template <DType T, int NT>
-void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys) {
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys,
+                 const uint8_t* pf_end, const uint8_t* pf_shadow) {
   const hn::ScalableTag<float> df;
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
   using VF = hn::Vec<decltype(df)>;
@@ -169,7 +171,10 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
   int64_t j = 0;
   constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   for (; j + 2 * n <= cols; j += 2 * n) {
-    __builtin_prefetch(row + j * kBpe + kPrefetchBytes, 0, 3);
+    if (row + j * kBpe + kPrefetchBytes < pf_end) {
+      __builtin_prefetch(row + j * kBpe + kPrefetchBytes, 0, 3);
+    }
+    if (pf_shadow) __builtin_prefetch(pf_shadow + j * kBpe, 0, 3);
     const VF w0 = LoadN<T>(df, row, j);
     const VF w1 = LoadN<T>(df, row, j + n);
     for (int t = 0; t < NT; ++t) {
@@ -186,50 +191,57 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
 
 template <int NT>
 void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
-                  size_t ys) {
+                  size_t ys, const uint8_t* pf_end, const uint8_t* pf_shadow) {
   const auto* xf = reinterpret_cast<const float*>(xp);
   switch (t) {
     case DType::kQ8_0:
-      DotQuantRow<false, NT>(row, cols, xp, xs, y, ys);
+      DotQuantRow<false, NT>(row, cols, xp, xs, y, ys, pf_end, pf_shadow);
       return;
     case DType::kQ4_0:
-      DotQuantRow<true, NT>(row, cols, xp, xs, y, ys);
+      DotQuantRow<true, NT>(row, cols, xp, xs, y, ys, pf_end, pf_shadow);
       return;
     case DType::kF32:
-      DotFloatRow<DType::kF32, NT>(row, cols, xf, xs / 4, y, ys);
+      DotFloatRow<DType::kF32, NT>(row, cols, xf, xs / 4, y, ys, pf_end, pf_shadow);
       return;
     case DType::kF16:
-      DotFloatRow<DType::kF16, NT>(row, cols, xf, xs / 4, y, ys);
+      DotFloatRow<DType::kF16, NT>(row, cols, xf, xs / 4, y, ys, pf_end, pf_shadow);
       return;
     case DType::kBF16:
-      DotFloatRow<DType::kBF16, NT>(row, cols, xf, xs / 4, y, ys);
+      DotFloatRow<DType::kBF16, NT>(row, cols, xf, xs / 4, y, ys, pf_end, pf_shadow);
       return;
   }
 }
 
 void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
-         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
   const auto* x = static_cast<const uint8_t*>(xp);
+  // Prefetches stay inside the rows this call reads: a gathered row's neighbours are not wanted.
+  const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
     int64_t tok = 0;
     for (; tok + 4 <= n_tok; tok += 4) {
       DotRowTokens<4>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
-                      y_stride);
+                      y_stride, end, pf ? pf + static_cast<size_t>(r) * row_stride : nullptr);
     }
     for (; tok < n_tok; ++tok) {
       DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
-                      y_stride);
+                      y_stride, end, pf ? pf + static_cast<size_t>(r) * row_stride : nullptr);
     }
   }
 }
 
 template <DType T, int R>
-void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+                   const uint8_t* const* pf) {
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   const hn::ScalableTag<float> df;
   const int64_t n = static_cast<int64_t>(hn::Lanes(df));
   int64_t j = 0;
   for (; j + n <= n_out; j += n) {
+    if (pf != nullptr) {
+      for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + j * kBpe, 0, 3);
+    }
     auto a = hn::LoadU(df, acc + j);
     for (int i = 0; i < R; ++i) a = hn::MulAdd(hn::Set(df, xs[i]), LoadN<T>(df, rows[i], j), a);
     hn::StoreU(a, df, acc + j);
@@ -240,7 +252,8 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 }
 
 template <bool kQ4, int R>
-void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+                   const uint8_t* const* pf) {
   const hn::CappedTag<float, 16> df;
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int8_t, decltype(df)> d8;
@@ -248,6 +261,9 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   const size_t n = hn::Lanes(df);
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
   for (int64_t b = 0; b < n_out / kQ; ++b) {
+    if (pf != nullptr) {
+      for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + b * bb, 0, 3);
+    }
     for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
       float* aj = acc + b * kQ + j;
       auto a = hn::LoadU(df, aj);
@@ -269,22 +285,23 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 }
 
 template <int R>
-void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+              const uint8_t* const* pf) {
   switch (t) {
     case DType::kF32:
-      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc);
+      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kF16:
-      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc);
+      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kBF16:
-      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc);
+      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kQ8_0:
-      AxpyQuantRows<false, R>(rows, xs, n_out, acc);
+      AxpyQuantRows<false, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kQ4_0:
-      AxpyQuantRows<true, R>(rows, xs, n_out, acc);
+      AxpyQuantRows<true, R>(rows, xs, n_out, acc, pf);
       return;
   }
 }
@@ -300,12 +317,19 @@ void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, co
       rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
       xs[i] = x[idx[k + i]];
     }
-    AxpyRows<R>(t, rows, xs, n_out, acc);
+    // The rows two groups ahead are requested at the pace of this group's work.
+    const int64_t next = k + 2 * R;
+    const uint8_t* ahead[R];
+    const bool stream = next + R <= n_idx;
+    if (stream) {
+      for (int i = 0; i < R; ++i) ahead[i] = wt + static_cast<size_t>(idx[next + i]) * row_stride;
+    }
+    AxpyRows<R>(t, rows, xs, n_out, acc, stream ? ahead : nullptr);
   }
   for (; k < n_idx; ++k) {
     rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
     xs[0] = x[idx[k]];
-    AxpyRows<1>(t, rows, xs, n_out, acc);
+    AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
   }
 }
 
@@ -395,8 +419,9 @@ void DispatchPrep(DType t, const float* x, int64_t cols, void* out) {
   HWY_DYNAMIC_DISPATCH(Prep)(t, x, cols, out);
 }
 void DispatchDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-                 const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
-  HWY_DYNAMIC_DISPATCH(Dot)(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride);
+                 const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+                 const uint8_t* pf) {
+  HWY_DYNAMIC_DISPATCH(Dot)(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
 }
 void DispatchAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out,
                         const int32_t* idx, int64_t n_idx, const float* x, float* acc) {

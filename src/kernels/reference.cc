@@ -93,7 +93,8 @@ void ScalarPrep(DType t, const float* x, int64_t cols, void* out) {
 }
 
 void ScalarDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-               const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+               const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+               const uint8_t* /*pf*/) {
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
     for (int64_t tok = 0; tok < n_tok; ++tok) {

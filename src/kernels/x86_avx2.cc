@@ -153,8 +153,8 @@ inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const floa
 }
 
 template <bool kQ4, int NT>
-void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y,
-                 size_t ys) {
+void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y, size_t ys,
+                 const uint8_t* pf_end, const uint8_t* pf_shadow) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
   const auto* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(nb) * kRecBytes);
   alignas(32) float scale[NT][8];
@@ -170,7 +170,10 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
     const uint8_t* a = row + c * bb;
     const uint8_t* xc = xp + static_cast<size_t>(c) * kRecBytes;
     for (size_t off = 0; off < 8 * bb; off += 64) {
-      _mm_prefetch(reinterpret_cast<const char*>(a + off + kPrefetchBytes), _MM_HINT_T0);
+      const uint8_t* p = a + off + kPrefetchBytes;
+      if (p < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      if (pf_shadow)
+        _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + c * bb + off), _MM_HINT_T0);
     }
     int64_t k = 0;
     for (; k + 2 <= n; k += 2) {
@@ -209,14 +212,17 @@ inline float Load1(const uint8_t* row, int64_t j) {
 }
 
 template <DType T, int NT>
-void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys) {
+void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, float* y, size_t ys,
+                 const uint8_t* pf_end, const uint8_t* pf_shadow) {
   __m256 acc0[NT], acc1[NT];
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
   constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   int64_t j = 0;
   for (; j + 16 <= cols; j += 16) {
+    const uint8_t* p = row + j * kBpe + kPrefetchBytes;
     if (((j * kBpe) & 63) == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(row + j * kBpe + kPrefetchBytes), _MM_HINT_T0);
+      if (p < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      if (pf_shadow) _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + j * kBpe), _MM_HINT_T0);
     }
     const __m256 w0 = Load8<T>(row, j);
     const __m256 w1 = Load8<T>(row, j + 8);
@@ -241,48 +247,53 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
 
 template <int NT>
 void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
-                  size_t ys) {
+                  size_t ys, const uint8_t* pf_end, const uint8_t* pf_shadow) {
   switch (t) {
     case DType::kQ8_0:
-      DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys);
+      DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
     case DType::kQ4_0:
-      DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys);
+      DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
     case DType::kF32:
-      DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
+                                   pf_end, pf_shadow);
       return;
     case DType::kF16:
-      DotFloatRow<DType::kF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      DotFloatRow<DType::kF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
+                                   pf_end, pf_shadow);
       return;
     case DType::kBF16:
-      DotFloatRow<DType::kBF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys);
+      DotFloatRow<DType::kBF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
+                                    pf_end, pf_shadow);
       return;
   }
 }
 
 void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
-         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+         size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
   const auto* x = static_cast<const uint8_t*>(xp);
+  // Prefetches stay inside the rows this call reads: a gathered row's neighbours are not wanted.
+  const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
   for (int64_t r = 0; r < n_rows; ++r) {
     const uint8_t* row = w + static_cast<size_t>(r) * row_stride;
     int64_t tok = 0;
     for (; tok + 4 <= n_tok; tok += 4) {
       DotRowTokens<4>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
-                      y_stride);
+                      y_stride, end, pf ? pf + static_cast<size_t>(r) * row_stride : nullptr);
     }
     switch (n_tok - tok) {
       case 3:
         DotRowTokens<3>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
-                        y_stride);
+                        y_stride, end, pf ? pf + static_cast<size_t>(r) * row_stride : nullptr);
         break;
       case 2:
         DotRowTokens<2>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
-                        y_stride);
+                        y_stride, end, pf ? pf + static_cast<size_t>(r) * row_stride : nullptr);
         break;
       case 1:
         DotRowTokens<1>(t, row, cols, x + tok * xp_stride, xp_stride, y + tok * y_stride + r,
-                        y_stride);
+                        y_stride, end, pf ? pf + static_cast<size_t>(r) * row_stride : nullptr);
         break;
       default:
         break;
@@ -294,11 +305,18 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 // Column form of the gathered product (see x86_avx512.cc).
 
 template <DType T, int R>
-void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+                   const uint8_t* const* pf) {
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   __m256 xv[R];
   for (int i = 0; i < R; ++i) xv[i] = _mm256_set1_ps(xs[i]);
   int64_t j = 0;
   for (; j + 8 <= n_out; j += 8) {
+    if (pf != nullptr && (j * kBpe) % 64 == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf[i] + j * kBpe), _MM_HINT_T0);
+      }
+    }
     __m256 a = _mm256_loadu_ps(acc + j);
     for (int i = 0; i < R; ++i) a = _mm256_fmadd_ps(xv[i], Load8<T>(rows[i], j), a);
     _mm256_storeu_ps(acc + j, a);
@@ -309,7 +327,8 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 }
 
 template <bool kQ4, int R>
-void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+                   const uint8_t* const* pf) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
   const int64_t nb = n_out / kQ;
   alignas(32) float scale[R][8];  // x[i] * d of the chunk's blocks, row by row
@@ -321,6 +340,11 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t b = c + k;
+      if (pf != nullptr) {
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(pf[i] + b * bb), _MM_HINT_T0);
+        }
+      }
       float* ab = acc + b * kQ;
       __m256 a[4];
       for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_ps(ab + 8 * j);
@@ -351,22 +375,23 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 }
 
 template <int R>
-void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc) {
+void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+              const uint8_t* const* pf) {
   switch (t) {
     case DType::kF32:
-      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc);
+      AxpyFloatRows<DType::kF32, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kF16:
-      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc);
+      AxpyFloatRows<DType::kF16, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kBF16:
-      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc);
+      AxpyFloatRows<DType::kBF16, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kQ8_0:
-      AxpyQuantRows<false, R>(rows, xs, n_out, acc);
+      AxpyQuantRows<false, R>(rows, xs, n_out, acc, pf);
       return;
     case DType::kQ4_0:
-      AxpyQuantRows<true, R>(rows, xs, n_out, acc);
+      AxpyQuantRows<true, R>(rows, xs, n_out, acc, pf);
       return;
   }
 }
@@ -374,28 +399,33 @@ void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_ou
 void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, const int32_t* idx,
                 int64_t n_idx, const float* x, float* acc) {
   constexpr int R = 4;
+  constexpr int kGroupsAhead = 2;  // rows requested while the group this far before them runs
   const uint8_t* rows[R];
+  const uint8_t* ahead[R];
   float xs[R];
+  for (int64_t i = 0; i < Min64(kGroupsAhead * R, n_idx); ++i) {
+    const uint8_t* p = wt + static_cast<size_t>(idx[i]) * row_stride;
+    for (size_t off = 0; off < row_stride; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+    }
+  }
   int64_t k = 0;
   for (; k + R <= n_idx; k += R) {
     for (int i = 0; i < R; ++i) {
       rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
       xs[i] = x[idx[k + i]];
     }
-    // Rows of a gather start at unrelated addresses, where the hardware prefetcher needs a few
-    // misses to lock on; ask for the whole rows of the group after next ahead of time.
-    for (int64_t i = k + 2 * R; i < Min64(k + 3 * R, n_idx); ++i) {
-      const uint8_t* p = wt + static_cast<size_t>(idx[i]) * row_stride;
-      for (size_t off = 0; off < row_stride; off += 64) {
-        _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-      }
+    const int64_t next = k + kGroupsAhead * R;
+    const bool stream = next + R <= n_idx;
+    if (stream) {
+      for (int i = 0; i < R; ++i) ahead[i] = wt + static_cast<size_t>(idx[next + i]) * row_stride;
     }
-    AxpyRows<R>(t, rows, xs, n_out, acc);
+    AxpyRows<R>(t, rows, xs, n_out, acc, stream ? ahead : nullptr);
   }
   for (; k < n_idx; ++k) {
     rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
     xs[0] = x[idx[k]];
-    AxpyRows<1>(t, rows, xs, n_out, acc);
+    AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
   }
 }
 

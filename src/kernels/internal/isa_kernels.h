@@ -34,8 +34,12 @@ struct IsaKernels {
   //   y[tok * y_stride + r] = dot(row r, x_tok),  row r at w + r * row_stride (cols values),
   //   x_tok prepared at xp + tok * xp_stride.
   // n_tok > 1 shares each weight row between the tokens (prefill).
+  // The kernels prefetch ahead within [w, w + n_rows * row_stride) only. pf, when not null, is a
+  // region laid out like w (typically the next rows of a gather) that they request line by line
+  // at the offsets they are reading, so it arrives by the time it is needed.
   void (*dot)(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
+              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+              const uint8_t* pf);
 
   // Column form of the gathered product: acc[j] += sum_k x[idx[k]] * wt[idx[k], j] for j < n_out,
   // where row i of wt is at wt + i * row_stride (n_out values; blocks of quantized types run
