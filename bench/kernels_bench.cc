@@ -152,7 +152,7 @@ StreamArrays& Stream() {
   return s;
 }
 
-enum class StreamOp { kRead, kCopy, kTriad };
+enum class StreamOp { kRead, kReadPrefetch, kCopy, kTriad };
 
 void BM_Stream(benchmark::State& state, StreamOp op) {
   const int threads = static_cast<int>(state.range(0));
@@ -174,7 +174,7 @@ void BM_Stream(benchmark::State& state, StreamOp op) {
     pool->ParallelFor(
         window,
         [&](size_t begin, size_t end, int ti) {
-          if (op == StreamOp::kRead) {
+          if (op == StreamOp::kRead || op == StreamOp::kReadPrefetch) {
             // 16-byte integer vectors (GCC/Clang vector extension: SSE2 / NEON) in 4 independent
             // accumulators, so the loop issues one load per 16 bytes and is never the bottleneck.
             typedef uint32_t V4 __attribute__((vector_size(16)));
@@ -182,6 +182,9 @@ void BM_Stream(benchmark::State& state, StreamOp op) {
             V4 acc[4] = {};
             size_t i = begin;
             for (; i + 16 <= end; i += 16) {
+              // The kernels request their weights 2 KiB ahead; read_pf does the same, to show
+              // what one thread can pull with that help (STREAM itself does not prefetch).
+              if (op == StreamOp::kReadPrefetch) __builtin_prefetch(p + i + 512, 0, 3);
               for (int k = 0; k < 4; ++k) {
                 V4 v;
                 std::memcpy(&v, p + i + 4 * k, sizeof(v));
@@ -205,7 +208,7 @@ void BM_Stream(benchmark::State& state, StreamOp op) {
     benchmark::DoNotOptimize(sink);
     benchmark::ClobberMemory();
   }
-  const int arrays = op == StreamOp::kRead ? 1 : op == StreamOp::kCopy ? 2 : 3;
+  const int arrays = op == StreamOp::kCopy ? 2 : op == StreamOp::kTriad ? 3 : 1;
   const double bytes = static_cast<double>(window) * 4 * arrays;
   state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(bytes));
   clock.Report(state, bytes);
@@ -453,18 +456,21 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       const std::string suffix = "/threads:" + std::to_string(threads);
       const double read = Get("p10_GBps", "BM_Stream/read" + suffix);
       if (read <= 0) continue;
+      const double read_pf = Get("p10_GBps", "BM_Stream/read_pf" + suffix);
       std::printf(
-          "  STREAM %d thread(s), p10: read %.2f GB/s, copy %.2f, triad %.2f"
-          " (mean over all calls: read %.2f)\n",
+          "  STREAM %d thread(s), p10: read %.2f GB/s, copy %.2f, triad %.2f; read with 2 KiB"
+          " software prefetch (read_pf) %.2f; mean over all calls: read %.2f\n",
           threads, read, Get("p10_GBps", "BM_Stream/copy" + suffix),
-          Get("p10_GBps", "BM_Stream/triad" + suffix),
+          Get("p10_GBps", "BM_Stream/triad" + suffix), read_pf,
           Get("bytes_per_second", "BM_Stream/read" + suffix) / 1e9);
       for (const auto& [name, v] : values_["p10_GBps"]) {
         if (!name.ends_with(suffix)) continue;
         const bool decode = name.rfind("BM_Decode", 0) == 0;
         if (name.rfind("BM_MatVec", 0) != 0 && !decode) continue;
         const double rate = Get("p10_GBps", name);
-        std::printf("    %-48s %6.2f GB/s %5.1f%%", name.c_str(), rate, 100.0 * rate / read);
+        std::printf("    %-48s %6.2f GB/s %5.1f%% of read", name.c_str(), rate,
+                    100.0 * rate / read);
+        if (read_pf > 0) std::printf(" %5.1f%% of read_pf", 100.0 * rate / read_pf);
         if (decode) std::printf("   %.1f tok/s", 1e6 / Get("p10_us", name));
         std::printf("\n");
       }
@@ -518,6 +524,10 @@ void RegisterAll() {
   using benchmark::RegisterBenchmark;
   const DType kTypes[] = {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kBF16, DType::kF32};
   for (int threads : {1, 2}) {
+    RegisterBenchmark("BM_Stream/read_pf", BM_Stream, StreamOp::kReadPrefetch)
+        ->Arg(threads)
+        ->ArgName("threads")
+        ->UseRealTime();
     RegisterBenchmark("BM_Stream/read", BM_Stream, StreamOp::kRead)
         ->Arg(threads)
         ->ArgName("threads")
