@@ -13,9 +13,11 @@ using internal::IsaKernels;
 
 // Indices are handed out in chunks (ParallelForDynamic) of about 1/8 of a thread's share, at
 // least 8 rows, so a thread slowed by other load takes fewer of them.
+// A multiple of internal::kGatherGroup, so the column form's groups do not depend on the pool.
 size_t IndexChunk(int64_t n_idx, ThreadPool* pool) {
   const size_t threads = pool == nullptr ? 1 : static_cast<size_t>(pool->size());
-  return std::max<size_t>(8, static_cast<size_t>(n_idx) / (8 * threads));
+  const size_t chunk = std::max<size_t>(8, static_cast<size_t>(n_idx) / (8 * threads));
+  return (chunk + internal::kGatherGroup - 1) / internal::kGatherGroup * internal::kGatherGroup;
 }
 
 void CheckIndices(const int32_t* idx, int64_t n_idx, int64_t limit) {

@@ -7,8 +7,13 @@
 //   y[r] = sum_{k < n_idx} x[idx[k]] * wt[idx[k], r]     for every r < rows_out (y is overwritten)
 // x is the full-length activation x[cols_in]; only the entries named by idx are read. For Q8_0 and
 // Q4_0 the quantization blocks of wt run along the output dimension (32 consecutive outputs of one
-// input share a scale), so rows_out must be a multiple of 32; x is used in f32 (no activation
-// quantization: each product is x[i] * d * q).
+// input share a scale d[i, b]), so rows_out must be a multiple of 32, and the products are summed
+// in integers the way the dense kernels quantize their activation: the indices are taken in
+// groups of 4 consecutive entries of idx (the last group may be shorter), and for each group and
+// output block b the coefficients c_k = x[i_k] * d[i_k, b] are rounded to int8 with one scale,
+// C = max_k |c_k| / 127, t_k = nearbyint(c_k / C), so that
+//   y[32 b + j] += C * sum_k t_k * q[i_k, 32 b + j]      (q centred: Q4_0 nibble - 8)
+// Each coefficient is exact to 1/254 of the largest in its group (F32/F16/BF16 use x exactly).
 //
 // Row form, over a normal row-major weight w [rows_out, cols_in]:
 //   y[idx[k]] = w[idx[k], :] · x                          for k < n_idx; other y entries untouched
@@ -18,7 +23,8 @@
 // Indices must be distinct and in range (checked: a bad index is a bug in the caller). They need
 // not be sorted, but ascending order reads memory more sequentially.
 //
-// Work is split over the index list on the pool. The column form keeps one partial y per thread
+// Work is split over the index list on the pool (at multiples of 4, so the column form's groups
+// and so its results do not depend on the pool). The column form keeps one partial y per thread
 // in a grow-only thread_local buffer of the calling thread (rows_out floats per pool thread), so
 // steady-state calls do not allocate.
 //

@@ -251,6 +251,9 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   }
 }
 
+// Quantized column form for a group of R <= 4 rows (gather.h): per output block the R
+// coefficients x[i] * d[i, b] are rounded to int8 with one scale C; the products t * q are exact
+// integers, summed in f32 (exact below 2^24) and scaled once by C.
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                    const uint8_t* const* pf) {
@@ -264,9 +267,18 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
     if (pf != nullptr) {
       for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + b * bb, 0, 3);
     }
+    float coef[R], t[R];
+    float cmax = 0;
+    for (int i = 0; i < R; ++i) {
+      coef[i] = xs[i] * LoadHalf(rows[i] + static_cast<size_t>(b) * bb);
+      const float a = coef[i] < 0 ? -coef[i] : coef[i];
+      cmax = a > cmax ? a : cmax;
+    }
+    const float scale = cmax / 127.0f;
+    const float inv = scale != 0 ? 1.0f / scale : 0.0f;
+    for (int i = 0; i < R; ++i) t[i] = __builtin_nearbyintf(coef[i] * inv);
     for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
-      float* aj = acc + b * kQ + j;
-      auto a = hn::LoadU(df, aj);
+      auto sum = hn::Zero(df);
       for (int i = 0; i < R; ++i) {
         const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
         hn::Vec<decltype(di)> q;
@@ -277,9 +289,10 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
         } else {
           q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
         }
-        a = hn::MulAdd(hn::Set(df, xs[i] * LoadHalf(blk)), hn::ConvertTo(df, q), a);
+        sum = hn::MulAdd(hn::Set(df, t[i]), hn::ConvertTo(df, q), sum);
       }
-      hn::StoreU(a, df, aj);
+      float* aj = acc + b * kQ + j;
+      hn::StoreU(hn::MulAdd(sum, hn::Set(df, scale), hn::LoadU(df, aj)), df, aj);
     }
   }
 }
@@ -326,11 +339,15 @@ void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, co
     }
     AxpyRows<R>(t, rows, xs, n_out, acc, stream ? ahead : nullptr);
   }
-  for (; k < n_idx; ++k) {
-    rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
-    xs[0] = x[idx[k]];
-    AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
+  // The last, shorter group (one group for the coefficient rounding of Q8_0 / Q4_0).
+  const int rest = static_cast<int>(n_idx - k);
+  for (int i = 0; i < rest; ++i) {
+    rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
+    xs[i] = x[idx[k + i]];
   }
+  if (rest == 3) AxpyRows<3>(t, rows, xs, n_out, acc, nullptr);
+  if (rest == 2) AxpyRows<2>(t, rows, xs, n_out, acc, nullptr);
+  if (rest == 1) AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
 }
 
 void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps) {

@@ -1,5 +1,6 @@
 // Scalar reference kernels (kernels::ref) and the "scalar" path's table built from them. These are
 // written for clarity: one value at a time, f32 accumulation in index order.
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <vector>
@@ -13,6 +14,8 @@
 
 namespace weir::kernels {
 namespace {
+
+using internal::kGatherGroup;
 
 bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 
@@ -113,10 +116,43 @@ void ScalarDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64
 
 void ScalarAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out,
                       const int32_t* idx, int64_t n_idx, const float* x, float* acc) {
-  for (int64_t k = 0; k < n_idx; ++k) {
-    const uint8_t* row = wt + static_cast<size_t>(idx[k]) * row_stride;
-    const float xi = x[idx[k]];
-    for (int64_t j = 0; j < n_out; ++j) acc[j] += xi * WeightAt(t, row, j);
+  if (!IsQuantized(t)) {
+    for (int64_t k = 0; k < n_idx; ++k) {
+      const uint8_t* row = wt + static_cast<size_t>(idx[k]) * row_stride;
+      const float xi = x[idx[k]];
+      for (int64_t j = 0; j < n_out; ++j) acc[j] += xi * WeightAt(t, row, j);
+    }
+    return;
+  }
+  // Q8_0 / Q4_0: groups of kGatherGroup inputs; per group and output block the coefficients
+  // x[i] * d[i, b] are quantized to int8 with one scale and the products summed in integers
+  // (see gather.h).
+  const size_t block_bytes = BlockBytes(t);
+  for (int64_t g = 0; g < n_idx; g += kGatherGroup) {
+    const int n = static_cast<int>(std::min<int64_t>(kGatherGroup, n_idx - g));
+    const uint8_t* rows[kGatherGroup];
+    for (int k = 0; k < n; ++k) rows[k] = wt + static_cast<size_t>(idx[g + k]) * row_stride;
+    for (int64_t b = 0; b < n_out / kQK; ++b) {
+      float c[kGatherGroup];
+      float cmax = 0;
+      for (int k = 0; k < n; ++k) {
+        uint16_t d;
+        std::memcpy(&d, rows[k] + static_cast<size_t>(b) * block_bytes, 2);
+        c[k] = x[idx[g + k]] * F16ToF32(d);
+        cmax = std::fmax(cmax, std::fabs(c[k]));
+      }
+      const float scale = cmax / 127.0f;
+      const float inv = scale != 0 ? 1.0f / scale : 0.0f;
+      int32_t tk[kGatherGroup];
+      for (int k = 0; k < n; ++k) tk[k] = static_cast<int32_t>(std::nearbyint(c[k] * inv));
+      for (int j = 0; j < kQK; ++j) {
+        int32_t isum = 0;
+        for (int k = 0; k < n; ++k) {
+          isum += tk[k] * QuantAt(t, rows[k] + static_cast<size_t>(b) * block_bytes, j);
+        }
+        acc[b * kQK + j] += scale * static_cast<float>(isum);
+      }
+    }
   }
 }
 

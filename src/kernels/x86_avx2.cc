@@ -326,17 +326,32 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   }
 }
 
+// Quantized column form for a group of R <= 4 rows (gather.h): per output block the R
+// coefficients x[i] * d[i, b] are rounded to int8 with one scale C; the products t * q are exact
+// integers, summed in f32 (exact below 2^24) and scaled once by C.
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                    const uint8_t* const* pf) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
   const int64_t nb = n_out / kQ;
-  alignas(32) float scale[R][8];  // x[i] * d of the chunk's blocks, row by row
+  alignas(32) float t[R][8];   // rounded coefficients of the chunk's blocks, row by row
+  alignas(32) float scale[8];  // C per block
+  const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t c = 0; c < nb; c += 8) {
     const int64_t n = Min64(8, nb - c);
+    __m256 coef[R];
+    __m256 cmax = _mm256_setzero_ps();
     for (int i = 0; i < R; ++i) {
-      _mm256_store_ps(scale[i],
-                      _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n), _mm256_set1_ps(xs[i])));
+      coef[i] = _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n), _mm256_set1_ps(xs[i]));
+      cmax = _mm256_max_ps(cmax, _mm256_andnot_ps(sign, coef[i]));
+    }
+    const __m256 cs = _mm256_div_ps(cmax, _mm256_set1_ps(127.0f));
+    const __m256 nonzero = _mm256_cmp_ps(cs, _mm256_setzero_ps(), _CMP_NEQ_OQ);
+    const __m256 inv = _mm256_and_ps(nonzero, _mm256_div_ps(_mm256_set1_ps(1.0f), cs));
+    _mm256_store_ps(scale, cs);
+    for (int i = 0; i < R; ++i) {
+      _mm256_store_ps(t[i], _mm256_round_ps(_mm256_mul_ps(coef[i], inv),
+                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t b = c + k;
@@ -345,12 +360,11 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
           _mm_prefetch(reinterpret_cast<const char*>(pf[i] + b * bb), _MM_HINT_T0);
         }
       }
-      float* ab = acc + b * kQ;
-      __m256 a[4];
-      for (int j = 0; j < 4; ++j) a[j] = _mm256_loadu_ps(ab + 8 * j);
+      __m256 sum[4];
+      for (int j = 0; j < 4; ++j) sum[j] = _mm256_setzero_ps();
       for (int i = 0; i < R; ++i) {
         const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
-        const __m256 s = _mm256_set1_ps(scale[i][k]);
+        const __m256 ti = _mm256_set1_ps(t[i][k]);
         __m256i q[4];
         if constexpr (kQ4) {
           const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
@@ -367,9 +381,13 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
                 _mm_loadl_epi64(reinterpret_cast<const __m128i*>(blk + 2 + 8 * j)));
           }
         }
-        for (int j = 0; j < 4; ++j) a[j] = _mm256_fmadd_ps(s, _mm256_cvtepi32_ps(q[j]), a[j]);
+        for (int j = 0; j < 4; ++j) sum[j] = _mm256_fmadd_ps(ti, _mm256_cvtepi32_ps(q[j]), sum[j]);
       }
-      for (int j = 0; j < 4; ++j) _mm256_storeu_ps(ab + 8 * j, a[j]);
+      const __m256 cb = _mm256_set1_ps(scale[k]);
+      float* ab = acc + b * kQ;
+      for (int j = 0; j < 4; ++j) {
+        _mm256_storeu_ps(ab + 8 * j, _mm256_fmadd_ps(sum[j], cb, _mm256_loadu_ps(ab + 8 * j)));
+      }
     }
   }
 }
@@ -422,11 +440,15 @@ void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, co
     }
     AxpyRows<R>(t, rows, xs, n_out, acc, stream ? ahead : nullptr);
   }
-  for (; k < n_idx; ++k) {
-    rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
-    xs[0] = x[idx[k]];
-    AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
+  // The last, shorter group (one group for the coefficient rounding of Q8_0 / Q4_0).
+  const int rest = static_cast<int>(n_idx - k);
+  for (int i = 0; i < rest; ++i) {
+    rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
+    xs[i] = x[idx[k + i]];
   }
+  if (rest == 3) AxpyRows<3>(t, rows, xs, n_out, acc, nullptr);
+  if (rest == 2) AxpyRows<2>(t, rows, xs, n_out, acc, nullptr);
+  if (rest == 1) AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/internal/avx512_vbmi.h"
 #include "kernels/internal/isa_kernels.h"
 
 namespace weir::kernels::internal {
@@ -132,6 +133,16 @@ inline __m512i LoadSingle(const uint8_t* a) {
         _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2)));
     return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
   }
+}
+
+// Whether the quantized column form may use the VBMI kernel: the CPU has AVX-512 VBMI and tests
+// have not turned it off (internal/avx512_vbmi.h). A plain int with __atomic builtins, because
+// this file must not instantiate std::atomic (see internal/isa_kernels.h).
+int vbmi_allowed = 1;
+
+bool Avx512VbmiEnabled() {
+  static const bool has = __builtin_cpu_supports("avx512vbmi");
+  return has && __atomic_load_n(&vbmi_allowed, __ATOMIC_RELAXED) != 0;
 }
 
 // The f16 scales of up to 16 consecutive blocks (stride bb bytes) as f32, lanes past n zero.
@@ -369,6 +380,10 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   }
 }
 
+// Quantized column form for a group of R <= 4 rows (gather.h): per output block the R
+// coefficients x[i] * d[i, b] are rounded to int8 with one scale C; the products t * q are exact
+// integers, summed here in f32 (exact below 2^24) and scaled once by C. With AVX-512 VBMI and a
+// full group the sums are done by vpdpbusd instead (x86_avx512_vbmi.cc), the same numbers.
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                    const uint8_t* const* pf) {
@@ -376,12 +391,38 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   // Q4_0 nibble -> (nibble - 8) as f32 by vpermps, which reads only the low 4 bits of each index.
   const __m512 centred = _mm512_setr_ps(-8, -7, -6, -5, -4, -3, -2, -1, 0, 1, 2, 3, 4, 5, 6, 7);
   const int64_t nb = n_out / kQ;
-  alignas(64) float scale[R][16];  // x[i] * d of the chunk's blocks, row by row
+  const bool vbmi = R == kGatherGroup && Avx512VbmiEnabled();
+  alignas(64) float t[R][16];   // rounded coefficients of the chunk's blocks, row by row
+  alignas(64) float scale[16];  // C per block
+  alignas(64) int32_t packed[16], bias[16];
   for (int64_t c = 0; c < nb; c += 16) {
     const int64_t n = Min64(16, nb - c);
+    const __mmask16 m = TailMask(n);
+    __m512 coef[R];
+    __m512 cmax = _mm512_setzero_ps();
     for (int i = 0; i < R; ++i) {
-      _mm512_store_ps(scale[i], _mm512_mul_ps(BlockScales16<bb>(rows[i] + c * bb, TailMask(n)),
-                                              _mm512_set1_ps(xs[i])));
+      coef[i] = _mm512_mul_ps(BlockScales16<bb>(rows[i] + c * bb, m), _mm512_set1_ps(xs[i]));
+      cmax = _mm512_max_ps(cmax, _mm512_abs_ps(coef[i]));
+    }
+    const __m512 cs = _mm512_div_ps(cmax, _mm512_set1_ps(127.0f));
+    const __m512 inv = _mm512_maskz_div_ps(_mm512_cmp_ps_mask(cs, _mm512_setzero_ps(), _CMP_NEQ_OQ),
+                                           _mm512_set1_ps(1.0f), cs);
+    _mm512_store_ps(scale, cs);
+    __m512i tsum = _mm512_setzero_si512(), tpack = _mm512_setzero_si512();
+    for (int i = 0; i < R; ++i) {
+      const __m512 ti = _mm512_roundscale_ps(_mm512_mul_ps(coef[i], inv),
+                                             _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm512_store_ps(t[i], ti);
+      const __m512i tint = _mm512_cvtps_epi32(ti);
+      tsum = _mm512_add_epi32(tsum, tint);
+      tpack = _mm512_or_si512(
+          tpack, _mm512_slli_epi32(_mm512_and_si512(tint, _mm512_set1_epi32(0xff)), 8 * i));
+    }
+    if (vbmi) {
+      _mm512_store_si512(packed, tpack);
+      _mm512_store_si512(bias, _mm512_mullo_epi32(tsum, _mm512_set1_epi32(kQ4 ? -8 : -128)));
+      Avx512VbmiAxpyChunk(kQ4, rows, pf, c, n, scale, packed, bias, acc);
+      continue;
     }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t b = c + k;
@@ -390,27 +431,28 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
           _mm_prefetch(reinterpret_cast<const char*>(pf[i] + b * bb), _MM_HINT_T0);
         }
       }
-      __m512 a0 = _mm512_loadu_ps(acc + b * kQ);
-      __m512 a1 = _mm512_loadu_ps(acc + b * kQ + 16);
+      __m512 s0 = _mm512_setzero_ps(), s1 = _mm512_setzero_ps();
       for (int i = 0; i < R; ++i) {
         const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
-        const __m512 s = _mm512_set1_ps(scale[i][k]);
+        const __m512 ti = _mm512_set1_ps(t[i][k]);
         if constexpr (kQ4) {
           const __m512i z =
               _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
-          a0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(z, centred), s, a0);
-          a1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), centred), s, a1);
+          s0 = _mm512_fmadd_ps(_mm512_permutexvar_ps(z, centred), ti, s0);
+          s1 = _mm512_fmadd_ps(_mm512_permutexvar_ps(_mm512_srli_epi32(z, 4), centred), ti, s1);
         } else {
           const __m512i lo =
               _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2)));
           const __m512i hi =
               _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 18)));
-          a0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), s, a0);
-          a1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), s, a1);
+          s0 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(lo), ti, s0);
+          s1 = _mm512_fmadd_ps(_mm512_cvtepi32_ps(hi), ti, s1);
         }
       }
-      _mm512_storeu_ps(acc + b * kQ, a0);
-      _mm512_storeu_ps(acc + b * kQ + 16, a1);
+      const __m512 cb = _mm512_set1_ps(scale[k]);
+      _mm512_storeu_ps(acc + b * kQ, _mm512_fmadd_ps(s0, cb, _mm512_loadu_ps(acc + b * kQ)));
+      _mm512_storeu_ps(acc + b * kQ + 16,
+                       _mm512_fmadd_ps(s1, cb, _mm512_loadu_ps(acc + b * kQ + 16)));
     }
   }
 }
@@ -464,11 +506,15 @@ void AxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out, co
     }
     AxpyRows<R>(t, rows, xs, n_out, acc, stream ? ahead : nullptr);
   }
-  for (; k < n_idx; ++k) {
-    rows[0] = wt + static_cast<size_t>(idx[k]) * row_stride;
-    xs[0] = x[idx[k]];
-    AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
+  // The last, shorter group (one group for the coefficient rounding of Q8_0 / Q4_0).
+  const int rest = static_cast<int>(n_idx - k);
+  for (int i = 0; i < rest; ++i) {
+    rows[i] = wt + static_cast<size_t>(idx[k + i]) * row_stride;
+    xs[i] = x[idx[k + i]];
   }
+  if (rest == 3) AxpyRows<3>(t, rows, xs, n_out, acc, nullptr);
+  if (rest == 2) AxpyRows<2>(t, rows, xs, n_out, acc, nullptr);
+  if (rest == 1) AxpyRows<1>(t, rows, xs, n_out, acc, nullptr);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -554,14 +600,22 @@ const IsaKernels kTable = {PrepBytes, Prep, Dot, AxpyGather, RmsNorm, Softmax, S
 
 const IsaKernels* Avx512Kernels() { return &kTable; }
 
+void SetAvx512VbmiAllowedForTesting(bool allowed) {
+  __atomic_store_n(&vbmi_allowed, allowed ? 1 : 0, __ATOMIC_RELAXED);
+}
+bool Avx512VbmiUsed() { return Avx512VbmiEnabled(); }
+
 }  // namespace weir::kernels::internal
 
 #else  // not x86-64
 
+#include "kernels/internal/avx512_vbmi.h"
 #include "kernels/internal/isa_kernels.h"
 
 namespace weir::kernels::internal {
 const IsaKernels* Avx512Kernels() { return nullptr; }
+void SetAvx512VbmiAllowedForTesting(bool) {}
+bool Avx512VbmiUsed() { return false; }
 }  // namespace weir::kernels::internal
 
 #endif

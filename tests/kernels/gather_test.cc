@@ -4,11 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
 #include <random>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/internal/avx512_vbmi.h"
 #include "kernels/isa.h"
 #include "kernels/kernel_test_util.h"
 #include "kernels/matvec.h"
@@ -18,7 +20,6 @@ namespace {
 
 using testing::AbsDot;
 using testing::AllDTypes;
-using testing::Describe;
 using testing::IsQuantized;
 using testing::kRel;
 using testing::RandomFloats;
@@ -39,7 +40,17 @@ std::vector<int32_t> RandomIndices(std::mt19937& rng, int64_t n, double density,
   return all;
 }
 
-// wt is [cols_in, rows_out]; y[r] = sum_k x[idx[k]] * wt[idx[k], r].
+// f16 scale of block b of row i of a quantized weight.
+float BlockScale(const Weights& w, int64_t i, int64_t b) {
+  uint16_t h;
+  std::memcpy(&h, w.bytes.data() + RowBytes(w.dtype, w.cols) * i + BlockBytes(w.dtype) * b, 2);
+  return F16ToF32(h);
+}
+
+// wt is [cols_in, rows_out]; y[r] = sum_k x[idx[k]] * wt[idx[k], r], with the coefficient
+// rounding of Q8_0 / Q4_0 (gather.h): y must match the reference within kRel of the sum of the
+// terms' magnitudes, and the exact product within that plus the rounding bound
+// sum_groups C / 2 * sum_k |q_k| (C = the group's largest |x * d| / 127).
 void ExpectColsNearRef(const Weights& wt, const std::vector<int32_t>& idx,
                        const std::vector<float>& x, const std::vector<float>& y,
                        const std::string& what) {
@@ -47,23 +58,58 @@ void ExpectColsNearRef(const Weights& wt, const std::vector<int32_t>& idx,
   std::vector<float> want(static_cast<size_t>(n_out));
   ref::GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
                         want.data());
+  const bool quant = IsQuantized(wt.dtype);
   for (int64_t r = 0; r < n_out; ++r) {
-    double exact = 0, abs_sum = 0;
-    for (int32_t i : idx) {
-      const double term = static_cast<double>(x[i]) * wt.values[i * n_out + r];
-      exact += term;
-      abs_sum += std::fabs(term);
+    double exact = 0, abs_sum = 0, rounding = 0;
+    for (size_t g = 0; g < idx.size(); g += 4) {
+      const size_t end = std::min(idx.size(), g + 4);
+      double cmax = 0, qsum = 0;
+      for (size_t k = g; k < end; ++k) {
+        const int32_t i = idx[k];
+        const double term = static_cast<double>(x[i]) * wt.values[i * n_out + r];
+        exact += term;
+        abs_sum += std::fabs(term);
+        if (quant) {
+          const double d = BlockScale(wt, i, r / kQK);
+          cmax = std::max(cmax, std::fabs(static_cast<double>(x[i]) * d));
+          if (d != 0) qsum += std::fabs(wt.values[i * n_out + r] / d);
+        }
+      }
+      rounding += cmax / 127.0 / 2.0 * qsum * 1.001;
     }
-    const double bound = kRel * abs_sum + 1e-30;
+    const double bound = kRel * abs_sum * 1.01 + 1e-30;
     ASSERT_NEAR(y[r], want[r], bound) << what << " output " << r;
-    ASSERT_NEAR(y[r], exact, bound) << what << " output " << r << " (vs exact)";
+    ASSERT_NEAR(y[r], exact, bound + rounding) << what << " output " << r << " (vs exact)";
   }
 }
 
+// The paths to run: every supported one, and on CPUs with AVX-512 VBMI the AVX-512 path once more
+// without its VBMI kernel (the quantized column form has two AVX-512 implementations).
+struct PathVariant {
+  Isa isa;
+  bool vbmi;
+};
+std::vector<PathVariant> ColumnPaths() {
+  std::vector<PathVariant> v;
+  for (Isa isa : SupportedIsas()) v.push_back({isa, true});
+  if (IsaSupported(Isa::kAvx512) && internal::Avx512VbmiUsed()) v.push_back({Isa::kAvx512, false});
+  return v;
+}
+std::string Describe(PathVariant p, DType t, int64_t rows, int64_t cols) {
+  return testing::Describe(p.isa, t, rows, cols) + (p.vbmi ? "" : " (no VBMI)");
+}
+
+class AllowVbmi {
+ public:
+  explicit AllowVbmi(bool allowed) { internal::SetAvx512VbmiAllowedForTesting(allowed); }
+  ~AllowVbmi() { internal::SetAvx512VbmiAllowedForTesting(true); }
+};
+
 TEST(GatherColsTest, EveryPathMatchesReference) {
   std::mt19937 rng(11);
-  for (Isa isa : SupportedIsas()) {
-    ScopedIsaOverride use(isa);
+  for (PathVariant path : ColumnPaths()) {
+    ScopedIsaOverride use(path.isa);
+    AllowVbmi vbmi(path.vbmi);
     for (DType t : AllDTypes()) {
       std::vector<int64_t> outs = {32, 96, 160, 4128};
       if (!IsQuantized(t)) outs.insert(outs.end(), {1, 7, 67});
@@ -78,7 +124,7 @@ TEST(GatherColsTest, EveryPathMatchesReference) {
                              y.data(), nullptr);
             ExpectColsNearRef(
                 wt, idx, x, y,
-                Describe(isa, t, cols_in, n_out) + " density " + std::to_string(density));
+                Describe(path, t, cols_in, n_out) + " density " + std::to_string(density));
           }
         }
       }
@@ -89,8 +135,9 @@ TEST(GatherColsTest, EveryPathMatchesReference) {
 TEST(GatherColsTest, RawQuantizedBlocksAndThreads) {
   std::mt19937 rng(12);
   ThreadPool pool2(2), pool3(3);
-  for (Isa isa : SupportedIsas()) {
-    ScopedIsaOverride use(isa);
+  for (PathVariant path : ColumnPaths()) {
+    ScopedIsaOverride use(path.isa);
+    AllowVbmi vbmi(path.vbmi);
     for (DType t : AllDTypes()) {
       Weights wt =
           IsQuantized(t) ? RawQuantWeights(rng, t, 67, 160) : RandomWeights(rng, t, 67, 160);
@@ -101,7 +148,7 @@ TEST(GatherColsTest, RawQuantizedBlocksAndThreads) {
         GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
                          y.data(), pool);
         ExpectColsNearRef(wt, idx, x, y,
-                          Describe(isa, t, 67, 160) + " threads " + std::to_string(pool->size()));
+                          Describe(path, t, 67, 160) + " threads " + std::to_string(pool->size()));
       }
     }
   }
@@ -162,9 +209,9 @@ TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
             for (int32_t i : idx) active[i] = true;
             for (int64_t r = 0; r < rows; ++r) {
               if (active[r]) {
-                ASSERT_EQ(y[r], dense[r]) << Describe(isa, t, rows, cols) << " row " << r;
+                ASSERT_EQ(y[r], dense[r]) << testing::Describe(isa, t, rows, cols) << " row " << r;
               } else {
-                ASSERT_EQ(y[r], -12345.0f) << Describe(isa, t, rows, cols) << " row " << r;
+                ASSERT_EQ(y[r], -12345.0f) << testing::Describe(isa, t, rows, cols) << " row " << r;
               }
             }
             // And against the reference.
@@ -174,7 +221,7 @@ TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
             for (int32_t i : idx) {
               std::vector<float> xe = testing::EffectiveX(t, x.data(), cols);
               ASSERT_NEAR(y[i], want[i], kRel * AbsDot(&w.values[i * cols], xe.data(), cols))
-                  << Describe(isa, t, rows, cols) << " row " << i;
+                  << testing::Describe(isa, t, rows, cols) << " row " << i;
             }
           }
         }

@@ -24,6 +24,10 @@
 
 namespace weir::kernels::internal {
 
+// Inputs per coefficient group of the quantized column form (gather.h). Work is split between
+// threads at multiples of it so the groups, and so the results, do not depend on the pool.
+constexpr int kGatherGroup = 4;
+
 struct IsaKernels {
   // Bytes of one token's prepared activation for weight type t and cols inputs (0: none needed).
   size_t (*prep_bytes)(DType t, int64_t cols);
@@ -43,7 +47,8 @@ struct IsaKernels {
 
   // Column form of the gathered product: acc[j] += sum_k x[idx[k]] * wt[idx[k], j] for j < n_out,
   // where row i of wt is at wt + i * row_stride (n_out values; blocks of quantized types run
-  // along j).
+  // along j). For Q8_0 / Q4_0 the indices form groups of kGatherGroup from the start of idx, with
+  // the int8 coefficient rounding described in gather.h.
   void (*axpy_gather)(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out,
                       const int32_t* idx, int64_t n_idx, const float* x, float* acc);
 
