@@ -259,7 +259,11 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
         const MaskStream& s = layout.streams[i];
         caches[i] = UnitCache::Create(config.policy, s.n_units, plan.cache_units[i]);
         if (host_tier) {
+          // The host starts warm: it loaded the model (up to its capacity) before decoding.
           host_caches[i] = UnitCache::Create(CachePolicy::kLru, s.n_units, plan.host_units[i]);
+          std::vector<uint32_t> preload(plan.host_units[i]);
+          for (uint32_t u = 0; u < plan.host_units[i]; ++u) preload[u] = u;
+          host_caches[i]->Access(-1, preload, nullptr, &host_acc);
         }
         if (config.policy == CachePolicy::kBelady) {
           future[i] = std::make_unique<OccurrenceMatrix>(s.n_units, n_tokens);

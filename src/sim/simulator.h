@@ -9,8 +9,9 @@
 // Per token, per stream: bytes from storage = active ∧ ¬cached, bytes from memory = active ∧
 // cached. Misses are read as requests of consecutive missed units (one per run and tensor),
 // each costing size / storage_read.At(size). With a host tier, memory misses are looked up in
-// a host cache (LRU, like a page cache) first and cross the link; host misses come from
-// storage and cross the link too.
+// a host cache (LRU, like a page cache; it starts holding each stream's first units up to its
+// capacity, as a host that loaded the model before decoding) and cross the link; host misses
+// come from storage and cross the link too.
 //
 // Per stage (one layer of one token): memory time = (static bytes of the layer + its KV read +
 // hit bytes) / memory bandwidth; compute time = FLOPs / rate (optional); storage and link time

@@ -206,13 +206,20 @@ TEST(SimulatorTest, HostTierServesMissesOverTheLink) {
   dev.host_link_bandwidth = 10 * kGB;
   auto full = PlanMemory(s, *layout, dev, BaseConfig(1e9));
   SimConfig c = BaseConfig(full->static_bytes);  // no room in GPU memory
-  c.warmup_tokens = 1;
+  c.warmup_tokens = 0;  // the host tier starts warm: not even the first token reads storage
   auto src = MakeSyntheticSource(*layout, SyntheticSpec{}, 4);
   auto r = Simulate(s, dev, c, src->get());
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_DOUBLE_EQ(r->storage_bytes_per_token, 0);  // warm host cache
   EXPECT_DOUBLE_EQ(r->link_bytes_per_token, full->streamed_bytes);
   EXPECT_NEAR(r->link_s, full->streamed_bytes / (10 * kGB), 1e-15);
+  // A host tier holding a quarter of the MLP: the rest comes from storage every token.
+  dev.host_capacity_bytes = full->streamed_bytes / 4;
+  auto src_q = MakeSyntheticSource(*layout, SyntheticSpec{}, 4);
+  auto rq = Simulate(s, dev, c, src_q->get());
+  ASSERT_TRUE(rq.ok());
+  EXPECT_DOUBLE_EQ(rq->storage_bytes_per_token, 0.75 * full->streamed_bytes);
+  EXPECT_EQ(rq->layers[0].host_hits, 4u * 32u);
   // Without the host tier the same misses come from storage.
   dev.has_host = false;
   auto src2 = MakeSyntheticSource(*layout, SyntheticSpec{}, 4);
