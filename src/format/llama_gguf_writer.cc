@@ -118,6 +118,9 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
   w->AddString("general.architecture", "llama");
   w->AddString("general.name", name);
   w->AddU32("general.file_type", file_type);
+  if (file_type == LlamaFileType(DType::kQ8_0) || file_type == LlamaFileType(DType::kQ4_0)) {
+    w->AddU32("general.quantization_version", 2);  // ggml's current Q4_0/Q8_0 block layout
+  }
   w->AddU32("llama.context_length", static_cast<uint32_t>(c.ctx_len > 0 ? c.ctx_len : 2048));
   w->AddU32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
   w->AddU32("llama.block_count", static_cast<uint32_t>(c.n_layers));
@@ -168,7 +171,8 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
 }
 
 Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::optional<DType> convert_to,
-                      const std::function<void(double)>& progress) {
+                      const std::function<void(double)>& progress,
+                      const std::vector<std::pair<std::string, GgufValue>>& extra_metadata) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
   const LlamaConfig& c = model.config;
   const std::vector<std::string> names = LlamaTensorNames(c);
@@ -218,6 +222,7 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::opti
     if (name.empty()) name = "llama";
   }
   WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(main_type), &w).WithContext(path));
+  for (const auto& [key, value] : extra_metadata) w.Add(key, value);
 
   const int head_dim = c.head_dim;
   const int rope_dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim;

@@ -15,6 +15,7 @@
 #include <functional>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "base/status.h"
@@ -49,9 +50,12 @@ Status AddLlamaGgufMetadata(const LlamaConfig& config, const TokenizerSpec& toke
 // row length is a multiple of the type's block size is converted (dequantize to F32, then
 // quantize with the reference QuantizeRow); others keep their type. 1-D tensors (the norms)
 // are always written as F32. rotate-half models get the q/k row permutation described above.
-// Tensors outside the canonical Llama set are not written.
+// Tensors outside the canonical Llama set are not written. `extra_metadata` is appended after
+// the hyperparameters and tokenizer keys (e.g. weir.prune.* from `weir prune`); a key that
+// repeats one already written makes the write fail.
 Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
                       std::optional<DType> convert_to,
-                      const std::function<void(double)>& progress = nullptr);
+                      const std::function<void(double)>& progress = nullptr,
+                      const std::vector<std::pair<std::string, GgufValue>>& extra_metadata = {});
 
 }  // namespace weir::format

@@ -389,6 +389,29 @@ TEST(GgufLlamaWriterTest, TokenizerVariants) {
   }
 }
 
+TEST(GgufLlamaWriterTest, ExtraMetadataIsAppended) {
+  std::string dir = testing::TempDir();
+  ModelFile m = LoadTiny(DType::kQ8_0, dir);
+  std::string out = dir + "/extra.gguf";
+  ASSERT_TRUE(WriteLlamaGguf(m, out, std::nullopt, nullptr,
+                             {{"weir.prune.method", GgufValue::String("test")},
+                              {"weir.prune.kept", GgufValue::F32Array({0.5f, 1.0f})}})
+                  .ok());
+  auto f = GgufFile::Open(out);
+  ASSERT_TRUE(f.ok());
+  EXPECT_EQ(*f->GetString("weir.prune.method"), "test");
+  EXPECT_EQ(*f->GetF32Array("weir.prune.kept"), (std::vector<float>{0.5f, 1.0f}));
+  EXPECT_EQ(*f->GetU32("general.quantization_version"), 2u);
+  EXPECT_TRUE(LoadGgufModel(out).ok());
+  // A key that repeats one the writer sets is an error, and nothing is written.
+  std::string dup = dir + "/dup.gguf";
+  Status st = WriteLlamaGguf(m, dup, std::nullopt, nullptr,
+                             {{"llama.block_count", GgufValue::U32(3)}});
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("'llama.block_count' added twice"), std::string::npos) << st.message();
+  EXPECT_FALSE(testing::FileExists(dup));
+}
+
 TEST(GgufLlamaWriterTest, RefusesInvalidModels) {
   std::string dir = testing::TempDir();
   ModelFile m = LoadTiny(DType::kF32, dir);
