@@ -44,12 +44,12 @@ Result<TraceLayout> MakeTraceLayout(const TraceHeader& h, const std::string& whe
                                          where.c_str(), h.version, kTraceVersion));
   }
   if (h.n_layers == 0 || h.n_layers > kMaxTraceLayers) {
-    return Status::Corrupt(StrFormat("%s: n_layers %u outside 1..%u", where.c_str(), h.n_layers,
-                                     kMaxTraceLayers));
+    return Status::Corrupt(
+        StrFormat("%s: n_layers %u outside 1..%u", where.c_str(), h.n_layers, kMaxTraceLayers));
   }
   if (h.kinds.empty() || h.kinds.size() > kMaxTraceKinds) {
-    return Status::Corrupt(StrFormat("%s: n_kinds %zu outside 1..%u", where.c_str(),
-                                     h.kinds.size(), kMaxTraceKinds));
+    return Status::Corrupt(
+        StrFormat("%s: n_kinds %zu outside 1..%u", where.c_str(), h.kinds.size(), kMaxTraceKinds));
   }
   TraceLayout L;
   L.n_layers = h.n_layers;
@@ -70,8 +70,8 @@ Result<TraceLayout> MakeTraceLayout(const TraceHeader& h, const std::string& whe
     }
     if (kind.units.size() != h.n_layers) {
       return Status::InvalidArgument(StrFormat("%s: kind '%s' has %zu unit counts for %u layers",
-                                               where.c_str(), kind.name.c_str(),
-                                               kind.units.size(), h.n_layers));
+                                               where.c_str(), kind.name.c_str(), kind.units.size(),
+                                               h.n_layers));
     }
     header_bytes += 2 + kind.name.size() + 8 + 4ull * h.n_layers;
   }

@@ -29,14 +29,15 @@ Status ReadExact(std::FILE* f, uint8_t* dst, size_t n, const std::string& path, 
   size_t got = std::fread(dst, 1, n, f);
   if (got == n) return Status::Ok();
   if (std::ferror(f)) {
-    return Status::IoError(StrFormat("%s: read of %s at offset %llu failed: %s", path.c_str(),
-                                     what, static_cast<unsigned long long>(offset),
+    return Status::IoError(StrFormat("%s: read of %s at offset %llu failed: %s", path.c_str(), what,
+                                     static_cast<unsigned long long>(offset),
                                      std::strerror(errno)));
   }
-  return Status::Corrupt(StrFormat("%s: truncated: %s at offset %llu needs %zu bytes but the "
-                                   "file has %llu bytes", path.c_str(), what,
-                                   static_cast<unsigned long long>(offset), n,
-                                   static_cast<unsigned long long>(file_size)));
+  return Status::Corrupt(
+      StrFormat("%s: truncated: %s at offset %llu needs %zu bytes but the "
+                "file has %llu bytes",
+                path.c_str(), what, static_cast<unsigned long long>(offset), n,
+                static_cast<unsigned long long>(file_size)));
 }
 
 }  // namespace
@@ -77,8 +78,8 @@ CacheEvents TraceToken::events(uint32_t layer, uint32_t kind) const {
 Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
-    return Status::IoError(StrFormat("%s: cannot open trace: %s", path.c_str(),
-                                     std::strerror(errno)));
+    return Status::IoError(
+        StrFormat("%s: cannot open trace: %s", path.c_str(), std::strerror(errno)));
   }
   std::unique_ptr<TraceReader> r(new TraceReader());
   r->path_ = path;
@@ -109,21 +110,21 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
     return Status::Unsupported(StrFormat("%s: unknown trace flags 0x%x", path.c_str(), flags));
   }
   h.has_cache_events = (flags & kTraceFlagCacheEvents) != 0;
-  if (h.n_layers == 0 || h.n_layers > kMaxTraceLayers || n_kinds == 0 ||
-      n_kinds > kMaxTraceKinds) {
+  if (h.n_layers == 0 || h.n_layers > kMaxTraceLayers || n_kinds == 0 || n_kinds > kMaxTraceKinds) {
     return Status::Corrupt(StrFormat("%s: n_layers %u / n_kinds %u outside 1..%u / 1..%u",
                                      path.c_str(), h.n_layers, n_kinds, kMaxTraceLayers,
                                      kMaxTraceKinds));
   }
   // The largest possible header for these counts bounds header_bytes before any allocation.
-  uint64_t max_header = 44 + static_cast<uint64_t>(n_kinds) *
-                                 (2 + kMaxKindName + 8 + 4ull * h.n_layers);
+  uint64_t max_header =
+      44 + static_cast<uint64_t>(n_kinds) * (2 + kMaxKindName + 8 + 4ull * h.n_layers);
   if (header_bytes < 44 || header_bytes > max_header ||
       !RangeInside(0, header_bytes, r->file_size_)) {
-    return Status::Corrupt(StrFormat("%s: header_bytes %u is impossible (at most %llu for these "
-                                     "counts; file has %llu bytes)", path.c_str(), header_bytes,
-                                     static_cast<unsigned long long>(max_header),
-                                     static_cast<unsigned long long>(r->file_size_)));
+    return Status::Corrupt(
+        StrFormat("%s: header_bytes %u is impossible (at most %llu for these "
+                  "counts; file has %llu bytes)",
+                  path.c_str(), header_bytes, static_cast<unsigned long long>(max_header),
+                  static_cast<unsigned long long>(r->file_size_)));
   }
   std::vector<uint8_t> hdr(header_bytes);
   std::memcpy(hdr.data(), fixed, sizeof(fixed));
@@ -138,16 +139,17 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
   for (uint32_t k = 0; k < n_kinds; ++k) {
     TraceKind kind;
     if (!RangeInside(off, 2, end)) {
-      return Status::Corrupt(StrFormat("%s: kind %u descriptor runs past the header", path.c_str(),
-                                       k));
+      return Status::Corrupt(
+          StrFormat("%s: kind %u descriptor runs past the header", path.c_str(), k));
     }
     uint16_t name_len = LoadU16(hdr.data() + off);
     off += 2;
     uint64_t need = name_len + 8 + 4ull * h.n_layers;
     if (name_len == 0 || name_len > kMaxKindName || !RangeInside(off, need, end)) {
-      return Status::Corrupt(StrFormat("%s: kind %u descriptor (name length %u) runs past the "
-                                       "header at offset %llu", path.c_str(), k, name_len,
-                                       static_cast<unsigned long long>(off)));
+      return Status::Corrupt(
+          StrFormat("%s: kind %u descriptor (name length %u) runs past the "
+                    "header at offset %llu",
+                    path.c_str(), k, name_len, static_cast<unsigned long long>(off)));
     }
     kind.name.assign(reinterpret_cast<const char*>(hdr.data() + off), name_len);
     off += name_len;
@@ -174,11 +176,11 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
     if (!CheckedMul(h.n_tokens, r->layout_.record_bytes, &want) || want != body) {
       return Status::Corrupt(StrFormat(
           "%s: header says %llu tokens of %llu bytes after a %u-byte header, but the file has "
-          "%llu bytes (%llu complete records)%s", path.c_str(),
-          static_cast<unsigned long long>(h.n_tokens),
+          "%llu bytes (%llu complete records)%s",
+          path.c_str(), static_cast<unsigned long long>(h.n_tokens),
           static_cast<unsigned long long>(r->layout_.record_bytes), header_bytes,
-          static_cast<unsigned long long>(r->file_size_),
-          static_cast<unsigned long long>(complete), want > body ? ": truncated" : ""));
+          static_cast<unsigned long long>(r->file_size_), static_cast<unsigned long long>(complete),
+          want > body ? ": truncated" : ""));
     }
   }
   return r;
@@ -206,11 +208,11 @@ Result<bool> TraceReader::Next(TraceToken* token) {
                                  file_size_, what.c_str()));
   const uint8_t* p = token->bytes_.data();
   if (LoadU32(p) != kRecordTag || LoadU32(p + 4) != layout_.record_bytes) {
-    return Status::Corrupt(StrFormat("%s: %s at offset %llu: bad tag 0x%08x or size %u "
-                                     "(expected %llu)", path_.c_str(), what.c_str(),
-                                     static_cast<unsigned long long>(offset), LoadU32(p),
-                                     LoadU32(p + 4),
-                                     static_cast<unsigned long long>(layout_.record_bytes)));
+    return Status::Corrupt(
+        StrFormat("%s: %s at offset %llu: bad tag 0x%08x or size %u "
+                  "(expected %llu)",
+                  path_.c_str(), what.c_str(), static_cast<unsigned long long>(offset), LoadU32(p),
+                  LoadU32(p + 4), static_cast<unsigned long long>(layout_.record_bytes)));
   }
   size_t body = token->bytes_.size() - 4;
   if (Crc32c(p, body) != LoadU32(p + body)) {
@@ -219,10 +221,9 @@ Result<bool> TraceReader::Next(TraceToken* token) {
   }
   uint64_t index = LoadU64(p + 8);
   if (index != next_index_) {
-    return Status::Corrupt(StrFormat("%s: %s at offset %llu carries token index %llu",
-                                     path_.c_str(), what.c_str(),
-                                     static_cast<unsigned long long>(offset),
-                                     static_cast<unsigned long long>(index)));
+    return Status::Corrupt(
+        StrFormat("%s: %s at offset %llu carries token index %llu", path_.c_str(), what.c_str(),
+                  static_cast<unsigned long long>(offset), static_cast<unsigned long long>(index)));
   }
   for (uint32_t l = 0; l < layout_.n_layers; ++l) {
     for (uint32_t k = 0; k < layout_.n_kinds; ++k) {

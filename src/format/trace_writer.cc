@@ -22,8 +22,8 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& path
   WEIR_ASSIGN_OR_RETURN(TraceLayout layout, MakeTraceLayout(h, path));
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) {
-    return Status::IoError(StrFormat("%s: cannot create trace: %s", path.c_str(),
-                                     std::strerror(errno)));
+    return Status::IoError(
+        StrFormat("%s: cannot create trace: %s", path.c_str(), std::strerror(errno)));
   }
   std::unique_ptr<TraceWriter> w(new TraceWriter());
   w->path_ = path;
@@ -34,8 +34,8 @@ Result<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& path
   w->mask_set_.assign(w->layout_.mask_offset.size(), 0);
   std::vector<uint8_t> bytes = EncodeTraceHeader(w->header_);
   if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) {
-    return Status::IoError(StrFormat("%s: cannot write trace header: %s", path.c_str(),
-                                     std::strerror(errno)));
+    return Status::IoError(
+        StrFormat("%s: cannot write trace header: %s", path.c_str(), std::strerror(errno)));
   }
   return w;
 }
@@ -59,18 +59,20 @@ Status TraceWriter::BeginToken() {
 
 Status TraceWriter::CheckBlock(uint32_t layer, uint32_t kind, const char* what) const {
   if (!in_token_) {
-    return Status::InvalidArgument(StrFormat("%s: %s outside BeginToken/EndToken", path_.c_str(),
-                                             what));
+    return Status::InvalidArgument(
+        StrFormat("%s: %s outside BeginToken/EndToken", path_.c_str(), what));
   }
   if (layer >= layout_.n_layers || kind >= layout_.n_kinds) {
-    return Status::InvalidArgument(StrFormat("%s: %s for layer %u kind %u, trace has %u layers "
-                                             "and %u kinds", path_.c_str(), what, layer, kind,
-                                             layout_.n_layers, layout_.n_kinds));
+    return Status::InvalidArgument(
+        StrFormat("%s: %s for layer %u kind %u, trace has %u layers "
+                  "and %u kinds",
+                  path_.c_str(), what, layer, kind, layout_.n_layers, layout_.n_kinds));
   }
   if (layout_.units[layout_.Index(layer, kind)] == 0) {
-    return Status::InvalidArgument(StrFormat("%s: %s for layer %u kind '%s', which has no units "
-                                             "there", path_.c_str(), what, layer,
-                                             header_.kinds[kind].name.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("%s: %s for layer %u kind '%s', which has no units "
+                  "there",
+                  path_.c_str(), what, layer, header_.kinds[kind].name.c_str()));
   }
   return Status::Ok();
 }
@@ -80,15 +82,16 @@ Status TraceWriter::SetMaskBits(uint32_t layer, uint32_t kind, std::span<const u
   size_t i = layout_.Index(layer, kind);
   uint32_t units = layout_.units[i];
   if (bits.size() != MaskBytes(units)) {
-    return Status::InvalidArgument(StrFormat("%s: layer %u kind '%s': mask of %zu bytes, %u units "
-                                             "need %llu", path_.c_str(), layer,
-                                             header_.kinds[kind].name.c_str(), bits.size(), units,
-                                             static_cast<unsigned long long>(MaskBytes(units))));
+    return Status::InvalidArgument(
+        StrFormat("%s: layer %u kind '%s': mask of %zu bytes, %u units "
+                  "need %llu",
+                  path_.c_str(), layer, header_.kinds[kind].name.c_str(), bits.size(), units,
+                  static_cast<unsigned long long>(MaskBytes(units))));
   }
   if (units % 8 != 0 && (bits.back() >> (units % 8)) != 0) {
     return Status::InvalidArgument(StrFormat("%s: layer %u kind '%s': bits past unit %u are set",
-                                             path_.c_str(), layer,
-                                             header_.kinds[kind].name.c_str(), units));
+                                             path_.c_str(), layer, header_.kinds[kind].name.c_str(),
+                                             units));
   }
   std::memcpy(record_.data() + layout_.mask_offset[i], bits.data(), bits.size());
   mask_set_[i] = 1;
@@ -120,9 +123,8 @@ Status TraceWriter::SetMaskBytes(uint32_t layer, uint32_t kind, std::span<const 
   uint32_t units = layout_.units[i];
   if (active.size() != units) {
     return Status::InvalidArgument(StrFormat("%s: layer %u kind '%s': %zu mask bytes for %u units",
-                                             path_.c_str(), layer,
-                                             header_.kinds[kind].name.c_str(), active.size(),
-                                             units));
+                                             path_.c_str(), layer, header_.kinds[kind].name.c_str(),
+                                             active.size(), units));
   }
   uint8_t* m = record_.data() + layout_.mask_offset[i];
   std::memset(m, 0, MaskBytes(units));
@@ -136,8 +138,10 @@ Status TraceWriter::SetMaskBytes(uint32_t layer, uint32_t kind, std::span<const 
 Status TraceWriter::SetEvents(uint32_t layer, uint32_t kind, const CacheEvents& e) {
   WEIR_RETURN_IF_ERROR(CheckBlock(layer, kind, "SetEvents"));
   if (!layout_.has_cache_events) {
-    return Status::InvalidArgument(StrFormat("%s: SetEvents but the trace header has no cache "
-                                             "events", path_.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("%s: SetEvents but the trace header has no cache "
+                  "events",
+                  path_.c_str()));
   }
   uint8_t* p = record_.data() + layout_.event_offset[layout_.Index(layer, kind)];
   StoreU32(p, e.hits);
@@ -155,10 +159,9 @@ Status TraceWriter::EndToken() {
     for (uint32_t k = 0; k < layout_.n_kinds; ++k) {
       size_t i = layout_.Index(l, k);
       if (layout_.units[i] != 0 && !mask_set_[i]) {
-        return Status::InvalidArgument(StrFormat("%s: token %llu: no mask for layer %u kind '%s'",
-                                                 path_.c_str(),
-                                                 static_cast<unsigned long long>(n_tokens_), l,
-                                                 header_.kinds[k].name.c_str()));
+        return Status::InvalidArgument(StrFormat(
+            "%s: token %llu: no mask for layer %u kind '%s'", path_.c_str(),
+            static_cast<unsigned long long>(n_tokens_), l, header_.kinds[k].name.c_str()));
       }
     }
   }
@@ -191,8 +194,8 @@ Status TraceWriter::Close() {
   ok = (std::fclose(file_) == 0) && ok;
   file_ = nullptr;
   if (!ok) {
-    return Status::IoError(StrFormat("%s: cannot finish trace: %s", path_.c_str(),
-                                     std::strerror(e)));
+    return Status::IoError(
+        StrFormat("%s: cannot finish trace: %s", path_.c_str(), std::strerror(e)));
   }
   return Status::Ok();
 }

@@ -26,8 +26,8 @@ Result<double> Number(const json& obj, const char* key, const std::string& where
   }
   double v = it->get<double>();
   if (!std::isfinite(v) || v < 0) {
-    return Status::InvalidArgument(StrFormat("%s: field '%s' = %g must be finite and >= 0",
-                                             where.c_str(), key, v));
+    return Status::InvalidArgument(
+        StrFormat("%s: field '%s' = %g must be finite and >= 0", where.c_str(), key, v));
   }
   return v;
 }
@@ -91,30 +91,31 @@ BandwidthCurve BandwidthCurve::Flat(double bytes_per_s) {
 Status ValidateDeviceProfile(const DeviceProfile& p, const std::string& where) {
   if (p.name.empty()) return Status::InvalidArgument(StrFormat("%s: empty name", where.c_str()));
   if (!(p.memory_bandwidth > 0)) {
-    return Status::InvalidArgument(StrFormat("%s: memory bandwidth %g must be > 0", where.c_str(),
-                                             p.memory_bandwidth));
+    return Status::InvalidArgument(
+        StrFormat("%s: memory bandwidth %g must be > 0", where.c_str(), p.memory_bandwidth));
   }
   if (p.storage_read.points.empty()) {
-    return Status::InvalidArgument(StrFormat("%s: storage has no read throughput points",
-                                             where.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("%s: storage has no read throughput points", where.c_str()));
   }
   for (size_t i = 0; i < p.storage_read.points.size(); ++i) {
     const BandwidthPoint& b = p.storage_read.points[i];
     if (!(b.request_bytes > 0) || !(b.bytes_per_s > 0)) {
-      return Status::InvalidArgument(StrFormat("%s: storage read point %zu (%g bytes, %g B/s) "
-                                               "must be positive", where.c_str(), i,
-                                               b.request_bytes, b.bytes_per_s));
+      return Status::InvalidArgument(
+          StrFormat("%s: storage read point %zu (%g bytes, %g B/s) "
+                    "must be positive",
+                    where.c_str(), i, b.request_bytes, b.bytes_per_s));
     }
     if (i > 0 && !(b.request_bytes > p.storage_read.points[i - 1].request_bytes)) {
-      return Status::InvalidArgument(StrFormat("%s: storage read points must have increasing "
-                                               "request_bytes (point %zu: %g after %g)",
-                                               where.c_str(), i, b.request_bytes,
-                                               p.storage_read.points[i - 1].request_bytes));
+      return Status::InvalidArgument(
+          StrFormat("%s: storage read points must have increasing "
+                    "request_bytes (point %zu: %g after %g)",
+                    where.c_str(), i, b.request_bytes, p.storage_read.points[i - 1].request_bytes));
     }
   }
   if (p.has_host && !(p.host_link_bandwidth > 0)) {
-    return Status::InvalidArgument(StrFormat("%s: host link bandwidth %g must be > 0",
-                                             where.c_str(), p.host_link_bandwidth));
+    return Status::InvalidArgument(
+        StrFormat("%s: host link bandwidth %g must be > 0", where.c_str(), p.host_link_bandwidth));
   }
   return Status::Ok();
 }
@@ -149,8 +150,10 @@ Result<DeviceProfile> ParseDeviceProfile(const std::string& text, const std::str
   p.storage_name = String(*st, "name", "flash");
   auto read = st->find("read");
   if (read == st->end() || !read->is_array() || read->empty() || read->size() > 64) {
-    return Status::InvalidArgument(StrFormat("%s: storage.read must be an array of 1..64 "
-                                             "{request_bytes, GBps} points", where.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("%s: storage.read must be an array of 1..64 "
+                  "{request_bytes, GBps} points",
+                  where.c_str()));
   }
   for (size_t i = 0; i < read->size(); ++i) {
     const json& pt = (*read)[i];
@@ -168,8 +171,8 @@ Result<DeviceProfile> ParseDeviceProfile(const std::string& text, const std::str
   auto cio = doc.find("concurrent_io");
   if (cio != doc.end()) {
     if (!cio->is_boolean()) {
-      return Status::InvalidArgument(StrFormat("%s: concurrent_io must be true or false",
-                                               where.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("%s: concurrent_io must be true or false", where.c_str()));
     }
     p.concurrent_io = cio->get<bool>();
   }
@@ -180,8 +183,8 @@ Result<DeviceProfile> ParseDeviceProfile(const std::string& text, const std::str
 Result<DeviceProfile> LoadDeviceProfile(const std::string& path) {
   std::FILE* f = std::fopen(path.c_str(), "rb");
   if (!f) {
-    return Status::NotFound(StrFormat("%s: cannot open device profile: %s", path.c_str(),
-                                      std::strerror(errno)));
+    return Status::NotFound(
+        StrFormat("%s: cannot open device profile: %s", path.c_str(), std::strerror(errno)));
   }
   std::string text;
   char buf[4096];
@@ -190,8 +193,8 @@ Result<DeviceProfile> LoadDeviceProfile(const std::string& path) {
     text.append(buf, n);
     if (text.size() > (1u << 20)) {
       std::fclose(f);
-      return Status::InvalidArgument(StrFormat("%s: device profile larger than 1 MiB",
-                                               path.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("%s: device profile larger than 1 MiB", path.c_str()));
     }
   }
   std::fclose(f);

@@ -17,8 +17,8 @@ Result<MaskStream> MakeMaskStream(const ModelShape& shape, int layer, const std:
                                              kind_name.c_str(), layer, shape.n_layers));
   }
   if (n_units == 0) {
-    return Status::InvalidArgument(StrFormat("mask '%s' layer %d: zero units", kind_name.c_str(),
-                                             layer));
+    return Status::InvalidArgument(
+        StrFormat("mask '%s' layer %d: zero units", kind_name.c_str(), layer));
   }
   MaskStream s;
   s.layer = layer;
@@ -30,12 +30,13 @@ Result<MaskStream> MakeMaskStream(const ModelShape& shape, int layer, const std:
     if (!kind || !IsLayerTensor(*kind) || *kind == TensorKind::kNorm) {
       return Status::InvalidArgument(StrFormat(
           "mask '%s': '%s' is not a streamable tensor kind (attn_q, attn_k, attn_v, attn_output, "
-          "ffn_gate, ffn_up, ffn_down, ffn_gate_inp)", kind_name.c_str(), part.c_str()));
+          "ffn_gate, ffn_up, ffn_down, ffn_gate_inp)",
+          kind_name.c_str(), part.c_str()));
     }
     for (TensorKind seen : s.tensors) {
       if (seen == *kind) {
-        return Status::InvalidArgument(StrFormat("mask '%s' names '%s' twice", kind_name.c_str(),
-                                                 part.c_str()));
+        return Status::InvalidArgument(
+            StrFormat("mask '%s' names '%s' twice", kind_name.c_str(), part.c_str()));
       }
     }
     uint64_t params = shape.TensorParams(*kind, layer);
@@ -52,10 +53,10 @@ Result<MaskStream> MakeMaskStream(const ModelShape& shape, int layer, const std:
     return Status::InvalidArgument(StrFormat("mask kind '%s' names no tensor", kind_name.c_str()));
   }
   if (weights_per_unit_hint != 0 && weights_per_unit_hint != s.UnitWeights()) {
-    return Status::InvalidArgument(StrFormat(
-        "mask '%s' layer %d: the trace says %llu weights per unit, model '%s' has %llu",
-        kind_name.c_str(), layer, static_cast<unsigned long long>(weights_per_unit_hint),
-        shape.name.c_str(), static_cast<unsigned long long>(s.UnitWeights())));
+    return Status::InvalidArgument(
+        StrFormat("mask '%s' layer %d: the trace says %llu weights per unit, model '%s' has %llu",
+                  kind_name.c_str(), layer, static_cast<unsigned long long>(weights_per_unit_hint),
+                  shape.name.c_str(), static_cast<unsigned long long>(s.UnitWeights())));
   }
   // MoE experts: units of expert-sized MLP tensors form expert-major blocks.
   bool ffn = false;
@@ -80,9 +81,9 @@ Result<MaskLayout> MakeMaskLayout(const ModelShape& shape, StreamSet set) {
                             MakeMaskStream(shape, l, "attn_q+attn_k+attn_v",
                                            static_cast<uint32_t>(shape.d_model), 0));
       layout.streams.push_back(std::move(qkv));
-      WEIR_ASSIGN_OR_RETURN(
-          MaskStream o, MakeMaskStream(shape, l, "attn_output",
-                                       static_cast<uint32_t>(L.n_head * shape.head_dim), 0));
+      WEIR_ASSIGN_OR_RETURN(MaskStream o,
+                            MakeMaskStream(shape, l, "attn_output",
+                                           static_cast<uint32_t>(L.n_head * shape.head_dim), 0));
       layout.streams.push_back(std::move(o));
     }
     uint32_t units = static_cast<uint32_t>(L.d_ff) * static_cast<uint32_t>(shape.n_experts);

@@ -104,8 +104,8 @@ struct RecordedEvents {
 };
 
 struct TokenMasks {
-  std::vector<UnitMask> masks;          // [layout.streams.size()]
-  std::vector<RecordedEvents> events;   // empty, or [layout.streams.size()]
+  std::vector<UnitMask> masks;         // [layout.streams.size()]
+  std::vector<RecordedEvents> events;  // empty, or [layout.streams.size()]
 };
 
 class MaskSource {

@@ -7,7 +7,7 @@ namespace weir::sim {
 namespace {
 
 constexpr const char* kKindNames[kNumTensorKinds] = {
-    "token_embd", "output", "norm",     "attn_q", "attn_k",      "attn_v",
+    "token_embd",  "output",   "norm",   "attn_q",   "attn_k",      "attn_v",
     "attn_output", "ffn_gate", "ffn_up", "ffn_down", "ffn_gate_inp"};
 
 ModelShape MoE(ModelShape s, int n_experts, int n_active) {
@@ -44,16 +44,23 @@ uint64_t ModelShape::TensorParams(TensorKind kind, int layer) const {
   const uint64_t kv_dim = static_cast<uint64_t>(L.n_head_kv) * head_dim;
   const uint64_t ff = static_cast<uint64_t>(L.d_ff) * static_cast<uint64_t>(n_experts);
   switch (kind) {
-    case TensorKind::kNorm: return 2 * d;
-    case TensorKind::kAttnQ: return q_dim * d;
+    case TensorKind::kNorm:
+      return 2 * d;
+    case TensorKind::kAttnQ:
+      return q_dim * d;
     case TensorKind::kAttnK:
-    case TensorKind::kAttnV: return kv_dim * d;
-    case TensorKind::kAttnOutput: return q_dim * d;
+    case TensorKind::kAttnV:
+      return kv_dim * d;
+    case TensorKind::kAttnOutput:
+      return q_dim * d;
     case TensorKind::kFfnGate:
     case TensorKind::kFfnUp:
-    case TensorKind::kFfnDown: return ff * d;
-    case TensorKind::kFfnRouter: return n_experts > 1 ? static_cast<uint64_t>(n_experts) * d : 0;
-    default: return 0;
+    case TensorKind::kFfnDown:
+      return ff * d;
+    case TensorKind::kFfnRouter:
+      return n_experts > 1 ? static_cast<uint64_t>(n_experts) * d : 0;
+    default:
+      return 0;
   }
 }
 
@@ -93,8 +100,8 @@ ModelShape UniformShape(std::string name, int d_model, int n_layers, int n_head,
 
 Status ValidateShape(const ModelShape& s) {
   auto bad = [&](const char* field, long long v) {
-    return Status::InvalidArgument(StrFormat("model shape '%s': %s = %lld is invalid",
-                                             s.name.c_str(), field, v));
+    return Status::InvalidArgument(
+        StrFormat("model shape '%s': %s = %lld is invalid", s.name.c_str(), field, v));
   };
   if (s.d_model <= 0) return bad("d_model", s.d_model);
   if (s.n_layers <= 0 || s.n_layers > 65536) return bad("n_layers", s.n_layers);
@@ -113,13 +120,15 @@ Status ValidateShape(const ModelShape& s) {
     if (L.n_head <= 0 || L.n_head_kv <= 0 || L.n_head % L.n_head_kv != 0 || L.d_ff <= 0) {
       return Status::InvalidArgument(StrFormat(
           "model shape '%s': layer %zu has n_head %d, n_head_kv %d, d_ff %d (need positive, "
-          "n_head a multiple of n_head_kv)", s.name.c_str(), l, L.n_head, L.n_head_kv, L.d_ff));
+          "n_head a multiple of n_head_kv)",
+          s.name.c_str(), l, L.n_head, L.n_head_kv, L.d_ff));
     }
     // Unit counts of the streamed tensors must fit the trace and mask limits.
     if (static_cast<uint64_t>(L.d_ff) * static_cast<uint64_t>(s.n_experts) > (1ull << 26)) {
-      return Status::InvalidArgument(StrFormat("model shape '%s': layer %zu has %lld MLP units, "
-                                               "over the limit of 2^26", s.name.c_str(), l,
-                                               static_cast<long long>(L.d_ff) * s.n_experts));
+      return Status::InvalidArgument(
+          StrFormat("model shape '%s': layer %zu has %lld MLP units, "
+                    "over the limit of 2^26",
+                    s.name.c_str(), l, static_cast<long long>(L.d_ff) * s.n_experts));
     }
   }
   return Status::Ok();
@@ -150,8 +159,8 @@ Result<ModelShape> ModelPreset(const std::string& name) {
   if (name == "llama-1b") return UniformShape(name, 2048, 22, 32, 4, 64, 5632, 32000);
   std::string list;
   for (const std::string& n : ModelPresetNames()) list += (list.empty() ? "" : ", ") + n;
-  return Status::NotFound(StrFormat("no model preset '%s' (presets: %s)", name.c_str(),
-                                    list.c_str()));
+  return Status::NotFound(
+      StrFormat("no model preset '%s' (presets: %s)", name.c_str(), list.c_str()));
 }
 
 std::vector<std::string> ModelPresetNames() {
@@ -171,8 +180,8 @@ Result<WeightBits> ParseWeightBits(const std::string& spec) {
     char* end = nullptr;
     double v = std::strtod(text.c_str(), &end);
     if (text.empty() || *end != '\0' || !(v > 0) || v > 64) {
-      return Status::InvalidArgument(StrFormat("--bits '%s': '%s' is not a bit width in (0, 64]",
-                                               spec.c_str(), text.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("--bits '%s': '%s' is not a bit width in (0, 64]", spec.c_str(), text.c_str()));
     }
     return v;
   };
@@ -190,14 +199,14 @@ Result<WeightBits> ParseWeightBits(const std::string& spec) {
   for (size_t i = first; i < parts.size(); ++i) {
     size_t eq = parts[i].find('=');
     if (eq == std::string::npos) {
-      return Status::InvalidArgument(StrFormat("--bits '%s': '%s' should be kind=bits",
-                                               spec.c_str(), parts[i].c_str()));
+      return Status::InvalidArgument(
+          StrFormat("--bits '%s': '%s' should be kind=bits", spec.c_str(), parts[i].c_str()));
     }
     std::string key = parts[i].substr(0, eq);
     WEIR_ASSIGN_OR_RETURN(double b, parse_num(parts[i].substr(eq + 1)));
     if (key == "attn") {
-      for (TensorKind k : {TensorKind::kAttnQ, TensorKind::kAttnK, TensorKind::kAttnV,
-                           TensorKind::kAttnOutput}) {
+      for (TensorKind k :
+           {TensorKind::kAttnQ, TensorKind::kAttnK, TensorKind::kAttnV, TensorKind::kAttnOutput}) {
         w.Set(k, b);
       }
     } else if (key == "ffn") {
@@ -211,7 +220,8 @@ Result<WeightBits> ParseWeightBits(const std::string& spec) {
     } else {
       return Status::InvalidArgument(StrFormat(
           "--bits '%s': unknown tensor kind '%s' (attn, ffn, embd, or a kind name such as "
-          "ffn_down, output, norm)", spec.c_str(), key.c_str()));
+          "ffn_down, output, norm)",
+          spec.c_str(), key.c_str()));
     }
   }
   return w;

@@ -65,8 +65,8 @@ struct ModelShape {
   int head_dim = 0;
   int vocab_size = 0;
   bool tied_output = false;
-  int n_experts = 1;         // experts per MoE layer (1 = dense MLP)
-  int n_experts_active = 1;  // experts the router picks per token
+  int n_experts = 1;               // experts per MoE layer (1 = dense MLP)
+  int n_experts_active = 1;        // experts the router picks per token
   std::vector<LayerShape> layers;  // [n_layers]
 
   // Parameters of `kind` in layer `layer` (ignored for global kinds, which count once).

@@ -10,13 +10,13 @@ namespace weir::sim {
 namespace {
 
 struct Sizes {
-  double fixed = 0;      // resident, without KV
+  double fixed = 0;  // resident, without KV
   double kv = 0;
-  double s_m = 0;        // streamed bytes, model
-  double s_l = 0;        // streamed bytes, mean layer
-  double p_l = 0;        // streamed params, mean layer
-  double channel = 0;    // mean bytes of one unit of one tensor
-  double head_bytes = 0; // read per token by the output stage
+  double s_m = 0;         // streamed bytes, model
+  double s_l = 0;         // streamed bytes, mean layer
+  double p_l = 0;         // streamed params, mean layer
+  double channel = 0;     // mean bytes of one unit of one tensor
+  double head_bytes = 0;  // read per token by the output stage
   double attn_flops_per_layer = 0;
 };
 

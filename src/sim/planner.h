@@ -60,11 +60,11 @@ struct PlannerOptions {
   double kv_bits = 16;
   int64_t kv_len = 1024;
   StreamSet streams = StreamSet::kAll;
-  double max_sparsity = 0.8;   // ActiveFlow evaluates 0.5..0.8
-  double similarity = 0.95;    // si
-  double stop_fraction = 0.02; // stop when T_preload improves by less than this fraction
-  bool model_compute = true;   // use the profile's FLOP rate in T_comp
-  HitRateModel hit_rate;       // empty = UniformHitRate()
+  double max_sparsity = 0.8;    // ActiveFlow evaluates 0.5..0.8
+  double similarity = 0.95;     // si
+  double stop_fraction = 0.02;  // stop when T_preload improves by less than this fraction
+  bool model_compute = true;    // use the profile's FLOP rate in T_comp
+  HitRateModel hit_rate;        // empty = UniformHitRate()
 };
 
 struct PlanStep {
@@ -78,13 +78,13 @@ struct Plan {
   std::string model, device;
   double memory_budget = 0;
   double sparsity = 0;
-  int group_layers = 0;      // N
-  double group_bytes = 0;    // M_cl
-  double cache_bytes = 0;    // M_cache
-  double kv_bytes = 0;       // M_kv
-  double fixed_bytes = 0;    // embeddings, head, norms, non-streamed tensors (without KV)
-  double memory_used = 0;    // M_cl + M_cache + M_kv + fixed
-  double layer_bytes = 0;    // S_l
+  int group_layers = 0;             // N
+  double group_bytes = 0;           // M_cl
+  double cache_bytes = 0;           // M_cache
+  double kv_bytes = 0;              // M_kv
+  double fixed_bytes = 0;           // embeddings, head, norms, non-streamed tensors (without KV)
+  double memory_used = 0;           // M_cl + M_cache + M_kv + fixed
+  double layer_bytes = 0;           // S_l
   double model_streamed_bytes = 0;  // S_m
   double channel_bytes = 0;
   double hit_rate = 0;

@@ -82,7 +82,8 @@ Status WriteFile(TempFile* tf, uint64_t bytes, double* write_rate, const ProbePr
     if (progress) progress("writing the test file", static_cast<double>(done) / bytes);
   }
   if (::fsync(tf->fd) != 0) {
-    return Status::IoError(StrFormat("%s: fsync failed: %s", tf->path.c_str(), std::strerror(errno)));
+    return Status::IoError(
+        StrFormat("%s: fsync failed: %s", tf->path.c_str(), std::strerror(errno)));
   }
   *write_rate = static_cast<double>(bytes) / Seconds(t0, Clock::now());
   return Status::Ok();
@@ -105,13 +106,16 @@ Result<StreamRates> MeasureStream(uint64_t array_bytes, int reps, ThreadPool* po
   double* b = bb.data<double>();
   double* c = cb.data<double>();
   const size_t grain = 1 << 14;
-  ParallelFor(pool, n, [&](size_t i0, size_t i1, int) {
-    for (size_t i = i0; i < i1; ++i) {
-      a[i] = 1.0;
-      b[i] = 2.0;
-      c[i] = 0.0;
-    }
-  }, grain);
+  ParallelFor(
+      pool, n,
+      [&](size_t i0, size_t i1, int) {
+        for (size_t i = i0; i < i1; ++i) {
+          a[i] = 1.0;
+          b[i] = 2.0;
+          c[i] = 0.0;
+        }
+      },
+      grain);
   const double q = 3.0;
   StreamRates best;
   auto run = [&](auto&& body, double bytes_per_elem, double* rate) {
@@ -121,13 +125,25 @@ Result<StreamRates> MeasureStream(uint64_t array_bytes, int reps, ThreadPool* po
     *rate = std::max(*rate, bytes_per_elem * static_cast<double>(n) / s);
   };
   for (int r = 0; r < reps; ++r) {
-    run([&](size_t i0, size_t i1, int) { for (size_t i = i0; i < i1; ++i) c[i] = a[i]; }, 16,
-        &best.copy);
-    run([&](size_t i0, size_t i1, int) { for (size_t i = i0; i < i1; ++i) b[i] = q * c[i]; }, 16,
-        &best.scale);
-    run([&](size_t i0, size_t i1, int) { for (size_t i = i0; i < i1; ++i) c[i] = a[i] + b[i]; },
+    run(
+        [&](size_t i0, size_t i1, int) {
+          for (size_t i = i0; i < i1; ++i) c[i] = a[i];
+        },
+        16, &best.copy);
+    run(
+        [&](size_t i0, size_t i1, int) {
+          for (size_t i = i0; i < i1; ++i) b[i] = q * c[i];
+        },
+        16, &best.scale);
+    run(
+        [&](size_t i0, size_t i1, int) {
+          for (size_t i = i0; i < i1; ++i) c[i] = a[i] + b[i];
+        },
         24, &best.add);
-    run([&](size_t i0, size_t i1, int) { for (size_t i = i0; i < i1; ++i) a[i] = b[i] + q * c[i]; },
+    run(
+        [&](size_t i0, size_t i1, int) {
+          for (size_t i = i0; i < i1; ++i) a[i] = b[i] + q * c[i];
+        },
         24, &best.triad);
   }
   // Keep the arrays observable so the loops are not optimized away.
@@ -147,8 +163,8 @@ Result<ProbeResult> ProbeMachine(const ProbeOptions& o, ThreadPool* pool,
     if (s < 4096 || s % 4096 != 0 || s > o.file_bytes || (i > 0 && s <= o.request_sizes[i - 1])) {
       return Status::InvalidArgument(StrFormat(
           "request size %llu must be a multiple of 4096, at most the file size %llu, and sizes "
-          "must increase", static_cast<unsigned long long>(s),
-          static_cast<unsigned long long>(o.file_bytes)));
+          "must increase",
+          static_cast<unsigned long long>(s), static_cast<unsigned long long>(o.file_bytes)));
     }
   }
   ProbeResult res;
@@ -162,17 +178,18 @@ Result<ProbeResult> ProbeMachine(const ProbeOptions& o, ThreadPool* pool,
   name.push_back('\0');
   tf.fd = ::mkstemp(name.data());
   if (tf.fd < 0) {
-    return Status::IoError(StrFormat("%s: cannot create a temporary file: %s", o.dir.c_str(),
-                                     std::strerror(errno)));
+    return Status::IoError(
+        StrFormat("%s: cannot create a temporary file: %s", o.dir.c_str(), std::strerror(errno)));
   }
   tf.path = name.data();
   WEIR_RETURN_IF_ERROR(WriteFile(&tf, o.file_bytes, &res.file_write_bytes_per_s, progress));
   ::close(tf.fd);
   tf.fd = ::open(tf.path.c_str(), O_RDONLY | O_DIRECT | O_CLOEXEC);
   if (tf.fd < 0) {
-    return Status::Unsupported(StrFormat("%s: O_DIRECT open failed (%s); the file system may not "
-                                         "support direct I/O (tmpfs?): pick another --dir",
-                                         tf.path.c_str(), std::strerror(errno)));
+    return Status::Unsupported(
+        StrFormat("%s: O_DIRECT open failed (%s); the file system may not "
+                  "support direct I/O (tmpfs?): pick another --dir",
+                  tf.path.c_str(), std::strerror(errno)));
   }
   for (size_t si = 0; si < o.request_sizes.size(); ++si) {
     const uint64_t size = o.request_sizes[si];
@@ -207,7 +224,8 @@ Result<ProbeResult> ProbeMachine(const ProbeOptions& o, ThreadPool* pool,
         }
         requests += n;
         double cur = latency_sum.load();
-        while (!latency_sum.compare_exchange_weak(cur, cur + lat)) {}
+        while (!latency_sum.compare_exchange_weak(cur, cur + lat)) {
+        }
       });
     }
     for (auto& t : readers) t.join();
@@ -218,8 +236,8 @@ Result<ProbeResult> ProbeMachine(const ProbeOptions& o, ThreadPool* pool,
     }
     double secs = Seconds(t0, Clock::now());
     if (requests == 0 || secs <= 0) {
-      return Status::IoError(StrFormat("no read of %llu bytes completed",
-                                       static_cast<unsigned long long>(size)));
+      return Status::IoError(
+          StrFormat("no read of %llu bytes completed", static_cast<unsigned long long>(size)));
     }
     res.reads.push_back({static_cast<double>(size), static_cast<double>(bytes.load()) / secs});
     res.read_latency_us.push_back(1e6 * latency_sum.load() / static_cast<double>(requests.load()));
@@ -237,16 +255,19 @@ Result<ProbeResult> ProbeMachine(const ProbeOptions& o, ThreadPool* pool,
     double secs = 0;
     while (secs < 0.3) {
       for (int k = 0; k < 16; ++k, ++reps) {
-        ParallelFor(pool, rows, [&](size_t r0, size_t r1, int) {
-          for (size_t r = r0; r < r1; ++r) {
-            const float* row = &w[r * cols];
-            float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-            for (size_t j = 0; j < cols; j += 8) {
-              for (int u = 0; u < 8; ++u) acc[u] += row[j + u] * x[j + u];
-            }
-            y[r] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
-          }
-        }, 64);
+        ParallelFor(
+            pool, rows,
+            [&](size_t r0, size_t r1, int) {
+              for (size_t r = r0; r < r1; ++r) {
+                const float* row = &w[r * cols];
+                float acc[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+                for (size_t j = 0; j < cols; j += 8) {
+                  for (int u = 0; u < 8; ++u) acc[u] += row[j + u] * x[j + u];
+                }
+                y[r] = acc[0] + acc[1] + acc[2] + acc[3] + acc[4] + acc[5] + acc[6] + acc[7];
+              }
+            },
+            64);
       }
       secs = Seconds(t0, Clock::now());
     }
@@ -261,19 +282,20 @@ Result<ProbeResult> ProbeMachine(const ProbeOptions& o, ThreadPool* pool,
   char date[32];
   std::strftime(date, sizeof(date), "%Y-%m-%d", std::gmtime(&now));
   unsigned threads = static_cast<unsigned>(pool ? pool->size() : 1);
-  p.description = StrFormat("%s, %u threads; storage: the file system holding %s", CpuModel().c_str(),
-                            threads, o.dir.c_str());
-  p.source = StrFormat("weir probe on %s: STREAM triad over 3 x %llu MiB arrays (best of %d; copy "
-                       "%.1f, scale %.1f, add %.1f GB/s), O_DIRECT random reads of a %llu MiB file "
-                       "at queue depth %d for %.1f s per size (buffered write %.2f GB/s), f32 "
-                       "in-cache matvec for GFLOPS",
-                       date, static_cast<unsigned long long>(o.stream_array_bytes >> 20),
-                       o.stream_reps, res.stream.copy / kGB, res.stream.scale / kGB,
-                       res.stream.add / kGB, static_cast<unsigned long long>(o.file_bytes >> 20),
-                       o.queue_depth, o.seconds_per_size, res.file_write_bytes_per_s / kGB);
+  p.description = StrFormat("%s, %u threads; storage: the file system holding %s",
+                            CpuModel().c_str(), threads, o.dir.c_str());
+  p.source = StrFormat(
+      "weir probe on %s: STREAM triad over 3 x %llu MiB arrays (best of %d; copy "
+      "%.1f, scale %.1f, add %.1f GB/s), O_DIRECT random reads of a %llu MiB file "
+      "at queue depth %d for %.1f s per size (buffered write %.2f GB/s), f32 "
+      "in-cache matvec for GFLOPS",
+      date, static_cast<unsigned long long>(o.stream_array_bytes >> 20), o.stream_reps,
+      res.stream.copy / kGB, res.stream.scale / kGB, res.stream.add / kGB,
+      static_cast<unsigned long long>(o.file_bytes >> 20), o.queue_depth, o.seconds_per_size,
+      res.file_write_bytes_per_s / kGB);
   p.memory_name = "DRAM";
-  p.memory_capacity_bytes = static_cast<double>(::sysconf(_SC_PHYS_PAGES)) *
-                            static_cast<double>(::sysconf(_SC_PAGESIZE));
+  p.memory_capacity_bytes =
+      static_cast<double>(::sysconf(_SC_PHYS_PAGES)) * static_cast<double>(::sysconf(_SC_PAGESIZE));
   p.memory_bandwidth = res.stream.triad;
   p.storage_name = StrFormat("file system at %s (O_DIRECT)", o.dir.c_str());
   p.storage_read.points = res.reads;

@@ -24,15 +24,15 @@
 namespace weir::sim {
 
 struct ProbeOptions {
-  std::string dir = "/tmp";              // where the temporary file goes (not tmpfs: O_DIRECT)
-  uint64_t file_bytes = 1ull << 30;      // size of the temporary file
+  std::string dir = "/tmp";          // where the temporary file goes (not tmpfs: O_DIRECT)
+  uint64_t file_bytes = 1ull << 30;  // size of the temporary file
   std::vector<uint64_t> request_sizes = {4096, 16384, 65536, 262144, 1048576, 4194304};
-  double seconds_per_size = 1.0;         // read time budget per request size
-  int queue_depth = 4;                   // concurrent readers
+  double seconds_per_size = 1.0;               // read time budget per request size
+  int queue_depth = 4;                         // concurrent readers
   uint64_t stream_array_bytes = 128ull << 20;  // per STREAM array (three arrays)
   int stream_reps = 5;
   bool measure_compute = true;
-  bool concurrent_io = true;             // written into the profile
+  bool concurrent_io = true;  // written into the profile
   std::string name = "this-machine";
 };
 
@@ -44,8 +44,8 @@ struct ProbeResult {
   DeviceProfile profile;
   StreamRates stream;
   double file_write_bytes_per_s = 0;
-  std::vector<BandwidthPoint> reads;   // the O_DIRECT curve (also in profile.storage_read)
-  std::vector<double> read_latency_us; // mean per request, per size
+  std::vector<BandwidthPoint> reads;    // the O_DIRECT curve (also in profile.storage_read)
+  std::vector<double> read_latency_us;  // mean per request, per size
   double gflops = 0;
 };
 

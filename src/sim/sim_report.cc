@@ -103,11 +103,11 @@ json SimResultToJson(const SimResult& r, bool per_layer) {
 
 std::string SimResultMarkdown(const SimResult& r, bool per_layer) {
   const MemoryPlan& p = r.plan;
-  std::string o = StrFormat(
-      "%s on %s: %s memory, policy %s, masks %s, %lld tokens (%lld measured)\n\n",
-      r.model.c_str(), r.device.c_str(), FormatDecimalBytes(p.memory_bytes).c_str(),
-      r.policy.c_str(), r.masks.c_str(), static_cast<long long>(r.tokens_simulated),
-      static_cast<long long>(r.tokens_measured));
+  std::string o =
+      StrFormat("%s on %s: %s memory, policy %s, masks %s, %lld tokens (%lld measured)\n\n",
+                r.model.c_str(), r.device.c_str(), FormatDecimalBytes(p.memory_bytes).c_str(),
+                r.policy.c_str(), r.masks.c_str(), static_cast<long long>(r.tokens_simulated),
+                static_cast<long long>(r.tokens_measured));
   o += "| metric | value |\n|---|---|\n";
   o += StrFormat("| tok/s | %.4g |\n", r.tokens_per_second);
   o += StrFormat("| s/token | %.4g |\n", r.seconds_per_token);
@@ -116,16 +116,18 @@ std::string SimResultMarkdown(const SimResult& r, bool per_layer) {
   o += StrFormat("| storage bytes/token | %s in %llu requests |\n",
                  FormatDecimalBytes(r.storage_bytes_per_token).c_str(),
                  static_cast<unsigned long long>(r.storage_requests_per_token));
-  o += StrFormat("| memory bytes/token | %s |\n", FormatDecimalBytes(r.memory_bytes_per_token).c_str());
+  o += StrFormat("| memory bytes/token | %s |\n",
+                 FormatDecimalBytes(r.memory_bytes_per_token).c_str());
   if (r.link_bytes_per_token > 0 || r.link_s > 0) {
-    o += StrFormat("| link bytes/token | %s |\n", FormatDecimalBytes(r.link_bytes_per_token).c_str());
+    o += StrFormat("| link bytes/token | %s |\n",
+                   FormatDecimalBytes(r.link_bytes_per_token).c_str());
   }
   o += StrFormat("| time/token: storage, memory, compute, link | %.4g s, %.4g s, %s, %.4g s |\n",
                  r.storage_s, r.memory_s,
                  r.compute_modeled ? StrFormat("%.4g s", r.compute_s).c_str() : "not modeled",
                  r.link_s);
   o += StrFormat("| stages | %s |\n", r.concurrent_io ? "max(storage, max(memory, compute), link)"
-                                                        : "storage + max(memory, compute) + link");
+                                                      : "storage + max(memory, compute) + link");
   if (r.has_recorded) {
     uint64_t hits = 0, misses = 0;
     for (const LayerStats& l : r.layers) {
@@ -214,8 +216,8 @@ std::string PlanMarkdown(const Plan& p) {
   o += "| choice | value |\n|---|---|\n";
   o += StrFormat("| sparsity | %.3f (density %.3f) |\n", p.sparsity, 1 - p.sparsity);
   o += StrFormat("| layers per preload group N | %d |\n", p.group_layers);
-  o += StrFormat("| weight cache | %s (hit rate %.1f%%) |\n", FormatDecimalBytes(p.cache_bytes).c_str(),
-                 100 * p.hit_rate);
+  o += StrFormat("| weight cache | %s (hit rate %.1f%%) |\n",
+                 FormatDecimalBytes(p.cache_bytes).c_str(), 100 * p.hit_rate);
   o += StrFormat("| predicted tok/s | %.4g |\n", p.tokens_per_second);
   o += StrFormat("| stopped because | %s |\n", p.stop_reason.c_str());
   o += "\nmemory split:\n\n| part | bytes |\n|---|---|\n";
@@ -226,8 +228,9 @@ std::string PlanMarkdown(const Plan& p) {
                  FormatDecimalBytes(p.fixed_bytes).c_str());
   o += StrFormat("| **total** | %s of %s |\n", FormatDecimalBytes(p.memory_used).c_str(),
                  FormatDecimalBytes(p.memory_budget).c_str());
-  o += "\ngreedy search:\n\n| N | M_cl | M_cache | hr | BW_large | T_preload | T_comp | T_decode |\n"
-       "|---|---|---|---|---|---|---|---|\n";
+  o +=
+      "\ngreedy search:\n\n| N | M_cl | M_cache | hr | BW_large | T_preload | T_comp | T_decode |\n"
+      "|---|---|---|---|---|---|---|---|\n";
   for (const PlanStep& s : p.steps) {
     o += StrFormat("| %d | %s | %s | %.3f | %.2f GB/s | %.4g s | %.4g s | %.4g s |\n", s.n,
                    FormatDecimalBytes(s.group_bytes).c_str(),

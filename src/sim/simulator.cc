@@ -8,8 +8,8 @@ namespace weir::sim {
 namespace {
 
 constexpr TensorKind kLayerKinds[] = {
-    TensorKind::kAttnQ,   TensorKind::kAttnK,  TensorKind::kAttnV,   TensorKind::kAttnOutput,
-    TensorKind::kFfnGate, TensorKind::kFfnUp,  TensorKind::kFfnDown, TensorKind::kFfnRouter};
+    TensorKind::kAttnQ,   TensorKind::kAttnK, TensorKind::kAttnV,   TensorKind::kAttnOutput,
+    TensorKind::kFfnGate, TensorKind::kFfnUp, TensorKind::kFfnDown, TensorKind::kFfnRouter};
 
 bool IsAttention(TensorKind k) {
   return k == TensorKind::kAttnQ || k == TensorKind::kAttnK || k == TensorKind::kAttnV ||
@@ -28,12 +28,12 @@ Status CheckConfig(const SimConfig& c) {
     return Status::InvalidArgument(StrFormat("kv_bits %g outside (0, 64]", c.kv_bits));
   }
   if (c.kv_len < 0) {
-    return Status::InvalidArgument(StrFormat("kv_len %lld is negative",
-                                             static_cast<long long>(c.kv_len)));
+    return Status::InvalidArgument(
+        StrFormat("kv_len %lld is negative", static_cast<long long>(c.kv_len)));
   }
   if (c.warmup_tokens < 0) {
-    return Status::InvalidArgument(StrFormat("warmup %lld is negative",
-                                             static_cast<long long>(c.warmup_tokens)));
+    return Status::InvalidArgument(
+        StrFormat("warmup %lld is negative", static_cast<long long>(c.warmup_tokens)));
   }
   for (int k = 0; k < kNumTensorKinds; ++k) {
     double b = c.bits.bits[k];
@@ -58,8 +58,8 @@ Status CheckLayout(const ModelShape& shape, const MaskLayout& layout) {
                                                s.name.c_str(), s.layer, shape.n_layers - 1));
     }
     if (s.tensors.size() != s.weights_per_unit.size() || s.n_units == 0) {
-      return Status::InvalidArgument(StrFormat("mask '%s' layer %d is malformed", s.name.c_str(),
-                                               s.layer));
+      return Status::InvalidArgument(
+          StrFormat("mask '%s' layer %d is malformed", s.name.c_str(), s.layer));
     }
     for (size_t i = 0; i < s.tensors.size(); ++i) {
       int& u = used[static_cast<size_t>(s.layer)][static_cast<int>(s.tensors[i])];
@@ -121,8 +121,10 @@ Result<MemoryPlan> PlanMemory(const ModelShape& shape, const MaskLayout& layout,
   MemoryPlan p;
   p.memory_bytes = config.memory_bytes > 0 ? config.memory_bytes : device.memory_capacity_bytes;
   if (!(p.memory_bytes > 0)) {
-    return Status::InvalidArgument(StrFormat("no memory budget: give one (--dram) or a capacity "
-                                             "in device profile '%s'", device.name.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("no memory budget: give one (--dram) or a capacity "
+                  "in device profile '%s'",
+                  device.name.c_str()));
   }
   auto by_layer = StreamsByLayer(layout);
   for (int l = 0; l < shape.n_layers; ++l) {
@@ -138,11 +140,12 @@ Result<MemoryPlan> PlanMemory(const ModelShape& shape, const MaskLayout& layout,
         p.mlp_static_bytes += bytes;
       }
     }
-    p.kv_bytes += KvBytesPerTokenLayer(shape, l, config.kv_bits) * static_cast<double>(config.kv_len);
+    p.kv_bytes +=
+        KvBytesPerTokenLayer(shape, l, config.kv_bits) * static_cast<double>(config.kv_len);
   }
   p.norm_bytes = WeightBytes(shape.KindParams(TensorKind::kNorm), bits.Of(TensorKind::kNorm));
-  p.embedding_bytes = WeightBytes(shape.KindParams(TensorKind::kTokenEmbd),
-                                  bits.Of(TensorKind::kTokenEmbd));
+  p.embedding_bytes =
+      WeightBytes(shape.KindParams(TensorKind::kTokenEmbd), bits.Of(TensorKind::kTokenEmbd));
   p.output_bytes = WeightBytes(shape.KindParams(TensorKind::kOutput), bits.Of(TensorKind::kOutput));
   p.static_bytes = p.attention_bytes + p.mlp_static_bytes + p.router_bytes + p.norm_bytes +
                    p.embedding_bytes + p.output_bytes + p.kv_bytes;
@@ -181,9 +184,10 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
   WEIR_ASSIGN_OR_RETURN(MemoryPlan plan, PlanMemory(shape, layout, device, config));
   const int64_t n_tokens = source->n_tokens();
   if (n_tokens <= config.warmup_tokens) {
-    return Status::InvalidArgument(StrFormat("%lld tokens leave nothing to measure after %lld "
-                                             "warm-up tokens", static_cast<long long>(n_tokens),
-                                             static_cast<long long>(config.warmup_tokens)));
+    return Status::InvalidArgument(
+        StrFormat("%lld tokens leave nothing to measure after %lld "
+                  "warm-up tokens",
+                  static_cast<long long>(n_tokens), static_cast<long long>(config.warmup_tokens)));
   }
   const WeightBits& bits = config.bits;
   const bool concurrent = config.concurrent_io < 0 ? device.concurrent_io : config.concurrent_io;
@@ -202,8 +206,8 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
       c.static_read_bytes += WeightBytes(params, bits.Of(k));
       c.static_flops += 2.0 * static_cast<double>(params);
     }
-    c.static_read_bytes += WeightBytes(shape.TensorParams(TensorKind::kNorm, l),
-                                       bits.Of(TensorKind::kNorm));
+    c.static_read_bytes +=
+        WeightBytes(shape.TensorParams(TensorKind::kNorm, l), bits.Of(TensorKind::kNorm));
     c.static_read_bytes += KvBytesPerTokenLayer(shape, l, config.kv_bits) * kv_len;
     const LayerShape& L = shape.layers[static_cast<size_t>(l)];
     c.static_flops += 4.0 * L.n_head * shape.head_dim * kv_len;  // q.K and p.V
@@ -274,13 +278,14 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
       WEIR_ASSIGN_OR_RETURN(bool more, source->Next(&masks));
       if (!more) return false;
       if (t >= n_tokens) {
-        return Status::InvalidArgument(StrFormat("mask source '%s' yields more than its %lld "
-                                                 "tokens", source->Describe().c_str(),
-                                                 static_cast<long long>(n_tokens)));
+        return Status::InvalidArgument(
+            StrFormat("mask source '%s' yields more than its %lld "
+                      "tokens",
+                      source->Describe().c_str(), static_cast<long long>(n_tokens)));
       }
       if (masks.masks.size() != n_streams) {
-        return Status::Internal(StrFormat("mask source gave %zu masks for %zu streams",
-                                          masks.masks.size(), n_streams));
+        return Status::Internal(
+            StrFormat("mask source gave %zu masks for %zu streams", masks.masks.size(), n_streams));
       }
       for (size_t i = 0; i < n_streams; ++i) {
         if (masks.masks[i].size() != layout.streams[i].n_units) {
@@ -313,7 +318,8 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
       for (int l = g_begin; l < g_end; ++l) {
         const LayerConst& c = lc[static_cast<size_t>(l)];
         LayerStats& ls = r.layers[static_cast<size_t>(l)];
-        double storage_s = 0, storage_bytes = 0, hit_bytes = 0, link_bytes = 0, flops = c.static_flops;
+        double storage_s = 0, storage_bytes = 0, hit_bytes = 0, link_bytes = 0,
+               flops = c.static_flops;
         uint64_t requests = 0;
         for (size_t i : c.streams) {
           const MaskStream& s = layout.streams[i];
@@ -338,8 +344,8 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
             while (b < miss.size() && miss[b] == miss[b - 1] + 1) ++b;
             double run = static_cast<double>(b - a);
             for (size_t k = 0; k < s.tensors.size(); ++k) {
-              double bytes = run * static_cast<double>(s.weights_per_unit[k]) *
-                             bits.Of(s.tensors[k]) / 8.0;
+              double bytes =
+                  run * static_cast<double>(s.weights_per_unit[k]) * bits.Of(s.tensors[k]) / 8.0;
               storage_s += device.storage_read.Seconds(bytes);
               storage_bytes += bytes;
               ++requests;
@@ -368,8 +374,8 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
         double compute_s = compute ? flops / device.flops_per_s : 0;
         double link_s = host_tier ? link_bytes / device.host_link_bandwidth : 0;
         double mem_side = std::max(memory_s, compute_s);
-        double stage = concurrent ? std::max({mem_side, storage_s, link_s})
-                                  : mem_side + storage_s + link_s;
+        double stage =
+            concurrent ? std::max({mem_side, storage_s, link_s}) : mem_side + storage_s + link_s;
         ls.storage_requests += requests;
         ls.storage_bytes += storage_bytes;
         ls.memory_bytes += memory_bytes;
@@ -385,18 +391,18 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
     tokens_seen = t;
   }
   if (tokens_seen != n_tokens) {
-    return Status::InvalidArgument(StrFormat("mask source '%s' ended after %lld of its %lld tokens",
-                                             source->Describe().c_str(),
-                                             static_cast<long long>(tokens_seen),
-                                             static_cast<long long>(n_tokens)));
+    return Status::InvalidArgument(StrFormat(
+        "mask source '%s' ended after %lld of its %lld tokens", source->Describe().c_str(),
+        static_cast<long long>(tokens_seen), static_cast<long long>(n_tokens)));
   }
 
   // Output head stage: final norm, the head, one embedding row.
   const TensorKind head_kind = shape.tied_output ? TensorKind::kTokenEmbd : TensorKind::kOutput;
   const uint64_t head_params = shape.TensorParams(TensorKind::kTokenEmbd, 0);
-  double head_bytes = WeightBytes(head_params, bits.Of(head_kind)) +
-                      WeightBytes(static_cast<uint64_t>(shape.d_model), bits.Of(TensorKind::kNorm)) +
-                      WeightBytes(static_cast<uint64_t>(shape.d_model), bits.Of(TensorKind::kTokenEmbd));
+  double head_bytes =
+      WeightBytes(head_params, bits.Of(head_kind)) +
+      WeightBytes(static_cast<uint64_t>(shape.d_model), bits.Of(TensorKind::kNorm)) +
+      WeightBytes(static_cast<uint64_t>(shape.d_model), bits.Of(TensorKind::kTokenEmbd));
   double head_flops = 2.0 * static_cast<double>(head_params);
   double head_mem_s = head_bytes / device.memory_bandwidth;
   r.head_s = std::max(head_mem_s, compute ? head_flops / device.flops_per_s : 0.0);

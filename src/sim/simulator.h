@@ -39,27 +39,27 @@ struct SimConfig {
   double memory_bytes = 0;  // memory for the model (static + cache); 0 = the profile's capacity
   double host_bytes = -1;   // host-tier capacity for cached weights; < 0 = the profile's
   WeightBits bits = WeightBits::Uniform(4);
-  double kv_bits = 16;      // per K or V element
-  int64_t kv_len = 1024;    // context tokens held (and read) per token: the average length
+  double kv_bits = 16;    // per K or V element
+  int64_t kv_len = 1024;  // context tokens held (and read) per token: the average length
   CachePolicy policy = CachePolicy::kLfu;
-  int concurrent_io = -1;   // -1: the profile's flag; 0 / 1 override
+  int concurrent_io = -1;     // -1: the profile's flag; 0 / 1 override
   bool model_compute = true;  // use the profile's FLOP rate when it has one
   int64_t warmup_tokens = 0;
   uint64_t belady_memory_limit = 1ull << 30;  // occurrence bitsets; larger runs go by layer groups
 };
 
 struct MemoryPlan {
-  double memory_bytes = 0;       // the budget used
-  double attention_bytes = 0;    // static (non-streamed) attention weights
-  double mlp_static_bytes = 0;   // non-streamed MLP weights
+  double memory_bytes = 0;      // the budget used
+  double attention_bytes = 0;   // static (non-streamed) attention weights
+  double mlp_static_bytes = 0;  // non-streamed MLP weights
   double router_bytes = 0;
   double norm_bytes = 0;
-  double embedding_bytes = 0;    // token_embd table
-  double output_bytes = 0;       // output head (0 when tied)
+  double embedding_bytes = 0;  // token_embd table
+  double output_bytes = 0;     // output head (0 when tied)
   double kv_bytes = 0;
-  double static_bytes = 0;       // sum of the above
-  double streamed_bytes = 0;     // all streamed tensors, dense
-  double cache_bytes = 0;        // memory - static, at most streamed_bytes
+  double static_bytes = 0;    // sum of the above
+  double streamed_bytes = 0;  // all streamed tensors, dense
+  double cache_bytes = 0;     // memory - static, at most streamed_bytes
   double host_cache_bytes = 0;
   std::vector<double> unit_bytes;     // [streams]
   std::vector<uint32_t> cache_units;  // [streams]
@@ -73,8 +73,8 @@ Result<MemoryPlan> PlanMemory(const ModelShape& shape, const MaskLayout& layout,
 // Counters summed over the measured tokens.
 struct LayerStats {
   int layer = 0;
-  uint64_t units = 0;       // streamed units (per token)
-  uint64_t active = 0;      // active unit-token pairs
+  uint64_t units = 0;   // streamed units (per token)
+  uint64_t active = 0;  // active unit-token pairs
   uint64_t hits = 0;
   uint64_t misses = 0;
   uint64_t evictions = 0;
@@ -105,9 +105,9 @@ struct SimResult {
   double link_bytes_per_token = 0;
   double flops_per_token = 0;
   double storage_s = 0, memory_s = 0, compute_s = 0, link_s = 0;  // sums of stage components
-  double head_s = 0;  // the output-head stage
-  double density = 0;   // active / streamed units
-  double hit_rate = 0;  // hits / active over all streams
+  double head_s = 0;                                              // the output-head stage
+  double density = 0;                                             // active / streamed units
+  double hit_rate = 0;                                            // hits / active over all streams
   uint64_t storage_requests_per_token = 0;
   bool has_recorded = false;
   RecordedEvents recorded;  // totals from the trace

@@ -12,11 +12,20 @@ std::string Escape(const std::string& s) {
   std::string out;
   for (char c : s) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -75,21 +84,27 @@ std::string LinePlotSvg(const PlotSpec& spec, int width, int height) {
   o += StrFormat("<text x=\"%g\" y=\"22\" text-anchor=\"middle\" font-size=\"15\">%s</text>\n",
                  width / 2.0, Escape(spec.title).c_str());
   for (double t : Ticks(x0, x1)) {
-    o += StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
-                   X(t), top, X(t), top + ph, X(t), top + ph + 16, t);
+    o += StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"middle\">%g</text>\n",
+        X(t), top, X(t), top + ph, X(t), top + ph + 16, t);
   }
   for (double t : Ticks(y0, y1)) {
-    o += StrFormat("<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
-                   "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
-                   left, Y(t), left + pw, Y(t), left - 6, Y(t) + 4, t);
+    o += StrFormat(
+        "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#ddd\"/>"
+        "<text x=\"%.1f\" y=\"%.1f\" text-anchor=\"end\">%g</text>\n",
+        left, Y(t), left + pw, Y(t), left - 6, Y(t) + 4, t);
   }
-  o += StrFormat("<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" "
-                 "stroke=\"black\"/>\n", left, top, pw, ph);
+  o += StrFormat(
+      "<rect x=\"%g\" y=\"%g\" width=\"%g\" height=\"%g\" fill=\"none\" "
+      "stroke=\"black\"/>\n",
+      left, top, pw, ph);
   o += StrFormat("<text x=\"%g\" y=\"%d\" text-anchor=\"middle\">%s</text>\n", left + pw / 2,
                  height - 14, Escape(spec.x_label).c_str());
-  o += StrFormat("<text transform=\"translate(18,%g) rotate(-90)\" text-anchor=\"middle\">%s"
-                 "</text>\n", top + ph / 2, Escape(spec.y_label).c_str());
+  o += StrFormat(
+      "<text transform=\"translate(18,%g) rotate(-90)\" text-anchor=\"middle\">%s"
+      "</text>\n",
+      top + ph / 2, Escape(spec.y_label).c_str());
   for (size_t k = 0; k < spec.series.size(); ++k) {
     const PlotSeries& s = spec.series[k];
     const char* color = kColors[k % (sizeof(kColors) / sizeof(kColors[0]))];

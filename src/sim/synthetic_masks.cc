@@ -85,7 +85,8 @@ class SyntheticSource : public MaskSource {
     }
     std::vector<uint8_t> taken(static_cast<size_t>(s.n_experts), 0);
     for (int e : st->prev_experts) {
-      if (static_cast<int>(experts->size()) < s.n_experts_active && Uniform01(st->rng) < spec_.repeat) {
+      if (static_cast<int>(experts->size()) < s.n_experts_active &&
+          Uniform01(st->rng) < spec_.repeat) {
         experts->push_back(e);
         taken[static_cast<size_t>(e)] = 1;
       }
@@ -107,7 +108,8 @@ class SyntheticSource : public MaskSource {
     // Eligible units: the picked experts' blocks (everything for a dense MLP).
     eligible_.clear();
     for (int e : experts) {
-      for (uint32_t j = 0; j < block; ++j) eligible_.push_back(static_cast<uint32_t>(e) * block + j);
+      for (uint32_t j = 0; j < block; ++j)
+        eligible_.push_back(static_cast<uint32_t>(e) * block + j);
     }
     switch (spec_.kind) {
       case SyntheticSpec::Kind::kDense:
@@ -147,7 +149,8 @@ class SyntheticSource : public MaskSource {
     need = std::min(need, keyed_.size());
     if (need > 0) {
       std::nth_element(keyed_.begin(), keyed_.begin() + static_cast<ptrdiff_t>(need - 1),
-                       keyed_.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+                       keyed_.end(),
+                       [](const auto& a, const auto& b) { return a.first > b.first; });
       for (size_t i = 0; i < need; ++i) m->Set(keyed_[i].second);
     }
     st->prev.clear();
@@ -182,8 +185,8 @@ Result<SyntheticSpec> ParseSyntheticSpec(const std::string& text) {
   std::string args = colon == std::string::npos ? "" : text.substr(colon + 1);
   if (kind == "dense") {
     if (!args.empty()) {
-      return Status::InvalidArgument(StrFormat("--masks '%s': dense takes no parameters",
-                                               text.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("--masks '%s': dense takes no parameters", text.c_str()));
     }
     return spec;
   }
@@ -239,9 +242,11 @@ Result<SyntheticSpec> ParseSyntheticSpec(const std::string& text) {
 
 std::string DescribeSyntheticSpec(const SyntheticSpec& s) {
   switch (s.kind) {
-    case SyntheticSpec::Kind::kDense: return "dense";
+    case SyntheticSpec::Kind::kDense:
+      return "dense";
     case SyntheticSpec::Kind::kUniform:
-      return StrFormat("uniform:d=%g,seed=%llu", s.density, static_cast<unsigned long long>(s.seed));
+      return StrFormat("uniform:d=%g,seed=%llu", s.density,
+                       static_cast<unsigned long long>(s.seed));
     case SyntheticSpec::Kind::kZipf:
       return StrFormat("zipf:d=%g,s=%g,r=%g,seed=%llu", s.density, s.zipf_s, s.repeat,
                        static_cast<unsigned long long>(s.seed));
@@ -260,10 +265,10 @@ Result<std::unique_ptr<MaskSource>> MakeSyntheticSource(MaskLayout layout,
   for (const MaskStream& s : layout.streams) {
     if (s.n_units == 0 || s.n_experts < 1 || s.n_units % static_cast<uint32_t>(s.n_experts) != 0 ||
         s.n_experts_active < 1 || s.n_experts_active > s.n_experts) {
-      return Status::InvalidArgument(StrFormat("synthetic masks: stream '%s' layer %d has %u units "
-                                               "in %d experts (%d active)", s.name.c_str(),
-                                               s.layer, s.n_units, s.n_experts,
-                                               s.n_experts_active));
+      return Status::InvalidArgument(
+          StrFormat("synthetic masks: stream '%s' layer %d has %u units "
+                    "in %d experts (%d active)",
+                    s.name.c_str(), s.layer, s.n_units, s.n_experts, s.n_experts_active));
     }
   }
   return std::unique_ptr<MaskSource>(new SyntheticSource(std::move(layout), spec, n_tokens));

@@ -64,8 +64,14 @@ class LruCache : public UnitCache {
   }
   void Unlink(uint32_t u) {
     int32_t p = prev_[u], n = next_[u];
-    if (p >= 0) next_[static_cast<uint32_t>(p)] = n; else head_ = n;
-    if (n >= 0) prev_[static_cast<uint32_t>(n)] = p; else tail_ = p;
+    if (p >= 0)
+      next_[static_cast<uint32_t>(p)] = n;
+    else
+      head_ = n;
+    if (n >= 0)
+      prev_[static_cast<uint32_t>(n)] = p;
+    else
+      tail_ = p;
     prev_[u] = next_[u] = -1;
   }
 
@@ -109,7 +115,11 @@ class StaticCache : public UnitCache {
 class ScoredCache : public UnitCache {
  public:
   ScoredCache(CachePolicy p, uint32_t n, uint32_t k)
-      : UnitCache(n, k), policy_(p), in_(n, 0), score_(n, 0), count_(p == CachePolicy::kLfu ? n : 0, 0) {}
+      : UnitCache(n, k),
+        policy_(p),
+        in_(n, 0),
+        score_(n, 0),
+        count_(p == CachePolicy::kLfu ? n : 0, 0) {}
 
   void Access(int64_t t, const std::vector<uint32_t>& active, const OccurrenceMatrix* future,
               AccessResult* out) override {
@@ -181,16 +191,22 @@ Result<CachePolicy> ParseCachePolicy(const std::string& text) {
   if (text == "lfu") return CachePolicy::kLfu;
   if (text == "belady") return CachePolicy::kBelady;
   if (text == "static" || text == "none") return CachePolicy::kStatic;
-  return Status::InvalidArgument(StrFormat("--policy '%s': expected lru, lfu, belady or static "
-                                           "(none)", text.c_str()));
+  return Status::InvalidArgument(
+      StrFormat("--policy '%s': expected lru, lfu, belady or static "
+                "(none)",
+                text.c_str()));
 }
 
 const char* CachePolicyName(CachePolicy p) {
   switch (p) {
-    case CachePolicy::kLru: return "lru";
-    case CachePolicy::kLfu: return "lfu";
-    case CachePolicy::kBelady: return "belady";
-    case CachePolicy::kStatic: return "static";
+    case CachePolicy::kLru:
+      return "lru";
+    case CachePolicy::kLfu:
+      return "lfu";
+    case CachePolicy::kBelady:
+      return "belady";
+    case CachePolicy::kStatic:
+      return "static";
   }
   return "?";
 }
@@ -217,10 +233,13 @@ std::unique_ptr<UnitCache> UnitCache::Create(CachePolicy policy, uint32_t n_unit
                                              uint32_t capacity) {
   WEIR_CHECK(capacity <= n_units);
   switch (policy) {
-    case CachePolicy::kLru: return std::make_unique<LruCache>(n_units, capacity);
-    case CachePolicy::kStatic: return std::make_unique<StaticCache>(n_units, capacity);
+    case CachePolicy::kLru:
+      return std::make_unique<LruCache>(n_units, capacity);
+    case CachePolicy::kStatic:
+      return std::make_unique<StaticCache>(n_units, capacity);
     case CachePolicy::kLfu:
-    case CachePolicy::kBelady: return std::make_unique<ScoredCache>(policy, n_units, capacity);
+    case CachePolicy::kBelady:
+      return std::make_unique<ScoredCache>(policy, n_units, capacity);
   }
   return nullptr;
 }

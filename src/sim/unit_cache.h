@@ -64,8 +64,7 @@ struct AccessResult {
 class UnitCache {
  public:
   // capacity <= n_units units.
-  static std::unique_ptr<UnitCache> Create(CachePolicy policy, uint32_t n_units,
-                                           uint32_t capacity);
+  static std::unique_ptr<UnitCache> Create(CachePolicy policy, uint32_t n_units, uint32_t capacity);
   virtual ~UnitCache() = default;
   // Serves token t (increasing across calls): `active` ascending and distinct. `future` is
   // required by belady and ignored by the others.

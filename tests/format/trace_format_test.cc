@@ -1,6 +1,5 @@
 // Round trip, validation and truncation tests of the sparsity trace format.
 #include <gtest/gtest.h>
-
 #include <unistd.h>
 
 #include <cstring>
@@ -168,8 +167,7 @@ TEST(TraceFormatTest, TruncationIsAClearError) {
     ASSERT_FALSE(r.ok()) << "cut at " << cut;
     EXPECT_NE(r.status().message().find("cut.wtrace"), std::string::npos) << r.status().ToString();
     if (cut >= header) {
-      EXPECT_NE(r.status().message().find("truncated"), std::string::npos)
-          << r.status().ToString();
+      EXPECT_NE(r.status().message().find("truncated"), std::string::npos) << r.status().ToString();
     }
   }
 }
@@ -276,8 +274,8 @@ TEST(TraceFormatTest, WriterRejectsMisuse) {
   EXPECT_FALSE(tw->SetMaskBits(0, 0, two).ok());  // outside a token
   ASSERT_TRUE(tw->BeginToken().ok());
   EXPECT_FALSE(tw->BeginToken().ok());
-  EXPECT_FALSE(tw->SetMaskBits(1, 0, two).ok());  // kind absent in layer 1
-  EXPECT_FALSE(tw->SetMaskBits(3, 0, two).ok());  // no layer 3
+  EXPECT_FALSE(tw->SetMaskBits(1, 0, two).ok());                         // kind absent in layer 1
+  EXPECT_FALSE(tw->SetMaskBits(3, 0, two).ok());                         // no layer 3
   EXPECT_FALSE(tw->SetMaskBits(0, 0, std::vector<uint8_t>(3, 0)).ok());  // wrong size
   std::vector<uint8_t> pad = {0, 0x20};  // unit 13 of 13 units: a padding bit
   EXPECT_FALSE(tw->SetMaskBits(0, 0, pad).ok());

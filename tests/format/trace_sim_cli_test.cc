@@ -16,7 +16,7 @@
 namespace weir::format {
 namespace {
 
-constexpr uint32_t kLayers = 22;  // the llama-1b preset (TinyLlama-1.1B): d_model 2048
+constexpr uint32_t kLayers = 22;   // the llama-1b preset (TinyLlama-1.1B): d_model 2048
 constexpr uint32_t kUnits = 5632;  // d_ff
 
 bool HaveWeir() { return testing::FileExists(testing::WeirBin()); }
@@ -31,7 +31,8 @@ Counts WriteTrace(const std::string& path, int tokens) {
   TraceHeader h;
   h.n_layers = kLayers;
   h.has_cache_events = true;
-  h.kinds.push_back({"ffn_gate+ffn_up+ffn_down", 3ull * 2048, std::vector<uint32_t>(kLayers, kUnits)});
+  h.kinds.push_back(
+      {"ffn_gate+ffn_up+ffn_down", 3ull * 2048, std::vector<uint32_t>(kLayers, kUnits)});
   auto w = TraceWriter::Create(path, h);
   EXPECT_TRUE(w.ok()) << w.status().ToString();
   std::mt19937 rng(5);
@@ -62,9 +63,8 @@ TEST(TraceSimCliTest, ReplayCountsFollowFromTheMasks) {
   std::string trace = dir + "/run.wtrace";
   const int tokens = 12;
   Counts c = WriteTrace(trace, tokens);
-  std::string base = testing::WeirBin() + " sim --model llama-1b --device " +
-                     testing::SourceDir() + "/profiles/a18.json --masks trace:" + trace +
-                     " --json --policy ";
+  std::string base = testing::WeirBin() + " sim --model llama-1b --device " + testing::SourceDir() +
+                     "/profiles/a18.json --masks trace:" + trace + " --json --policy ";
   // 16 GB holds the whole model: a unit misses only on its first use, whatever the policy.
   for (const char* policy : {"lru", "lfu", "belady", "static"}) {
     auto r = testing::RunCommand(base + policy + " --dram 16e9");
@@ -126,8 +126,10 @@ TEST(TraceSimCliTest, ExitCodesAndErrors) {
   EXPECT_NE(other.err.find("22 layers"), std::string::npos) << other.err;
   // Sweeps write a plot.
   std::string svg = testing::TempDir() + "/p.svg";
-  auto sweep = testing::RunCommand(weir + " sim --model phi-3-mini --tokens 3 --sweep "
-                                   "dram=1.3e9:2e9:3 --policy lru,lfu --plot " + svg);
+  auto sweep = testing::RunCommand(weir +
+                                   " sim --model phi-3-mini --tokens 3 --sweep "
+                                   "dram=1.3e9:2e9:3 --policy lru,lfu --plot " +
+                                   svg);
   ASSERT_EQ(sweep.exit_code, 0) << sweep.err;
   EXPECT_NE(testing::ReadFile(svg).find("<polyline"), std::string::npos);
 }

@@ -92,24 +92,24 @@ TEST(PlannerTest, CostModelByHand) {
   const double sp = plan->sparsity;
   const double s_l = plan->layer_bytes, s_m = plan->model_streamed_bytes;
   EXPECT_NEAR(sp, 1 - (2.5 * kGB - plan->fixed_bytes - plan->kv_bytes) / s_m, 1e-12);
-  EXPECT_NEAR(st.group_bytes, s_l * (1 - sp) * n, 1e-3);                           // Eq. 9
+  EXPECT_NEAR(st.group_bytes, s_l * (1 - sp) * n, 1e-3);  // Eq. 9
   EXPECT_NEAR(st.cache_bytes, 2.5 * kGB - plan->fixed_bytes - plan->kv_bytes - st.group_bytes,
-              1e-3);                                                              // Eq. 8
+              1e-3);  // Eq. 8
   const double hr = st.cache_bytes / s_m;
   EXPECT_NEAR(st.hit_rate, hr, 1e-12);
   // 4-bit 4096-wide channels are 2048 bytes: BW_small is the first point.
   EXPECT_NEAR(plan->channel_bytes, 2048, 1e-9);
   EXPECT_NEAR(st.bw_small, 0.2 * kGB, 1);
-  EXPECT_NEAR(st.t_load, st.group_bytes * (1 - hr) / (0.2 * kGB), 1e-12);         // Eq. 3
-  EXPECT_NEAR(st.t_comp, st.group_bytes / (50 * kGB), 1e-12);                      // Eq. 4
-  EXPECT_NEAR(st.t_onload, st.group_bytes * (1 - hr) * 0.1 / (0.2 * kGB), 1e-12);  // Eq. 6
-  EXPECT_NEAR(st.t_preload, st.group_bytes * (1 - hr) / st.bw_large, 1e-12);       // Eq. 7
+  EXPECT_NEAR(st.t_load, st.group_bytes * (1 - hr) / (0.2 * kGB), 1e-12);             // Eq. 3
+  EXPECT_NEAR(st.t_comp, st.group_bytes / (50 * kGB), 1e-12);                         // Eq. 4
+  EXPECT_NEAR(st.t_onload, st.group_bytes * (1 - hr) * 0.1 / (0.2 * kGB), 1e-12);     // Eq. 6
+  EXPECT_NEAR(st.t_preload, st.group_bytes * (1 - hr) / st.bw_large, 1e-12);          // Eq. 7
   EXPECT_NEAR(st.t_overlap, st.t_onload + std::max(st.t_preload, st.t_comp), 1e-12);  // Eq. 5
   const double groups = 32.0 / n;
-  EXPECT_NEAR(plan->seconds_per_token,
-              st.t_load + (groups - 1) * st.t_overlap + st.t_comp +
-                  4096.0 * 32000 * 0.5 / (50 * kGB),
-              1e-12);  // Eq. 1 plus the output head
+  EXPECT_NEAR(
+      plan->seconds_per_token,
+      st.t_load + (groups - 1) * st.t_overlap + st.t_comp + 4096.0 * 32000 * 0.5 / (50 * kGB),
+      1e-12);  // Eq. 1 plus the output head
   // Larger groups read larger chunks: the search went past N = 1 on this slow small-read flash.
   EXPECT_GT(plan->steps.size(), 1u);
   EXPECT_GT(plan->steps[1].bw_large, plan->steps[0].bw_large);

@@ -104,8 +104,8 @@ TEST(SimulatorTest, DenseBytesAndTimeByHand) {
   ASSERT_TRUE(full.ok());
   c.memory_bytes = full->static_bytes + 3 * 64 * 40 * 2;  // 40 units per layer
   c.warmup_tokens = 1;
-  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kBelady,
-                        CachePolicy::kStatic}) {
+  for (CachePolicy p :
+       {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kBelady, CachePolicy::kStatic}) {
     c.policy = p;
     auto src = MakeSyntheticSource(*layout, SyntheticSpec{}, 5);
     ASSERT_TRUE(src.ok());
@@ -269,10 +269,10 @@ TEST(SimulatorTest, LayoutsFromTraceKindsAreChecked) {
   auto in = MakeMaskStream(s, 0, "ffn_up", 64, 0);
   ASSERT_TRUE(in.ok());
   EXPECT_EQ(in->weights_per_unit[0], 128u);
-  EXPECT_FALSE(MakeMaskStream(s, 0, "ffn_up", 100, 0).ok());          // does not divide
-  EXPECT_FALSE(MakeMaskStream(s, 0, "ffn_gate+ffn_up", 128, 64).ok()); // wrong hint
-  EXPECT_FALSE(MakeMaskStream(s, 2, "ffn_up", 128, 0).ok());          // no layer 2
-  EXPECT_FALSE(MakeMaskStream(s, 0, "mlp", 128, 0).ok());             // unknown kind
+  EXPECT_FALSE(MakeMaskStream(s, 0, "ffn_up", 100, 0).ok());            // does not divide
+  EXPECT_FALSE(MakeMaskStream(s, 0, "ffn_gate+ffn_up", 128, 64).ok());  // wrong hint
+  EXPECT_FALSE(MakeMaskStream(s, 2, "ffn_up", 128, 0).ok());            // no layer 2
+  EXPECT_FALSE(MakeMaskStream(s, 0, "mlp", 128, 0).ok());               // unknown kind
   EXPECT_FALSE(MakeMaskStream(s, 0, "ffn_up+ffn_up", 128, 0).ok());
 }
 
@@ -280,9 +280,9 @@ TEST(SimulatorTest, PresetsHavePublishedSizes) {
   struct Want {
     const char* name;
     double params_b;
-  } wants[] = {{"phi-3-mini", 3.82}, {"phi-3-medium", 13.96}, {"llama-2-7b", 6.74},
-               {"llama-2-13b", 13.02}, {"llama-2-70b", 68.98}, {"llama-3-8b", 8.03},
-               {"mistral-7b", 7.24}, {"mixtral-8x7b", 46.70}, {"llama-1b", 1.10}};
+  } wants[] = {{"phi-3-mini", 3.82},   {"phi-3-medium", 13.96}, {"llama-2-7b", 6.74},
+               {"llama-2-13b", 13.02}, {"llama-2-70b", 68.98},  {"llama-3-8b", 8.03},
+               {"mistral-7b", 7.24},   {"mixtral-8x7b", 46.70}, {"llama-1b", 1.10}};
   for (const Want& w : wants) {
     auto s = ModelPreset(w.name);
     ASSERT_TRUE(s.ok()) << w.name;
@@ -305,7 +305,7 @@ TEST(SimulatorTest, BandwidthCurveEnds) {
   BandwidthCurve c;
   c.points = {{4096, 1e8}, {65536, 1e9}};
   EXPECT_DOUBLE_EQ(c.At(4096), 1e8);
-  EXPECT_DOUBLE_EQ(c.At(1 << 20), 1e9);           // clamped above
+  EXPECT_DOUBLE_EQ(c.At(1 << 20), 1e9);            // clamped above
   EXPECT_DOUBLE_EQ(c.At(16384), 1e8 + 0.5 * 9e8);  // halfway in log(size)
   EXPECT_DOUBLE_EQ(c.At(2048), 5e7);               // constant IOPS below the smallest point
   EXPECT_DOUBLE_EQ(c.Seconds(512), c.Seconds(4096));
@@ -317,8 +317,7 @@ TEST(SimulatorTest, BandwidthCurveEnds) {
 }
 
 TEST(SimulatorTest, ProfilesInTheRepositoryLoad) {
-  for (const char* name : {"a18", "ufs4", "ufs3.1", "ufs2.2", "raspberry-pi-5",
-                           "rtx3090-pcie3"}) {
+  for (const char* name : {"a18", "ufs4", "ufs3.1", "ufs2.2", "raspberry-pi-5", "rtx3090-pcie3"}) {
     auto p = LoadDeviceProfile(testing::SourceDir() + "/profiles/" + name + ".json");
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     EXPECT_EQ(p->name, name);
@@ -333,7 +332,8 @@ TEST(SimulatorTest, ProfilesInTheRepositoryLoad) {
   EXPECT_DOUBLE_EQ(a18->storage_read.At(12345), 1e9);
   EXPECT_FALSE(ParseDeviceProfile("{\"name\":\"x\"}", "x.json").ok());
   auto bad = ParseDeviceProfile(
-      R"({"name":"x","memory":{"bandwidth_GBps":1},"storage":{"read":[{"request_bytes":8192,"GBps":1},{"request_bytes":4096,"GBps":1}]}})",
+      R"({"name":"x","memory":{"bandwidth_GBps":1},"storage":{"read":[)"
+      R"({"request_bytes":8192,"GBps":1},{"request_bytes":4096,"GBps":1}]}})",
       "x.json");
   ASSERT_FALSE(bad.ok());
   EXPECT_NE(bad.status().message().find("increasing"), std::string::npos);

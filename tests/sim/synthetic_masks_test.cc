@@ -1,11 +1,11 @@
 // Synthetic mask generators deliver the statistics they state.
+#include "sim/synthetic_masks.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <numeric>
 #include <vector>
-
-#include "sim/synthetic_masks.h"
 
 namespace weir::sim {
 namespace {

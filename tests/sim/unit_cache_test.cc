@@ -1,13 +1,13 @@
 // Cache policies: dense masks, Belady's optimality (against exhaustive search), Belady >= LRU,
 // LFU and static on the same masks, and the O(1) LRU against a naive reference.
+#include "sim/unit_cache.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <random>
 #include <vector>
-
-#include "sim/unit_cache.h"
 
 namespace weir::sim {
 namespace {
@@ -84,8 +84,8 @@ TEST(UnitCacheTest, DenseMasksHitTheCachedFraction) {
   for (auto& a : dense) {
     for (uint32_t u = 0; u < n; ++u) a.push_back(u);
   }
-  for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kBelady,
-                        CachePolicy::kStatic}) {
+  for (CachePolicy p :
+       {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kBelady, CachePolicy::kStatic}) {
     for (uint32_t k : {0u, 1u, 333u, 999u, 1000u}) {
       uint64_t hits = CountHits(p, n, k, dense);
       // Cold first token, then k hits per token.
@@ -111,7 +111,8 @@ TEST(UnitCacheTest, BeladyHitsAtLeastEveryOtherPolicy) {
     for (uint32_t k : {10u, 50u, 120u, 300u}) {
       uint64_t belady = CountHits(CachePolicy::kBelady, n, k, m);
       for (CachePolicy p : {CachePolicy::kLru, CachePolicy::kLfu, CachePolicy::kStatic}) {
-        EXPECT_GE(belady, CountHits(p, n, k, m)) << CachePolicyName(p) << " seed " << seed << " k " << k;
+        EXPECT_GE(belady, CountHits(p, n, k, m))
+            << CachePolicyName(p) << " seed " << seed << " k " << k;
       }
     }
   }

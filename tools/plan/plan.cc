@@ -12,9 +12,10 @@
 namespace weir::tools {
 
 int PlanMain(int argc, char** argv) {
-  CLI::App app("Choose sparsity, layer-group size N and cache size for a memory budget with "
-               "ActiveFlow's cost model (Eq. 1-9) and greedy search.",
-               "plan");
+  CLI::App app(
+      "Choose sparsity, layer-group size N and cache size for a memory budget with "
+      "ActiveFlow's cost model (Eq. 1-9) and greedy search.",
+      "plan");
   std::string model, device = "ufs4", memory_text, bits_text, stream_text = "all";
   std::string hit_model = "uniform";
   int64_t kv_len = 1024;
@@ -24,8 +25,9 @@ int PlanMain(int argc, char** argv) {
   app.add_option("--device", device, "device profile name or JSON path (default ufs4)");
   app.add_option("--memory", memory_text, "memory budget (e.g. 2.5e9, 3GiB; GB means GiB here)")
       ->required();
-  app.add_option("--bits", bits_text, "bits per weight (default 4 for presets, the file's types "
-                                      "for files)");
+  app.add_option("--bits", bits_text,
+                 "bits per weight (default 4 for presets, the file's types "
+                 "for files)");
   app.add_option("--stream", stream_text, "sparsified tensors: all (ActiveFlow) or mlp");
   app.add_option("--kv-len", kv_len, "KV cache length in tokens (default 1024)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));

@@ -1,5 +1,7 @@
 // weir probe: measure this machine (STREAM memory bandwidth, O_DIRECT reads at several request
 // sizes, matvec GFLOPS) and write a device profile for `weir sim` and `weir plan`.
+#include "sim/probe.h"
+
 #include <unistd.h>
 
 #include <cstdio>
@@ -11,28 +13,31 @@
 #include "base/units.h"
 #include "common/cli.h"
 #include "common/commands.h"
-#include "sim/probe.h"
 #include "sim/tool_inputs.h"
 
 namespace weir::tools {
 
 int ProbeMain(int argc, char** argv) {
-  CLI::App app("Measure this machine's memory bandwidth, O_DIRECT read speed by request size and "
-               "compute rate, and write a device profile.",
-               "probe");
+  CLI::App app(
+      "Measure this machine's memory bandwidth, O_DIRECT read speed by request size and "
+      "compute rate, and write a device profile.",
+      "probe");
   std::string out, dir = "/tmp", size_text = "1GiB", sizes_text = "4K,16K,64K,256K,1M,4M";
   std::string stream_text = "256MiB", name = "this-machine";
   double seconds = 1.0;
   int queue_depth = 4, threads = 0;
   bool json = false, no_compute = false, serial_io = false;
-  app.add_option("-o,--output", out, "profile to write (default profiles/this-machine.json, or "
-                                     "profiles/NAME.json)");
+  app.add_option("-o,--output", out,
+                 "profile to write (default profiles/this-machine.json, or "
+                 "profiles/NAME.json)");
   app.add_option("--name", name, "profile name (default this-machine)");
-  app.add_option("--dir", dir, "directory for the temporary test file; must allow O_DIRECT "
-                               "(default /tmp)");
+  app.add_option("--dir", dir,
+                 "directory for the temporary test file; must allow O_DIRECT "
+                 "(default /tmp)");
   app.add_option("--size", size_text, "test file size (default 1GiB); removed afterwards");
-  app.add_option("--request-sizes", sizes_text, "read sizes, comma separated, multiples of 4K "
-                                                "(default 4K,16K,64K,256K,1M,4M)");
+  app.add_option("--request-sizes", sizes_text,
+                 "read sizes, comma separated, multiples of 4K "
+                 "(default 4K,16K,64K,256K,1M,4M)");
   app.add_option("--seconds", seconds, "read time per request size (default 1)")
       ->check(CLI::Range(0.01, 60.0));
   app.add_option("--queue-depth", queue_depth, "concurrent readers (default 4)")
@@ -41,8 +46,9 @@ int ProbeMain(int argc, char** argv) {
   app.add_option("-t,--threads", threads, "threads for STREAM and compute (default all cores)")
       ->check(CLI::Range(0, 1024));
   app.add_flag("--no-compute", no_compute, "skip the GFLOPS measurement");
-  app.add_flag("--serial-io", serial_io, "mark the profile as not overlapping storage reads with "
-                                         "compute (concurrent_io false)");
+  app.add_flag("--serial-io", serial_io,
+               "mark the profile as not overlapping storage reads with "
+               "compute (concurrent_io false)");
   app.add_flag("--json", json, "print the measurements as JSON (the profile is still written)");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
@@ -68,7 +74,8 @@ int ProbeMain(int argc, char** argv) {
   o.concurrent_io = !serial_io;
   if (out.empty()) out = DefaultProfilePath(name);
 
-  int n_threads = threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  int n_threads =
+      threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   ThreadPool pool(n_threads);
   ProgressBar bar("probe", 100, !json && ::isatty(2));
   auto res = sim::ProbeMachine(o, &pool, [&](const std::string& stage, double frac) {
@@ -80,7 +87,8 @@ int ProbeMain(int argc, char** argv) {
   {
     std::ofstream f(out);
     f << text;
-    if (!f) return Fail("probe", Status::IoError(StrFormat("%s: cannot write the profile", out.c_str())));
+    if (!f)
+      return Fail("probe", Status::IoError(StrFormat("%s: cannot write the profile", out.c_str())));
   }
   if (json) {
     nlohmann::json reads = nlohmann::json::array();
@@ -90,8 +98,11 @@ int ProbeMain(int argc, char** argv) {
                        {"mean_latency_us", res->read_latency_us[i]}});
     }
     PrintJson({{"profile_path", out},
-               {"stream_bytes_per_s", {{"copy", res->stream.copy}, {"scale", res->stream.scale},
-                                       {"add", res->stream.add}, {"triad", res->stream.triad}}},
+               {"stream_bytes_per_s",
+                {{"copy", res->stream.copy},
+                 {"scale", res->stream.scale},
+                 {"add", res->stream.add},
+                 {"triad", res->stream.triad}}},
                {"write_bytes_per_s", res->file_write_bytes_per_s},
                {"reads", reads},
                {"gflops", res->gflops},

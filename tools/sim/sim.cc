@@ -34,9 +34,9 @@ Result<Sweep> ParseSweep(const std::string& text) {
     for (std::string p; std::getline(ss, p, ':');) parts.push_back(p);
   }
   if ((key != "dram" && key != "flash" && key != "density") || parts.size() != 3) {
-    return Status::InvalidArgument(StrFormat(
-        "--sweep '%s': expected dram=LO:HI:N, flash=LO:HI:N (GB/s) or density=LO:HI:N",
-        text.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("--sweep '%s': expected dram=LO:HI:N, flash=LO:HI:N (GB/s) or density=LO:HI:N",
+                  text.c_str()));
   }
   double lo = 0, hi = 0;
   for (int i = 0; i < 2; ++i) {
@@ -49,7 +49,8 @@ Result<Sweep> ParseSweep(const std::string& text) {
       v = std::strtod(parts[static_cast<size_t>(i)].c_str(), &end);
       if (*end != '\0' || !(v > 0)) {
         return Status::InvalidArgument(StrFormat("--sweep '%s': '%s' is not a positive number",
-                                                 text.c_str(), parts[static_cast<size_t>(i)].c_str()));
+                                                 text.c_str(),
+                                                 parts[static_cast<size_t>(i)].c_str()));
       }
     }
     (i == 0 ? lo : hi) = v;
@@ -57,8 +58,10 @@ Result<Sweep> ParseSweep(const std::string& text) {
   char* end = nullptr;
   long n = std::strtol(parts[2].c_str(), &end, 10);
   if (*end != '\0' || n < 1 || n > 1000 || hi < lo || (key == "density" && hi > 1)) {
-    return Status::InvalidArgument(StrFormat("--sweep '%s': need LO <= HI (density <= 1) and "
-                                             "1..1000 points", text.c_str()));
+    return Status::InvalidArgument(
+        StrFormat("--sweep '%s': need LO <= HI (density <= 1) and "
+                  "1..1000 points",
+                  text.c_str()));
   }
   s.param = key;
   for (long i = 0; i < n; ++i) {
@@ -85,38 +88,53 @@ int SimMain(int argc, char** argv) {
   int64_t kv_len = 1024, tokens = 64, warmup = 0;
   double kv_bits = 16, flash = 0;
   bool no_compute = false, layers = false, json = false;
-  app.add_option("--model", model, "a preset (" + [] {
-                   std::string s;
-                   for (const auto& n : sim::ModelPresetNames()) s += (s.empty() ? "" : ", ") + n;
-                   return s;
-                 }() + ") or a model file")->required();
-  app.add_option("--device", device, "device profile name (profiles/NAME.json) or JSON path "
-                                     "(default a18)");
+  app.add_option(
+         "--model", model,
+         "a preset (" +
+             [] {
+               std::string s;
+               for (const auto& n : sim::ModelPresetNames()) s += (s.empty() ? "" : ", ") + n;
+               return s;
+             }() +
+             ") or a model file")
+      ->required();
+  app.add_option("--device", device,
+                 "device profile name (profiles/NAME.json) or JSON path "
+                 "(default a18)");
   app.add_option("--dram", dram_text,
                  "memory for the model: static tensors + weight cache (e.g. 4e9, 3.5GiB; note "
                  "GB means GiB here); default the profile's capacity");
-  app.add_option("--host", host_text, "host-tier capacity for cached weights (profiles with a "
-                                      "host tier); default the profile's");
-  app.add_option("--policy", policies, "cache policy: lru, lfu, belady, static (none); a comma "
-                                       "list compares several (default lfu)");
-  app.add_option("--masks", masks, "dense | uniform:D | zipf:d=D,s=S,r=R,seed=N | trace:FILE "
-                                   "(default dense)");
-  app.add_option("--stream", stream_text, "streamed tensors for synthetic masks: mlp or all "
-                                          "(default mlp)");
-  app.add_option("--bits", bits_text, "bits per weight: 4, or 4,attn=8,embd=16,... (default 4 "
-                                      "for presets, the file's types for files)");
-  app.add_option("--kv-len", kv_len, "KV cache length in tokens: held in DRAM and read per "
-                                     "token (default 1024)")->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
+  app.add_option("--host", host_text,
+                 "host-tier capacity for cached weights (profiles with a "
+                 "host tier); default the profile's");
+  app.add_option("--policy", policies,
+                 "cache policy: lru, lfu, belady, static (none); a comma "
+                 "list compares several (default lfu)");
+  app.add_option("--masks", masks,
+                 "dense | uniform:D | zipf:d=D,s=S,r=R,seed=N | trace:FILE "
+                 "(default dense)");
+  app.add_option("--stream", stream_text,
+                 "streamed tensors for synthetic masks: mlp or all "
+                 "(default mlp)");
+  app.add_option("--bits", bits_text,
+                 "bits per weight: 4, or 4,attn=8,embd=16,... (default 4 "
+                 "for presets, the file's types for files)");
+  app.add_option("--kv-len", kv_len,
+                 "KV cache length in tokens: held in DRAM and read per "
+                 "token (default 1024)")
+      ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
   app.add_option("--kv-bits", kv_bits, "bits per KV element (default 16)");
   app.add_option("--tokens", tokens, "tokens to simulate with synthetic masks (default 64)")
       ->check(CLI::Range(int64_t{1}, int64_t{1} << 24));
   app.add_option("--warmup", warmup, "tokens simulated but not counted (default 0)")
       ->check(CLI::Range(int64_t{0}, int64_t{1} << 24));
-  app.add_option("--concurrent-io", concurrent, "overlap storage reads with memory/compute: "
-                                                "on, off or profile (default profile)");
+  app.add_option("--concurrent-io", concurrent,
+                 "overlap storage reads with memory/compute: "
+                 "on, off or profile (default profile)");
   app.add_option("--flash", flash, "storage peak read speed in GB/s (scales the profile's curve)");
-  app.add_flag("--no-compute", no_compute, "leave compute time out even if the profile has a "
-                                           "FLOP rate");
+  app.add_flag("--no-compute", no_compute,
+               "leave compute time out even if the profile has a "
+               "FLOP rate");
   app.add_option("--sweep", sweep_text, "dram=LO:HI:N | flash=LO:HI:N | density=LO:HI:N");
   app.add_option("--plot", plot, "write an SVG plot of tok/s over the sweep");
   app.add_flag("--layers", layers, "per-layer table (JSON always has it without --sweep)");
@@ -172,7 +190,8 @@ int SimMain(int argc, char** argv) {
     cfg.concurrent_io = 0;
   } else if (concurrent != "profile") {
     return Fail("sim", Status::InvalidArgument(StrFormat("--concurrent-io '%s': expected on, off "
-                                                         "or profile", concurrent.c_str())));
+                                                         "or profile",
+                                                         concurrent.c_str())));
   }
   if (flash > 0) dev->storage_read.ScaleToPeak(flash * sim::kGB);
 
@@ -223,28 +242,31 @@ int SimMain(int argc, char** argv) {
   const bool progress = !json && ::isatty(2);
   ProgressBar bar("sim", sweep->values.size() * policy_list.size(), progress);
   nlohmann::json points = nlohmann::json::array();
-  std::string table = StrFormat("| %s | policy | tok/s | hit rate | storage/token | s/token |\n"
-                                "|---|---|---|---|---|---|\n", sweep->param.c_str());
+  std::string table = StrFormat(
+      "| %s | policy | tok/s | hit rate | storage/token | s/token |\n"
+      "|---|---|---|---|---|---|\n",
+      sweep->param.c_str());
   sim::PlotSpec plot_spec;
-  plot_spec.title = StrFormat("%s on %s, masks %s", m->shape.name.c_str(), dev->name.c_str(),
-                              masks.c_str());
+  plot_spec.title =
+      StrFormat("%s on %s, masks %s", m->shape.name.c_str(), dev->name.c_str(), masks.c_str());
   plot_spec.x_label = sweep->param == "dram"    ? "memory for the model (GB)"
                       : sweep->param == "flash" ? "flash read speed (GB/s)"
                                                 : "density";
   plot_spec.y_label = "tokens / s";
-  for (sim::CachePolicy p : policy_list) plot_spec.series.push_back({sim::CachePolicyName(p), {}, {}});
+  for (sim::CachePolicy p : policy_list)
+    plot_spec.series.push_back({sim::CachePolicyName(p), {}, {}});
   uint64_t done = 0;
   for (double v : sweep->values) {
     for (size_t pi = 0; pi < policy_list.size(); ++pi) {
       auto r = run_one(v, policy_list[pi]);
       if (!r.ok()) return Fail("sim", r.status().WithContext(FormatParam(sweep->param, v)));
       bar.Update(++done);
-      points.push_back({{"value", v}, {"policy", r->policy}, {"result", sim::SimResultToJson(*r, layers)}});
-      table += StrFormat("| %s | %s | %.4g | %.2f%% | %s | %.4g |\n",
-                         FormatParam(sweep->param, v).c_str(), r->policy.c_str(),
-                         r->tokens_per_second, 100 * r->hit_rate,
-                         sim::FormatDecimalBytes(r->storage_bytes_per_token).c_str(),
-                         r->seconds_per_token);
+      points.push_back(
+          {{"value", v}, {"policy", r->policy}, {"result", sim::SimResultToJson(*r, layers)}});
+      table += StrFormat(
+          "| %s | %s | %.4g | %.2f%% | %s | %.4g |\n", FormatParam(sweep->param, v).c_str(),
+          r->policy.c_str(), r->tokens_per_second, 100 * r->hit_rate,
+          sim::FormatDecimalBytes(r->storage_bytes_per_token).c_str(), r->seconds_per_token);
       plot_spec.series[pi].x.push_back(sweep->param == "dram" ? v / sim::kGB : v);
       plot_spec.series[pi].y.push_back(r->tokens_per_second);
     }
@@ -258,8 +280,11 @@ int SimMain(int argc, char** argv) {
     }
   }
   if (json) {
-    PrintJson({{"model", m->shape.name}, {"device", dev->name}, {"masks", masks},
-               {"sweep", sweep->param}, {"points", points}});
+    PrintJson({{"model", m->shape.name},
+               {"device", dev->name},
+               {"masks", masks},
+               {"sweep", sweep->param},
+               {"points", points}});
     return kExitOk;
   }
   std::printf("%s on %s, masks %s\n\n%s", m->shape.name.c_str(), dev->name.c_str(), masks.c_str(),

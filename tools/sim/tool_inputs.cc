@@ -41,8 +41,8 @@ std::optional<sim::TensorKind> KindOfTensor(const std::string& name) {
     base = base.substr(dot + 1);
   }
   const std::string suffix = ".weight";
-  if (base.size() > suffix.size() && base.compare(base.size() - suffix.size(), suffix.size(),
-                                                  suffix) == 0) {
+  if (base.size() > suffix.size() &&
+      base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
     base.resize(base.size() - suffix.size());
   }
   if (base == "attn_norm" || base == "ffn_norm" || base == "output_norm") {
@@ -124,8 +124,10 @@ Result<sim::DeviceProfile> ResolveDevice(const std::string& spec) {
     if (IsFile(p)) return sim::LoadDeviceProfile(p);
     tried += (tried.empty() ? "" : ", ") + p;
   }
-  return Status::NotFound(StrFormat("no device profile '%s' (looked for %s; `weir probe` writes "
-                                    "this-machine.json)", spec.c_str(), tried.c_str()));
+  return Status::NotFound(
+      StrFormat("no device profile '%s' (looked for %s; `weir probe` writes "
+                "this-machine.json)",
+                spec.c_str(), tried.c_str()));
 }
 
 Result<std::unique_ptr<sim::MaskSource>> MakeMaskSource(const std::string& spec,
