@@ -119,7 +119,7 @@ void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
   for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + static_cast<size_t>(b) * bb;
-    if (blk + kPrefetchBytes < pf_end) __builtin_prefetch(blk + kPrefetchBytes, 0, 3);
+    if (blk + kPrefetchBytes < pf_end) __builtin_prefetch(blk + kPrefetchBytes, 0, kQ4 ? 3 : 2);
     if (pf_shadow) __builtin_prefetch(pf_shadow + b * bb, 0, 3);
     VI s0[NT], s1[NT];
     for (int t = 0; t < NT; ++t) s0[t] = s1[t] = hn::Zero(d32);
@@ -172,7 +172,7 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
   constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   for (; j + 2 * n <= cols; j += 2 * n) {
     if (row + j * kBpe + kPrefetchBytes < pf_end) {
-      __builtin_prefetch(row + j * kBpe + kPrefetchBytes, 0, 3);
+      __builtin_prefetch(row + j * kBpe + kPrefetchBytes, 0, 2);  // to L2 (see x86_avx512.cc)
     }
     if (pf_shadow) __builtin_prefetch(pf_shadow + j * kBpe, 0, 3);
     const VF w0 = LoadN<T>(df, row, j);

@@ -19,6 +19,16 @@ constexpr int kQ = 32;
 // How far ahead of the weights being multiplied the dense dot products ask for more (see
 // x86_avx512.cc).
 constexpr size_t kPrefetchBytes = 2048;
+
+// Look-ahead to L2, Q4_0 to L1 (see x86_avx512.cc).
+template <bool kToL1>
+inline void PrefetchAhead(const uint8_t* p) {
+  if constexpr (kToL1) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  }
+}
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 
@@ -171,7 +181,7 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
     const uint8_t* xc = xp + static_cast<size_t>(c) * kRecBytes;
     for (size_t off = 0; off < 8 * bb; off += 64) {
       const uint8_t* p = a + off + kPrefetchBytes;
-      if (p < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      if (p < pf_end) PrefetchAhead<kQ4>(p);
       if (pf_shadow)
         _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + c * bb + off), _MM_HINT_T0);
     }
@@ -221,7 +231,7 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
   for (; j + 16 <= cols; j += 16) {
     const uint8_t* p = row + j * kBpe + kPrefetchBytes;
     if (((j * kBpe) & 63) == 0) {
-      if (p < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      if (p < pf_end) PrefetchAhead<false>(p);
       if (pf_shadow) _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + j * kBpe), _MM_HINT_T0);
     }
     const __m256 w0 = Load8<T>(row, j);

@@ -21,6 +21,18 @@ constexpr int kQ = 32;
 // prefetchers alone leave the compute-heavier kernels (Q4_0) at ~75% of the read bandwidth of one
 // core; 2 KiB ahead brings them to ~95% (1-4 KiB measured alike).
 constexpr size_t kPrefetchBytes = 2048;
+
+// The dense products' look-ahead goes to L2 (at 2 threads F16 reads ~20% faster than with an L1
+// hint, Q8_0 ~5%), except for Q4_0, whose weights are consumed fastest per byte and do slightly
+// better straight into L1.
+template <bool kToL1>
+inline void PrefetchAhead(const uint8_t* p) {
+  if constexpr (kToL1) {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  } else {
+    _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
+  }
+}
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 
@@ -207,7 +219,7 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
     if (n == 16) {
       for (size_t off = 0; off < 16 * bb; off += 64) {
         const uint8_t* p = a + off + kPrefetchBytes;
-        if (p < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+        if (p < pf_end) PrefetchAhead<kQ4>(p);
         if (pf_shadow)
           _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + c * bb + off), _MM_HINT_T0);
       }
@@ -269,7 +281,7 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
   for (; j + 32 <= cols; j += 32) {
     for (int64_t off = 0; off < 32 * kBpe; off += 64) {
       const uint8_t* p = row + j * kBpe + off + kPrefetchBytes;
-      if (p < pf_end) _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+      if (p < pf_end) PrefetchAhead<false>(p);
       if (pf_shadow)
         _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + j * kBpe + off), _MM_HINT_T0);
     }
