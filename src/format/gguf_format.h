@@ -45,8 +45,14 @@ const char* GgufTypeName(GgufType t);
 uint64_t GgufScalarBytes(GgufType t);
 inline bool GgufIsInteger(GgufType t) {
   switch (t) {
-    case GgufType::kUint8: case GgufType::kInt8: case GgufType::kUint16: case GgufType::kInt16:
-    case GgufType::kUint32: case GgufType::kInt32: case GgufType::kUint64: case GgufType::kInt64:
+    case GgufType::kUint8:
+    case GgufType::kInt8:
+    case GgufType::kUint16:
+    case GgufType::kInt16:
+    case GgufType::kUint32:
+    case GgufType::kInt32:
+    case GgufType::kUint64:
+    case GgufType::kInt64:
       return true;
     default:
       return false;

@@ -19,13 +19,14 @@ Result<int> GetInt(const GgufFile& f, const std::string& key, int64_t lo, int64_
                    std::optional<int> def = std::nullopt) {
   if (!f.Has(key)) {
     if (def) return *def;
-    return Status::NotFound(StrFormat("%s: metadata key '%s' is missing", f.path().c_str(), key.c_str()));
+    return Status::NotFound(
+        StrFormat("%s: metadata key '%s' is missing", f.path().c_str(), key.c_str()));
   }
   WEIR_ASSIGN_OR_RETURN(int64_t v, f.GetI64(key));
   if (v < lo || v > hi) {
-    return Status::InvalidArgument(StrFormat("%s: metadata '%s' = %lld is out of range [%lld, %lld]",
-                                             f.path().c_str(), key.c_str(), static_cast<long long>(v),
-                                             static_cast<long long>(lo), static_cast<long long>(hi)));
+    return Status::InvalidArgument(StrFormat(
+        "%s: metadata '%s' = %lld is out of range [%lld, %lld]", f.path().c_str(), key.c_str(),
+        static_cast<long long>(v), static_cast<long long>(lo), static_cast<long long>(hi)));
   }
   return static_cast<int>(v);
 }
@@ -41,33 +42,36 @@ Result<std::optional<std::vector<int>>> GetPerLayer(const GgufFile& f, const std
     return std::optional<std::vector<int>>(std::vector<int>(static_cast<size_t>(n_layers), v));
   }
   if (kv->count != static_cast<uint64_t>(n_layers)) {
-    return Status::InvalidArgument(StrFormat("%s: metadata '%s' has %llu per-layer values, expected llama.block_count = %d",
-                                             f.path().c_str(), key.c_str(),
-                                             static_cast<unsigned long long>(kv->count), n_layers));
+    return Status::InvalidArgument(StrFormat(
+        "%s: metadata '%s' has %llu per-layer values, expected llama.block_count = %d",
+        f.path().c_str(), key.c_str(), static_cast<unsigned long long>(kv->count), n_layers));
   }
   WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> vals, f.GetI64Array(key));
   std::vector<int> out(vals.size());
   for (size_t i = 0; i < vals.size(); ++i) {
     if (vals[i] < lo || vals[i] > hi) {
-      return Status::InvalidArgument(StrFormat("%s: metadata '%s'[%zu] = %lld is out of range [%lld, %lld]",
-                                               f.path().c_str(), key.c_str(), i,
-                                               static_cast<long long>(vals[i]),
-                                               static_cast<long long>(lo), static_cast<long long>(hi)));
+      return Status::InvalidArgument(
+          StrFormat("%s: metadata '%s'[%zu] = %lld is out of range [%lld, %lld]", f.path().c_str(),
+                    key.c_str(), i, static_cast<long long>(vals[i]), static_cast<long long>(lo),
+                    static_cast<long long>(hi)));
     }
     out[i] = static_cast<int>(vals[i]);
   }
   return std::optional<std::vector<int>>(std::move(out));
 }
 
-Result<float> GetPositiveFloat(const GgufFile& f, const std::string& key, std::optional<float> def) {
+Result<float> GetPositiveFloat(const GgufFile& f, const std::string& key,
+                               std::optional<float> def) {
   if (!f.Has(key)) {
     if (def) return *def;
-    return Status::NotFound(StrFormat("%s: metadata key '%s' is missing", f.path().c_str(), key.c_str()));
+    return Status::NotFound(
+        StrFormat("%s: metadata key '%s' is missing", f.path().c_str(), key.c_str()));
   }
   WEIR_ASSIGN_OR_RETURN(float v, f.GetF32(key));
   if (!std::isfinite(v) || v <= 0.0f) {
-    return Status::InvalidArgument(StrFormat("%s: metadata '%s' = %g, expected a positive finite number",
-                                             f.path().c_str(), key.c_str(), static_cast<double>(v)));
+    return Status::InvalidArgument(
+        StrFormat("%s: metadata '%s' = %g, expected a positive finite number", f.path().c_str(),
+                  key.c_str(), static_cast<double>(v)));
   }
   return v;
 }
@@ -78,8 +82,9 @@ Result<int32_t> GetTokenId(const GgufFile& f, const std::string& key, size_t n_t
   WEIR_ASSIGN_OR_RETURN(int64_t v, f.GetI64(key));
   if (v < 0 || v == kNoToken) return -1;
   if (static_cast<uint64_t>(v) >= n_tokens) {
-    return Status::InvalidArgument(StrFormat("%s: metadata '%s' = %lld is not a token id (the vocabulary has %zu tokens)",
-                                             f.path().c_str(), key.c_str(), static_cast<long long>(v), n_tokens));
+    return Status::InvalidArgument(
+        StrFormat("%s: metadata '%s' = %lld is not a token id (the vocabulary has %zu tokens)",
+                  f.path().c_str(), key.c_str(), static_cast<long long>(v), n_tokens));
   }
   return static_cast<int32_t>(v);
 }
@@ -92,8 +97,8 @@ Result<bool> GetBoolOr(const GgufFile& f, const std::string& key, bool def) {
 // Names of the tensors a Llama forward pass reads.
 std::set<std::string> NeededTensors(int n_layers) {
   std::set<std::string> names = {"token_embd.weight", "output_norm.weight", "output.weight"};
-  static const char* kPerLayer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+  static const char* kPerLayer[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
+                                    "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
   for (int l = 0; l < n_layers; ++l) {
     for (const char* t : kPerLayer) names.insert(StrFormat("blk.%d.%s.weight", l, t));
   }
@@ -108,23 +113,29 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   const char* path = f.path().c_str();
   WEIR_ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
   if (arch != "llama") {
-    return Status::Unsupported(StrFormat("%s: general.architecture is '%s'; weir loads only 'llama'",
-                                         path, arch.substr(0, 64).c_str()));
+    return Status::Unsupported(
+        StrFormat("%s: general.architecture is '%s'; weir loads only 'llama'", path,
+                  arch.substr(0, 64).c_str()));
   }
   LlamaConfig c;
   WEIR_ASSIGN_OR_RETURN(c.d_model, GetInt(f, "llama.embedding_length", 1, lim::kMaxModelDim));
   WEIR_ASSIGN_OR_RETURN(c.n_layers, GetInt(f, "llama.block_count", 1, lim::kMaxLayers));
   const int L = c.n_layers;
 
-  WEIR_ASSIGN_OR_RETURN(auto heads, GetPerLayer(f, "llama.attention.head_count", L, 0, lim::kMaxHeads));
+  WEIR_ASSIGN_OR_RETURN(auto heads,
+                        GetPerLayer(f, "llama.attention.head_count", L, 0, lim::kMaxHeads));
   if (!heads) {
-    return Status::NotFound(StrFormat("%s: metadata key 'llama.attention.head_count' is missing", path));
+    return Status::NotFound(
+        StrFormat("%s: metadata key 'llama.attention.head_count' is missing", path));
   }
-  WEIR_ASSIGN_OR_RETURN(auto kv_heads, GetPerLayer(f, "llama.attention.head_count_kv", L, 0, lim::kMaxHeads));
+  WEIR_ASSIGN_OR_RETURN(auto kv_heads,
+                        GetPerLayer(f, "llama.attention.head_count_kv", L, 0, lim::kMaxHeads));
   if (!kv_heads) kv_heads = heads;
-  WEIR_ASSIGN_OR_RETURN(auto ffs, GetPerLayer(f, "llama.feed_forward_length", L, 0, lim::kMaxFfnDim));
+  WEIR_ASSIGN_OR_RETURN(auto ffs,
+                        GetPerLayer(f, "llama.feed_forward_length", L, 0, lim::kMaxFfnDim));
   if (!ffs) {
-    return Status::NotFound(StrFormat("%s: metadata key 'llama.feed_forward_length' is missing", path));
+    return Status::NotFound(
+        StrFormat("%s: metadata key 'llama.feed_forward_length' is missing", path));
   }
   c.layers.resize(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l) {
@@ -139,23 +150,30 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
     WEIR_ASSIGN_OR_RETURN(c.head_dim, GetInt(f, "llama.attention.key_length", 1, lim::kMaxHeadDim));
   } else {
     if (c.n_head <= 0 || c.d_model % c.n_head != 0) {
-      return Status::InvalidArgument(StrFormat("%s: llama.embedding_length %d is not a multiple of llama.attention.head_count %d (and llama.attention.key_length is absent)",
-                                               path, c.d_model, c.n_head));
+      return Status::InvalidArgument(
+          StrFormat("%s: llama.embedding_length %d is not a multiple of llama.attention.head_count "
+                    "%d (and llama.attention.key_length is absent)",
+                    path, c.d_model, c.n_head));
     }
     c.head_dim = c.d_model / c.n_head;
   }
   if (f.Has("llama.attention.value_length")) {
-    WEIR_ASSIGN_OR_RETURN(int v_len, GetInt(f, "llama.attention.value_length", 1, lim::kMaxHeadDim));
+    WEIR_ASSIGN_OR_RETURN(int v_len,
+                          GetInt(f, "llama.attention.value_length", 1, lim::kMaxHeadDim));
     if (v_len != c.head_dim) {
-      return Status::Unsupported(StrFormat("%s: llama.attention.value_length %d differs from the key length %d",
-                                           path, v_len, c.head_dim));
+      return Status::Unsupported(
+          StrFormat("%s: llama.attention.value_length %d differs from the key length %d", path,
+                    v_len, c.head_dim));
     }
   }
-  WEIR_ASSIGN_OR_RETURN(c.rope_dim, GetInt(f, "llama.rope.dimension_count", 1, c.head_dim, c.head_dim));
+  WEIR_ASSIGN_OR_RETURN(c.rope_dim,
+                        GetInt(f, "llama.rope.dimension_count", 1, c.head_dim, c.head_dim));
   if (c.rope_dim % 2 != 0) {
-    return Status::InvalidArgument(StrFormat("%s: llama.rope.dimension_count %d is odd", path, c.rope_dim));
+    return Status::InvalidArgument(
+        StrFormat("%s: llama.rope.dimension_count %d is odd", path, c.rope_dim));
   }
-  WEIR_ASSIGN_OR_RETURN(c.rms_eps, GetPositiveFloat(f, "llama.attention.layer_norm_rms_epsilon", std::nullopt));
+  WEIR_ASSIGN_OR_RETURN(
+      c.rms_eps, GetPositiveFloat(f, "llama.attention.layer_norm_rms_epsilon", std::nullopt));
   WEIR_ASSIGN_OR_RETURN(c.rope_theta, GetPositiveFloat(f, "llama.rope.freq_base", 10000.0f));
   WEIR_ASSIGN_OR_RETURN(c.ctx_len, GetInt(f, "llama.context_length", 0, lim::kMaxContext, 0));
   c.rope_style = RopeStyle::kAdjacentPairs;  // llama.cpp's "llama" arch pairs adjacent dims
@@ -163,22 +181,27 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   if (f.Has("llama.rope.scaling.type")) {
     WEIR_ASSIGN_OR_RETURN(std::string scaling, f.GetString("llama.rope.scaling.type"));
     if (scaling != "none") {
-      return Status::Unsupported(StrFormat("%s: llama.rope.scaling.type is '%s'; weir implements plain RoPE only",
-                                           path, scaling.substr(0, 32).c_str()));
+      return Status::Unsupported(
+          StrFormat("%s: llama.rope.scaling.type is '%s'; weir implements plain RoPE only", path,
+                    scaling.substr(0, 32).c_str()));
     }
   }
   if (f.FindTensor("rope_freqs.weight")) {
-    return Status::Unsupported(StrFormat("%s: tensor rope_freqs.weight (per-dimension RoPE frequency factors, Llama 3.1 style) is not supported",
-                                         path));
+    return Status::Unsupported(
+        StrFormat("%s: tensor rope_freqs.weight (per-dimension RoPE frequency factors, Llama 3.1 "
+                  "style) is not supported",
+                  path));
   }
 
   if (const GgufTensorInfo* emb = f.FindTensor("token_embd.weight")) {
     if (emb->shape.ndim != 2 || emb->shape[0] > std::numeric_limits<int32_t>::max()) {
-      return Status::InvalidArgument(StrFormat("%s: tensor token_embd.weight has shape %s, expected [vocab, %d]",
-                                               path, emb->shape.ToString().c_str(), c.d_model));
+      return Status::InvalidArgument(
+          StrFormat("%s: tensor token_embd.weight has shape %s, expected [vocab, %d]", path,
+                    emb->shape.ToString().c_str(), c.d_model));
     }
     c.vocab_size = static_cast<int>(emb->shape[0]);
-  } else if (const GgufKv* tok = f.FindKv("tokenizer.ggml.tokens"); tok && tok->type == GgufType::kArray) {
+  } else if (const GgufKv* tok = f.FindKv("tokenizer.ggml.tokens");
+             tok && tok->type == GgufType::kArray) {
     if (tok->count > static_cast<uint64_t>(std::numeric_limits<int32_t>::max())) {
       return Status::InvalidArgument(StrFormat("%s: tokenizer.ggml.tokens has %llu entries", path,
                                                static_cast<unsigned long long>(tok->count)));
@@ -199,8 +222,10 @@ Result<TokenizerSpec> ReadGgufTokenizer(const GgufFile& f) {
   if (model == "no_vocab" || model == "none") return t;
   bool spm = model == "llama";
   if (!spm && model != "gpt2") {
-    return Status::Unsupported(StrFormat("%s: tokenizer.ggml.model is '%s'; weir reads 'llama' (SentencePiece) and 'gpt2' (byte-level BPE)",
-                                         path, model.substr(0, 32).c_str()));
+    return Status::Unsupported(
+        StrFormat("%s: tokenizer.ggml.model is '%s'; weir reads 'llama' (SentencePiece) and 'gpt2' "
+                  "(byte-level BPE)",
+                  path, model.substr(0, 32).c_str()));
   }
   t.kind = spm ? TokenizerSpec::Kind::kSentencePiece : TokenizerSpec::Kind::kBpeMerges;
   t.byte_level = !spm;
@@ -213,21 +238,24 @@ Result<TokenizerSpec> ReadGgufTokenizer(const GgufFile& f) {
   if (f.Has("tokenizer.ggml.scores")) {
     WEIR_ASSIGN_OR_RETURN(t.scores, f.GetF32Array("tokenizer.ggml.scores"));
     if (t.scores.size() != n) {
-      return Status::InvalidArgument(StrFormat("%s: tokenizer.ggml.scores has %zu entries but tokenizer.ggml.tokens has %zu",
-                                               path, t.scores.size(), n));
+      return Status::InvalidArgument(
+          StrFormat("%s: tokenizer.ggml.scores has %zu entries but tokenizer.ggml.tokens has %zu",
+                    path, t.scores.size(), n));
     }
   }
   if (f.Has("tokenizer.ggml.token_type")) {
     WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> types, f.GetI64Array("tokenizer.ggml.token_type"));
     if (types.size() != n) {
-      return Status::InvalidArgument(StrFormat("%s: tokenizer.ggml.token_type has %zu entries but tokenizer.ggml.tokens has %zu",
-                                               path, types.size(), n));
+      return Status::InvalidArgument(StrFormat(
+          "%s: tokenizer.ggml.token_type has %zu entries but tokenizer.ggml.tokens has %zu", path,
+          types.size(), n));
     }
     t.types.resize(n);
     for (size_t i = 0; i < n; ++i) {
       if (types[i] < 0 || types[i] > static_cast<int64_t>(TokenType::kByte)) {
-        return Status::InvalidArgument(StrFormat("%s: tokenizer.ggml.token_type[%zu] = %lld, expected 0..6",
-                                                 path, i, static_cast<long long>(types[i])));
+        return Status::InvalidArgument(
+            StrFormat("%s: tokenizer.ggml.token_type[%zu] = %lld, expected 0..6", path, i,
+                      static_cast<long long>(types[i])));
       }
       // 0 is llama.cpp's "undefined", which it treats as normal.
       t.types[i] = types[i] == 0 ? TokenType::kNormal : static_cast<TokenType>(types[i]);
@@ -262,17 +290,21 @@ Result<ModelFile> LoadGgufModel(const GgufFile& f) {
   for (const GgufTensorInfo& info : f.tensors()) {
     if (!info.dtype) {
       if (needed.count(info.name)) {
-        return Status::Unsupported(StrFormat("%s: unsupported type %s in tensor %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)",
-                                             path, GgmlTypeName(info.ggml_type).c_str(), info.name.c_str()));
+        return Status::Unsupported(
+            StrFormat("%s: unsupported type %s in tensor %s (weir computes with F32, F16, BF16, "
+                      "Q8_0 and Q4_0)",
+                      path, GgmlTypeName(info.ggml_type).c_str(), info.name.c_str()));
       }
       continue;  // not read by the model: leave it out
     }
     if (info.offset % NaturalAlignment(*info.dtype) != 0 ||
         reinterpret_cast<uintptr_t>(f.TensorData(info)) % NaturalAlignment(*info.dtype) != 0) {
-      return Status::Unsupported(StrFormat("%s: tensor %s: %s data at file offset %llu is not %zu-byte aligned (general.alignment %u)",
-                                           path, info.name.c_str(), DTypeName(*info.dtype),
-                                           static_cast<unsigned long long>(info.offset),
-                                           NaturalAlignment(*info.dtype), f.alignment()));
+      return Status::Unsupported(
+          StrFormat("%s: tensor %s: %s data at file offset %llu is not %zu-byte aligned "
+                    "(general.alignment %u)",
+                    path, info.name.c_str(), DTypeName(*info.dtype),
+                    static_cast<unsigned long long>(info.offset), NaturalAlignment(*info.dtype),
+                    f.alignment()));
     }
     TensorView v;
     v.dtype = *info.dtype;

@@ -52,7 +52,8 @@ std::string Printable(std::string_view s, size_t max = 80) {
 std::string Int128ToString(__int128 v) {
   if (v == 0) return "0";
   bool neg = v < 0;
-  unsigned __int128 u = neg ? -static_cast<unsigned __int128>(v) : static_cast<unsigned __int128>(v);
+  unsigned __int128 u =
+      neg ? -static_cast<unsigned __int128>(v) : static_cast<unsigned __int128>(v);
   std::string s;
   while (u > 0) {
     s.insert(s.begin(), static_cast<char>('0' + static_cast<int>(u % 10)));
@@ -72,15 +73,24 @@ std::string FloatToString(F v) {
 // Decodes an integer value of type t at p (t must be an integer type).
 __int128 DecodeInt(GgufType t, const uint8_t* p) {
   switch (t) {
-    case GgufType::kUint8: return Load<uint8_t>(p);
-    case GgufType::kInt8: return Load<int8_t>(p);
-    case GgufType::kUint16: return Load<uint16_t>(p);
-    case GgufType::kInt16: return Load<int16_t>(p);
-    case GgufType::kUint32: return Load<uint32_t>(p);
-    case GgufType::kInt32: return Load<int32_t>(p);
-    case GgufType::kUint64: return Load<uint64_t>(p);
-    case GgufType::kInt64: return Load<int64_t>(p);
-    default: return 0;
+    case GgufType::kUint8:
+      return Load<uint8_t>(p);
+    case GgufType::kInt8:
+      return Load<int8_t>(p);
+    case GgufType::kUint16:
+      return Load<uint16_t>(p);
+    case GgufType::kInt16:
+      return Load<int16_t>(p);
+    case GgufType::kUint32:
+      return Load<uint32_t>(p);
+    case GgufType::kInt32:
+      return Load<int32_t>(p);
+    case GgufType::kUint64:
+      return Load<uint64_t>(p);
+    case GgufType::kInt64:
+      return Load<int64_t>(p);
+    default:
+      return 0;
   }
 }
 
@@ -110,9 +120,9 @@ class GgufFile::Parser {
   uint64_t remaining() const { return size_ - pos_; }
 
   Status Truncated(const std::string& what, uint64_t need) const {
-    return Status::Corrupt(StrFormat("%s: %s at offset %llu needs %llu bytes but the file ends at %llu",
-                                     path(), what.c_str(), static_cast<ull>(pos_),
-                                     static_cast<ull>(need), static_cast<ull>(size_)));
+    return Status::Corrupt(StrFormat(
+        "%s: %s at offset %llu needs %llu bytes but the file ends at %llu", path(), what.c_str(),
+        static_cast<ull>(pos_), static_cast<ull>(need), static_cast<ull>(size_)));
   }
   // Each Read* takes a callable giving the field's name, built only when an error is reported.
   template <typename T, typename What>
@@ -127,9 +137,10 @@ class GgufFile::Parser {
     uint64_t len = 0;
     WEIR_RETURN_IF_ERROR(Read(&len, [&] { return what() + " (string length)"; }));
     if (!RangeInside(pos_, len, size_)) {
-      return Status::Corrupt(StrFormat("%s: %s: string length %llu at offset %llu exceeds the %llu bytes left in the file",
-                                       path(), what().c_str(), static_cast<ull>(len),
-                                       static_cast<ull>(pos_ - 8), static_cast<ull>(remaining())));
+      return Status::Corrupt(StrFormat(
+          "%s: %s: string length %llu at offset %llu exceeds the %llu bytes left in the file",
+          path(), what().c_str(), static_cast<ull>(len), static_cast<ull>(pos_ - 8),
+          static_cast<ull>(remaining())));
     }
     *out = std::string_view(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
@@ -140,9 +151,9 @@ class GgufFile::Parser {
     uint32_t raw = 0;
     WEIR_RETURN_IF_ERROR(Read(&raw, what));
     if (raw >= kGgufTypeCount) {
-      return Status::Corrupt(StrFormat("%s: %s: unknown value type %u at offset %llu (valid: 0..%u)",
-                                       path(), what().c_str(), raw, static_cast<ull>(pos_ - 4),
-                                       kGgufTypeCount - 1));
+      return Status::Corrupt(
+          StrFormat("%s: %s: unknown value type %u at offset %llu (valid: 0..%u)", path(),
+                    what().c_str(), raw, static_cast<ull>(pos_ - 4), kGgufTypeCount - 1));
     }
     *out = static_cast<GgufType>(raw);
     return Status::Ok();
@@ -152,20 +163,24 @@ class GgufFile::Parser {
     auto hdr = [](const char* field) { return [field] { return std::string("header ") + field; }; };
     uint32_t magic = 0;
     if (size_ < 4) {
-      return Status::InvalidArgument(StrFormat("%s: not a GGUF file: %llu bytes is too short for the magic",
-                                               path(), static_cast<ull>(size_)));
+      return Status::InvalidArgument(
+          StrFormat("%s: not a GGUF file: %llu bytes is too short for the magic", path(),
+                    static_cast<ull>(size_)));
     }
     WEIR_RETURN_IF_ERROR(Read(&magic, hdr("magic")));
     if (magic != kGgufMagic) {
-      return Status::InvalidArgument(StrFormat("%s: not a GGUF file: magic is 0x%08x, expected 0x%08x (\"GGUF\")",
-                                               path(), magic, kGgufMagic));
+      return Status::InvalidArgument(
+          StrFormat("%s: not a GGUF file: magic is 0x%08x, expected 0x%08x (\"GGUF\")", path(),
+                    magic, kGgufMagic));
     }
     WEIR_RETURN_IF_ERROR(Read(&f_->version_, hdr("version")));
     if (f_->version_ != 2 && f_->version_ != 3) {
-      const char* hint = f_->version_ == 1 ? " (v1 uses 32-bit counts; re-convert the file)"
-                         : f_->version_ > 0xffff ? " (a big-endian file?)" : "";
-      return Status::Unsupported(StrFormat("%s: header version: GGUF version %u is not supported, expected 2 or 3%s",
-                                           path(), f_->version_, hint));
+      const char* hint = f_->version_ == 1       ? " (v1 uses 32-bit counts; re-convert the file)"
+                         : f_->version_ > 0xffff ? " (a big-endian file?)"
+                                                 : "";
+      return Status::Unsupported(
+          StrFormat("%s: header version: GGUF version %u is not supported, expected 2 or 3%s",
+                    path(), f_->version_, hint));
     }
     WEIR_RETURN_IF_ERROR(Read(&n_tensors_, hdr("tensor count")));
     WEIR_RETURN_IF_ERROR(Read(&n_kv_, hdr("metadata count")));
@@ -184,8 +199,9 @@ class GgufFile::Parser {
         uint8_t b = 0;
         WEIR_RETURN_IF_ERROR(Read(&b, what));
         if (b > 1) {
-          return Status::Corrupt(StrFormat("%s: %s: bool value is %u at offset %llu, expected 0 or 1",
-                                           path(), what().c_str(), b, static_cast<ull>(pos_ - 1)));
+          return Status::Corrupt(
+              StrFormat("%s: %s: bool value is %u at offset %llu, expected 0 or 1", path(),
+                        what().c_str(), b, static_cast<ull>(pos_ - 1)));
         }
         return Status::Ok();
       }
@@ -216,10 +232,11 @@ class GgufFile::Parser {
                          : elem == GgufType::kArray ? 12
                                                     : GgufScalarBytes(elem);
     if (count > remaining() / min_bytes) {
-      return Status::Corrupt(StrFormat("%s: metadata '%s': array of %llu %s elements at offset %llu cannot fit in the %llu bytes left in the file",
-                                       path(), Printable(key).c_str(), static_cast<ull>(count),
-                                       GgufTypeName(elem), static_cast<ull>(pos_),
-                                       static_cast<ull>(remaining())));
+      return Status::Corrupt(
+          StrFormat("%s: metadata '%s': array of %llu %s elements at offset %llu cannot fit in the "
+                    "%llu bytes left in the file",
+                    path(), Printable(key).c_str(), static_cast<ull>(count), GgufTypeName(elem),
+                    static_cast<ull>(pos_), static_cast<ull>(remaining())));
     }
     if (elem == GgufType::kString || elem == GgufType::kArray || elem == GgufType::kBool) {
       for (uint64_t i = 0; i < count; ++i) {
@@ -235,13 +252,15 @@ class GgufFile::Parser {
     // Smallest entry: 8-byte key length, a 1-byte key, the type tag and a 1-byte value.
     constexpr uint64_t kMinKvBytes = 8 + 1 + 4 + 1;
     if (n_kv_ > remaining() / kMinKvBytes) {
-      return Status::Corrupt(StrFormat("%s: header metadata count: %llu entries cannot fit in the %llu bytes after the header",
-                                       path(), static_cast<ull>(n_kv_), static_cast<ull>(remaining())));
+      return Status::Corrupt(StrFormat(
+          "%s: header metadata count: %llu entries cannot fit in the %llu bytes after the header",
+          path(), static_cast<ull>(n_kv_), static_cast<ull>(remaining())));
     }
     f_->kvs_.reserve(n_kv_);
     for (uint64_t i = 0; i < n_kv_; ++i) {
       std::string_view key;
-      WEIR_RETURN_IF_ERROR(ReadStr(&key, [&] { return StrFormat("metadata entry #%llu key", static_cast<ull>(i)); }));
+      WEIR_RETURN_IF_ERROR(ReadStr(
+          &key, [&] { return StrFormat("metadata entry #%llu key", static_cast<ull>(i)); }));
       if (key.empty()) {
         return Status::Corrupt(StrFormat("%s: metadata entry #%llu at offset %llu has an empty key",
                                          path(), static_cast<ull>(i), static_cast<ull>(pos_ - 8)));
@@ -249,8 +268,8 @@ class GgufFile::Parser {
       GgufKv kv;
       kv.key = std::string(key);
       if (f_->kv_index_.count(kv.key)) {
-        return Status::Corrupt(StrFormat("%s: metadata key '%s' appears twice (entry #%llu)", path(),
-                                         Printable(kv.key).c_str(), static_cast<ull>(i)));
+        return Status::Corrupt(StrFormat("%s: metadata key '%s' appears twice (entry #%llu)",
+                                         path(), Printable(kv.key).c_str(), static_cast<ull>(i)));
       }
       WEIR_RETURN_IF_ERROR(ReadValueType(&kv.type, [&] {
         return StrFormat("metadata '%s' value type", Printable(kv.key).c_str());
@@ -286,8 +305,9 @@ class GgufFile::Parser {
     __int128 v = DecodeInt(kv->type, data_ + kv->value_offset);
     if (v <= 0 || v > std::numeric_limits<uint32_t>::max() ||
         !std::has_single_bit(static_cast<uint32_t>(v))) {
-      return Status::Corrupt(StrFormat("%s: metadata general.alignment is %s, expected a power of two that fits u32",
-                                       path(), Int128ToString(v).c_str()));
+      return Status::Corrupt(
+          StrFormat("%s: metadata general.alignment is %s, expected a power of two that fits u32",
+                    path(), Int128ToString(v).c_str()));
     }
     f_->alignment_ = static_cast<uint32_t>(v);
     return Status::Ok();
@@ -297,19 +317,24 @@ class GgufFile::Parser {
     // Smallest info: name length + 1-byte name, n_dims, one dimension, type, offset.
     constexpr uint64_t kMinInfoBytes = 8 + 1 + 4 + 8 + 4 + 8;
     if (n_tensors_ > remaining() / kMinInfoBytes) {
-      return Status::Corrupt(StrFormat("%s: header tensor count: %llu tensors cannot fit in the %llu bytes after the metadata",
-                                       path(), static_cast<ull>(n_tensors_), static_cast<ull>(remaining())));
+      return Status::Corrupt(StrFormat(
+          "%s: header tensor count: %llu tensors cannot fit in the %llu bytes after the metadata",
+          path(), static_cast<ull>(n_tensors_), static_cast<ull>(remaining())));
     }
     f_->tensors_.reserve(n_tensors_);
     for (uint64_t i = 0; i < n_tensors_; ++i) {
       GgufTensorInfo t;
       std::string_view name;
-      WEIR_RETURN_IF_ERROR(ReadStr(&name, [&] { return StrFormat("tensor #%llu name", static_cast<ull>(i)); }));
+      WEIR_RETURN_IF_ERROR(
+          ReadStr(&name, [&] { return StrFormat("tensor #%llu name", static_cast<ull>(i)); }));
       t.name = std::string(name);
       std::string pname = Printable(t.name);
-      auto field = [&](const char* f) { return [&pname, f] { return "tensor '" + pname + "' " + f; }; };
+      auto field = [&](const char* f) {
+        return [&pname, f] { return "tensor '" + pname + "' " + f; };
+      };
       if (t.name.empty()) {
-        return Status::Corrupt(StrFormat("%s: tensor #%llu has an empty name", path(), static_cast<ull>(i)));
+        return Status::Corrupt(
+            StrFormat("%s: tensor #%llu has an empty name", path(), static_cast<ull>(i)));
       }
       if (f_->tensor_index_.count(t.name)) {
         return Status::Corrupt(StrFormat("%s: tensor '%s' appears twice (tensor #%llu)", path(),
@@ -331,8 +356,9 @@ class GgufFile::Parser {
         }
         if (!CheckedMul(numel, ne[d], &numel) ||
             numel > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) {
-          return Status::Corrupt(StrFormat("%s: tensor '%s': element count overflows at ne[%u] = %llu",
-                                           path(), pname.c_str(), d, static_cast<ull>(ne[d])));
+          return Status::Corrupt(
+              StrFormat("%s: tensor '%s': element count overflows at ne[%u] = %llu", path(),
+                        pname.c_str(), d, static_cast<ull>(ne[d])));
         }
       }
       WEIR_RETURN_IF_ERROR(Read(&t.ggml_type, field("type")));
@@ -342,9 +368,10 @@ class GgufFile::Parser {
                                          pname.c_str(), t.ggml_type));
       }
       if (ne[0] % static_cast<uint64_t>(layout->block_size) != 0) {
-        return Status::Corrupt(StrFormat("%s: tensor '%s': row length ne[0] = %llu is not a multiple of the %s block size %d",
-                                         path(), pname.c_str(), static_cast<ull>(ne[0]),
-                                         GgmlTypeName(t.ggml_type).c_str(), layout->block_size));
+        return Status::Corrupt(StrFormat(
+            "%s: tensor '%s': row length ne[0] = %llu is not a multiple of the %s block size %d",
+            path(), pname.c_str(), static_cast<ull>(ne[0]), GgmlTypeName(t.ggml_type).c_str(),
+            layout->block_size));
       }
       // numel / block_size blocks of block_bytes each (numel is a multiple of block_size).
       if (!CheckedMul(numel / static_cast<uint64_t>(layout->block_size),
@@ -355,12 +382,14 @@ class GgufFile::Parser {
       }
       WEIR_RETURN_IF_ERROR(Read(&t.offset, field("offset")));
       if (t.offset % f_->alignment_ != 0) {
-        return Status::Corrupt(StrFormat("%s: tensor '%s': data offset %llu is not a multiple of the alignment %u",
-                                         path(), pname.c_str(), static_cast<ull>(t.offset), f_->alignment_));
+        return Status::Corrupt(
+            StrFormat("%s: tensor '%s': data offset %llu is not a multiple of the alignment %u",
+                      path(), pname.c_str(), static_cast<ull>(t.offset), f_->alignment_));
       }
       t.dtype = DTypeFromGgmlId(t.ggml_type);
       t.shape.ndim = static_cast<int>(n_dims);
-      for (uint32_t d = 0; d < n_dims; ++d) t.shape.dims[n_dims - 1 - d] = static_cast<int64_t>(ne[d]);
+      for (uint32_t d = 0; d < n_dims; ++d)
+        t.shape.dims[n_dims - 1 - d] = static_cast<int64_t>(ne[d]);
       f_->tensor_index_.emplace(t.name, f_->tensors_.size());
       f_->tensors_.push_back(std::move(t));
     }
@@ -377,17 +406,21 @@ class GgufFile::Parser {
     f_->data_offset_ = padded / a * a;
     if (f_->tensors_.empty()) return Status::Ok();  // a vocabulary-only file may end here
     if (f_->data_offset_ > size_) {
-      return Status::Corrupt(StrFormat("%s: data section starts at %llu (tensor infos end at %llu, alignment %u) past the end of the file (%llu bytes)",
-                                       path(), static_cast<ull>(f_->data_offset_), static_cast<ull>(pos_),
-                                       f_->alignment_, static_cast<ull>(size_)));
+      return Status::Corrupt(
+          StrFormat("%s: data section starts at %llu (tensor infos end at %llu, alignment %u) past "
+                    "the end of the file (%llu bytes)",
+                    path(), static_cast<ull>(f_->data_offset_), static_cast<ull>(pos_),
+                    f_->alignment_, static_cast<ull>(size_)));
     }
     for (GgufTensorInfo& t : f_->tensors_) {
       uint64_t abs;
       if (!CheckedAdd(f_->data_offset_, t.offset, &abs) || !RangeInside(abs, t.nbytes, size_)) {
-        return Status::Corrupt(StrFormat("%s: tensor '%s': data at offset %llu + %llu bytes (data section at %llu) extends past the end of the file (%llu bytes)",
-                                         path(), Printable(t.name).c_str(), static_cast<ull>(t.offset),
-                                         static_cast<ull>(t.nbytes), static_cast<ull>(f_->data_offset_),
-                                         static_cast<ull>(size_)));
+        return Status::Corrupt(
+            StrFormat("%s: tensor '%s': data at offset %llu + %llu bytes (data section at %llu) "
+                      "extends past the end of the file (%llu bytes)",
+                      path(), Printable(t.name).c_str(), static_cast<ull>(t.offset),
+                      static_cast<ull>(t.nbytes), static_cast<ull>(f_->data_offset_),
+                      static_cast<ull>(size_)));
       }
       t.offset = abs;
     }
@@ -454,7 +487,8 @@ Result<T> IntAs(const std::string& path, const std::string& key, __int128 v, con
   if (v < static_cast<__int128>(std::numeric_limits<T>::min()) ||
       v > static_cast<__int128>(std::numeric_limits<T>::max())) {
     return Status::InvalidArgument(StrFormat("%s: metadata '%s' = %s does not fit %s", path.c_str(),
-                                             Printable(key).c_str(), Int128ToString(v).c_str(), tname));
+                                             Printable(key).c_str(), Int128ToString(v).c_str(),
+                                             tname));
   }
   return static_cast<T>(v);
 }
@@ -471,11 +505,11 @@ Result<std::string> GgufFile::GetString(std::string_view key) const {
   return std::string(reinterpret_cast<const char*>(data_ + kv->value_offset + 8), len);
 }
 
-#define WEIR_GGUF_INT_GETTER(Name, T, tname)                                    \
-  Result<T> GgufFile::Name(std::string_view key) const {                        \
-    const GgufKv* kv = FindKv(key);                                             \
-    if (!kv) return Missing(path_, key);                                        \
-    if (!GgufIsInteger(kv->type)) return WrongType(path_, *kv, "an integer");   \
+#define WEIR_GGUF_INT_GETTER(Name, T, tname)                                               \
+  Result<T> GgufFile::Name(std::string_view key) const {                                   \
+    const GgufKv* kv = FindKv(key);                                                        \
+    if (!kv) return Missing(path_, key);                                                   \
+    if (!GgufIsInteger(kv->type)) return WrongType(path_, *kv, "an integer");              \
     return IntAs<T>(path_, kv->key, DecodeInt(kv->type, data_ + kv->value_offset), tname); \
   }
 WEIR_GGUF_INT_GETTER(GetU32, uint32_t, "u32")
@@ -541,9 +575,10 @@ Result<std::vector<int64_t>> GgufFile::GetI64Array(std::string_view key) const {
   uint64_t step = GgufScalarBytes(kv->elem_type);
   std::vector<int64_t> out(kv->count);
   for (uint64_t i = 0; i < kv->count; ++i) {
-    WEIR_ASSIGN_OR_RETURN(out[i], IntAs<int64_t>(path_, kv->key,
-                                                 DecodeInt(kv->elem_type, data_ + kv->value_offset + i * step),
-                                                 "i64"));
+    WEIR_ASSIGN_OR_RETURN(
+        out[i],
+        IntAs<int64_t>(path_, kv->key,
+                       DecodeInt(kv->elem_type, data_ + kv->value_offset + i * step), "i64"));
   }
   return out;
 }
@@ -557,9 +592,10 @@ Result<std::vector<int32_t>> GgufFile::GetI32Array(std::string_view key) const {
   uint64_t step = GgufScalarBytes(kv->elem_type);
   std::vector<int32_t> out(kv->count);
   for (uint64_t i = 0; i < kv->count; ++i) {
-    WEIR_ASSIGN_OR_RETURN(out[i], IntAs<int32_t>(path_, kv->key,
-                                                 DecodeInt(kv->elem_type, data_ + kv->value_offset + i * step),
-                                                 "i32"));
+    WEIR_ASSIGN_OR_RETURN(
+        out[i],
+        IntAs<int32_t>(path_, kv->key,
+                       DecodeInt(kv->elem_type, data_ + kv->value_offset + i * step), "i32"));
   }
   return out;
 }
@@ -569,10 +605,14 @@ namespace {
 std::string RenderScalar(GgufType t, const uint8_t* p) {
   if (GgufIsInteger(t)) return Int128ToString(DecodeInt(t, p));
   switch (t) {
-    case GgufType::kFloat32: return FloatToString(Load<float>(p));
-    case GgufType::kFloat64: return FloatToString(Load<double>(p));
-    case GgufType::kBool: return *p ? "true" : "false";
-    default: return "?";
+    case GgufType::kFloat32:
+      return FloatToString(Load<float>(p));
+    case GgufType::kFloat64:
+      return FloatToString(Load<double>(p));
+    case GgufType::kBool:
+      return *p ? "true" : "false";
+    default:
+      return "?";
   }
 }
 

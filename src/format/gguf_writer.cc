@@ -49,7 +49,8 @@ class TempFile {
   Status Open() {
     fd_ = ::open(tmp_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (fd_ < 0) {
-      return Status::IoError(StrFormat("%s: cannot create: %s", tmp_.c_str(), std::strerror(errno)));
+      return Status::IoError(
+          StrFormat("%s: cannot create: %s", tmp_.c_str(), std::strerror(errno)));
     }
     return Status::Ok();
   }
@@ -60,7 +61,8 @@ class TempFile {
       if (w < 0 && errno == EINTR) continue;
       if (w <= 0) {
         return Status::IoError(StrFormat("%s: write failed after %llu bytes: %s", tmp_.c_str(),
-                                         static_cast<ull>(written_), w == 0 ? "no progress" : std::strerror(errno)));
+                                         static_cast<ull>(written_),
+                                         w == 0 ? "no progress" : std::strerror(errno)));
       }
       p += w;
       n -= static_cast<uint64_t>(w);
@@ -81,11 +83,13 @@ class TempFile {
   // Flushes to stable storage and renames over the final path.
   Status Commit() {
     if (::fdatasync(fd_) != 0) {
-      return Status::IoError(StrFormat("%s: fdatasync failed: %s", tmp_.c_str(), std::strerror(errno)));
+      return Status::IoError(
+          StrFormat("%s: fdatasync failed: %s", tmp_.c_str(), std::strerror(errno)));
     }
     int rc = ::close(fd_);
     fd_ = -1;
-    if (rc != 0) return Status::IoError(StrFormat("%s: close failed: %s", tmp_.c_str(), std::strerror(errno)));
+    if (rc != 0)
+      return Status::IoError(StrFormat("%s: close failed: %s", tmp_.c_str(), std::strerror(errno)));
     if (::rename(tmp_.c_str(), final_.c_str()) != 0) {
       return Status::IoError(StrFormat("%s: cannot rename to %s: %s", tmp_.c_str(), final_.c_str(),
                                        std::strerror(errno)));
@@ -107,11 +111,11 @@ uint64_t PadTo(uint64_t n, uint64_t a) { return (a - n % a) % a; }
 
 // ---- GgufValue ----
 
-#define WEIR_GGUF_SCALAR(Name, T, tag)   \
-  GgufValue GgufValue::Name(T v) {       \
-    GgufValue g(GgufType::tag);          \
-    Put<T>(&g.bytes_, v);                \
-    return g;                            \
+#define WEIR_GGUF_SCALAR(Name, T, tag) \
+  GgufValue GgufValue::Name(T v) {     \
+    GgufValue g(GgufType::tag);        \
+    Put<T>(&g.bytes_, v);              \
+    return g;                          \
   }
 WEIR_GGUF_SCALAR(U8, uint8_t, kUint8)
 WEIR_GGUF_SCALAR(I8, int8_t, kInt8)
@@ -211,62 +215,72 @@ void GgufWriter::AddTensor(std::string name, DType dtype, Shape shape, RowFiller
 
 Status GgufWriter::Validate() const {
   if (alignment_ == 0 || !std::has_single_bit(alignment_)) {
-    return Status::InvalidArgument(StrFormat("GGUF writer: alignment %u is not a power of two", alignment_));
+    return Status::InvalidArgument(
+        StrFormat("GGUF writer: alignment %u is not a power of two", alignment_));
   }
   std::set<std::string> keys;
   for (const Kv& kv : kvs_) {
     if (kv.key.empty()) return Status::InvalidArgument("GGUF writer: empty metadata key");
     if (!keys.insert(kv.key).second) {
-      return Status::InvalidArgument(StrFormat("GGUF writer: metadata key '%s' added twice", kv.key.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("GGUF writer: metadata key '%s' added twice", kv.key.c_str()));
     }
     if (kv.key == "general.alignment") {
-      return Status::InvalidArgument("GGUF writer: general.alignment is written from the constructor's alignment; do not add it");
+      return Status::InvalidArgument(
+          "GGUF writer: general.alignment is written from the constructor's alignment; do not add "
+          "it");
     }
     if (!kv.value.error().empty()) {
-      return Status::InvalidArgument(StrFormat("GGUF writer: metadata '%s': %s", kv.key.c_str(),
-                                               kv.value.error().c_str()));
+      return Status::InvalidArgument(
+          StrFormat("GGUF writer: metadata '%s': %s", kv.key.c_str(), kv.value.error().c_str()));
     }
   }
   std::set<std::string> names;
   for (const Tensor& t : tensors_) {
     const char* n = t.name.c_str();
     if (t.name.empty() || t.name.size() > static_cast<size_t>(kGgufMaxTensorName)) {
-      return Status::InvalidArgument(StrFormat("GGUF writer: tensor name '%s' has %zu bytes, expected 1..%d",
-                                               n, t.name.size(), kGgufMaxTensorName));
+      return Status::InvalidArgument(
+          StrFormat("GGUF writer: tensor name '%s' has %zu bytes, expected 1..%d", n, t.name.size(),
+                    kGgufMaxTensorName));
     }
     if (!names.insert(t.name).second) {
       return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' added twice", n));
     }
     if (t.shape.ndim < 1 || t.shape.ndim > kGgufMaxDims) {
-      return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' has %d dimensions, expected 1..%d",
-                                               n, t.shape.ndim, kGgufMaxDims));
+      return Status::InvalidArgument(
+          StrFormat("GGUF writer: tensor '%s' has %d dimensions, expected 1..%d", n, t.shape.ndim,
+                    kGgufMaxDims));
     }
     uint64_t numel = 1;
     for (int d = 0; d < t.shape.ndim; ++d) {
-      if (t.shape.dims[d] <= 0 || !CheckedMul(numel, static_cast<uint64_t>(t.shape.dims[d]), &numel) ||
+      if (t.shape.dims[d] <= 0 ||
+          !CheckedMul(numel, static_cast<uint64_t>(t.shape.dims[d]), &numel) ||
           numel > static_cast<uint64_t>(INT64_MAX)) {
         return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' has invalid shape %s", n,
                                                  t.shape.ToString().c_str()));
       }
     }
     if (t.shape.cols() % BlockSize(t.dtype) != 0) {
-      return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' %s: row length %lld is not a multiple of the %s block size %d",
-                                               n, t.shape.ToString().c_str(),
-                                               static_cast<long long>(t.shape.cols()),
-                                               DTypeName(t.dtype), BlockSize(t.dtype)));
+      return Status::InvalidArgument(StrFormat(
+          "GGUF writer: tensor '%s' %s: row length %lld is not a multiple of the %s block size %d",
+          n, t.shape.ToString().c_str(), static_cast<long long>(t.shape.cols()), DTypeName(t.dtype),
+          BlockSize(t.dtype)));
     }
     uint64_t nbytes;
-    if (!CheckedMul(RowBytes(t.dtype, t.shape.cols()), static_cast<uint64_t>(t.shape.rows()), &nbytes)) {
+    if (!CheckedMul(RowBytes(t.dtype, t.shape.cols()), static_cast<uint64_t>(t.shape.rows()),
+                    &nbytes)) {
       return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' byte size overflows", n));
     }
     if (!t.data && !t.fill) {
-      return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' has neither data nor a row filler", n));
+      return Status::InvalidArgument(
+          StrFormat("GGUF writer: tensor '%s' has neither data nor a row filler", n));
     }
   }
   return Status::Ok();
 }
 
-Status GgufWriter::Write(const std::string& path, const std::function<void(double)>& progress) const {
+Status GgufWriter::Write(const std::string& path,
+                         const std::function<void(double)>& progress) const {
   WEIR_RETURN_IF_ERROR(Validate().WithContext(path));
 
   // Header, metadata and tensor infos.
@@ -293,11 +307,13 @@ Status GgufWriter::Write(const std::string& path, const std::function<void(doubl
     nbytes[i] = RowBytes(t.dtype, t.shape.cols()) * static_cast<uint64_t>(t.shape.rows());
     PutStr(&head, t.name);
     Put<uint32_t>(&head, static_cast<uint32_t>(t.shape.ndim));
-    for (int d = t.shape.ndim - 1; d >= 0; --d) Put<uint64_t>(&head, static_cast<uint64_t>(t.shape.dims[d]));
+    for (int d = t.shape.ndim - 1; d >= 0; --d)
+      Put<uint64_t>(&head, static_cast<uint64_t>(t.shape.dims[d]));
     Put<uint32_t>(&head, static_cast<uint32_t>(t.dtype));
     Put<uint64_t>(&head, offset);
     uint64_t padded;
-    if (!CheckedAdd(nbytes[i], PadTo(nbytes[i], alignment_), &padded) || !CheckedAdd(offset, padded, &offset)) {
+    if (!CheckedAdd(nbytes[i], PadTo(nbytes[i], alignment_), &padded) ||
+        !CheckedAdd(offset, padded, &offset)) {
       return Status::InvalidArgument(StrFormat("%s: total tensor bytes overflow", path.c_str()));
     }
   }
@@ -316,26 +332,29 @@ Status GgufWriter::Write(const std::string& path, const std::function<void(doubl
   }
   AlignedBuffer buf;
   if (buf_bytes > 0 && !buf.Reset(buf_bytes)) {
-    return Status::OutOfMemory(StrFormat("%s: cannot allocate a %llu-byte write buffer", path.c_str(),
-                                         static_cast<ull>(buf_bytes)));
+    return Status::OutOfMemory(StrFormat("%s: cannot allocate a %llu-byte write buffer",
+                                         path.c_str(), static_cast<ull>(buf_bytes)));
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const Tensor& t = tensors_[i];
     const uint64_t row_bytes = RowBytes(t.dtype, t.shape.cols());
     const int64_t rows = t.shape.rows();
-    const int64_t rows_per_chunk = static_cast<int64_t>(std::max<uint64_t>(1, kChunkBytes / row_bytes));
+    const int64_t rows_per_chunk =
+        static_cast<int64_t>(std::max<uint64_t>(1, kChunkBytes / row_bytes));
     for (int64_t r = 0; r < rows; r += rows_per_chunk) {
       int64_t end = std::min(rows, r + rows_per_chunk);
       uint64_t n = static_cast<uint64_t>(end - r) * row_bytes;
       if (t.fill) {
         Status st = t.fill(r, end, buf.data<uint8_t>());
         if (!st.ok()) {
-          return st.WithContext(StrFormat("%s: tensor %s rows [%lld, %lld)", path.c_str(), t.name.c_str(),
-                                          static_cast<long long>(r), static_cast<long long>(end)));
+          return st.WithContext(StrFormat("%s: tensor %s rows [%lld, %lld)", path.c_str(),
+                                          t.name.c_str(), static_cast<long long>(r),
+                                          static_cast<long long>(end)));
         }
         WEIR_RETURN_IF_ERROR(out.Write(buf.data(), n));
       } else {
-        WEIR_RETURN_IF_ERROR(out.Write(static_cast<const uint8_t*>(t.data) + static_cast<uint64_t>(r) * row_bytes, n));
+        WEIR_RETURN_IF_ERROR(out.Write(
+            static_cast<const uint8_t*>(t.data) + static_cast<uint64_t>(r) * row_bytes, n));
       }
       if (progress) progress(static_cast<double>(out.written()) / total);
     }

@@ -13,7 +13,8 @@ namespace {
 // Per-layer dims, falling back to the config's scalars when the reader left `layers` empty.
 std::vector<LayerDims> LayersOf(const LlamaConfig& c) {
   if (static_cast<int>(c.layers.size()) == c.n_layers) return c.layers;
-  return std::vector<LayerDims>(static_cast<size_t>(c.n_layers), LayerDims{c.n_head, c.n_head_kv, c.d_ff});
+  return std::vector<LayerDims>(static_cast<size_t>(c.n_layers),
+                                LayerDims{c.n_head, c.n_head_kv, c.d_ff});
 }
 
 // A per-layer key: one u32 when all layers agree, else an array of n_layers u32.
@@ -34,7 +35,8 @@ void AddPerLayer(GgufWriter* w, const std::string& key, const std::vector<LayerD
 
 bool IsBytePiece(const std::string& s) {
   return s.size() == 6 && s[0] == '<' && s[1] == '0' && s[2] == 'x' && s[5] == '>' &&
-         std::isxdigit(static_cast<unsigned char>(s[3])) && std::isxdigit(static_cast<unsigned char>(s[4]));
+         std::isxdigit(static_cast<unsigned char>(s[3])) &&
+         std::isxdigit(static_cast<unsigned char>(s[4]));
 }
 
 std::vector<int32_t> TokenTypes(const TokenizerSpec& t) {
@@ -69,7 +71,8 @@ std::vector<float> ScoresFromMerges(const TokenizerSpec& t) {
     size_t sp = m.find(' ');
     if (sp == std::string::npos) continue;
     auto it = id_of.find(m.substr(0, sp) + m.substr(sp + 1));
-    if (it != id_of.end() && scores[it->second] == unmerged) scores[it->second] = -static_cast<float>(r);
+    if (it != id_of.end() && scores[it->second] == unmerged)
+      scores[it->second] = -static_cast<float>(r);
   }
   return scores;
 }
@@ -87,8 +90,8 @@ int64_t RotateHalfSourceRow(int64_t r, int head_dim, int rope_dim) {
 
 std::vector<std::string> LlamaTensorNames(const LlamaConfig& c) {
   std::vector<std::string> names = {"token_embd.weight"};
-  static const char* kPerLayer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                    "ffn_norm", "ffn_gate", "ffn_up", "ffn_down"};
+  static const char* kPerLayer[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
+                                    "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
   for (int l = 0; l < c.n_layers; ++l) {
     for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
   }
@@ -99,11 +102,16 @@ std::vector<std::string> LlamaTensorNames(const LlamaConfig& c) {
 
 uint32_t LlamaFileType(DType t) {
   switch (t) {
-    case DType::kF32: return 0;
-    case DType::kF16: return 1;
-    case DType::kQ4_0: return 2;
-    case DType::kQ8_0: return 7;
-    case DType::kBF16: return 32;
+    case DType::kF32:
+      return 0;
+    case DType::kF16:
+      return 1;
+    case DType::kQ4_0:
+      return 2;
+    case DType::kQ8_0:
+      return 7;
+    case DType::kBF16:
+      return 32;
   }
   return 0;
 }
@@ -111,8 +119,9 @@ uint32_t LlamaFileType(DType t) {
 Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, const std::string& name,
                             uint32_t file_type, GgufWriter* w) {
   if (c.n_layers <= 0 || c.d_model <= 0 || c.head_dim <= 0) {
-    return Status::InvalidArgument(StrFormat("GGUF metadata: invalid config (d_model %d, n_layers %d, head_dim %d)",
-                                             c.d_model, c.n_layers, c.head_dim));
+    return Status::InvalidArgument(
+        StrFormat("GGUF metadata: invalid config (d_model %d, n_layers %d, head_dim %d)", c.d_model,
+                  c.n_layers, c.head_dim));
   }
   const std::vector<LayerDims> layers = LayersOf(c);
   w->AddString("general.architecture", "llama");
@@ -136,7 +145,8 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
     w->AddU32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
     w->AddU32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
   }
-  w->AddU32("llama.rope.dimension_count", static_cast<uint32_t>(c.rope_dim > 0 ? c.rope_dim : c.head_dim));
+  w->AddU32("llama.rope.dimension_count",
+            static_cast<uint32_t>(c.rope_dim > 0 ? c.rope_dim : c.head_dim));
   w->AddF32("llama.rope.freq_base", c.rope_theta);
   w->AddF32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
   w->AddU32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
@@ -147,31 +157,35 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
   }
   const bool gpt2 = tok.kind == TokenizerSpec::Kind::kBpeMerges && tok.byte_level;
   if (!tok.scores.empty() && tok.scores.size() != tok.tokens.size()) {
-    return Status::InvalidArgument(StrFormat("GGUF metadata: tokenizer has %zu scores for %zu tokens",
-                                             tok.scores.size(), tok.tokens.size()));
+    return Status::InvalidArgument(
+        StrFormat("GGUF metadata: tokenizer has %zu scores for %zu tokens", tok.scores.size(),
+                  tok.tokens.size()));
   }
   w->AddString("tokenizer.ggml.model", gpt2 ? "gpt2" : "llama");
   if (gpt2) w->AddString("tokenizer.ggml.pre", "default");
   w->Add("tokenizer.ggml.tokens", GgufValue::StringArray(tok.tokens));
   if (!gpt2) {
-    std::vector<float> scores = tok.kind == TokenizerSpec::Kind::kBpeMerges
-                                    ? ScoresFromMerges(tok)
-                                    : (tok.scores.empty() ? std::vector<float>(tok.tokens.size(), 0.0f) : tok.scores);
+    std::vector<float> scores =
+        tok.kind == TokenizerSpec::Kind::kBpeMerges
+            ? ScoresFromMerges(tok)
+            : (tok.scores.empty() ? std::vector<float>(tok.tokens.size(), 0.0f) : tok.scores);
     w->Add("tokenizer.ggml.scores", GgufValue::F32Array(scores));
   }
   w->Add("tokenizer.ggml.token_type", GgufValue::I32Array(TokenTypes(tok)));
   if (gpt2) w->Add("tokenizer.ggml.merges", GgufValue::StringArray(tok.merges));
   if (tok.bos_id >= 0) w->AddU32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(tok.bos_id));
   if (tok.eos_id >= 0) w->AddU32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(tok.eos_id));
-  if (tok.unk_id >= 0) w->AddU32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tok.unk_id));
-  if (tok.pad_id >= 0) w->AddU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(tok.pad_id));
+  if (tok.unk_id >= 0)
+    w->AddU32("tokenizer.ggml.unknown_token_id", static_cast<uint32_t>(tok.unk_id));
+  if (tok.pad_id >= 0)
+    w->AddU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(tok.pad_id));
   w->AddBool("tokenizer.ggml.add_bos_token", tok.add_bos);
   w->AddBool("tokenizer.ggml.add_space_prefix", tok.add_space_prefix);
   return Status::Ok();
 }
 
-Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::optional<DType> convert_to,
-                      const std::function<void(double)>& progress,
+Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
+                      std::optional<DType> convert_to, const std::function<void(double)>& progress,
                       const std::vector<std::pair<std::string, GgufValue>>& extra_metadata) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
   const LlamaConfig& c = model.config;
@@ -188,7 +202,8 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::opti
   for (const std::string& n : names) {
     const TensorView* v = model.Find(n);
     if (!v || !v->valid()) {
-      return Status::InvalidArgument(StrFormat("%s: model %s has no tensor %s", path.c_str(), model.path.c_str(), n.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("%s: model %s has no tensor %s", path.c_str(), model.path.c_str(), n.c_str()));
     }
     Plan p{v, v->dtype, false};
     if (v->shape.ndim == 1) {
@@ -199,10 +214,12 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::opti
     p.permute = c.rope_style == RopeStyle::kRotateHalf &&
                 (n.ends_with(".attn_q.weight") || n.ends_with(".attn_k.weight"));
     if (p.permute && (v->shape.ndim != 2 || v->rows() % c.head_dim != 0)) {
-      return Status::InvalidArgument(StrFormat("%s: %s has shape %s, not whole heads of %d rows", path.c_str(),
-                                               n.c_str(), v->shape.ToString().c_str(), c.head_dim));
+      return Status::InvalidArgument(StrFormat("%s: %s has shape %s, not whole heads of %d rows",
+                                               path.c_str(), n.c_str(), v->shape.ToString().c_str(),
+                                               c.head_dim));
     }
-    if (v->shape.ndim == 2) bytes_by_type[p.out] += RowBytes(p.out, v->cols()) * static_cast<uint64_t>(v->rows());
+    if (v->shape.ndim == 2)
+      bytes_by_type[p.out] += RowBytes(p.out, v->cols()) * static_cast<uint64_t>(v->rows());
     plans.push_back(p);
   }
   DType main_type = DType::kF32;
@@ -221,7 +238,8 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path, std::opti
     name = slash == std::string::npos ? model.path : model.path.substr(slash + 1);
     if (name.empty()) name = "llama";
   }
-  WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(main_type), &w).WithContext(path));
+  WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(main_type), &w)
+                           .WithContext(path));
   for (const auto& [key, value] : extra_metadata) w.Add(key, value);
 
   const int head_dim = c.head_dim;

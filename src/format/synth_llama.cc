@@ -47,8 +47,8 @@ Result<SynthSpec> SynthPreset(const std::string& name) {
     s.d_model = 4096, s.n_layers = 32, s.n_head = 32, s.n_head_kv = 32, s.d_ff = 11008;
     s.vocab_size = 32000, s.ctx_len = 4096;
   } else {
-    return Status::InvalidArgument(StrFormat("unknown synthetic model preset '%s' (known: tiny, llama-1b, llama-7b)",
-                                             name.c_str()));
+    return Status::InvalidArgument(StrFormat(
+        "unknown synthetic model preset '%s' (known: tiny, llama-1b, llama-7b)", name.c_str()));
   }
   return s;
 }
@@ -57,25 +57,31 @@ std::vector<std::string> SynthPresetNames() { return {"tiny", "llama-1b", "llama
 
 Status ValidateSynthSpec(const SynthSpec& s, DType type) {
   auto bad = [&](const char* what) {
-    return Status::InvalidArgument(StrFormat("synthetic model '%s': %s (d_model %d, n_layers %d, n_head %d, n_head_kv %d, d_ff %d, vocab %d)",
-                                             s.name.c_str(), what, s.d_model, s.n_layers, s.n_head,
-                                             s.n_head_kv, s.d_ff, s.vocab_size));
+    return Status::InvalidArgument(StrFormat(
+        "synthetic model '%s': %s (d_model %d, n_layers %d, n_head %d, n_head_kv %d, d_ff %d, "
+        "vocab %d)",
+        s.name.c_str(), what, s.d_model, s.n_layers, s.n_head, s.n_head_kv, s.d_ff, s.vocab_size));
   };
-  if (s.d_model <= 0 || s.n_layers <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.d_ff <= 0 || s.ctx_len <= 0) {
+  if (s.d_model <= 0 || s.n_layers <= 0 || s.n_head <= 0 || s.n_head_kv <= 0 || s.d_ff <= 0 ||
+      s.ctx_len <= 0) {
     return bad("every dimension must be positive");
   }
-  if (s.d_model > (1 << 20) || s.d_ff > (1 << 22) || s.n_layers > 4096 || s.vocab_size > (1 << 22)) {
+  if (s.d_model > (1 << 20) || s.d_ff > (1 << 22) || s.n_layers > 4096 ||
+      s.vocab_size > (1 << 22)) {
     return bad("dimensions are implausibly large");
   }
   if (s.d_model % s.n_head != 0) return bad("n_head must divide d_model");
   if (s.n_head % s.n_head_kv != 0) return bad("n_head_kv must divide n_head");
   if ((s.d_model / s.n_head) % 2 != 0) return bad("head_dim must be even for RoPE");
-  if (s.vocab_size < kFirstFiller) return bad("vocab_size must be at least 259 (3 specials + 256 byte tokens)");
+  if (s.vocab_size < kFirstFiller)
+    return bad("vocab_size must be at least 259 (3 specials + 256 byte tokens)");
   if (s.d_model % BlockSize(type) != 0 || s.d_ff % BlockSize(type) != 0) {
-    return Status::InvalidArgument(StrFormat("synthetic model '%s': d_model %d and d_ff %d must be multiples of the %s block size %d",
-                                             s.name.c_str(), s.d_model, s.d_ff, DTypeName(type), BlockSize(type)));
+    return Status::InvalidArgument(StrFormat(
+        "synthetic model '%s': d_model %d and d_ff %d must be multiples of the %s block size %d",
+        s.name.c_str(), s.d_model, s.d_ff, DTypeName(type), BlockSize(type)));
   }
-  if (!(s.rope_theta > 0) || !(s.rms_eps > 0)) return bad("rope_theta and rms_eps must be positive");
+  if (!(s.rope_theta > 0) || !(s.rms_eps > 0))
+    return bad("rope_theta and rms_eps must be positive");
   return Status::Ok();
 }
 
@@ -94,7 +100,8 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   c.rope_dim = c.head_dim;
   c.rope_style = RopeStyle::kAdjacentPairs;
   c.tied_output = false;
-  c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0), LayerDims{s.n_head, s.n_head_kv, s.d_ff});
+  c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0),
+                  LayerDims{s.n_head, s.n_head_kv, s.d_ff});
   return c;
 }
 
@@ -115,7 +122,9 @@ TokenizerSpec SynthVocabulary(int vocab_size) {
   for (int b = 0; b < 256; ++b) add(StrFormat("<0x%02X>", b), TokenType::kByte, 0.0f);
   const std::string kSpace = "\xe2\x96\x81";  // "▁"
   int k = 0;
-  auto filler = [&](std::string piece) { add(std::move(piece), TokenType::kNormal, -static_cast<float>(k++)); };
+  auto filler = [&](std::string piece) {
+    add(std::move(piece), TokenType::kNormal, -static_cast<float>(k++));
+  };
   filler(kSpace);
   for (char c = 0x21; c < 0x7f; ++c) filler(std::string(1, c));
   for (char c = 'a'; c <= 'z'; ++c) filler(kSpace + c);
@@ -191,10 +200,15 @@ inline void FastSinCos2Pi(float u, float* c_out, float* s_out) {
   int q = static_cast<int>(t);
   float x = (t - static_cast<float>(q)) * kHalfPi;
   float x2 = x * x;
-  float s = x * (1.0f + x2 * (-1.0f / 6 + x2 * (1.0f / 120 + x2 * (-1.0f / 5040 +
-                x2 * (1.0f / 362880 + x2 * (-1.0f / 39916800))))));
-  float c = 1.0f + x2 * (-0.5f + x2 * (1.0f / 24 + x2 * (-1.0f / 720 + x2 * (1.0f / 40320 +
-                x2 * (-1.0f / 3628800 + x2 * (1.0f / 479001600))))));
+  float s =
+      x * (1.0f + x2 * (-1.0f / 6 +
+                        x2 * (1.0f / 120 + x2 * (-1.0f / 5040 +
+                                                 x2 * (1.0f / 362880 + x2 * (-1.0f / 39916800))))));
+  float c =
+      1.0f +
+      x2 * (-0.5f + x2 * (1.0f / 24 + x2 * (-1.0f / 720 +
+                                            x2 * (1.0f / 40320 + x2 * (-1.0f / 3628800 +
+                                                                       x2 * (1.0f / 479001600))))));
   // Rotate by q quarter turns: (c, s) -> (-s, c) -> (-c, -s) -> (s, -c), as exact arithmetic
   // blends with 0/1 weights so that the loop has no branch.
   const float odd = static_cast<float>(q & 1);
@@ -254,13 +268,14 @@ void SynthRandomRowReference(uint64_t seed, uint64_t tensor_index, uint64_t row,
   });
 }
 
-Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed, const std::string& path,
-                            std::function<void(double)> progress, ThreadPool* pool) {
+Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
+                            const std::string& path, std::function<void(double)> progress,
+                            ThreadPool* pool) {
   WEIR_RETURN_IF_ERROR(ValidateSynthSpec(spec, type));
   const LlamaConfig c = SynthConfig(spec);
   GgufWriter w;
-  WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, SynthVocabulary(spec.vocab_size), "weir-synth-" + spec.name,
-                                            LlamaFileType(type), &w));
+  WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, SynthVocabulary(spec.vocab_size),
+                                            "weir-synth-" + spec.name, LlamaFileType(type), &w));
   w.AddU64("weir.synth.seed", seed);
   w.AddString("weir.synth.init", "normal(0, 0.02)");
 
@@ -297,23 +312,27 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed, co
     const uint64_t index = i;
     const DType t = type;
     const int64_t cols = shape.cols();
-    w.AddTensor(n, t, shape, [seed, index, t, cols, pool](int64_t begin, int64_t end, uint8_t* dst) -> Status {
-      const size_t row_bytes = RowBytes(t, cols);
-      ParallelFor(pool, static_cast<size_t>(end - begin), [&](size_t b, size_t e, int) {
-        std::vector<float> tmp(static_cast<size_t>(cols));
-        for (size_t r = b; r < e; ++r) {
-          uint64_t row = static_cast<uint64_t>(begin) + r;
-          uint8_t* d = dst + r * row_bytes;
-          if (t == DType::kF32) {
-            SynthRandomRow(seed, index, row, reinterpret_cast<float*>(d), cols);
-          } else {
-            SynthRandomRow(seed, index, row, tmp.data(), cols);
-            QuantizeRow(t, tmp.data(), d, cols);
-          }
-        }
-      }, 16);
-      return Status::Ok();
-    });
+    w.AddTensor(n, t, shape,
+                [seed, index, t, cols, pool](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                  const size_t row_bytes = RowBytes(t, cols);
+                  ParallelFor(
+                      pool, static_cast<size_t>(end - begin),
+                      [&](size_t b, size_t e, int) {
+                        std::vector<float> tmp(static_cast<size_t>(cols));
+                        for (size_t r = b; r < e; ++r) {
+                          uint64_t row = static_cast<uint64_t>(begin) + r;
+                          uint8_t* d = dst + r * row_bytes;
+                          if (t == DType::kF32) {
+                            SynthRandomRow(seed, index, row, reinterpret_cast<float*>(d), cols);
+                          } else {
+                            SynthRandomRow(seed, index, row, tmp.data(), cols);
+                            QuantizeRow(t, tmp.data(), d, cols);
+                          }
+                        }
+                      },
+                      16);
+                  return Status::Ok();
+                });
   }
   return w.Write(path, progress);
 }

@@ -6,7 +6,6 @@
 // build (-DWEIR_SANITIZE=ON) reports any read past the end; run that build with
 // ASAN_OPTIONS=max_allocation_size_mb=64 to turn any large allocation into a failure too.
 #include <gtest/gtest.h>
-
 #include <sys/resource.h>
 
 #include <algorithm>
@@ -29,8 +28,8 @@ struct Bytes : Backing {
 
 struct Outcome {
   int errors = 0;
-  int models = 0;     // loaded as a model
-  int files = 0;      // parsed, but not a valid model
+  int models = 0;  // loaded as a model
+  int files = 0;   // parsed, but not a valid model
 };
 
 // Parses and, when that works, exercises everything a user of the file would touch.
@@ -106,38 +105,38 @@ Layout Map(const std::vector<uint8_t>& bytes) {
   uint64_t pos = 24;
   for (const GgufKv& kv : f->kvs()) {
     L.boundaries.insert(pos);
-    L.u64_fields.push_back(pos);                // key length
+    L.u64_fields.push_back(pos);  // key length
     pos += 8 + kv.key.size();
     L.boundaries.insert(pos);
-    L.u32_fields.push_back(pos);                // value type
+    L.u32_fields.push_back(pos);  // value type
     pos += 4;
     L.boundaries.insert(pos);
     if (kv.type == GgufType::kArray) {
-      L.u32_fields.push_back(pos);              // element type
-      L.u64_fields.push_back(pos + 4);          // count
+      L.u32_fields.push_back(pos);      // element type
+      L.u64_fields.push_back(pos + 4);  // count
       L.boundaries.insert(pos + 4);
       L.boundaries.insert(pos + 12);
       if (kv.elem_type == GgufType::kString && kv.count > 0) {
-        L.u64_fields.push_back(pos + 12);       // first string's length
+        L.u64_fields.push_back(pos + 12);  // first string's length
       }
     } else if (kv.type == GgufType::kString) {
-      L.u64_fields.push_back(pos);              // string length
+      L.u64_fields.push_back(pos);  // string length
     }
     pos += kv.value_bytes;
   }
   for (const GgufTensorInfo& t : f->tensors()) {
     L.boundaries.insert(pos);
-    L.u64_fields.push_back(pos);                // name length
+    L.u64_fields.push_back(pos);  // name length
     pos += 8 + t.name.size();
-    L.u32_fields.push_back(pos);                // n_dims
+    L.u32_fields.push_back(pos);  // n_dims
     pos += 4;
     for (int d = 0; d < t.shape.ndim; ++d) {
-      L.u64_fields.push_back(pos);              // ne[d]
+      L.u64_fields.push_back(pos);  // ne[d]
       pos += 8;
     }
-    L.u32_fields.push_back(pos);                // type
+    L.u32_fields.push_back(pos);  // type
     pos += 4;
-    L.u64_fields.push_back(pos);                // offset
+    L.u64_fields.push_back(pos);  // offset
     pos += 8;
     L.boundaries.insert(pos);
     L.boundaries.insert(t.offset);
@@ -183,10 +182,12 @@ TEST_P(GgufFuzzTest, TruncationAtEveryBoundaryAndEveryHeaderByte) {
   for (uint64_t b : L.boundaries) {
     for (int64_t d = -2; d <= 2; ++d) {
       int64_t len = static_cast<int64_t>(b) + d;
-      if (len >= 0 && static_cast<uint64_t>(len) < full.size()) lengths.insert(static_cast<uint64_t>(len));
+      if (len >= 0 && static_cast<uint64_t>(len) < full.size())
+        lengths.insert(static_cast<uint64_t>(len));
     }
   }
-  for (uint64_t len = 0; len < std::min<uint64_t>(full.size(), L.data_offset + 64); ++len) lengths.insert(len);
+  for (uint64_t len = 0; len < std::min<uint64_t>(full.size(), L.data_offset + 64); ++len)
+    lengths.insert(len);
   std::mt19937_64 rng(1234);
   for (int i = 0; i < 300; ++i) lengths.insert(rng() % full.size());
   for (uint64_t len : lengths) {
@@ -202,8 +203,9 @@ TEST_P(GgufFuzzTest, TruncationAtEveryBoundaryAndEveryHeaderByte) {
   EXPECT_GT(out.errors, 5000);
   EXPECT_GT(lengths.size(), 5000u);
   // Only the zero padding after the last tensor can be cut without losing data.
-  EXPECT_EQ(out.models, static_cast<int>(std::count_if(lengths.begin(), lengths.end(),
-                                                       [&](uint64_t l) { return l >= L.data_end; })));
+  EXPECT_EQ(out.models,
+            static_cast<int>(std::count_if(lengths.begin(), lengths.end(),
+                                           [&](uint64_t l) { return l >= L.data_end; })));
   EXPECT_LT(MaxRssKb() - rss_before, 256 * 1024) << "peak memory grew by more than 256 MiB";
   EXPECT_NE(sink, 0u);
 }
@@ -214,11 +216,27 @@ TEST_P(GgufFuzzTest, MutatedBytesAndHostileFields) {
   ASSERT_FALSE(L.u64_fields.empty());
   const long rss_before = MaxRssKb();
   const uint64_t size = full.size();
-  const uint64_t hostile64[] = {0, 1, 2, 7, 31, 32, 33, 255, size - 1, size, size + 1, 1ull << 31,
-                                1ull << 32, (1ull << 32) + 1, 1ull << 62, 1ull << 63,
-                                (1ull << 63) - 1, ~0ull, ~0ull - 7};
-  const uint32_t hostile32[] = {0, 1, 2, 3, 4, 5, 8, 9, 12, 13, 30, 31, 99, 0x7fffffffu, 0x80000000u,
-                                0xffffffffu};
+  const uint64_t hostile64[] = {0,
+                                1,
+                                2,
+                                7,
+                                31,
+                                32,
+                                33,
+                                255,
+                                size - 1,
+                                size,
+                                size + 1,
+                                1ull << 31,
+                                1ull << 32,
+                                (1ull << 32) + 1,
+                                1ull << 62,
+                                1ull << 63,
+                                (1ull << 63) - 1,
+                                ~0ull,
+                                ~0ull - 7};
+  const uint32_t hostile32[] = {0,  1,  2,  3,  4,  5,           8,           9,
+                                12, 13, 30, 31, 99, 0x7fffffffu, 0x80000000u, 0xffffffffu};
   std::mt19937_64 rng(20240611);
   uint64_t sink = 0;
   Outcome out;

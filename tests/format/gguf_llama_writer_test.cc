@@ -156,8 +156,8 @@ void Rope(std::vector<float>& x, int rope_dim, int pos, float theta, RopeStyle s
 }
 
 // q_h . k_g for every head h (g = h's kv head) at positions pq, pk.
-std::vector<double> Scores(const ModelFile& m, int layer, const std::vector<float>& x, int pq, int pk,
-                           RopeStyle style) {
+std::vector<double> Scores(const ModelFile& m, int layer, const std::vector<float>& x, int pq,
+                           int pk, RopeStyle style) {
   const LlamaConfig& c = m.config;
   const TensorView& wq = *m.Find("blk." + std::to_string(layer) + ".attn_q.weight");
   const TensorView& wk = *m.Find("blk." + std::to_string(layer) + ".attn_k.weight");
@@ -204,13 +204,15 @@ TEST(GgufLlamaWriterTest, RotateHalfModelsArePermutedToAdjacentPairs) {
       for (int64_t h = 0; h < a.rows() / hd; ++h) {
         for (int i = 0; i < hd / 2; ++i) {
           EXPECT_EQ(std::memcmp(b.row(h * hd + 2 * i), a.row(h * hd + i), a.row_bytes()), 0);
-          EXPECT_EQ(std::memcmp(b.row(h * hd + 2 * i + 1), a.row(h * hd + i + hd / 2), a.row_bytes()), 0);
+          EXPECT_EQ(
+              std::memcmp(b.row(h * hd + 2 * i + 1), a.row(h * hd + i + hd / 2), a.row_bytes()), 0);
         }
       }
     }
     for (const char* t : {"attn_v", "attn_output", "ffn_down"}) {
       std::string name = "blk." + std::to_string(l) + "." + t + ".weight";
-      EXPECT_EQ(std::memcmp(m->Find(name)->data, src.Find(name)->data, src.Find(name)->nbytes()), 0);
+      EXPECT_EQ(std::memcmp(m->Find(name)->data, src.Find(name)->data, src.Find(name)->nbytes()),
+                0);
     }
   }
   // The point of the permutation: rotate-half attention scores of the source equal the
@@ -280,7 +282,8 @@ TEST(GgufLlamaWriterTest, MatchesLlamaCppConversionOfTinyStories) {
 }
 
 // A copy of rows [0, rows) and columns [0, cols) of an F32 matrix, owned by `keep`.
-TensorView Slice(const TensorView& v, int64_t rows, int64_t cols, std::vector<std::vector<float>>* keep) {
+TensorView Slice(const TensorView& v, int64_t rows, int64_t cols,
+                 std::vector<std::vector<float>>* keep) {
   keep->emplace_back(static_cast<size_t>(rows * cols));
   std::vector<float>& b = keep->back();
   for (int64_t r = 0; r < rows; ++r) std::memcpy(&b[r * cols], v.row(r), cols * sizeof(float));
@@ -373,17 +376,18 @@ TEST(GgufLlamaWriterTest, TokenizerVariants) {
     TokenizerSpec s;
     s.kind = TokenizerSpec::Kind::kBpeMerges;
     s.byte_level = false;
-    s.tokens = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "t", "h", "e", "th", "the", "\xe2\x96\x81the"};
+    s.tokens = {"<unk>", "<s>", "</s>", "\xe2\x96\x81", "t",
+                "h",     "e",   "th",   "the",          "\xe2\x96\x81the"};
     s.merges = {"t h", "th e", "\xe2\x96\x81 the"};
     s.unk_id = 0, s.bos_id = 1, s.eos_id = 2;
     auto r = write_read(s);
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_EQ(r->tokenizer.kind, TokenizerSpec::Kind::kSentencePiece);
     ASSERT_EQ(r->tokenizer.scores.size(), s.tokens.size());
-    EXPECT_EQ(r->tokenizer.scores[7], 0.0f);    // "th": merge 0
-    EXPECT_EQ(r->tokenizer.scores[8], -1.0f);   // "the": merge 1
-    EXPECT_EQ(r->tokenizer.scores[9], -2.0f);   // "▁the": merge 2
-    EXPECT_LT(r->tokenizer.scores[4], -2.0f);   // base pieces rank below every merge
+    EXPECT_EQ(r->tokenizer.scores[7], 0.0f);   // "th": merge 0
+    EXPECT_EQ(r->tokenizer.scores[8], -1.0f);  // "the": merge 1
+    EXPECT_EQ(r->tokenizer.scores[9], -2.0f);  // "▁the": merge 2
+    EXPECT_LT(r->tokenizer.scores[4], -2.0f);  // base pieces rank below every merge
     EXPECT_EQ(r->tokenizer.types[1], TokenType::kControl);
     EXPECT_EQ(r->tokenizer.types[0], TokenType::kUnknown);
   }
@@ -405,10 +409,11 @@ TEST(GgufLlamaWriterTest, ExtraMetadataIsAppended) {
   EXPECT_TRUE(LoadGgufModel(out).ok());
   // A key that repeats one the writer sets is an error, and nothing is written.
   std::string dup = dir + "/dup.gguf";
-  Status st = WriteLlamaGguf(m, dup, std::nullopt, nullptr,
-                             {{"llama.block_count", GgufValue::U32(3)}});
+  Status st =
+      WriteLlamaGguf(m, dup, std::nullopt, nullptr, {{"llama.block_count", GgufValue::U32(3)}});
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("'llama.block_count' added twice"), std::string::npos) << st.message();
+  EXPECT_NE(st.message().find("'llama.block_count' added twice"), std::string::npos)
+      << st.message();
   EXPECT_FALSE(testing::FileExists(dup));
 }
 

@@ -1,5 +1,7 @@
 // GGUF reader: the real files in shared/ (skipped when absent), and hand-built files that break
 // one rule each, which must give a one-line error naming the file, the field and the values.
+#include "format/gguf_reader.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -7,7 +9,6 @@
 #include <string>
 #include <vector>
 
-#include "format/gguf_reader.h"
 #include "format/gguf_writer.h"
 #include "format/llama_gguf_writer.h"
 #include "format/synth_llama.h"
@@ -26,9 +27,19 @@ struct ByteBacking : Backing {
 // Little-endian GGUF bytes assembled field by field, so each test can break exactly one.
 struct Raw {
   std::string b;
-  Raw& U32(uint32_t v) { b.append(reinterpret_cast<const char*>(&v), 4); return *this; }
-  Raw& U64(uint64_t v) { b.append(reinterpret_cast<const char*>(&v), 8); return *this; }
-  Raw& Str(const std::string& s) { U64(s.size()); b += s; return *this; }
+  Raw& U32(uint32_t v) {
+    b.append(reinterpret_cast<const char*>(&v), 4);
+    return *this;
+  }
+  Raw& U64(uint64_t v) {
+    b.append(reinterpret_cast<const char*>(&v), 8);
+    return *this;
+  }
+  Raw& Str(const std::string& s) {
+    U64(s.size());
+    b += s;
+    return *this;
+  }
   Raw& Kv(const std::string& key, const GgufValue& v) {
     Str(key);
     U32(static_cast<uint32_t>(v.type()));
@@ -43,8 +54,14 @@ struct Raw {
     U64(offset);
     return *this;
   }
-  Raw& PadTo(uint64_t a) { b.append((a - b.size() % a) % a, '\0'); return *this; }
-  Raw& Zeros(uint64_t n) { b.append(n, '\0'); return *this; }
+  Raw& PadTo(uint64_t a) {
+    b.append((a - b.size() % a) % a, '\0');
+    return *this;
+  }
+  Raw& Zeros(uint64_t n) {
+    b.append(n, '\0');
+    return *this;
+  }
 };
 
 Raw Header(uint64_t n_tensors, uint64_t n_kv, uint32_t version = 3) {
@@ -189,7 +206,8 @@ TEST(GgufReaderTest, TinyStoriesQ8MatchesF32) {
       float amax = 0;
       for (int64_t i = 0; i < a->cols(); ++i) amax = std::max(amax, std::fabs(ref[i]));
       for (int64_t i = 0; i < a->cols(); ++i) {
-        max_err = std::max(max_err, static_cast<double>(std::fabs(row[i] - ref[i]) / (amax + 1e-12f)));
+        max_err =
+            std::max(max_err, static_cast<double>(std::fabs(row[i] - ref[i]) / (amax + 1e-12f)));
       }
     }
     EXPECT_LT(max_err, 1.0 / 127 + 1e-3) << name;
@@ -347,15 +365,18 @@ TEST(GgufReaderTest, TensorInfoErrors) {
   EXPECT_TRUE(ParseBytes(one("w", {4, 2}, kF32, 0, 32)).ok());
   ExpectParseError(one("w", {4, 2}, kF32, 0, 31), "tensor 'w': data at offset 0 + 32 bytes");
   ExpectParseError(one("w", {4, 2}, kF32, 32, 32), "extends past the end of the file");
-  ExpectParseError(one("w", {4, 2}, kF32, 8, 64), "data offset 8 is not a multiple of the alignment 32");
+  ExpectParseError(one("w", {4, 2}, kF32, 8, 64),
+                   "data offset 8 is not a multiple of the alignment 32");
   ExpectParseError(one("w", {4, 2}, kF32, ~0ull - 31, 64), "extends past the end");
   ExpectParseError(one("w", {4, 0}, kF32, 0, 32), "ne[1] is 0");
   ExpectParseError(one("w", {1ull << 63}, kF32, 0, 32), "ne[0] is 9223372036854775808");
   ExpectParseError(one("w", {1ull << 32, 1ull << 32}, kF32, 0, 32), "element count overflows");
-  ExpectParseError(one("w", {1ull << 31, 1ull << 31}, kF32, 0, 32), "byte size of 4611686018427387904 F32");
+  ExpectParseError(one("w", {1ull << 31, 1ull << 31}, kF32, 0, 32),
+                   "byte size of 4611686018427387904 F32");
   ExpectParseError(one("w", {1, 1, 1, 1, 1}, kF32, 0, 32), "n_dims is 5");
   ExpectParseError(one("w", {}, kF32, 0, 32), "n_dims is 0");
-  ExpectParseError(one("w", {48, 2}, kQ8, 0, 200), "row length ne[0] = 48 is not a multiple of the Q8_0 block size 32");
+  ExpectParseError(one("w", {48, 2}, kQ8, 0, 200),
+                   "row length ne[0] = 48 is not a multiple of the Q8_0 block size 32");
   ExpectParseError(one("w", {4, 2}, 99, 0, 64), "unknown ggml type id 99");
   ExpectParseError(one("w", {4, 2}, 4, 0, 64), "unknown ggml type id 4");  // Q4_2, removed
   ExpectParseError(one("", {4, 2}, kF32, 0, 32), "empty name");
@@ -473,8 +494,9 @@ TEST(GgufReaderTest, LlamaMetadataErrors) {
   // Per-layer dims that disagree with the tensors: ValidateLlama names the tensor.
   LlamaConfig ragged = m->config;
   ragged.layers[1].d_ff = 32;
-  expect_load_error(ragged, [](GgufWriter*) {},
-                    "tensor blk.1.ffn_gate.weight has shape [64, 32], expected [d_ff, d_model] = [32, 32]");
+  expect_load_error(
+      ragged, [](GgufWriter*) {},
+      "tensor blk.1.ffn_gate.weight has shape [64, 32], expected [d_ff, d_model] = [32, 32]");
   // A vocabulary larger than the embedding.
   LlamaConfig c = m->config;
   std::string p = Rewrite(*m, [](GgufWriter*) {});
@@ -556,46 +578,62 @@ TEST(GgufReaderTest, LlamaConfigKeysAndDefaults) {
     ASSERT_FALSE(r.ok()) << expect;
     EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
   };
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->Add("llama.attention.head_count", GgufValue::U32Array({8, 8}));
-    w->AddU32("llama.feed_forward_length", 96);
-  }, "'llama.attention.head_count' has 2 per-layer values, expected llama.block_count = 3");
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->AddU32("llama.attention.head_count", 7);
-    w->AddU32("llama.feed_forward_length", 96);
-  }, "llama.embedding_length 64 is not a multiple of llama.attention.head_count 7");
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->AddU32("llama.attention.head_count", 8);
-  }, "'llama.feed_forward_length' is missing");
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->AddI32("llama.attention.head_count", -8);
-    w->AddU32("llama.feed_forward_length", 96);
-  }, "'llama.attention.head_count' = -8 is out of range");
-  err([](GgufWriter* w) {
-    w->AddU32("llama.embedding_length", 64);
-    w->AddU32("llama.block_count", 1u << 30);
-  }, "'llama.block_count' = 1073741824 is out of range");
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->AddU32("llama.attention.head_count", 8);
-    w->AddU32("llama.feed_forward_length", 96);
-    w->AddF32("llama.rope.freq_base", -1.0f);
-  }, "'llama.rope.freq_base' = -1, expected a positive");
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->AddU32("llama.attention.head_count", 8);
-    w->AddU32("llama.feed_forward_length", 96);
-    w->AddString("llama.rope.scaling.type", "yarn");
-  }, "llama.rope.scaling.type is 'yarn'");
-  err([](GgufWriter* w) {
-    BaseKeys(w);
-    w->AddString("llama.attention.head_count", "8");
-    w->AddU32("llama.feed_forward_length", 96);
-  }, "has type string, expected an integer");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->Add("llama.attention.head_count", GgufValue::U32Array({8, 8}));
+        w->AddU32("llama.feed_forward_length", 96);
+      },
+      "'llama.attention.head_count' has 2 per-layer values, expected llama.block_count = 3");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->AddU32("llama.attention.head_count", 7);
+        w->AddU32("llama.feed_forward_length", 96);
+      },
+      "llama.embedding_length 64 is not a multiple of llama.attention.head_count 7");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->AddU32("llama.attention.head_count", 8);
+      },
+      "'llama.feed_forward_length' is missing");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->AddI32("llama.attention.head_count", -8);
+        w->AddU32("llama.feed_forward_length", 96);
+      },
+      "'llama.attention.head_count' = -8 is out of range");
+  err(
+      [](GgufWriter* w) {
+        w->AddU32("llama.embedding_length", 64);
+        w->AddU32("llama.block_count", 1u << 30);
+      },
+      "'llama.block_count' = 1073741824 is out of range");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->AddU32("llama.attention.head_count", 8);
+        w->AddU32("llama.feed_forward_length", 96);
+        w->AddF32("llama.rope.freq_base", -1.0f);
+      },
+      "'llama.rope.freq_base' = -1, expected a positive");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->AddU32("llama.attention.head_count", 8);
+        w->AddU32("llama.feed_forward_length", 96);
+        w->AddString("llama.rope.scaling.type", "yarn");
+      },
+      "llama.rope.scaling.type is 'yarn'");
+  err(
+      [](GgufWriter* w) {
+        BaseKeys(w);
+        w->AddString("llama.attention.head_count", "8");
+        w->AddU32("llama.feed_forward_length", 96);
+      },
+      "has type string, expected an integer");
 }
 
 TEST(GgufReaderTest, TokenizerKeys) {
@@ -638,18 +676,32 @@ TEST(GgufReaderTest, TokenizerKeys) {
     w->AddString("tokenizer.ggml.model", "llama");
     w->Add("tokenizer.ggml.tokens", GgufValue::StringArray({"<unk>", "<s>", "</s>"}));
   };
-  err([&](GgufWriter* w) { base(w); w->Add("tokenizer.ggml.scores", GgufValue::F32Array({0, 0})); },
+  err(
+      [&](GgufWriter* w) {
+        base(w);
+        w->Add("tokenizer.ggml.scores", GgufValue::F32Array({0, 0}));
+      },
       "tokenizer.ggml.scores has 2 entries but tokenizer.ggml.tokens has 3");
-  err([&](GgufWriter* w) { base(w); w->Add("tokenizer.ggml.token_type", GgufValue::I32Array({1, 9, 1})); },
+  err(
+      [&](GgufWriter* w) {
+        base(w);
+        w->Add("tokenizer.ggml.token_type", GgufValue::I32Array({1, 9, 1}));
+      },
       "tokenizer.ggml.token_type[1] = 9");
-  err([&](GgufWriter* w) { base(w); w->AddU32("tokenizer.ggml.bos_token_id", 3); },
+  err(
+      [&](GgufWriter* w) {
+        base(w);
+        w->AddU32("tokenizer.ggml.bos_token_id", 3);
+      },
       "'tokenizer.ggml.bos_token_id' = 3 is not a token id (the vocabulary has 3 tokens)");
   err([](GgufWriter* w) { w->AddString("tokenizer.ggml.model", "bert"); },
       "tokenizer.ggml.model is 'bert'");
-  err([](GgufWriter* w) {
-    w->AddString("tokenizer.ggml.model", "gpt2");
-    w->Add("tokenizer.ggml.tokens", GgufValue::StringArray({"a"}));
-  }, "'tokenizer.ggml.merges' is missing");
+  err(
+      [](GgufWriter* w) {
+        w->AddString("tokenizer.ggml.model", "gpt2");
+        w->Add("tokenizer.ggml.tokens", GgufValue::StringArray({"a"}));
+      },
+      "'tokenizer.ggml.merges' is missing");
   auto none_id = tok([&](GgufWriter* w) {
     base(w);
     w->AddU32("tokenizer.ggml.padding_token_id", 0xffffffffu);

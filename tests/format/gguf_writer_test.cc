@@ -1,6 +1,8 @@
 // GgufWriter -> GgufFile round trips: every metadata type (nested arrays included), every
 // DType from memory and from row callbacks, alignment, determinism, atomic replacement and the
 // writer's own validation.
+#include "format/gguf_writer.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 #include <vector>
 
 #include "format/gguf_reader.h"
-#include "format/gguf_writer.h"
 #include "tensor/quantize.h"
 #include "testing/testing.h"
 
@@ -56,11 +57,12 @@ TEST(GgufWriterTest, EveryMetadataTypeRoundTrips) {
   w.Add("i32s", GgufValue::I32Array({-1, 0, 7}));
   w.Add("u32s", GgufValue::U32Array({1, 2, 4000000000u}));
   w.Add("empty_arr", GgufValue::I32Array({}));
-  w.Add("bools", GgufValue::Array(GgufType::kBool, {GgufValue::Bool(true), GgufValue::Bool(false)}));
+  w.Add("bools",
+        GgufValue::Array(GgufType::kBool, {GgufValue::Bool(true), GgufValue::Bool(false)}));
   w.Add("f64s", GgufValue::Array(GgufType::kFloat64, {GgufValue::F64(0.5), GgufValue::F64(-8.0)}));
-  w.Add("nested", GgufValue::Array(GgufType::kArray,
-                                   {GgufValue::I32Array({1, 2}), GgufValue::I32Array({}),
-                                    GgufValue::I32Array({3})}));
+  w.Add("nested",
+        GgufValue::Array(GgufType::kArray, {GgufValue::I32Array({1, 2}), GgufValue::I32Array({}),
+                                            GgufValue::I32Array({3})}));
   w.Add("nested_str", GgufValue::Array(GgufType::kArray, {GgufValue::StringArray({"x", "yz"})}));
   std::string path = testing::TempDir() + "/kv.gguf";
   ASSERT_TRUE(w.Write(path).ok());
@@ -153,9 +155,14 @@ TEST(GgufWriterTest, EveryDTypeFromMemoryAndFromCallbacks) {
     Shape shape;
   };
   const std::vector<Case> cases = {
-      {DType::kF32, {5}},           {DType::kF32, {3, 7}},         {DType::kF16, {4, 9}},
-      {DType::kBF16, {2, 3, 5}},    {DType::kQ8_0, {6, 64}},       {DType::kQ4_0, {3, 96}},
-      {DType::kQ8_0, {2, 2, 2, 32}}, {DType::kQ4_0, {1, 32}},
+      {DType::kF32, {5}},
+      {DType::kF32, {3, 7}},
+      {DType::kF16, {4, 9}},
+      {DType::kBF16, {2, 3, 5}},
+      {DType::kQ8_0, {6, 64}},
+      {DType::kQ4_0, {3, 96}},
+      {DType::kQ8_0, {2, 2, 2, 32}},
+      {DType::kQ4_0, {1, 32}},
   };
   GgufWriter w;
   std::vector<std::vector<uint8_t>> bytes;
@@ -226,7 +233,8 @@ TEST(GgufWriterTest, StreamsLargeTensorsInChunksOfRows) {
     calls.emplace_back(b, e);
     float* out = reinterpret_cast<float*>(dst);
     for (int64_t r = b; r < e; ++r) {
-      for (int64_t c = 0; c < cols; ++c) out[(r - b) * cols + c] = static_cast<float>(r * 3 + c % 7);
+      for (int64_t c = 0; c < cols; ++c)
+        out[(r - b) * cols + c] = static_cast<float>(r * 3 + c % 7);
     }
     return Status::Ok();
   });
@@ -315,24 +323,44 @@ TEST(GgufWriterTest, RejectsInvalidInput) {
     EXPECT_NE(st.message().find(expect), std::string::npos) << st.message();
     EXPECT_FALSE(testing::FileExists(path));
   };
-  fails([](GgufWriter* w) { w->AddU32("a", 1); w->AddU32("a", 2); }, "'a' added twice");
+  fails(
+      [](GgufWriter* w) {
+        w->AddU32("a", 1);
+        w->AddU32("a", 2);
+      },
+      "'a' added twice");
   fails([](GgufWriter* w) { w->AddU32("", 1); }, "empty metadata key");
   fails([](GgufWriter* w) { w->AddU32("general.alignment", 64); }, "general.alignment");
-  fails([](GgufWriter* w) {
-    w->Add("m", GgufValue::Array(GgufType::kInt32, {GgufValue::I32(1), GgufValue::F32(2)}));
-  }, "f32 element at index 1");
-  fails([&](GgufWriter* w) {
-    w->AddTensor("t", DType::kF32, {4}, data.data());
-    w->AddTensor("t", DType::kF32, {4}, data.data());
-  }, "'t' added twice");
+  fails(
+      [](GgufWriter* w) {
+        w->Add("m", GgufValue::Array(GgufType::kInt32, {GgufValue::I32(1), GgufValue::F32(2)}));
+      },
+      "f32 element at index 1");
+  fails(
+      [&](GgufWriter* w) {
+        w->AddTensor("t", DType::kF32, {4}, data.data());
+        w->AddTensor("t", DType::kF32, {4}, data.data());
+      },
+      "'t' added twice");
   fails([&](GgufWriter* w) { w->AddTensor(std::string(64, 'n'), DType::kF32, {4}, data.data()); },
         "64 bytes");
-  fails([&](GgufWriter* w) { w->AddTensor("z", DType::kF32, {0, 4}, data.data()); }, "invalid shape");
-  fails([&](GgufWriter* w) { w->AddTensor("s", DType::kF32, Shape(), data.data()); }, "0 dimensions");
-  fails([&](GgufWriter* w) { w->AddTensor("q", DType::kQ8_0, {2, 48}, data.data()); },
-        "row length 48 is not a multiple of the Q8_0 block size 32");
-  fails([&](GgufWriter* w) { w->AddTensor("n", DType::kF32, {4}, static_cast<const void*>(nullptr)); },
-        "neither data nor a row filler");
+  fails(
+      [&](GgufWriter* w) {
+        w->AddTensor("z", DType::kF32, {0, 4}, data.data());
+      },
+      "invalid shape");
+  fails([&](GgufWriter* w) { w->AddTensor("s", DType::kF32, Shape(), data.data()); },
+        "0 dimensions");
+  fails(
+      [&](GgufWriter* w) {
+        w->AddTensor("q", DType::kQ8_0, {2, 48}, data.data());
+      },
+      "row length 48 is not a multiple of the Q8_0 block size 32");
+  fails(
+      [&](GgufWriter* w) {
+        w->AddTensor("n", DType::kF32, {4}, static_cast<const void*>(nullptr));
+      },
+      "neither data nor a row filler");
   GgufWriter odd(48);
   EXPECT_FALSE(odd.Write(testing::TempDir() + "/x.gguf").ok());
 }

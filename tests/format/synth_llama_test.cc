@@ -1,5 +1,7 @@
 // Synthetic Llama GGUF files: presets, round trip through the reader, the weight distribution,
 // the vocabulary, and byte-for-byte determinism.
+#include "format/synth_llama.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,7 +12,6 @@
 
 #include "base/thread_pool.h"
 #include "format/gguf_reader.h"
-#include "format/synth_llama.h"
 #include "tensor/quantize.h"
 #include "testing/testing.h"
 
@@ -63,8 +64,9 @@ TEST(SynthLlamaTest, SpecValidation) {
   s.d_model = 48, s.n_head = 4, s.n_head_kv = 2;
   EXPECT_TRUE(ValidateSynthSpec(s, DType::kF16).ok());
   st = ValidateSynthSpec(s, DType::kQ8_0);
-  EXPECT_NE(st.message().find("d_model 48 and d_ff 192 must be multiples of the Q8_0 block size 32"),
-            std::string::npos)
+  EXPECT_NE(
+      st.message().find("d_model 48 and d_ff 192 must be multiples of the Q8_0 block size 32"),
+      std::string::npos)
       << st.message();
   s = *SynthPreset("tiny");
   s.n_head_kv = 3;
@@ -128,7 +130,8 @@ TEST(SynthLlamaTest, FastGeneratorMatchesLibmReference) {
       SynthRandomRow(11, 3, row, fast.data(), n);
       SynthRandomRowReference(11, 3, row, ref.data(), n);
       for (int64_t i = 0; i < n; ++i) {
-        ASSERT_NEAR(fast[i], ref[i], 2e-6f * 0.02f + 1e-6f * std::fabs(ref[i])) << n << " " << row << " " << i;
+        ASSERT_NEAR(fast[i], ref[i], 2e-6f * 0.02f + 1e-6f * std::fabs(ref[i]))
+            << n << " " << row << " " << i;
       }
     }
   }
@@ -245,8 +248,10 @@ TEST(SynthLlamaTest, EveryTypeLoadsAndMatchesTheReferenceQuantization) {
     }
     auto g = GgufFile::Open(path);
     ASSERT_TRUE(g.ok());
-    EXPECT_EQ(*g->GetU32("general.file_type"), t == DType::kQ8_0 ? 7u : t == DType::kQ4_0 ? 2u
-                                               : t == DType::kF16  ? 1u : 32u);
+    EXPECT_EQ(*g->GetU32("general.file_type"), t == DType::kQ8_0   ? 7u
+                                               : t == DType::kQ4_0 ? 2u
+                                               : t == DType::kF16  ? 1u
+                                                                   : 32u);
   }
 }
 
@@ -254,9 +259,9 @@ TEST(SynthLlamaTest, SameSeedSameBytesAnyThreadCount) {
   SynthSpec spec = *SynthPreset("tiny");
   std::string dir = testing::TempDir();
   std::vector<double> progress;
-  ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kQ8_0, 7, dir + "/a.gguf",
-                                   [&](double p) { progress.push_back(p); })
-                  .ok());
+  ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kQ8_0, 7, dir + "/a.gguf", [&](double p) {
+                progress.push_back(p);
+              }).ok());
   ThreadPool pool(2);
   ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kQ8_0, 7, dir + "/b.gguf", nullptr, &pool).ok());
   ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kQ8_0, 8, dir + "/c.gguf", nullptr).ok());
