@@ -4,7 +4,9 @@
 #include "base/units.h"
 #include "common/cli.h"
 #include "common/commands.h"
+#include "format/gguf_reader.h"
 #include "format/model_file.h"
+#include "format/weir_pack_reader.h"
 
 namespace weir::tools {
 
@@ -17,6 +19,75 @@ const char* TokenizerKindName(format::TokenizerSpec::Kind k) {
   }
   return "?";
 }
+// A weir pack (format/weir_pack_format.h): the model, then how it is laid out for streaming.
+int InspectPack(const format::PackFile& p, bool json, bool metadata) {
+  const auto& c = p.config();
+  if (json) {
+    nlohmann::json j;
+    j["path"] = p.path();
+    j["format"] = "weir-pack";
+    j["config"] = {{"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_head", c.n_head},
+                   {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim}, {"d_ff", c.d_ff},
+                   {"vocab_size", c.vocab_size}, {"ctx_len", c.ctx_len}, {"tied_output", c.tied_output}};
+    j["tokenizer"] = {{"kind", TokenizerKindName(p.tokenizer().kind)}, {"tokens", p.tokenizer().tokens.size()}};
+    nlohmann::json groups = nlohmann::json::array();
+    for (const auto& g : p.groups()) {
+      groups.push_back({{"group", g.index}, {"first_layer", g.first_layer}, {"layers", g.n_layers},
+                        {"d_ff", g.d_ff}, {"type", DTypeName(g.dtype)}, {"bundle_bytes", g.bundle_bytes},
+                        {"offset", g.offset}, {"bytes", g.nbytes}});
+    }
+    nlohmann::json statics = nlohmann::json::array();
+    for (const auto& t : p.static_tensors()) {
+      std::vector<int64_t> shape(t.shape.dims.begin(), t.shape.dims.begin() + t.shape.ndim);
+      statics.push_back({{"name", t.name}, {"type", DTypeName(t.dtype)}, {"shape", shape},
+                         {"offset", t.offset}, {"bytes", t.nbytes}});
+    }
+    j["pack"] = {{"version", format::kPackVersion}, {"layout", format::kPackLayout},
+                 {"group_size", p.group_size()}, {"down_t", p.down_t()}, {"source", p.source()},
+                 {"alignment", format::kPackAlignment}, {"groups", groups}, {"static_tensors", statics},
+                 {"static_bytes", p.static_bytes()}, {"bundle_bytes", p.bundle_bytes()},
+                 {"file_bytes", p.file_size()}};
+    if (metadata) {
+      nlohmann::json md = nlohmann::json::object();
+      for (const auto& [k, v] : p.RenderMetadata()) md[k] = v;
+      j["metadata"] = md;
+    }
+    PrintJson(j);
+    return kExitOk;
+  }
+  std::printf("model:      %s\nformat:     weir pack v%u (GGUF container, %u-byte alignment), from %s\n",
+              p.path().c_str(), format::kPackVersion, format::kPackAlignment,
+              p.source().empty() ? "?" : p.source().c_str());
+  std::printf("d_model %d | layers %d | heads %d (kv %d, head_dim %d) | d_ff %d | vocab %d | ctx %d\n",
+              c.d_model, c.n_layers, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab_size, c.ctx_len);
+  std::printf("tokenizer:  %s, %zu tokens\n", TokenizerKindName(p.tokenizer().kind), p.tokenizer().tokens.size());
+  if (metadata) {
+    std::printf("\nmetadata:\n");
+    for (const auto& [k, v] : p.RenderMetadata()) std::printf("  %-40s %s\n", k.c_str(), v.c_str());
+  }
+  std::printf("\nlayout:     %s; layer groups of up to %d layers; ffn_down^T %s\n", format::kPackLayout,
+              p.group_size(), p.down_t().c_str());
+  std::printf("            channel c of a group = rows (c*n + j)*3 + {gate, up, down^T} for its n layers j\n");
+  std::printf("\n| group | layers | d_ff | type | bundle bytes | offset | bytes |\n|---:|---|---:|---|---:|---:|---:|\n");
+  for (const auto& g : p.groups()) {
+    std::printf("| %d | %d..%d | %d | %s | %zu | %llu | %s |\n", g.index, g.first_layer,
+                g.first_layer + g.n_layers - 1, g.d_ff, DTypeName(g.dtype), g.bundle_bytes,
+                static_cast<unsigned long long>(g.offset), FormatBytes(g.nbytes).c_str());
+  }
+  std::printf("\n| %-28s | %-5s | %-16s | %12s | %12s |\n|%s|%s|%s|%s|%s|\n", "static tensor", "type", "shape",
+              "offset", "bytes", std::string(30, '-').c_str(), std::string(7, '-').c_str(),
+              std::string(18, '-').c_str(), std::string(14, '-').c_str(), std::string(14, '-').c_str());
+  for (const auto& t : p.static_tensors()) {
+    std::printf("| %-28s | %-5s | %-16s | %12llu | %12llu |\n", t.name.c_str(), DTypeName(t.dtype),
+                t.shape.ToString().c_str(), static_cast<unsigned long long>(t.offset),
+                static_cast<unsigned long long>(t.nbytes));
+  }
+  std::printf("\n%zu static tensors %s, %zu bundle tensors %s, file %s\n", p.static_tensors().size(),
+              FormatBytes(p.static_bytes()).c_str(), p.groups().size(), FormatBytes(p.bundle_bytes()).c_str(),
+              FormatBytes(p.file_size()).c_str());
+  return kExitOk;
+}
+
 }  // namespace
 
 int InspectMain(int argc, char** argv) {
@@ -29,6 +100,12 @@ int InspectMain(int argc, char** argv) {
   app.add_flag("--json", json, "print as JSON");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
+  // A weir pack is a GGUF file whose MLP is re-laid out: describe that layout.
+  if (auto g = format::GgufFile::Open(path); g.ok() && format::PackFile::IsPack(*g)) {
+    auto pack = format::PackFile::FromGguf(std::move(g).value());
+    if (!pack.ok()) return Fail("inspect", pack.status());
+    return InspectPack(*pack, json, metadata);
+  }
   format::LoadOptions opt;
   opt.tokenizer_path = tokenizer;
   auto mf = format::LoadModel(path, opt);

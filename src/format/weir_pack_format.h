@@ -1,0 +1,112 @@
+// The weir pack: a GGUF file whose MLP weights are laid out for streaming from storage
+// (`weir pack`, docs/streaming.md). This header has the constants and the geometry that the
+// writer (weir_pack_writer.h) and the reader (weir_pack_reader.h) share.
+//
+// Container. A GGUF v3 file (byte layout in format/gguf_reader.h) with general.alignment = 4096,
+// so every tensor starts on a 4 KiB boundary and O_DIRECT can read any page-aligned range of it
+// straight into page-aligned memory. Standard GGUF tools read the header and the tensor table.
+//
+// Metadata: every llama.* and tokenizer.ggml.* key of a normal weir GGUF
+// (AddLlamaGgufMetadata), then
+//   weir.pack.version            u32        1
+//   weir.pack.layout             string     "ffn_bundles:gate,up,down_t"
+//   weir.pack.group_size         u32        N asked for with --group
+//   weir.pack.group_first_layer  u32[G]     first layer of each layer group
+//   weir.pack.group_layer_count  u32[G]     layers in each group (1..N)
+//   weir.pack.down_t             string     "exact" (float types) or "requantized" (Q8_0/Q4_0)
+//   weir.pack.source             string     file name (no directory) of the packed model
+//
+// Tensors, in this order:
+//   token_embd.weight, output_norm.weight, output.weight (absent when tied), then per layer
+//   attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm -- the static tensors, whole,
+//   under their canonical names (format/model_file.h) and shapes;
+//   then one bundle tensor per layer group g:
+//     weir.ffn_bundles.<g>   type T   shape [d_ff * n * 3, d_model]    (n = layers in group)
+//   whose row (c * n + j) * 3 + op holds, for channel (neuron) c in [0, d_ff) and layer
+//   first + j of the group:
+//     op 0  row c of blk.L.ffn_gate.weight       (d_model values, quantized blocks as stored)
+//     op 1  row c of blk.L.ffn_up.weight
+//     op 2  column c of blk.L.ffn_down.weight, i.e. row c of ffn_down^T
+// So channel c's bundle -- gate, up and down for every layer of the group -- is one contiguous
+// run of n * 3 rows ("channel, layer, operator" order, ActiveFlow §3): one read fetches the
+// same neuron for n layers. Bundles are packed back to back (no padding between channels);
+// the streaming engine reads page-aligned blocks of a bundle tensor, each of which is inside
+// the file because the tensor starts page-aligned and the GGUF padding after it (or the end of
+// the file) completes its last page.
+//
+// Numerics of ffn_down^T: for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
+// row, so a column of ffn_down is not made of whole blocks: the packer dequantizes the column
+// (d_model values) and quantizes it again with the reference QuantizeRow, i.e. 32 consecutive
+// outputs of one neuron share a new scale. That is a second rounding (docs/streaming.md gives
+// its measured size); gate and up rows are copied bit for bit.
+//
+// Thread safety: constants and pure functions.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "format/model_file.h"
+#include "tensor/dtype.h"
+
+namespace weir::format {
+
+inline constexpr uint32_t kPackVersion = 1;
+inline constexpr uint32_t kPackAlignment = 4096;
+inline constexpr char kPackLayout[] = "ffn_bundles:gate,up,down_t";
+
+inline constexpr char kPackVersionKey[] = "weir.pack.version";
+inline constexpr char kPackLayoutKey[] = "weir.pack.layout";
+inline constexpr char kPackGroupSizeKey[] = "weir.pack.group_size";
+inline constexpr char kPackGroupFirstKey[] = "weir.pack.group_first_layer";
+inline constexpr char kPackGroupCountKey[] = "weir.pack.group_layer_count";
+inline constexpr char kPackDownTKey[] = "weir.pack.down_t";
+inline constexpr char kPackSourceKey[] = "weir.pack.source";
+
+// Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
+inline constexpr int kMaxPackGroupSize = 64;
+
+// "weir.ffn_bundles.<g>".
+std::string PackBundleTensorName(int group);
+
+// The operators inside a bundle, in storage order.
+enum class BundleOp : int { kGate = 0, kUp = 1, kDownT = 2 };
+inline constexpr int kBundleOps = 3;
+
+// One layer group's bundle tensor.
+struct PackGroup {
+  int index = 0;
+  int first_layer = 0;
+  int n_layers = 0;   // layers in this group
+  int d_ff = 0;       // channels (equal for every layer of the group)
+  int d_model = 0;
+  DType dtype = DType::kF32;
+  uint64_t offset = 0;      // absolute file offset of the tensor's first byte (page-aligned)
+  uint64_t nbytes = 0;      // d_ff * bundle_bytes
+  size_t row_bytes = 0;     // RowBytes(dtype, d_model)
+  size_t bundle_bytes = 0;  // n_layers * 3 * row_bytes: channel c starts at offset + c * this
+
+  int64_t rows() const { return int64_t{d_ff} * n_layers * kBundleOps; }
+  // Row of the bundle tensor holding `op` of layer first_layer + j for channel c.
+  int64_t Row(int64_t c, int j, BundleOp op) const {
+    return (c * n_layers + j) * kBundleOps + static_cast<int>(op);
+  }
+  bool Contains(int layer) const { return layer >= first_layer && layer < first_layer + n_layers; }
+};
+
+// Splits layers 0..n_layers-1 into groups of up to `group_size` consecutive layers; a group
+// also ends where d_ff changes (bundles of one group share a channel count). Returns
+// (first_layer, n_layers) pairs. group_size must be in [1, kMaxPackGroupSize].
+std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int group_size);
+
+// Fills the derived fields of a group (row_bytes, bundle_bytes, nbytes) from its dims and
+// dtype; InvalidArgument when d_model is not whole blocks of dtype or the sizes overflow.
+Status FinishPackGroup(PackGroup* group);
+
+// The canonical static tensor names in pack order (see above).
+std::vector<std::string> PackStaticTensorNames(const LlamaConfig& config);
+
+}  // namespace weir::format

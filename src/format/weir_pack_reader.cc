@@ -1,0 +1,182 @@
+#include "format/weir_pack_reader.h"
+
+#include "base/checked_math.h"
+
+namespace weir::format {
+
+Result<PackFile> PackFile::Open(const std::string& path) {
+  WEIR_ASSIGN_OR_RETURN(GgufFile f, GgufFile::Open(path));
+  return FromGguf(std::move(f));
+}
+
+bool PackFile::IsPack(const GgufFile& file) { return file.Has(kPackVersionKey); }
+
+Result<PackFile> PackFile::FromGguf(GgufFile file) {
+  PackFile p(std::move(file));
+  WEIR_RETURN_IF_ERROR(p.Parse());
+  return p;
+}
+
+const PackTensor* PackFile::FindStatic(const std::string& name) const {
+  for (const PackTensor& t : statics_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+uint64_t PackFile::static_bytes() const {
+  uint64_t n = 0;
+  for (const PackTensor& t : statics_) n += t.nbytes;
+  return n;
+}
+
+uint64_t PackFile::bundle_bytes() const {
+  uint64_t n = 0;
+  for (const PackGroup& g : groups_) n += g.nbytes;
+  return n;
+}
+
+Status PackFile::Parse() {
+  const GgufFile& f = gguf_;
+  const char* p = f.path().c_str();
+  if (!IsPack(f)) {
+    return Status::InvalidArgument(StrFormat(
+        "%s: not a weir pack (no %s key); make one with `weir pack -m MODEL -o OUT.weir`", p,
+        kPackVersionKey));
+  }
+  WEIR_ASSIGN_OR_RETURN(uint32_t version, f.GetU32(kPackVersionKey));
+  if (version != kPackVersion) {
+    return Status::Unsupported(StrFormat("%s: %s is %u; this weir reads version %u", p,
+                                         kPackVersionKey, version, kPackVersion));
+  }
+  WEIR_ASSIGN_OR_RETURN(std::string layout, f.GetString(kPackLayoutKey));
+  if (layout != kPackLayout) {
+    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s'", p, kPackLayoutKey,
+                                         layout.substr(0, 64).c_str(), kPackLayout));
+  }
+  if (f.alignment() != kPackAlignment) {
+    return Status::Corrupt(StrFormat("%s: general.alignment is %u; a weir pack needs %u", p,
+                                     f.alignment(), kPackAlignment));
+  }
+  WEIR_ASSIGN_OR_RETURN(config_, ReadGgufLlamaConfig(f));
+  WEIR_ASSIGN_OR_RETURN(tokenizer_, ReadGgufTokenizer(f));
+  if (f.Has(kPackDownTKey)) {
+    WEIR_ASSIGN_OR_RETURN(down_t_, f.GetString(kPackDownTKey));
+  }
+  if (f.Has(kPackSourceKey)) {
+    WEIR_ASSIGN_OR_RETURN(source_, f.GetString(kPackSourceKey));
+  }
+
+  // Groups: arrays of equal length that tile the layers in order.
+  WEIR_ASSIGN_OR_RETURN(uint32_t gsize, f.GetU32(kPackGroupSizeKey));
+  if (gsize < 1 || gsize > static_cast<uint32_t>(kMaxPackGroupSize)) {
+    return Status::Corrupt(StrFormat("%s: %s = %u is outside 1..%d", p, kPackGroupSizeKey, gsize,
+                                     kMaxPackGroupSize));
+  }
+  group_size_ = static_cast<int>(gsize);
+  WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> firsts, f.GetI64Array(kPackGroupFirstKey));
+  WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> counts, f.GetI64Array(kPackGroupCountKey));
+  if (firsts.empty() || firsts.size() != counts.size()) {
+    return Status::Corrupt(StrFormat("%s: %s has %zu entries and %s %zu; expected equal, >= 1", p,
+                                     kPackGroupFirstKey, firsts.size(), kPackGroupCountKey,
+                                     counts.size()));
+  }
+  const int n_layers = config_.n_layers;
+  if (n_layers <= 0 || static_cast<int>(config_.layers.size()) != n_layers) {
+    return Status::Corrupt(StrFormat("%s: config has %d layers", p, n_layers));
+  }
+  group_of_.assign(static_cast<size_t>(n_layers), -1);
+  int64_t next = 0;
+  for (size_t g = 0; g < firsts.size(); ++g) {
+    if (firsts[g] != next || counts[g] < 1 || counts[g] > gsize || firsts[g] + counts[g] > n_layers) {
+      return Status::Corrupt(StrFormat(
+          "%s: layer group %zu starts at layer %lld with %lld layers; expected to start at %lld "
+          "with 1..%u layers inside the %d layers",
+          p, g, static_cast<long long>(firsts[g]), static_cast<long long>(counts[g]),
+          static_cast<long long>(next), gsize, n_layers));
+    }
+    PackGroup grp;
+    grp.index = static_cast<int>(g);
+    grp.first_layer = static_cast<int>(firsts[g]);
+    grp.n_layers = static_cast<int>(counts[g]);
+    grp.d_ff = config_.layers[static_cast<size_t>(grp.first_layer)].d_ff;
+    grp.d_model = config_.d_model;
+    for (int j = 0; j < grp.n_layers; ++j) {
+      const int l = grp.first_layer + j;
+      if (config_.layers[static_cast<size_t>(l)].d_ff != grp.d_ff) {
+        return Status::Corrupt(StrFormat("%s: layer group %zu mixes d_ff %d (layer %d) and %d (layer %d)",
+                                         p, g, grp.d_ff, grp.first_layer,
+                                         config_.layers[static_cast<size_t>(l)].d_ff, l));
+      }
+      group_of_[static_cast<size_t>(l)] = grp.index;
+    }
+    const std::string name = PackBundleTensorName(grp.index);
+    const GgufTensorInfo* info = f.FindTensor(name);
+    if (info == nullptr) {
+      return Status::Corrupt(StrFormat("%s: bundle tensor %s of layers %d..%d is missing", p,
+                                       name.c_str(), grp.first_layer, grp.first_layer + grp.n_layers - 1));
+    }
+    if (!info->dtype) {
+      return Status::Unsupported(StrFormat("%s: bundle tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)",
+                                           p, name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
+    }
+    grp.dtype = *info->dtype;
+    uint64_t rows = 0;
+    if (!CheckedMul(static_cast<uint64_t>(grp.d_ff), static_cast<uint64_t>(grp.n_layers) * kBundleOps, &rows) ||
+        !(info->shape == Shape{static_cast<int64_t>(rows), config_.d_model})) {
+      return Status::Corrupt(StrFormat("%s: bundle tensor %s has shape %s, expected [d_ff * layers * 3, d_model] = [%d * %d * 3, %d]",
+                                       p, name.c_str(), info->shape.ToString().c_str(), grp.d_ff,
+                                       grp.n_layers, config_.d_model));
+    }
+    WEIR_RETURN_IF_ERROR(FinishPackGroup(&grp).WithContext(f.path()));
+    if (grp.nbytes != info->nbytes || info->offset % kPackAlignment != 0) {
+      return Status::Corrupt(StrFormat("%s: bundle tensor %s: %llu bytes at offset %llu; expected %llu bytes at a multiple of %u",
+                                       p, name.c_str(), static_cast<unsigned long long>(info->nbytes),
+                                       static_cast<unsigned long long>(info->offset),
+                                       static_cast<unsigned long long>(grp.nbytes), kPackAlignment));
+    }
+    grp.offset = info->offset;
+    groups_.push_back(grp);
+    next = firsts[g] + counts[g];
+  }
+  if (next != n_layers) {
+    return Status::Corrupt(StrFormat("%s: layer groups cover layers 0..%lld of %d", p,
+                                     static_cast<long long>(next) - 1, n_layers));
+  }
+
+  // Static tensors: checked with the rules of every model file, the MLP tensors standing in as
+  // views of the bundle tensors with the shapes they replace.
+  ModelFile m;
+  m.path = f.path();
+  m.config = config_;
+  m.tokenizer = tokenizer_;
+  for (const std::string& name : PackStaticTensorNames(config_)) {
+    const GgufTensorInfo* info = f.FindTensor(name);
+    if (info == nullptr) {
+      return Status::Corrupt(StrFormat("%s: static tensor %s is missing", p, name.c_str()));
+    }
+    if (!info->dtype) {
+      return Status::Unsupported(StrFormat("%s: tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)",
+                                           p, name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
+    }
+    if (info->offset % kPackAlignment != 0) {
+      return Status::Corrupt(StrFormat("%s: tensor %s at offset %llu is not %u-aligned", p,
+                                       name.c_str(), static_cast<unsigned long long>(info->offset),
+                                       kPackAlignment));
+    }
+    statics_.push_back(PackTensor{name, *info->dtype, info->shape, info->offset, info->nbytes});
+    m.tensors.emplace(name, TensorView{*info->dtype, info->shape, f.TensorData(*info)});
+  }
+  for (const PackGroup& g : groups_) {
+    const void* data = f.data() + g.offset;
+    for (int j = 0; j < g.n_layers; ++j) {
+      const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+      m.tensors.emplace(b + "ffn_gate.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, data});
+      m.tensors.emplace(b + "ffn_up.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, data});
+      m.tensors.emplace(b + "ffn_down.weight", TensorView{g.dtype, Shape{g.d_model, g.d_ff}, data});
+    }
+  }
+  return ValidateLlama(m);
+}
+
+}  // namespace weir::format

@@ -1,0 +1,255 @@
+#include "format/weir_pack_writer.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+#include <vector>
+
+#include "format/gguf_writer.h"
+#include "format/llama_gguf_writer.h"
+#include "format/weir_pack_format.h"
+#include "tensor/quantize.h"
+
+namespace weir::format {
+
+namespace {
+
+// Row r of attn_q/attn_k as written for adjacent-pair RoPE comes from this row of a rotate-half
+// source (the same permutation WriteLlamaGguf applies; see llama_gguf_writer.h).
+int64_t AdjacentPairSourceRow(int64_t r, int head_dim, int rope_dim) {
+  const int64_t head = r / head_dim, j = r % head_dim;
+  if (j >= rope_dim) return r;
+  const int64_t src = (j % 2 == 0) ? j / 2 : j / 2 + rope_dim / 2;
+  return head * head_dim + src;
+}
+
+// Copies row `src_row` of `src` into dst as type `out` (bit for bit when the types agree).
+void ConvertRow(const TensorView& src, int64_t src_row, DType out, uint8_t* dst,
+                std::vector<float>* tmp) {
+  const int64_t cols = src.cols();
+  if (out == src.dtype) {
+    std::memcpy(dst, src.row(src_row), src.row_bytes());
+    return;
+  }
+  tmp->resize(static_cast<size_t>(cols));
+  DequantizeRow(src.dtype, src.row(src_row), tmp->data(), cols);
+  QuantizeRow(out, tmp->data(), dst, cols);
+}
+
+// What one layer group's bundle tensor is made of, and its ffn_down^T rows once built.
+struct GroupSource {
+  PackGroup group;
+  std::vector<TensorView> gate, up, down;  // per layer of the group
+  std::vector<std::vector<uint8_t>> down_t;  // per layer: [d_ff, row_bytes], built lazily
+};
+
+Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
+  const PackGroup& g = s->group;
+  if (s->down_t.empty()) {
+    s->down_t.resize(static_cast<size_t>(g.n_layers));
+    for (int j = 0; j < g.n_layers; ++j) {
+      s->down_t[static_cast<size_t>(j)].resize(static_cast<size_t>(g.d_ff) * g.row_bytes);
+      WEIR_RETURN_IF_ERROR(
+          TransposeWeight(s->down[static_cast<size_t>(j)], g.dtype, s->down_t[static_cast<size_t>(j)].data()));
+    }
+  }
+  std::vector<float> tmp;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t c = r / (int64_t{g.n_layers} * kBundleOps);
+    const int j = static_cast<int>((r / kBundleOps) % g.n_layers);
+    const auto op = static_cast<BundleOp>(r % kBundleOps);
+    uint8_t* d = dst + static_cast<size_t>(r - begin) * g.row_bytes;
+    switch (op) {
+      case BundleOp::kGate:
+        ConvertRow(s->gate[static_cast<size_t>(j)], c, g.dtype, d, &tmp);
+        break;
+      case BundleOp::kUp:
+        ConvertRow(s->up[static_cast<size_t>(j)], c, g.dtype, d, &tmp);
+        break;
+      case BundleOp::kDownT:
+        std::memcpy(d, s->down_t[static_cast<size_t>(j)].data() + static_cast<size_t>(c) * g.row_bytes,
+                    g.row_bytes);
+        break;
+    }
+  }
+  if (end == g.rows()) s->down_t.clear();  // the group is done: free its transposes
+  return Status::Ok();
+}
+
+std::string BaseName(const std::string& path) {
+  std::string p = path;
+  while (p.size() > 1 && p.back() == '/') p.pop_back();
+  const size_t slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+}  // namespace
+
+Status TransposeWeight(const TensorView& w, DType out, uint8_t* dst) {
+  if (w.shape.ndim != 2) {
+    return Status::InvalidArgument(
+        StrFormat("transpose: weight of shape %s is not 2-D", w.shape.ToString().c_str()));
+  }
+  const int64_t rows = w.rows(), cols = w.cols();
+  if (rows % BlockSize(out) != 0) {
+    return Status::InvalidArgument(StrFormat("transpose: %lld rows are not whole %s blocks of %d",
+                                             static_cast<long long>(rows), DTypeName(out),
+                                             BlockSize(out)));
+  }
+  // Tiles of kTile source columns: each source row is dequantized one block (or kTile floats) at
+  // a time into tile[k][r], then every tile row is quantized as one output row.
+  constexpr int64_t kTile = 32;
+  const size_t out_row = RowBytes(out, rows);
+  std::vector<float> tile(static_cast<size_t>(kTile * rows));
+  std::vector<float> piece(kTile);
+  for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
+    const int64_t width = std::min(kTile, cols - c0);
+    for (int64_t r = 0; r < rows; ++r) {
+      // c0 is a multiple of 32, so for Q8_0/Q4_0 this is one whole block.
+      DequantizeRow(w.dtype, w.row(r) + RowBytes(w.dtype, c0), piece.data(), width);
+      for (int64_t k = 0; k < width; ++k) tile[static_cast<size_t>(k * rows + r)] = piece[static_cast<size_t>(k)];
+    }
+    for (int64_t k = 0; k < width; ++k) {
+      QuantizeRow(out, tile.data() + k * rows, dst + static_cast<size_t>(c0 + k) * out_row, rows);
+    }
+  }
+  return Status::Ok();
+}
+
+Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
+                 const std::function<void(double)>& progress) {
+  WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
+  if (options.group_size < 1 || options.group_size > kMaxPackGroupSize) {
+    return Status::InvalidArgument(StrFormat("%s: group size %d is outside 1..%d", path.c_str(),
+                                             options.group_size, kMaxPackGroupSize));
+  }
+  const LlamaConfig& c = model.config;
+  auto tensor = [&](const std::string& name) { return *model.Find(name); };  // validated above
+
+  // Static tensors: type and RoPE permutation as WriteLlamaGguf would write them.
+  struct StaticPlan {
+    std::string name;
+    TensorView src;
+    DType out;
+    bool permute;
+  };
+  std::vector<StaticPlan> statics;
+  std::map<DType, uint64_t> bytes_by_type;
+  for (const std::string& n : PackStaticTensorNames(c)) {
+    StaticPlan p{n, tensor(n), tensor(n).dtype, false};
+    if (p.src.shape.ndim == 1) {
+      p.out = DType::kF32;
+    } else if (options.type && p.src.cols() % BlockSize(*options.type) == 0) {
+      p.out = *options.type;
+    }
+    p.permute = c.rope_style == RopeStyle::kRotateHalf &&
+                (n.ends_with(".attn_q.weight") || n.ends_with(".attn_k.weight"));
+    if (p.permute && p.src.rows() % c.head_dim != 0) {
+      return Status::InvalidArgument(StrFormat("%s: %s has shape %s, not whole heads of %d rows",
+                                               path.c_str(), n.c_str(),
+                                               p.src.shape.ToString().c_str(), c.head_dim));
+    }
+    if (p.src.shape.ndim == 2) bytes_by_type[p.out] += RowBytes(p.out, p.src.cols()) * static_cast<uint64_t>(p.src.rows());
+    statics.push_back(std::move(p));
+  }
+
+  // Layer groups and their bundle type.
+  std::vector<std::shared_ptr<GroupSource>> groups;
+  const auto plan = PlanPackGroups(c, options.group_size);
+  for (size_t gi = 0; gi < plan.size(); ++gi) {
+    auto s = std::make_shared<GroupSource>();
+    PackGroup& g = s->group;
+    g.index = static_cast<int>(gi);
+    g.first_layer = plan[gi].first;
+    g.n_layers = plan[gi].second;
+    g.d_ff = c.layers[static_cast<size_t>(g.first_layer)].d_ff;
+    g.d_model = c.d_model;
+    for (int j = 0; j < g.n_layers; ++j) {
+      const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+      s->gate.push_back(tensor(b + "ffn_gate.weight"));
+      s->up.push_back(tensor(b + "ffn_up.weight"));
+      s->down.push_back(tensor(b + "ffn_down.weight"));
+    }
+    g.dtype = options.type ? *options.type : s->gate[0].dtype;
+    if (!options.type) {
+      for (int j = 0; j < g.n_layers; ++j) {
+        for (const TensorView* v : {&s->gate[static_cast<size_t>(j)], &s->up[static_cast<size_t>(j)],
+                                    &s->down[static_cast<size_t>(j)]}) {
+          if (v->dtype != g.dtype) {
+            return Status::InvalidArgument(StrFormat(
+                "%s: layer group %d mixes MLP weight types (%s in blk.%d.ffn_gate, %s in another "
+                "MLP tensor of blk.%d); pass --type to convert them to one type",
+                path.c_str(), g.index, DTypeName(g.dtype), g.first_layer, DTypeName(v->dtype),
+                g.first_layer + j));
+          }
+        }
+      }
+    }
+    if (g.d_ff % BlockSize(g.dtype) != 0) {
+      return Status::InvalidArgument(StrFormat("%s: d_ff %d of layer %d is not whole %s blocks",
+                                               path.c_str(), g.d_ff, g.first_layer,
+                                               DTypeName(g.dtype)));
+    }
+    WEIR_RETURN_IF_ERROR(FinishPackGroup(&g).WithContext(path));
+    bytes_by_type[g.dtype] += g.nbytes;
+    groups.push_back(std::move(s));
+  }
+  DType main_type = DType::kF32;
+  uint64_t best = 0;
+  for (const auto& [t, b] : bytes_by_type) {
+    if (b > best) best = b, main_type = t;
+  }
+
+  GgufWriter w(kPackAlignment);
+  std::string name;
+  for (const auto& [k, v] : model.metadata) {
+    if (k == "general.name") name = v;
+  }
+  if (name.empty()) name = BaseName(model.path);
+  if (name.empty()) name = "llama";
+  LlamaConfig written = c;
+  written.rope_style = RopeStyle::kAdjacentPairs;
+  WEIR_RETURN_IF_ERROR(
+      AddLlamaGgufMetadata(written, model.tokenizer, name, LlamaFileType(main_type), &w).WithContext(path));
+  std::vector<uint32_t> firsts, counts;
+  bool requantized = false;
+  for (const auto& s : groups) {
+    firsts.push_back(static_cast<uint32_t>(s->group.first_layer));
+    counts.push_back(static_cast<uint32_t>(s->group.n_layers));
+    requantized = requantized || s->group.dtype == DType::kQ8_0 || s->group.dtype == DType::kQ4_0;
+  }
+  w.AddU32(kPackVersionKey, kPackVersion);
+  w.AddString(kPackLayoutKey, kPackLayout);
+  w.AddU32(kPackGroupSizeKey, static_cast<uint32_t>(options.group_size));
+  w.Add(kPackGroupFirstKey, GgufValue::U32Array(firsts));
+  w.Add(kPackGroupCountKey, GgufValue::U32Array(counts));
+  w.AddString(kPackDownTKey, requantized ? "requantized" : "exact");
+  w.AddString(kPackSourceKey, BaseName(model.path));
+
+  const int head_dim = c.head_dim;
+  const int rope_dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
+  for (const StaticPlan& p : statics) {
+    if (p.out == p.src.dtype && !p.permute) {
+      w.AddTensor(p.name, p.out, p.src.shape, p.src.data);
+      continue;
+    }
+    w.AddTensor(p.name, p.out, p.src.shape,
+                [p, head_dim, rope_dim](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                  const size_t out_row = RowBytes(p.out, p.src.cols());
+                  std::vector<float> tmp;
+                  for (int64_t r = begin; r < end; ++r) {
+                    const int64_t s = p.permute ? AdjacentPairSourceRow(r, head_dim, rope_dim) : r;
+                    ConvertRow(p.src, s, p.out, dst + static_cast<size_t>(r - begin) * out_row, &tmp);
+                  }
+                  return Status::Ok();
+                });
+  }
+  for (const auto& s : groups) {
+    const PackGroup& g = s->group;
+    w.AddTensor(PackBundleTensorName(g.index), g.dtype, Shape{g.rows(), g.d_model},
+                [s](int64_t begin, int64_t end, uint8_t* dst) { return FillBundles(s.get(), begin, end, dst); });
+  }
+  return w.Write(path, progress);
+}
+
+}  // namespace weir::format

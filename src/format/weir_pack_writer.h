@@ -1,0 +1,37 @@
+// WritePack: writes any loaded Llama model as a weir pack (layout in weir_pack_format.h): the
+// static tensors whole, the MLP weights as neuron bundles interleaved by (channel, layer,
+// operator) within layer groups, every tensor 4 KiB-aligned. Streams through GgufWriter (a few
+// MiB of buffers plus one layer group's ffn_down^T rows), writes path.tmp and renames it.
+// Deterministic: the same model and options always give the same bytes (no time stamps, no
+// directories in the metadata, no threads deciding any order).
+//
+// Thread safety: a free function; the model is only read.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+
+#include "base/status.h"
+#include "format/model_file.h"
+#include "tensor/dtype.h"
+
+namespace weir::format {
+
+struct PackOptions {
+  int group_size = 1;         // layers per group (--group), 1..kMaxPackGroupSize
+  std::optional<DType> type;  // convert every 2-D weight to this type first (--type)
+};
+
+// Errors: the model's own validation, a bad group size, MLP tensors of one group in different
+// types (pass a type to convert them), d_model not whole blocks of the bundle type, I/O.
+Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
+                 const std::function<void(double)>& progress = nullptr);
+
+// Row c of w^T in type `out`, for a 2-D weight w [rows, cols] and c < cols: the column c of w
+// (rows values, dequantized) quantized with QuantizeRow(out). Fills dst[c * RowBytes(out, rows)]
+// for every c, i.e. the whole transposed matrix [cols, rows]. rows must be whole blocks of out.
+// Exact for float types; a second rounding for Q8_0/Q4_0 (see weir_pack_format.h).
+Status TransposeWeight(const TensorView& w, DType out, uint8_t* dst);
+
+}  // namespace weir::format

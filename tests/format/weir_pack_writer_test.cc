@@ -1,0 +1,250 @@
+// weir pack writer: every bundle row holds what the layout says (gate/up rows bit for bit,
+// ffn_down^T exact for float types and within half a new quantization step for Q8_0/Q4_0),
+// static tensors are copied, every tensor is page-aligned, and packing twice gives the same bytes.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "format/gguf_reader.h"
+#include "format/model_file.h"
+#include "format/synth_llama.h"
+#include "format/weir_pack_format.h"
+#include "format/weir_pack_reader.h"
+#include "format/weir_pack_writer.h"
+#include "tensor/quantize.h"
+#include "testing/testing.h"
+
+namespace weir::format {
+namespace {
+
+SynthSpec PackSpec(int n_layers = 5) {
+  SynthSpec s;
+  s.d_model = 64;
+  s.n_layers = n_layers;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.d_ff = 96;
+  s.vocab_size = 300;
+  s.ctx_len = 64;
+  return s;
+}
+
+ModelFile Synth(DType type, const std::string& dir, int n_layers = 5) {
+  const std::string path = dir + "/m.gguf";
+  EXPECT_TRUE(WriteRandomLlamaGguf(PackSpec(n_layers), type, 11, path, nullptr).ok());
+  auto m = LoadModel(path);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return std::move(m).value();
+}
+
+// Column c of w as floats (the reference for ffn_down^T rows).
+std::vector<float> Column(const TensorView& w, int64_t c) {
+  std::vector<float> row(static_cast<size_t>(w.cols())), col(static_cast<size_t>(w.rows()));
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    DequantizeRow(w, r, row.data());
+    col[static_cast<size_t>(r)] = row[static_cast<size_t>(c)];
+  }
+  return col;
+}
+
+// Checks every bundle row of `pack` against the source model.
+void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
+  const GgufFile& f = pack.gguf();
+  for (const PackGroup& g : pack.groups()) {
+    ASSERT_EQ(g.dtype, type);
+    ASSERT_EQ(g.offset % kPackAlignment, 0u);
+    const uint8_t* base = f.data() + g.offset;
+    TensorView bundles{g.dtype, Shape{g.rows(), g.d_model}, base};
+    for (int j = 0; j < g.n_layers; ++j) {
+      const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+      const TensorView gate = *src.Find(b + "ffn_gate.weight");
+      const TensorView up = *src.Find(b + "ffn_up.weight");
+      const TensorView down = *src.Find(b + "ffn_down.weight");
+      for (int64_t c = 0; c < g.d_ff; ++c) {
+        // The bundle of channel c is contiguous: n * 3 rows starting at c * bundle_bytes.
+        EXPECT_EQ(bundles.row(g.Row(c, j, BundleOp::kGate)),
+                  base + c * g.bundle_bytes + (j * 3 + 0) * g.row_bytes);
+        if (gate.dtype == type) {
+          ASSERT_EQ(0, std::memcmp(bundles.row(g.Row(c, j, BundleOp::kGate)), gate.row(c), g.row_bytes))
+              << "group " << g.index << " layer " << j << " channel " << c;
+          ASSERT_EQ(0, std::memcmp(bundles.row(g.Row(c, j, BundleOp::kUp)), up.row(c), g.row_bytes));
+        }
+        std::vector<float> want = Column(down, c), got(static_cast<size_t>(g.d_model));
+        DequantizeRow(bundles, g.Row(c, j, BundleOp::kDownT), got.data());
+        for (int64_t r = 0; r < g.d_model; ++r) {
+          float tol = 0;
+          if (type == DType::kQ8_0 || type == DType::kQ4_0) {
+            // The new block's step d = amax/127 (Q8_0) or amax/8 (Q4_0) over the 32 outputs that
+            // share it: half a step for Q8_0, a whole one for Q4_0 (ggml clamps q at 15, so the
+            // extreme opposite the signed max rounds down a step); plus the f16 rounding of d,
+            // which moves |q| * d by up to 127 (or 8) * 2^-11 * d.
+            const int64_t b0 = r / 32 * 32;
+            float amax = 0;
+            for (int64_t k = b0; k < b0 + 32; ++k) amax = std::max(amax, std::fabs(want[static_cast<size_t>(k)]));
+            tol = type == DType::kQ8_0 ? amax / 127 * 0.57f : amax / 8 * 1.01f;
+            tol += 1e-7f;
+          }
+          ASSERT_LE(std::fabs(got[static_cast<size_t>(r)] - want[static_cast<size_t>(r)]), tol)
+              << "down^T layer " << g.first_layer + j << " channel " << c << " output " << r;
+        }
+      }
+    }
+  }
+}
+
+class PackTypes : public ::testing::TestWithParam<DType> {};
+
+TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
+  const DType type = GetParam();
+  const std::string dir = testing::TempDir();
+  ModelFile src = Synth(type, dir);
+  for (int group : {1, 2, 3, 5, 8}) {
+    SCOPED_TRACE(group);
+    const std::string out = dir + StrFormat("/g%d.weir", group);
+    PackOptions o;
+    o.group_size = group;
+    ASSERT_TRUE(WritePack(src, out, o).ok());
+    auto pack = PackFile::Open(out);
+    ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+    // Groups tile the 5 layers with up to `group` each.
+    ASSERT_EQ(static_cast<int>(pack->groups().size()), (5 + group - 1) / group);
+    int next = 0;
+    for (const PackGroup& g : pack->groups()) {
+      EXPECT_EQ(g.first_layer, next);
+      EXPECT_EQ(g.n_layers, std::min(group, 5 - next));
+      for (int j = 0; j < g.n_layers; ++j) EXPECT_EQ(&pack->GroupOf(next + j), &g);
+      next += g.n_layers;
+    }
+    EXPECT_EQ(pack->group_size(), group);
+    EXPECT_EQ(pack->down_t(), type == DType::kQ8_0 || type == DType::kQ4_0 ? "requantized" : "exact");
+    EXPECT_EQ(pack->source(), "m.gguf");
+    EXPECT_EQ(pack->config().n_layers, 5);
+    EXPECT_EQ(pack->config().d_ff, 96);
+    EXPECT_EQ(pack->tokenizer().tokens.size(), src.tokenizer.tokens.size());
+    // Every tensor page-aligned; static tensors bit for bit.
+    for (const GgufTensorInfo& t : pack->gguf().tensors()) EXPECT_EQ(t.offset % 4096, 0u) << t.name;
+    ASSERT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src.config).size());
+    for (const PackTensor& t : pack->static_tensors()) {
+      const TensorView* s = src.Find(t.name);
+      ASSERT_NE(s, nullptr) << t.name;
+      EXPECT_EQ(t.dtype, s->dtype);
+      EXPECT_TRUE(t.shape == s->shape);
+      ASSERT_EQ(t.nbytes, s->nbytes());
+      EXPECT_EQ(0, std::memcmp(pack->gguf().data() + t.offset, s->data, t.nbytes)) << t.name;
+    }
+    EXPECT_EQ(pack->static_bytes() + pack->bundle_bytes(),
+              [&] { uint64_t n = 0; for (auto& [k, v] : src.tensors) n += v.nbytes(); return n; }());
+    CheckBundles(src, *pack, type);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Types, PackTypes,
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0),
+                         [](const auto& info) { return std::string(DTypeName(info.param)); });
+
+TEST(WeirPack, Deterministic) {
+  const std::string dir = testing::TempDir();
+  ModelFile src = Synth(DType::kQ4_0, dir);
+  PackOptions o;
+  o.group_size = 2;
+  ASSERT_TRUE(WritePack(src, dir + "/a.weir", o).ok());
+  ASSERT_TRUE(WritePack(src, dir + "/b.weir", o).ok());
+  const std::string a = testing::ReadFile(dir + "/a.weir"), b = testing::ReadFile(dir + "/b.weir");
+  ASSERT_FALSE(a.empty());
+  EXPECT_TRUE(a == b) << "packing twice gave different bytes";
+  // A different group size is a different file.
+  o.group_size = 3;
+  ASSERT_TRUE(WritePack(src, dir + "/c.weir", o).ok());
+  EXPECT_FALSE(a == testing::ReadFile(dir + "/c.weir"));
+}
+
+TEST(WeirPack, ConvertsTypeFirst) {
+  const std::string dir = testing::TempDir();
+  ModelFile src = Synth(DType::kF32, dir, 2);
+  PackOptions o;
+  o.type = DType::kQ8_0;
+  ASSERT_TRUE(WritePack(src, dir + "/q.weir", o).ok());
+  auto pack = PackFile::Open(dir + "/q.weir");
+  ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+  const PackGroup& g = pack->groups()[0];
+  ASSERT_EQ(g.dtype, DType::kQ8_0);
+  TensorView bundles{g.dtype, Shape{g.rows(), g.d_model}, pack->gguf().data() + g.offset};
+  const TensorView gate = *src.Find("blk.0.ffn_gate.weight");
+  std::vector<uint8_t> want(g.row_bytes);
+  for (int64_t c = 0; c < g.d_ff; ++c) {
+    QuantizeRow(DType::kQ8_0, gate.f32() + c * g.d_model, want.data(), g.d_model);
+    ASSERT_EQ(0, std::memcmp(want.data(), bundles.row(g.Row(c, 0, BundleOp::kGate)), g.row_bytes));
+  }
+  EXPECT_EQ(pack->FindStatic("blk.1.attn_q.weight")->dtype, DType::kQ8_0);
+  EXPECT_EQ(pack->FindStatic("blk.1.attn_norm.weight")->dtype, DType::kF32);
+  CheckBundles(src, *pack, DType::kQ8_0);
+}
+
+TEST(WeirPack, TransposeWeightMatchesDefinition) {
+  // 40 x 64 F32 -> [64, 40] F16 exactly (F16 values survive the round trip).
+  const int64_t rows = 40, cols = 64;
+  std::vector<uint16_t> w(static_cast<size_t>(rows * cols));
+  for (size_t i = 0; i < w.size(); ++i) w[i] = F32ToF16(static_cast<float>(static_cast<int>(i % 97) - 48) / 16.0f);
+  TensorView v{DType::kF16, Shape{rows, cols}, w.data()};
+  std::vector<uint8_t> t(static_cast<size_t>(cols) * RowBytes(DType::kF16, rows));
+  ASSERT_TRUE(TransposeWeight(v, DType::kF16, t.data()).ok());
+  const auto* th = reinterpret_cast<const uint16_t*>(t.data());
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(th[c * rows + r], w[static_cast<size_t>(r * cols + c)]);
+  }
+  // Rows that are not whole output blocks are refused.
+  EXPECT_FALSE(TransposeWeight(v, DType::kQ8_0, t.data()).ok());
+}
+
+TEST(WeirPack, RefusesBadOptionsAndMixedTypes) {
+  const std::string dir = testing::TempDir();
+  ModelFile src = Synth(DType::kF16, dir, 2);
+  PackOptions o;
+  o.group_size = 0;
+  Status st = WritePack(src, dir + "/x.weir", o);
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("group size 0"), std::string::npos) << st.ToString();
+  o.group_size = kMaxPackGroupSize + 1;
+  EXPECT_FALSE(WritePack(src, dir + "/x.weir", o).ok());
+
+  // Mixed MLP types without --type: down in F32, gate/up in F16.
+  std::vector<float> down(static_cast<size_t>(64 * 96), 0.5f);
+  src.tensors["blk.1.ffn_down.weight"] = TensorView{DType::kF32, Shape{64, 96}, down.data()};
+  o.group_size = 2;
+  st = WritePack(src, dir + "/x.weir", o);
+  ASSERT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("--type"), std::string::npos) << st.ToString();
+  EXPECT_FALSE(testing::FileExists(dir + "/x.weir"));
+  o.type = DType::kF16;  // converting makes it packable
+  EXPECT_TRUE(WritePack(src, dir + "/x.weir", o).ok());
+}
+
+TEST(WeirPack, RealModels) {
+  for (const char* rel : {"models/stories260K/stories260K.bin", "models/tinystories-656k/tinystories-656k-Q8_0.gguf",
+                          "models/tinystories-656k"}) {
+    SCOPED_TRACE(rel);
+    const std::string path = testing::SharedPath(rel);
+    if (!testing::FileExists(path)) continue;
+    LoadOptions lo;
+    if (std::string(rel).ends_with(".bin")) lo.tokenizer_path = testing::SharedPath("models/stories260K/tok512.bin");
+    auto src = LoadModel(path, lo);
+    ASSERT_TRUE(src.ok()) << src.status().ToString();
+    const std::string out = testing::TempDir() + "/real.weir";
+    PackOptions o;
+    o.group_size = 2;
+    Status st = WritePack(*src, out, o);
+    ASSERT_TRUE(st.ok()) << st.ToString();
+    auto pack = PackFile::Open(out);
+    ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+    EXPECT_EQ(pack->config().n_layers, src->config.n_layers);
+    EXPECT_EQ(pack->tokenizer().tokens, src->tokenizer.tokens);
+    CheckBundles(*src, *pack, src->Find("blk.0.ffn_gate.weight")->dtype);  // RoPE permutes only q, k
+  }
+}
+
+}  // namespace
+}  // namespace weir::format
