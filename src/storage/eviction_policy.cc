@@ -7,11 +7,12 @@
 
 namespace weir::storage {
 
-std::vector<std::string> EvictionPolicyNames() { return {"lru", "lfu", "belady", "atu", "window"}; }
+std::vector<std::string> EvictionPolicyNames() { return {"lru", "lfu", "belady", "atu", "window", "mru"}; }
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            PolicyOptions options) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruPolicy());
+  if (name == "mru") return std::unique_ptr<EvictionPolicy>(new LruPolicy(/*most_recent=*/true));
   if (name == "lfu") return std::unique_ptr<EvictionPolicy>(new LfuPolicy());
   if (name == "atu") return std::unique_ptr<EvictionPolicy>(new AtuPolicy());
   if (name == "window") {

@@ -10,6 +10,8 @@
 //           token has not used; units of the current token are never evicted
 //   window  LLM-in-a-flash sliding window: units not used in the last k tokens are dropped at
 //           each token boundary; under pressure the least recently used goes first
+//   mru     most recently used: optimal for a cyclic scan larger than the cache (dense
+//           streaming of a model that does not fit: keeps a fixed part, streams the rest)
 // docs/storage.md describes each rule and its source.
 //
 // How the cache drives a policy (all calls under the cache's mutex, so policies need no locks;
@@ -88,7 +90,7 @@ struct PolicyOptions {
   std::vector<UnitId> belady_trace;  // belady: the accesses of the run to replay, in order
 };
 
-// "lru", "lfu", "belady", "atu", "window". InvalidArgument for an unknown name (listing the
+// "lru", "lfu", "belady", "atu", "window", "mru". InvalidArgument for an unknown name (listing the
 // known ones), for belady without a trace, or for window_tokens == 0.
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            PolicyOptions options = {});

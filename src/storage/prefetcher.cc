@@ -1,5 +1,6 @@
 #include "storage/prefetcher.h"
 
+#include <chrono>
 #include <cinttypes>
 #include <optional>
 #include <vector>
@@ -10,6 +11,10 @@ namespace weir::storage {
 
 namespace {
 std::string UnitName(UnitId id) { return StrFormat("unit 0x%016" PRIx64, id); }
+using Clock = std::chrono::steady_clock;
+double Seconds(Clock::time_point since) {
+  return std::chrono::duration<double>(Clock::now() - since).count();
+}
 }  // namespace
 
 size_t RoundedReadLength(const BlockDevice& device, uint64_t offset, size_t length, const void* dst,
@@ -70,10 +75,16 @@ Status Prefetcher::Enqueue(const UnitRead& read) {
 Status Prefetcher::Load(const UnitRead& read, CacheHandle& h, bool count_bytes) {
   const size_t n =
       RoundedReadLength(*read.device, read.offset, read.length, h.mutable_data(), h.capacity());
+  const Clock::time_point t0 = Clock::now();
   Status st = read.device->ReadAt(read.offset, n, h.mutable_data());
-  if (count_bytes) {
+  const double seconds = Seconds(t0);
+  {
     std::lock_guard<std::mutex> lock(mu_);
-    stats_.bytes_read += n;
+    stats_.read_seconds += seconds;
+    if (count_bytes) {
+      stats_.bytes_read += n;
+      stats_.bytes_on_demand += n;
+    }
   }
   if (st.ok()) {
     h.Publish();
@@ -114,9 +125,13 @@ void Prefetcher::Loop() {
       requests[i].dst = h.mutable_data();
       bytes += requests[i].length;
     }
+    const Clock::time_point t0 = Clock::now();
     (void)device->Read(std::span<ReadRequest>(requests));
+    const double seconds = Seconds(t0);
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_read += bytes;
+    stats_.bytes_prefetched += bytes;
+    stats_.read_seconds += seconds;
     for (size_t i = 0; i < batch.size(); ++i) {
       Job& job = batch[i];
       const UnitId id = job.read.id;

@@ -106,6 +106,7 @@ Result<std::unique_ptr<WeightCache>> WeightCache::Create(const CacheOptions& opt
   cache->weights_ = std::move(weights);
   cache->alignment_ = a;
   cache->record_trace_ = options.record_trace;
+  cache->placement_ = options.placement;
   cache->parts_.resize(cache->weights_.size());
   cache->budget_ = options.budget_bytes;
   std::vector<uint64_t> split = cache->SplitBudget(options.budget_bytes);
@@ -116,7 +117,12 @@ Result<std::unique_ptr<WeightCache>> WeightCache::Create(const CacheOptions& opt
 WeightCache::~WeightCache() {
   // A handle outliving its cache would dangle: that is a bug in the caller.
   for (const Partition& p : parts_) WEIR_CHECK(p.pinned == 0);
-  index_.ForEach([](UnitId, Entry* e) { delete e; });
+  index_.ForEach([this](UnitId, Entry* e) { FreeEntry(e); });
+}
+
+void WeightCache::FreeEntry(Entry* e) {
+  if (placement_ != nullptr && e->data != nullptr) placement_->Release(e->hook.id, e->data, e->capacity);
+  delete e;
 }
 
 std::vector<uint64_t> WeightCache::SplitBudget(uint64_t budget) const {
@@ -156,7 +162,11 @@ void WeightCache::UnpinLocked(Entry* e) {
   part.used -= e->charge;
   part.entries -= 1;
   payload_ -= e->bytes;
-  aborted_.erase(e);
+  auto it = aborted_.find(e);
+  WEIR_CHECK(it != aborted_.end());
+  it->second.release();
+  aborted_.erase(it);
+  FreeEntry(e);
 }
 
 void WeightCache::RecordLocked(UnitId id) {
@@ -173,11 +183,10 @@ Status WeightCache::CheckUnit(UnitId id, size_t bytes, uint32_t partition,
   if (bytes == 0) {
     return Status::InvalidArgument(StrFormat("weight cache: %s has size 0", UnitName(id).c_str()));
   }
-  if (present != nullptr && (present->bytes != bytes || present->hook.partition != partition)) {
-    return Status::InvalidArgument(StrFormat(
-        "weight cache: %s is cached with %zu bytes in partition %u but was asked with %zu bytes "
-        "in partition %u",
-        UnitName(id).c_str(), present->bytes, present->hook.partition, bytes, partition));
+  if (present != nullptr && present->bytes != bytes) {
+    return Status::InvalidArgument(
+        StrFormat("weight cache: %s is cached with %zu bytes but was asked with %zu bytes",
+                  UnitName(id).c_str(), present->bytes, bytes));
   }
   return Status::Ok();
 }
@@ -264,12 +273,33 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
     }
     EvictLocked(victim);
   }
+  if (placement_ != nullptr) {
+    // Its place is fixed: an aborted load of the same unit that is still pinned owns it until
+    // its last pin goes (releasing it then would discard the new bytes).
+    for (const auto& [old, owner] : aborted_) {
+      if (old->hook.id == id) {
+        ++counters_.reserve_failures;
+        return Status::OutOfMemory(StrFormat(
+            "weight cache: %s: the bytes of its aborted load are still pinned", UnitName(id).c_str()));
+      }
+    }
+  }
   auto e = std::make_unique<Entry>();
   const size_t capacity = (bytes + alignment_ - 1) / alignment_ * alignment_;
-  if (!e->data.Reset(capacity, alignment_)) {
-    return Status::OutOfMemory(
-        StrFormat("weight cache: cannot allocate %zu bytes for %s", bytes, UnitName(id).c_str()));
+  if (placement_ != nullptr) {
+    e->data = placement_->Place(id, capacity);
+    if (e->data == nullptr) {
+      return Status::InvalidArgument(StrFormat("weight cache: %s (%zu bytes) has no place",
+                                               UnitName(id).c_str(), bytes));
+    }
+  } else {
+    if (!e->owned.Reset(capacity, alignment_)) {
+      return Status::OutOfMemory(
+          StrFormat("weight cache: cannot allocate %zu bytes for %s", bytes, UnitName(id).c_str()));
+    }
+    e->data = e->owned.data();
   }
+  e->capacity = capacity;
   e->hook.id = id;
   e->hook.partition = partition;
   e->bytes = bytes;
@@ -286,6 +316,48 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
   return CacheHandle(this, raw, /*loader=*/true);
 }
 
+Status WeightCache::Move(const CacheHandle& h, uint32_t partition) {
+  WEIR_CHECK(h.valid() && !h.is_loader() && h.cache_ == this);
+  std::lock_guard<std::mutex> lock(mu_);
+  Entry* e = h.entry_;
+  if (partition >= parts_.size()) {
+    return Status::InvalidArgument(StrFormat("weight cache: move of %s to partition %u, but the cache has %zu",
+                                             UnitName(e->hook.id).c_str(), partition, parts_.size()));
+  }
+  if (!e->indexed || e->state.load(std::memory_order_relaxed) != Entry::kReady) {
+    return Status::InvalidArgument(
+        StrFormat("weight cache: move of %s, which is not ready", UnitName(e->hook.id).c_str()));
+  }
+  const uint32_t from = e->hook.partition;
+  if (from == partition) return Status::Ok();
+  Partition& to = parts_[partition];
+  if (to.pinned + e->charge > to.budget) {
+    return Status::OutOfMemory(StrFormat("weight cache: no room to move %s into partition %u: %s of its %s is pinned",
+                                         UnitName(e->hook.id).c_str(), partition,
+                                         FormatBytes(to.pinned).c_str(), FormatBytes(to.budget).c_str()));
+  }
+  while (to.used + e->charge > to.budget) {
+    PolicyHook* victim = policy_->PickVictim(partition, /*force=*/false);
+    if (victim == nullptr) {
+      return Status::OutOfMemory(StrFormat("weight cache: no room to move %s into partition %u: the policy keeps the rest",
+                                           UnitName(e->hook.id).c_str(), partition));
+    }
+    EvictLocked(victim);
+  }
+  // The entry is pinned, so it is in no eviction list: re-file it under its new partition.
+  Partition& src = parts_[from];
+  src.used -= e->charge;
+  src.pinned -= e->charge;
+  src.entries -= 1;
+  to.used += e->charge;
+  to.pinned += e->charge;
+  to.entries += 1;
+  policy_->OnRemove(&e->hook);
+  e->hook.partition = partition;
+  policy_->OnInsert(&e->hook);
+  return Status::Ok();
+}
+
 void WeightCache::EvictLocked(PolicyHook* victim) {
   Entry* e = index_.Erase(victim->id);
   WEIR_CHECK(e != nullptr && e->pins == 0 && &e->hook == victim);
@@ -296,7 +368,7 @@ void WeightCache::EvictLocked(PolicyHook* victim) {
   payload_ -= e->bytes;
   ++counters_.evicted_entries;
   counters_.evicted_bytes += e->bytes;
-  delete e;
+  FreeEntry(e);
   index_.Compact();
 }
 

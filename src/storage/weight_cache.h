@@ -28,6 +28,11 @@
 //   * Accesses. Lookup and Acquire count as one access each (stats, policy, recorded trace);
 //     Reserve (prefetch) and Contains do not.
 //   * Run-time budget. SetBudget() shrinks (evicting unpinned units) or grows at any time.
+//   * Placement. By default each entry's bytes are allocated (aligned_alloc) and freed with it.
+//     With a UnitPlacement the caller says where a unit's bytes live instead (the streaming
+//     engine gives every unit a fixed address inside a reserved range, so that the resident
+//     units of a layer group form one view the kernels read in place) and is told when they
+//     are no longer needed (it returns the pages to the OS). The budget is charged the same.
 //
 // Thread safety: every method may be called from any thread (the compute thread and the I/O
 // thread use it concurrently). One mutex guards the index, the policy and the accounting; a
@@ -55,13 +60,29 @@ namespace weir::storage {
 
 class WeightCache;
 
+// Where cache entries' bytes live (CacheOptions::placement). Called under the cache's mutex, so
+// an implementation must not call back into the cache; it must be thread-safe with respect to
+// whatever else uses it.
+class UnitPlacement {
+ public:
+  virtual ~UnitPlacement() = default;
+  // `capacity` bytes (a multiple of the cache alignment) for unit `id`, aligned to the cache
+  // alignment, that nothing else uses while the unit is cached; nullptr when `id` or the size
+  // has no place (the reservation then fails with InvalidArgument).
+  virtual std::byte* Place(UnitId id, size_t capacity) = 0;
+  // The unit left the cache (evicted, aborted and unpinned, or the cache is destroyed).
+  virtual void Release(UnitId id, std::byte* data, size_t capacity) = 0;
+};
+
 namespace detail {
 // One cached unit. Owned by WeightCache; handles point at it while pinned.
 struct CacheEntry {
   enum State : uint8_t { kLoading = 0, kReady = 1, kAborted = 2 };
   PolicyHook hook;
-  AlignedBuffer data;   // capacity = payload rounded up to the cache alignment
-  size_t bytes = 0;     // payload
+  std::byte* data = nullptr;  // capacity bytes: owned, or given by the cache's UnitPlacement
+  size_t capacity = 0;        // payload rounded up to the cache alignment
+  AlignedBuffer owned;        // the bytes when the cache has no placement
+  size_t bytes = 0;           // payload
   uint64_t charge = 0;  // bytes counted against the budget
   uint32_t pins = 0;
   std::atomic<uint8_t> state{kLoading};
@@ -88,21 +109,21 @@ class CacheHandle {
   size_t size() const { return entry_->bytes; }
   // Writable bytes behind mutable_data(): size() rounded up to the cache alignment, so a loader
   // may read whole aligned blocks (O_DIRECT without a bounce).
-  size_t capacity() const { return entry_->data.size(); }
+  size_t capacity() const { return entry_->capacity; }
   bool ready() const {
     return entry_->state.load(std::memory_order_acquire) == detail::CacheEntry::kReady;
   }
   // The unit's bytes; only once ready() (a bug otherwise).
   const std::byte* data() const {
     WEIR_CHECK(ready());
-    return entry_->data.data();
+    return entry_->data;
   }
 
   // Loader side: true for the handle returned by a reservation until Publish/Abort.
   bool is_loader() const { return loader_; }
   std::byte* mutable_data() {
     WEIR_CHECK(loader_);
-    return entry_->data.data();
+    return entry_->data;
   }
   // Marks the bytes complete and wakes waiters; the handle stays a (reader) pin.
   void Publish();
@@ -135,6 +156,8 @@ struct CacheOptions {
   std::vector<uint64_t> partition_weights;
   // Record every access (Lookup/Acquire) so that a later run can replay it with "belady".
   bool record_trace = false;
+  // Where entries' bytes live; nullptr = allocated per entry. Not owned; must outlive the cache.
+  UnitPlacement* placement = nullptr;
 };
 
 struct CacheStats {
@@ -181,7 +204,7 @@ class WeightCache {
   // One access. Like Lookup, but a miss reserves an entry of `bytes` in `partition` and returns
   // the loader handle (is_loader()). OutOfMemory when no room can be made (the miss is still
   // counted); InvalidArgument for a bad partition, a zero size, or a unit already cached with
-  // another size or partition.
+  // another size. A present unit is returned from whichever partition holds it.
   Result<CacheHandle> Acquire(UnitId id, size_t bytes, uint32_t partition);
 
   // Not an access (prefetch). Reserves `id` and returns its loader handle, or an invalid handle
@@ -194,6 +217,12 @@ class WeightCache {
   // present and clears it otherwise (the layout of sparsity's CacheStateView). One lock for the
   // whole range; words must hold (count + 63) / 64 entries.
   void ResidentMask(UnitId first, size_t count, uint64_t* words) const;
+
+  // Moves the pinned, ready unit of `h` into `partition`, evicting unpinned units of that
+  // partition (policy order) to make room; a staging area promotes what the compute used into
+  // the cache proper this way. OutOfMemory (nothing changes) when no room can be made: the
+  // target's room is pinned or its policy refuses (ATU). Not an access.
+  Status Move(const CacheHandle& h, uint32_t partition);
 
   // Changes the budget. Shrinking evicts unpinned units (policy order, per partition); it fails
   // with OutOfMemory, changing nothing, when a partition's pinned bytes exceed its new share.
@@ -234,6 +263,8 @@ class WeightCache {
   CacheHandle HitLocked(Entry* e);
   Result<CacheHandle> ReserveLocked(UnitId id, size_t bytes, uint32_t partition, bool prefetched);
   void EvictLocked(PolicyHook* victim);
+  // Returns the entry's bytes (to the placement, if any) and deletes it.
+  void FreeEntry(Entry* e);
   void PinLocked(Entry* e);
   void UnpinLocked(Entry* e);
   void RecordLocked(UnitId id);
@@ -254,6 +285,7 @@ class WeightCache {
   uint64_t budget_ = 0;
   uint64_t payload_ = 0;  // payload bytes of all entries (index and aborted)
   size_t alignment_ = 64;
+  UnitPlacement* placement_ = nullptr;
   CacheStats counters_;  // the event counters; the "now" fields are computed in stats()
   bool record_trace_ = false;
   std::vector<UnitId> trace_;

@@ -1,0 +1,75 @@
+#include "storage/slab_placement.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "base/check.h"
+#include "base/checked_math.h"
+
+namespace weir::storage {
+
+size_t SlabPlacement::PageSize() {
+  static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  return page;
+}
+
+Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<Slab>& slabs) {
+  if (slabs.empty()) return Status::InvalidArgument("slab placement: no slabs");
+  const size_t page = PageSize();
+  std::unique_ptr<SlabPlacement> p(new SlabPlacement());
+  for (size_t s = 0; s < slabs.size(); ++s) {
+    const Slab& in = slabs[s];
+    if (in.unit_bytes == 0 || in.unit_bytes % page != 0) {
+      return Status::InvalidArgument(StrFormat(
+          "slab placement: slab %zu: unit size %zu is not a positive multiple of the page size %zu",
+          s, in.unit_bytes, page));
+    }
+    uint64_t mapped = 0;
+    if (in.bytes == 0 || !CheckedAdd(in.bytes, page - 1, &mapped)) {
+      return Status::InvalidArgument(StrFormat("slab placement: slab %zu has %llu bytes", s,
+                                               static_cast<unsigned long long>(in.bytes)));
+    }
+    mapped = mapped / page * page;
+    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (base == MAP_FAILED) {
+      return Status::OutOfMemory(StrFormat("slab placement: cannot reserve %llu bytes of address space: %s",
+                                           static_cast<unsigned long long>(mapped), std::strerror(errno)));
+    }
+    (void)madvise(base, mapped, MADV_NOHUGEPAGE);  // best effort: not every kernel has THP
+    p->slabs_.push_back(Region{static_cast<std::byte*>(base), mapped, in.unit_bytes});
+  }
+  return p;
+}
+
+SlabPlacement::~SlabPlacement() {
+  for (const Region& r : slabs_) munmap(r.base, r.mapped);
+}
+
+std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
+  const uint32_t s = UnitLayer(id);
+  if (s >= slabs_.size()) return nullptr;
+  const Region& r = slabs_[s];
+  uint64_t offset = 0;
+  if (!CheckedMul(UnitIndex(id), r.unit_bytes, &offset) || capacity > r.unit_bytes ||
+      !RangeInside(offset, capacity, r.mapped)) {
+    return nullptr;
+  }
+  return r.base + offset;
+}
+
+void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) { Discard(data, capacity); }
+
+void SlabPlacement::Discard(std::byte* p, size_t bytes) {
+  const size_t page = PageSize();
+  WEIR_CHECK(reinterpret_cast<uintptr_t>(p) % page == 0);
+  const size_t rounded = (bytes + page - 1) / page * page;
+  // MADV_DONTNEED on a private anonymous mapping frees the pages at once; it cannot fail on a
+  // valid range of our own mapping.
+  WEIR_CHECK(madvise(p, rounded, MADV_DONTNEED) == 0);
+}
+
+}  // namespace weir::storage

@@ -1,0 +1,66 @@
+// SlabPlacement: a UnitPlacement (weight_cache.h) that gives every unit a fixed address inside
+// reserved address ranges ("slabs"), so that the cached units of one slab form a single view of
+// the bytes they hold on storage: the streaming engine reserves one slab per layer group of a
+// weir pack, and the kernels read a group's resident neuron bundles in place, at the offsets
+// they have in the file, without a copy.
+//
+//   unit (slab s, index i)  lives at  base(s) + i * unit_bytes(s)
+//   where s = UnitLayer(id) and i = UnitIndex(id) (unit_id.h; the kind is not used).
+//
+// Each slab is an anonymous private mapping reserved up front with MAP_NORESERVE: it costs
+// address space, not memory, until a unit's bytes are written. Transparent huge pages are
+// turned off for it (MADV_NOHUGEPAGE) so that writing one unit commits only that unit's pages.
+// Release (and Discard, for bytes read outside the cache) returns a unit's pages to the OS with
+// MADV_DONTNEED, after which they read as zeros; so resident memory follows what is cached. The
+// page tables of committed pages (8 bytes per 4 KiB) are the only cost outside the cache budget.
+//
+// Thread safety: Place/Release/Discard may be called from any thread (they touch disjoint pages
+// and no shared state); bases are immutable after Create.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "base/status.h"
+#include "storage/weight_cache.h"
+
+namespace weir::storage {
+
+class SlabPlacement : public UnitPlacement {
+ public:
+  struct Slab {
+    uint64_t bytes = 0;     // bytes the slab must hold (rounded up to whole pages)
+    size_t unit_bytes = 0;  // distance between units; a multiple of the page size
+  };
+  // InvalidArgument for a unit size that is not whole pages or an empty list; OutOfMemory when
+  // the address space cannot be reserved.
+  static Result<std::unique_ptr<SlabPlacement>> Create(const std::vector<Slab>& slabs);
+  ~SlabPlacement() override;
+  SlabPlacement(const SlabPlacement&) = delete;
+  SlabPlacement& operator=(const SlabPlacement&) = delete;
+
+  size_t slab_count() const { return slabs_.size(); }
+  std::byte* base(uint32_t slab) const { return slabs_[slab].base; }
+  uint64_t slab_bytes(uint32_t slab) const { return slabs_[slab].mapped; }
+  size_t unit_bytes(uint32_t slab) const { return slabs_[slab].unit_bytes; }
+  static size_t PageSize();
+
+  // The unit's address when it fits inside its slab, else nullptr.
+  std::byte* Place(UnitId id, size_t capacity) override;
+  void Release(UnitId id, std::byte* data, size_t capacity) override;
+  // Returns the pages of [p, p + bytes) (page-aligned) to the OS.
+  void Discard(std::byte* p, size_t bytes);
+
+ private:
+  struct Region {
+    std::byte* base = nullptr;
+    uint64_t mapped = 0;
+    size_t unit_bytes = 0;
+  };
+  SlabPlacement() = default;
+  std::vector<Region> slabs_;
+};
+
+}  // namespace weir::storage

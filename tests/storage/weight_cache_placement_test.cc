@@ -1,0 +1,227 @@
+// WeightCache with a UnitPlacement (entries at caller-given addresses, SlabPlacement) and Move
+// between partitions; the MRU policy on a cyclic scan.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <set>
+#include <string>
+
+#include "storage/eviction_policy.h"
+#include "storage/slab_placement.h"
+#include "storage/weight_cache.h"
+
+namespace weir::storage {
+namespace {
+
+constexpr size_t kUnit = 8192;
+
+// A placement that records what it was asked, in front of a SlabPlacement.
+class RecordingPlacement : public UnitPlacement {
+ public:
+  explicit RecordingPlacement(SlabPlacement* inner) : inner_(inner) {}
+  std::byte* Place(UnitId id, size_t capacity) override {
+    std::byte* p = inner_->Place(id, capacity);
+    if (p) live[id] = p;
+    return p;
+  }
+  void Release(UnitId id, std::byte* data, size_t capacity) override {
+    EXPECT_EQ(live.at(id), data);
+    live.erase(id);
+    ++released;
+    inner_->Release(id, data, capacity);
+  }
+  std::map<UnitId, std::byte*> live;
+  int released = 0;
+
+ private:
+  SlabPlacement* inner_;
+};
+
+std::unique_ptr<WeightCache> MakeCache(uint64_t budget, UnitPlacement* placement, const char* policy = "lru",
+                                       std::vector<uint64_t> weights = {}) {
+  CacheOptions o;
+  o.budget_bytes = budget;
+  o.alignment = 4096;
+  o.placement = placement;
+  o.partition_weights = std::move(weights);
+  auto c = WeightCache::Create(o, MakeEvictionPolicy(policy).value());
+  EXPECT_TRUE(c.ok()) << c.status().ToString();
+  return std::move(c).value();
+}
+
+// Resident set size of this process in bytes (Linux /proc).
+uint64_t RssBytes() {
+  std::ifstream f("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  f >> size >> resident;
+  return resident * static_cast<uint64_t>(SlabPlacement::PageSize());
+}
+
+TEST(SlabPlacementTest, AddressesAndRefusals) {
+  auto s = SlabPlacement::Create({{100000, kUnit}, {5000, 4096}});
+  ASSERT_TRUE(s.ok()) << s.status().ToString();
+  SlabPlacement& p = **s;
+  EXPECT_EQ(p.slab_bytes(0), 102400u);  // whole pages
+  EXPECT_EQ(p.Place(MakeUnitId(0, 1, 0), kUnit), p.base(0));
+  EXPECT_EQ(p.Place(MakeUnitId(0, 7, 3), kUnit), p.base(0) + 3 * kUnit);  // kind is not used
+  EXPECT_EQ(p.Place(MakeUnitId(0, 1, 12), 4096), p.base(0) + 12 * kUnit);  // the short tail
+  EXPECT_EQ(p.Place(MakeUnitId(0, 1, 12), kUnit), nullptr);                // past the slab
+  EXPECT_EQ(p.Place(MakeUnitId(0, 1, 0), 2 * kUnit), nullptr);             // larger than a unit
+  EXPECT_EQ(p.Place(MakeUnitId(2, 1, 0), 4096), nullptr);                  // no such slab
+  EXPECT_EQ(p.Place(MakeUnitId(1, 1, 1), 4096), p.base(1) + 4096);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(p.base(1)) % 4096, 0u);
+  EXPECT_FALSE(SlabPlacement::Create({{4096, 1000}}).ok());
+  EXPECT_FALSE(SlabPlacement::Create({}).ok());
+  EXPECT_FALSE(SlabPlacement::Create({{0, 4096}}).ok());
+}
+
+TEST(SlabPlacementTest, DiscardReturnsPagesAndZeroes) {
+  const size_t bytes = 64 << 20;
+  auto s = SlabPlacement::Create({{bytes, 1 << 20}});
+  ASSERT_TRUE(s.ok());
+  const uint64_t before = RssBytes();
+  std::byte* p = (*s)->base(0);
+  std::memset(p, 0x5a, bytes);  // commits 64 MiB
+  const uint64_t touched = RssBytes();
+  EXPECT_GT(touched, before + bytes / 2);
+  (*s)->Discard(p, bytes);
+  EXPECT_LT(RssBytes(), touched - bytes / 2);
+  for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], std::byte{0});
+}
+
+TEST(WeightCachePlacementTest, EntriesLiveAtTheirPlaceAndAreReleased) {
+  auto slabs = SlabPlacement::Create({{16 * kUnit, kUnit}, {16 * kUnit, kUnit}}).value();
+  RecordingPlacement rec(slabs.get());
+  auto c = MakeCache(4 * (kUnit + 4096), &rec);  // room for a few units whatever the overhead
+  const uint64_t cap = c->stats().budget_bytes / c->EntryCharge(kUnit);
+  ASSERT_GE(cap, 3u);
+  for (uint64_t i = 0; i < 10; ++i) {
+    const UnitId id = MakeUnitId(static_cast<uint32_t>(i % 2), 1, i);
+    auto r = c->Acquire(id, kUnit - 100, 0);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    ASSERT_TRUE(r->is_loader());
+    EXPECT_EQ(r->mutable_data(), slabs->base(static_cast<uint32_t>(i % 2)) + i * kUnit);
+    EXPECT_EQ(r->capacity(), kUnit);
+    std::memset(r->mutable_data(), static_cast<int>(i + 1), kUnit - 100);
+    r->Publish();
+    EXPECT_EQ(r->data()[0], std::byte(i + 1));
+    EXPECT_LE(rec.live.size(), cap);
+  }
+  EXPECT_EQ(rec.released, 10 - static_cast<int>(rec.live.size()));
+  // An aborted load gives its place back; an unplaceable unit is refused.
+  {
+    auto r = c->Acquire(MakeUnitId(0, 1, 14), kUnit, 0);
+    ASSERT_TRUE(r.ok());
+    r->Abort(Status::IoError("test"));
+  }
+  EXPECT_EQ(rec.live.count(MakeUnitId(0, 1, 14)), 0u);
+  EXPECT_EQ(c->Acquire(MakeUnitId(5, 1, 0), kUnit, 0).status().code(), Status::Code::kInvalidArgument);
+  c->EvictAll();
+  EXPECT_TRUE(rec.live.empty());
+}
+
+TEST(WeightCachePlacementTest, AbortedLoadStillPinnedBlocksItsPlace) {
+  auto slabs = SlabPlacement::Create({{16 * kUnit, kUnit}}).value();
+  auto c = MakeCache(1 << 20, slabs.get());
+  const UnitId id = MakeUnitId(0, 1, 2);
+  auto loader = c->Acquire(id, kUnit, 0);
+  ASSERT_TRUE(loader.ok());
+  auto waiter = c->Acquire(id, kUnit, 0);  // joins the load: a pin on the same entry
+  ASSERT_TRUE(waiter.ok());
+  loader->Abort(Status::IoError("disk"));
+  EXPECT_EQ(waiter->Wait().code(), Status::Code::kIoError);
+  // The waiter still pins the aborted entry, whose bytes are at the unit's fixed place.
+  EXPECT_EQ(c->Acquire(id, kUnit, 0).status().code(), Status::Code::kOutOfMemory);
+  waiter->Reset();
+  auto again = c->Acquire(id, kUnit, 0);
+  ASSERT_TRUE(again.ok());
+  EXPECT_TRUE(again->is_loader());
+  again->Abort(Status::IoError("again"));
+}
+
+TEST(WeightCacheMoveTest, MovesIntoAPartitionEvictingThere) {
+  for (const char* policy : {"lru", "lfu", "mru", "window", "atu"}) {
+    SCOPED_TRACE(policy);
+    auto c = MakeCache(0, nullptr, policy, {1, 1});
+    const uint64_t charge = c->EntryCharge(4096);
+    ASSERT_TRUE(c->SetBudget(2 * 3 * charge).ok());  // 3 units per partition
+    auto fill = [&](UnitId id, uint32_t part) {
+      auto r = c->Acquire(id, 4096, part);
+      EXPECT_TRUE(r.ok());
+      r->Publish();
+      return std::move(r).value();
+    };
+    for (UnitId id = 1; id <= 3; ++id) fill(id, 0).Reset();
+    CacheHandle staged = fill(10, 1);
+    c->BeginToken();  // ATU may then replace units of earlier tokens
+    ASSERT_TRUE(c->Move(staged, 0).ok());
+    EXPECT_EQ(staged.partition(), 0u);
+    EXPECT_EQ(c->partition_stats(0).entries, 3u);  // one of 1..3 went
+    EXPECT_EQ(c->partition_stats(1).entries, 0u);
+    EXPECT_EQ(c->partition_stats(1).current_bytes, 0u);
+    EXPECT_EQ(c->partition_stats(0).pinned_bytes, charge);
+    EXPECT_EQ(c->stats().evicted_entries, 1u);
+    staged.Reset();
+    EXPECT_EQ(c->partition_stats(0).pinned_bytes, 0u);
+    // Moving to where it is, and a bad partition.
+    auto h = c->Acquire(10, 4096, 0);
+    ASSERT_TRUE(h.ok());
+    EXPECT_TRUE(c->Move(*h, 0).ok());
+    EXPECT_EQ(c->Move(*h, 9).code(), Status::Code::kInvalidArgument);
+  }
+}
+
+TEST(WeightCacheMoveTest, RefusedWhenTheTargetIsPinned) {
+  auto c = MakeCache(0, nullptr, "lru", {1, 1});
+  const uint64_t charge = c->EntryCharge(4096);
+  ASSERT_TRUE(c->SetBudget(2 * 2 * charge).ok());
+  std::vector<CacheHandle> pins;
+  for (UnitId id = 1; id <= 2; ++id) {
+    auto r = c->Acquire(id, 4096, 0);
+    ASSERT_TRUE(r.ok());
+    r->Publish();
+    pins.push_back(std::move(r).value());
+  }
+  auto s = c->Acquire(7, 4096, 1);
+  ASSERT_TRUE(s.ok());
+  s->Publish();
+  Status st = c->Move(*s, 0);
+  EXPECT_EQ(st.code(), Status::Code::kOutOfMemory);
+  EXPECT_NE(st.message().find("pinned"), std::string::npos);
+  EXPECT_EQ(s->partition(), 1u);  // unchanged
+  EXPECT_EQ(c->partition_stats(1).entries, 1u);
+}
+
+TEST(MruPolicyTest, CyclicScanKeepsAStableSet) {
+  // A scan of 10 units in the same order, 6 times, through a cache of 4: LRU never hits after
+  // the first pass; MRU keeps a stable set (at least C - 1 = 3 hits a pass) and is never better
+  // than Belady's optimum on the same trace.
+  std::vector<UnitId> trace;
+  for (int pass = 0; pass < 6; ++pass) {
+    for (UnitId id = 0; id < 10; ++id) trace.push_back(id);
+  }
+  std::map<std::string, uint64_t> hits;
+  for (const char* policy : {"lru", "mru", "belady"}) {
+    CacheOptions o;
+    o.alignment = 64;
+    PolicyOptions po;
+    po.belady_trace = trace;
+    auto c = WeightCache::Create(o, MakeEvictionPolicy(policy, po).value()).value();
+    ASSERT_TRUE(c->SetBudget(4 * c->EntryCharge(100)).ok());
+    for (size_t i = 0; i < trace.size(); ++i) {
+      if (i == 10) hits[policy] = c->stats().hits;  // count from the second pass on
+      auto r = c->Acquire(trace[i], 100, 0);
+      ASSERT_TRUE(r.ok());
+      if (r->is_loader()) r->Publish();
+    }
+    hits[policy] = c->stats().hits - hits[policy];
+  }
+  EXPECT_EQ(hits["lru"], 0u);
+  EXPECT_GE(hits["mru"], 5u * 3u);
+  EXPECT_LE(hits["mru"], hits["belady"]);
+}
+
+}  // namespace
+}  // namespace weir::storage
