@@ -1,8 +1,13 @@
 // The Llama forward pass, one function per block, in the order of the paper. Shapes use
 // n = tokens in this call, d = d_model, hd = head_dim, nh / nkv = query / key-value heads.
+//
+// Dynamic activation sparsity enters only through Project (the input columns of a linear layer
+// chosen per token) and SparseMlpToken (the MLP with unit and down-column selection, DIP §3 /
+// docs/sparsity.md); without a policy both reduce to the dense batched products.
 #include <cmath>
 #include <cstring>
 
+#include "kernels/gather.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
 #include "model/session.h"
@@ -10,18 +15,22 @@
 
 namespace weir::model {
 
+using sparsity::Site;
+
 // x[t] = token_embd[token[t]]
 void Session::Embed(std::span<const int32_t> tokens) {
   const auto& w = model_.weights();
   const int d = model_.config().d_model;
   float* x = x_.data<float>();  // [n, d]
   for (size_t t = 0; t < tokens.size(); ++t) DequantizeRow(w.token_embd, tokens[t], x + t * d);
+  traffic_.output_bytes += tokens.size() * w.token_embd.row_bytes();
 }
 
 // x += Wo · softmax(q·Kᵀ/√hd) · V, with q, k rotated by RoPE and K, V appended to the cache.
 void Session::Attention(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const LayerTransposed* wt = transposed_ ? &transposed_->layer(layer) : nullptr;
   const int d = c.d_model, hd = c.head_dim;
   const int nh = c.layers[static_cast<size_t>(layer)].n_head;
   const int nkv = c.layers[static_cast<size_t>(layer)].n_head_kv;
@@ -34,9 +43,11 @@ void Session::Attention(int layer, int n) {
   float* att = att_.data<float>(); // [n, q_dim]
 
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.attn_norm, d, c.rms_eps);
-  kernels::MatMul(w.wq, xb, n, q, pool_);
-  kernels::MatMul(w.wk, xb, n, k, pool_);
-  kernels::MatMul(w.wv, xb, n, v, pool_);
+  Observe(layer, Site::kAttnIn, xb, d, n);
+  Project(layer, Site::kAttnIn, xb, d, n,
+          {{&w.wq, wt ? &wt->wq_t : nullptr, q}, {&w.wk, wt ? &wt->wk_t : nullptr, k},
+           {&w.wv, wt ? &wt->wv_t : nullptr, v}},
+          &traffic_.attn_used, &traffic_.attn_dense);
   for (int t = 0; t < n; ++t) {
     kernels::Rope(q + t * q_dim, nh, hd, c.rope_dim, pos_ + t, c.rope_theta, c.rope_style);
     kernels::Rope(k + t * kv_dim, nkv, hd, c.rope_dim, pos_ + t, c.rope_theta, c.rope_style);
@@ -70,7 +81,9 @@ void Session::Attention(int layer, int n) {
     }
   });
 
-  kernels::MatMul(w.wo, att, n, xb, pool_);  // xb = Wo · att
+  Observe(layer, Site::kAttnOut, att, q_dim, n);
+  Project(layer, Site::kAttnOut, att, q_dim, n, {{&w.wo, wt ? &wt->wo_t : nullptr, xb}},
+          &traffic_.attn_used, &traffic_.attn_dense);  // xb = Wo · att
   for (int i = 0; i < n * d; ++i) x[i] += xb[i];
 }
 
@@ -79,16 +92,29 @@ void Session::Mlp(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int d = c.d_model, d_ff = c.layers[static_cast<size_t>(layer)].d_ff;
-  float* x = x_.data<float>();      // [n, d]
-  float* xb = xb_.data<float>();    // [n, d]
+  float* x = x_.data<float>();        // [n, d]
+  float* xb = xb_.data<float>();      // [n, d]
   float* gate = gate_.data<float>();  // [n, d_ff]
   float* up = up_.data<float>();      // [n, d_ff]
 
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.ffn_norm, d, c.rms_eps);
-  kernels::MatMul(w.w_gate, xb, n, gate, pool_);
-  kernels::MatMul(w.w_up, xb, n, up, pool_);
-  kernels::SiluMul(gate, up, static_cast<int64_t>(n) * d_ff);
-  kernels::MatMul(w.w_down, gate, n, xb, pool_);  // xb = W_down · h
+  Observe(layer, Site::kMlpIn, xb, d, n);
+  if (policy_) {
+    // Sparse: selections are per token (DIP §3), so tokens go one at a time.
+    for (int t = 0; t < n; ++t) SparseMlpToken(layer, xb + t * d, xb + t * d);
+  } else {
+    kernels::MatMul(w.w_gate, xb, n, gate, pool_);
+    kernels::MatMul(w.w_up, xb, n, up, pool_);
+    if (observer_) {
+      for (int t = 0; t < n; ++t) observer_->OnGate(layer, gate + t * d_ff, d_ff);
+    }
+    kernels::SiluMul(gate, up, static_cast<int64_t>(n) * d_ff);
+    Observe(layer, Site::kMlpDown, gate, d_ff, n);
+    kernels::MatMul(w.w_down, gate, n, xb, pool_);  // xb = W_down · h
+    const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+    traffic_.mlp_used += bytes * static_cast<uint64_t>(n);
+    traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
+  }
   for (int i = 0; i < n * d; ++i) x[i] += xb[i];
 }
 
@@ -104,6 +130,126 @@ void Session::Output(int n, LogitsFor which) {
   const int count = n - first;
   for (int t = 0; t < count; ++t) kernels::RmsNorm(xb + t * d, x + (first + t) * d, w.output_norm, d, c.rms_eps);
   kernels::MatMul(w.output, xb, count, logits, pool_);
+  traffic_.output_bytes += w.output.nbytes();
+}
+
+// ---------------------------------------------------------------------------------------------
+// Sparse helpers.
+
+// y = W · x for every projection in `outs` (they share the input x [n, cols]). With a policy that
+// prunes `site`, the active input columns are chosen per token and only those columns of W are
+// read (gathered product over W's transposed copy).
+void Session::Project(int layer, Site site, const float* x, int64_t cols, int n,
+                      std::initializer_list<Projection> outs, uint64_t* used, uint64_t* dense) {
+  uint64_t dense_bytes = 0;
+  for (const auto& o : outs) dense_bytes += o.w->nbytes();
+  *dense += dense_bytes * static_cast<uint64_t>(n);
+  if (!Prunes(site)) {
+    for (const auto& o : outs) kernels::MatMul(*o.w, x, n, o.y, pool_);
+    *used += dense_bytes * static_cast<uint64_t>(n);
+    return;
+  }
+  for (int t = 0; t < n; ++t) {
+    const float* xt = x + t * cols;
+    policy_->SelectInput(layer, site, std::span<const float>(xt, static_cast<size_t>(cols)), nullptr, &sel_in_);
+    for (const auto& o : outs) {
+      float* yt = o.y + static_cast<int64_t>(t) * o.w->rows();
+      if (sel_in_.all()) {
+        kernels::MatVec(*o.w, xt, yt, pool_);
+        *used += o.w->nbytes();
+      } else {
+        auto idx = sel_in_.indices();
+        kernels::GatherMatVecCols(*o.w_t, idx.data(), static_cast<int64_t>(idx.size()), xt, yt, pool_);
+        *used += idx.size() * o.w_t->row_bytes();
+      }
+    }
+  }
+}
+
+// One token of the MLP under a sparsity policy (the engine hook of sparsity/policy.h):
+//   in    = SelectInput(kMlpIn, xm)            columns of W_gate, W_up
+//   units = all, or SelectUnits(g or u)        rows of W_gate / W_up computed
+//   h     = silu(g) ⊙ u on the units, 0 elsewhere
+//   down  = SelectDown(h, units)               columns of W_down
+//   out   = W_down[:, down] · h[down]
+void Session::SparseMlpToken(int layer, const float* xm, float* out) {
+  const auto& c = model_.config();
+  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
+  const LayerTransposed& wt = transposed_->layer(layer);
+  const int d = c.d_model, d_ff = c.layers[static_cast<size_t>(layer)].d_ff;
+  float* g = gate_.data<float>();  // [d_ff]
+  float* u = up_.data<float>();    // [d_ff]
+  uint64_t used = 0;
+  const std::span<const float> xs(xm, static_cast<size_t>(d));
+
+  // Full product of one projection over the selected input columns.
+  auto full = [&](const TensorView& W, const TensorView& W_t, float* y) {
+    if (sel_in_.all()) {
+      kernels::MatVec(W, xm, y, pool_);
+      used += W.nbytes();
+    } else {
+      auto idx = sel_in_.indices();
+      kernels::GatherMatVecCols(W_t, idx.data(), static_cast<int64_t>(idx.size()), xm, y, pool_);
+      used += idx.size() * W_t.row_bytes();
+    }
+  };
+  // Rows `units` of one projection (the others are not computed).
+  auto rows = [&](const TensorView& W, float* y) {
+    auto idx = sel_units_.indices();
+    kernels::GatherMatVecRows(W, idx.data(), static_cast<int64_t>(idx.size()), xm, y, pool_);
+    used += idx.size() * W.row_bytes();
+  };
+
+  if (Prunes(Site::kMlpIn)) {
+    policy_->SelectInput(layer, Site::kMlpIn, xs, nullptr, &sel_in_);
+  } else {
+    sel_in_.SetAll(d);
+  }
+  switch (policy_->unit_predictor()) {
+    case sparsity::UnitPredictor::kNone:
+      full(w.w_gate, wt.w_gate_t, g);
+      full(w.w_up, wt.w_up_t, u);
+      sel_units_.SetAll(d_ff);
+      break;
+    case sparsity::UnitPredictor::kGate:
+      full(w.w_gate, wt.w_gate_t, g);
+      policy_->SelectUnits(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), &sel_units_);
+      if (sel_units_.all()) full(w.w_up, wt.w_up_t, u); else rows(w.w_up, u);
+      break;
+    case sparsity::UnitPredictor::kUp:
+      full(w.w_up, wt.w_up_t, u);
+      policy_->SelectUnits(layer, std::span<const float>(u, static_cast<size_t>(d_ff)), &sel_units_);
+      if (sel_units_.all()) full(w.w_gate, wt.w_gate_t, g); else rows(w.w_gate, g);
+      break;
+  }
+  if (observer_) observer_->OnGate(layer, g, d_ff);
+  // h = silu(g) ⊙ u on the computed units, 0 elsewhere (kept in g).
+  if (sel_units_.all()) {
+    kernels::SiluMul(g, u, d_ff);
+  } else {
+    auto idx = sel_units_.indices();
+    for (int32_t i : idx) u[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
+    for (int32_t i : idx) g[i] = u[i];
+  }
+  const std::span<const float> h(g, static_cast<size_t>(d_ff));
+  if (observer_) observer_->OnInput(layer, Site::kMlpDown, g, d_ff);
+  policy_->SelectDown(layer, h, sel_units_, nullptr, &sel_down_);
+  if (sel_down_.all()) {
+    kernels::MatVec(w.w_down, g, out, pool_);
+    used += w.w_down.nbytes();
+  } else {
+    auto idx = sel_down_.indices();
+    kernels::GatherMatVecCols(wt.w_down_t, idx.data(), static_cast<int64_t>(idx.size()), g, out, pool_);
+    used += idx.size() * wt.w_down_t.row_bytes();
+  }
+  traffic_.mlp_used += used;
+  traffic_.mlp_dense += w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+}
+
+void Session::Observe(int layer, Site site, const float* x, int64_t dim, int n) {
+  if (!observer_) return;
+  for (int t = 0; t < n; ++t) observer_->OnInput(layer, site, x + t * dim, dim);
 }
 
 }  // namespace weir::model

@@ -32,11 +32,36 @@ Status Session::Allocate(const SessionOptions& options) {
             scores_.Reset(threads * static_cast<size_t>(ctx) * f) && gate_.Reset(B * max_ff * f) &&
             up_.Reset(B * max_ff * f) && logits_.Reset(B * static_cast<size_t>(c.vocab_size) * f);
   if (!ok) return Status::OutOfMemory("cannot allocate session activation buffers");
+
+  if (options.sparsity != nullptr) {
+    policy_ = options.sparsity->Clone();
+    std::vector<sparsity::LayerDims> dims;
+    for (const auto& L : c.layers) {
+      dims.push_back({c.d_model, static_cast<int64_t>(L.n_head) * c.head_dim,
+                      static_cast<int64_t>(L.n_head_kv) * c.head_dim, L.d_ff});
+    }
+    WEIR_RETURN_IF_ERROR(policy_->Prepare(dims));
+    bool sites[sparsity::kNumSites];
+    bool any = false;
+    for (int s = 0; s < sparsity::kNumSites; ++s) {
+      sites[s] = policy_->MayPrune(static_cast<sparsity::Site>(s));
+      any = any || sites[s];
+    }
+    if (any || policy_->unit_predictor() != sparsity::UnitPredictor::kNone) {
+      WEIR_ASSIGN_OR_RETURN(transposed_, TransposedWeights::Build(model_.weights(), sites, pool_));
+    } else {
+      policy_.reset();  // never prunes: the dense path is the same computation
+    }
+    const int64_t widest = static_cast<int64_t>(std::max({static_cast<size_t>(c.d_model), max_q, max_ff}));
+    sel_in_.Reserve(widest);
+    sel_units_.Reserve(widest);
+    sel_down_.Reserve(widest);
+  }
   return Status::Ok();
 }
 
 uint64_t Session::allocated_bytes() const {
-  return kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
+  return (transposed_ ? transposed_->bytes() : 0) + kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
          scores_.size() + gate_.size() + up_.size() + logits_.size();
 }
 
@@ -62,6 +87,7 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
   }
   Output(n, which);
   pos_ += n;
+  traffic_.tokens += static_cast<uint64_t>(n);
   return logits_.data<float>();
 }
 

@@ -19,14 +19,38 @@
 #include "base/aligned_buffer.h"
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "model/activation_observer.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/transposed_weights.h"
+#include "sparsity/policy.h"
 
 namespace weir::model {
 
 struct SessionOptions {
   int ctx = 0;       // context length; 0 = the model's (capped at 4096)
   int n_batch = 32;  // tokens per forward call during prefill
+  // Dynamic activation sparsity (nullptr or a policy that never prunes = dense). The session
+  // keeps its own Clone() and builds the transposed weight copies the policy's sites need.
+  const sparsity::SparsityPolicy* sparsity = nullptr;
+};
+
+// Weight bytes the linear layers read, summed over tokens ("dense" = what a dense pass would
+// have read), so achieved densities are used / dense.
+struct WeightTraffic {
+  uint64_t attn_used = 0, attn_dense = 0;
+  uint64_t mlp_used = 0, mlp_dense = 0;
+  uint64_t output_bytes = 0;  // output head + embedding rows, always dense
+  uint64_t tokens = 0;
+  double mlp_density() const { return mlp_dense ? static_cast<double>(mlp_used) / mlp_dense : 1.0; }
+  double attn_density() const { return attn_dense ? static_cast<double>(attn_used) / attn_dense : 1.0; }
+  double linear_density() const {
+    uint64_t d = attn_dense + mlp_dense;
+    return d ? static_cast<double>(attn_used + mlp_used) / d : 1.0;
+  }
+  uint64_t bytes_per_token() const {
+    return tokens ? (attn_used + mlp_used + output_bytes) / tokens : 0;
+  }
 };
 
 enum class LogitsFor { kLast, kAll };
@@ -50,8 +74,14 @@ class Session {
   int ctx() const { return kv_.ctx(); }
   int n_batch() const { return n_batch_; }
   const Model& model() const { return model_; }
-  // Bytes this session allocated (KV cache + activations).
+  // Bytes this session allocated (KV cache + activations + transposed copies for sparsity).
   uint64_t allocated_bytes() const;
+
+  // Watches the inputs of every linear layer (calibration, pruning statistics); nullptr = none.
+  void set_observer(ActivationObserver* observer) { observer_ = observer; }
+  const WeightTraffic& traffic() const { return traffic_; }
+  void ResetTraffic() { traffic_ = {}; }
+  const sparsity::SparsityPolicy* sparsity() const { return policy_.get(); }
 
  private:
   Session(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {}
@@ -62,12 +92,28 @@ class Session {
   void Attention(int layer, int n);
   void Mlp(int layer, int n);
   void Output(int n, LogitsFor which);
+  // Helpers of the blocks above.
+  struct Projection {
+    const TensorView* w;    // [rows_out, cols_in]
+    const TensorView* w_t;  // [cols_in, rows_out] (sparse path only)
+    float* y;               // [n, rows_out]
+  };
+  void Project(int layer, sparsity::Site site, const float* x, int64_t cols, int n,
+               std::initializer_list<Projection> outs, uint64_t* used, uint64_t* dense);
+  void SparseMlpToken(int layer, const float* xm, float* out);
+  void Observe(int layer, sparsity::Site site, const float* x, int64_t dim, int n);
+  bool Prunes(sparsity::Site site) const { return policy_ && policy_->MayPrune(site); }
 
   const Model& model_;
   ThreadPool* pool_;
   KVCache kv_;
   int pos_ = 0;
   int n_batch_ = 0;
+  ActivationObserver* observer_ = nullptr;
+  std::unique_ptr<sparsity::SparsityPolicy> policy_;
+  std::unique_ptr<TransposedWeights> transposed_;
+  sparsity::IndexList sel_in_, sel_units_, sel_down_;  // capacity = widest site
+  WeightTraffic traffic_;
 
   // Activations for up to n_batch tokens, row-major [token, dim].
   AlignedBuffer x_;       // [n_batch, d_model] residual stream

@@ -29,6 +29,8 @@ int BenchMain(int argc, char** argv) {
   int n_gen = 128, n_prompt = 128, reps = 3;
   bool json = false, no_stream = false;
   AddModelFlags(app, &mf);
+  SparsityFlags spf;
+  AddSparsityFlags(app, &spf);
   app.add_option("-n,--n-gen", n_gen, "tokens to decode per repetition (default 128)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per repetition; 0 = skip (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", reps, "repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
@@ -36,6 +38,7 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--json", json, "print as JSON");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
+  if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("bench", st);
   auto m = LoadModel(mf);
   if (!m.ok()) return Fail("bench", m.status());
   const model::Model& model = **m;
@@ -43,6 +46,7 @@ int BenchMain(int argc, char** argv) {
   model::SessionOptions so;
   so.ctx = std::max(mf.ctx, n_prompt + n_gen + 1);
   so.n_batch = std::max(1, std::min(n_prompt, 64));
+  so.sparsity = spf.policy.get();
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("bench", session.status());
   model::Session& s = **session;
@@ -63,6 +67,7 @@ int BenchMain(int argc, char** argv) {
       tok = model::Sampler::Argmax(*l, vocab);
       s.Reset();  // decode is measured from an empty context, like llama-bench's tg
     }
+    s.ResetTraffic();
     auto t0 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
       auto l = s.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
@@ -74,23 +79,28 @@ int BenchMain(int argc, char** argv) {
   MemoryBandwidth bw;
   if (!no_stream) bw = MeasureMemoryBandwidth(&pool);
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg);
-  const uint64_t bytes_tok = model.dense_bytes_per_token();
+  // Bytes the decode steps of the last repetition actually read (== dense_bytes_per_token()
+  // without sparsity).
+  const uint64_t bytes_tok = s.traffic().bytes_per_token();
   const double achieved = tg_tok_s * static_cast<double>(bytes_tok) / 1e9;
   const double frac = bw.read_gbs > 0 ? achieved / bw.read_gbs : 0;
 
   if (json) {
-    PrintJson({{"model", model.file().path}, {"weight_bytes", model.weight_bytes()}, {"threads", pool.size()},
+    PrintJson({{"model", model.file().path}, {"weight_bytes", model.weight_bytes()},
+               {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
+               {"mlp_density", s.traffic().mlp_density()}, {"linear_density", s.traffic().linear_density()},
+               {"dense_bytes_per_token", model.dense_bytes_per_token()}, {"threads", pool.size()},
                {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"repetitions", reps},
                {"prompt_tok_s", pp_tok_s}, {"decode_tok_s", tg_tok_s}, {"prompt_tok_s_all", pp},
                {"decode_tok_s_all", tg}, {"bytes_per_token", bytes_tok}, {"achieved_gbs", achieved},
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac}});
   } else {
-    std::printf("| model | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
+    std::printf("| model | sparsity | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
                 n_prompt, n_gen);
-    std::printf("|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    std::printf("| %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(),
-                FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
+    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| %s | %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(),
+                spf.policy ? spf.policy->info().spec.c_str() : "dense", FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
                 FormatBytes(bytes_tok).c_str(), achieved, bw.read_gbs, frac * 100);
   }
   return kExitOk;

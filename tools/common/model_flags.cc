@@ -50,4 +50,21 @@ model::SamplerOptions ToSamplerOptions(const SamplingFlags& f) {
   return o;
 }
 
+void AddSparsityFlags(CLI::App& app, SparsityFlags* f) {
+  app.add_option("--sparsity", f->spec,
+                 "dynamic activation sparsity NAME:DENSITY[,k=v]: dense, glu, gate, up, cats, teal, "
+                 "topk-all, dip, dip-ca (docs/sparsity.md)");
+  app.add_option("--calib", f->calib, "calibration file from `weir calibrate` (needed by cats, teal)");
+}
+
+Status ParseSparsityFlags(SparsityFlags* f) {
+  if (!f->calib.empty()) {
+    WEIR_ASSIGN_OR_RETURN(auto c, sparsity::Calibration::Load(f->calib));
+    f->calibration = std::make_unique<sparsity::Calibration>(std::move(c));
+  }
+  if (f->spec.empty()) return Status::Ok();
+  WEIR_ASSIGN_OR_RETURN(f->policy, sparsity::ParseSparsity(f->spec, f->calibration.get()));
+  return Status::Ok();
+}
+
 }  // namespace weir::tools

@@ -9,6 +9,8 @@
 #include "base/status.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "sparsity/calibration.h"
+#include "sparsity/policy.h"
 
 namespace weir::tools {
 
@@ -32,5 +34,16 @@ struct SamplingFlags {
 
 void AddSamplingFlags(CLI::App& app, SamplingFlags* flags);
 model::SamplerOptions ToSamplerOptions(const SamplingFlags& flags);
+
+// --sparsity NAME:DENSITY[,k=v] and --calib FILE (docs/sparsity.md).
+struct SparsityFlags {
+  std::string spec;   // empty = dense
+  std::string calib;  // calibration file from `weir calibrate`
+  // Filled by ParseSparsityFlags; the policy may point into calibration.
+  std::unique_ptr<sparsity::Calibration> calibration;
+  std::unique_ptr<sparsity::SparsityPolicy> policy;
+};
+void AddSparsityFlags(CLI::App& app, SparsityFlags* flags);
+Status ParseSparsityFlags(SparsityFlags* flags);
 
 }  // namespace weir::tools

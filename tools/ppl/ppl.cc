@@ -21,6 +21,8 @@ int PplMain(int argc, char** argv) {
   int chunks = 0;
   bool json = false, no_progress = false;
   AddModelFlags(app, &mf);
+  SparsityFlags spf;
+  AddSparsityFlags(app, &spf);
   app.get_option("--ctx-size")->description("tokens per chunk (default 512)");
   app.add_option("-f,--file", file, "text file")->required();
   app.add_option("--score", score, "which predictions to score: half (default) or all")
@@ -31,6 +33,7 @@ int PplMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
   if (mf.ctx == 0) mf.ctx = 512;
 
+  if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("ppl", st);
   auto text = format::ReadSmallFile(file, 1ull << 30);
   if (!text.ok()) return Fail("ppl", text.status());
   auto m = LoadModel(mf);
@@ -44,6 +47,7 @@ int PplMain(int argc, char** argv) {
   model::SessionOptions so;
   so.ctx = mf.ctx;
   so.n_batch = std::min(mf.ctx, 64);
+  so.sparsity = spf.policy.get();
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("ppl", session.status());
   model::PerplexityOptions po;
@@ -58,10 +62,17 @@ int PplMain(int argc, char** argv) {
   if (json) {
     PrintJson({{"model", model.file().path}, {"file", file}, {"ctx", mf.ctx}, {"score", score},
                {"text_tokens", ids.size()}, {"chunks", r->chunks}, {"tokens_scored", r->tokens_scored},
-               {"ppl", r->ppl}, {"ppl_stderr", r->ppl_stderr}, {"mean_nll", r->mean_nll}});
+               {"ppl", r->ppl}, {"ppl_stderr", r->ppl_stderr}, {"mean_nll", r->mean_nll},
+               {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
+               {"mlp_density", (*session)->traffic().mlp_density()},
+               {"linear_density", (*session)->traffic().linear_density()}});
   } else {
     std::printf("perplexity: %.4f +/- %.4f  (%lld tokens scored, %d chunks of %d, score=%s)\n", r->ppl,
                 r->ppl_stderr, static_cast<long long>(r->tokens_scored), r->chunks, mf.ctx, score.c_str());
+    if (spf.policy) {
+      std::printf("sparsity %s: achieved mlp density %.3f, linear density %.3f\n", spf.policy->info().spec.c_str(),
+                  (*session)->traffic().mlp_density(), (*session)->traffic().linear_density());
+    }
   }
   return kExitOk;
 }

@@ -18,12 +18,17 @@ int RunMain(int argc, char** argv) {
   bool json = false, no_bos = false;
   AddModelFlags(app, &mf);
   AddSamplingFlags(app, &sf);
+  SparsityFlags spf;
+  AddSparsityFlags(app, &spf);
+  bool stats_flag = false;
+  app.add_flag("--stats", stats_flag, "print weight traffic per token (bytes, densities) on stderr");
   app.add_option("-p,--prompt", prompt, "prompt text (default: empty, generation starts from BOS)");
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt");
   app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
+  if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
   auto m = LoadModel(mf);
   if (!m.ok()) return Fail("run", m.status());
   const model::Model& model = **m;
@@ -35,6 +40,7 @@ int RunMain(int argc, char** argv) {
   ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = mf.ctx;
+  so.sparsity = spf.policy.get();
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
   if (static_cast<int>(ids.size()) >= (*session)->ctx()) {
@@ -64,8 +70,15 @@ int RunMain(int argc, char** argv) {
     if (!json) std::fputc('\n', stdout);
     return Fail("run", stats.status());
   }
+  const model::WeightTraffic& tr = (*session)->traffic();
+  nlohmann::json traffic = {{"weight_bytes_per_token", tr.bytes_per_token()},
+                            {"mlp_density", tr.mlp_density()},
+                            {"attn_density", tr.attn_density()},
+                            {"linear_density", tr.linear_density()}};
   if (json) {
     PrintJson({{"model", model.file().path},
+               {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
+               {"stats", traffic},
                {"prompt", prompt},
                {"text", text},
                {"prompt_tokens", stats->prompt_tokens},
@@ -82,6 +95,11 @@ int RunMain(int argc, char** argv) {
     std::fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | %d threads\n",
                  stats->prompt_tokens, stats->prompt_tok_s(), stats->generated_tokens, stats->decode_tok_s(),
                  pool.size());
+    if (stats_flag) {
+      std::fprintf(stderr, "weights: %.0f bytes/token | achieved density: mlp %.3f, attention %.3f, linear %.3f\n",
+                   static_cast<double>(tr.bytes_per_token()), tr.mlp_density(), tr.attn_density(),
+                   tr.linear_density());
+    }
   }
   return kExitOk;
 }

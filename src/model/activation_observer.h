@@ -1,0 +1,25 @@
+// ActivationObserver: a seam through which tools watch the inputs of every linear layer during a
+// forward pass -- calibration of sparsity thresholds (`weir calibrate`), Mosaic's activation
+// norms (`weir prune`), traces. Called per token, in layer order, on the session's thread.
+//
+//   site kAttnIn : x [d_model]           input of W_q, W_k, W_v (after the attention RMSNorm)
+//   site kAttnOut: x [n_head * head_dim] input of W_o
+//   site kMlpIn  : x [d_model]           input of W_gate, W_up (after the MLP RMSNorm)
+//   site kMlpDown: x [d_ff]              input of W_down, h = silu(g) * u
+//   OnGate       : g [d_ff]              W_gate · x, before SiLU (CATS calibrates on |SiLU(g)|)
+#pragma once
+
+#include <cstdint>
+
+#include "sparsity/site.h"
+
+namespace weir::model {
+
+class ActivationObserver {
+ public:
+  virtual ~ActivationObserver() = default;
+  virtual void OnInput(int layer, sparsity::Site site, const float* x, int64_t dim) = 0;
+  virtual void OnGate(int layer, const float* g, int64_t d_ff) { (void)layer, (void)g, (void)d_ff; }
+};
+
+}  // namespace weir::model

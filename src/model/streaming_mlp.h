@@ -1,0 +1,200 @@
+// StreamingMlp: the MLP of every layer of a weir pack (format/weir_pack_format.h), computed from
+// neuron bundles that are streamed from storage into a byte-budgeted DRAM cache.
+//
+// Memory. Each layer group's bundle tensor has a slab: a reserved address range as large as the
+// tensor (storage/slab_placement.h). The cached unit is a *block*: block_bytes (a multiple of
+// 4 KiB) of the tensor, cached at its own offset in the slab, so the resident blocks of a group
+// are, in place, a view of the tensor [rows, d_model] the kernels read without a copy. A block
+// that leaves the cache gives its pages back to the OS. Blocks are page-aligned in the file, so
+// O_DIRECT reads them straight into the slab.
+//
+// Compute, for layer L = first + j of group g and a token x:
+//   lanes: the channels are cut into lanes of lane_channels; lane k's blocks are acquired
+//          (pinned) through the Prefetcher, as many lanes at a time as the budget allows;
+//   rows:  y[(c*n + j)*3 + {0,1}] = gate/up rows · x for the lanes' channels (GatherMatVecRows
+//          over the group view, one call for the batch);
+//   lane:  h[c] = silu(gate[c]) * up[c]; partial_k = sum_{c in lane} h[c] * down^T[c]
+//          (GatherMatVecCols over the lane's rows, on one thread);
+//   out  = ((partial_0 + partial_1) + partial_2) + ...   in lane order.
+// The lane is the unit of the floating-point sums, so the result does not depend on how lanes
+// were batched, on the thread count, on what was cached or prefetched, or on the device: a
+// streamed run gives bit for bit the logits of a run with everything resident.
+//
+// Cache. One partition per layer group (uniform or proportional shares, or one shared pool)
+// under the eviction policy, plus a staging partition that prefetched blocks are read into, so
+// that reading ahead never evicts what the policy keeps. A block the compute used is moved
+// from staging into its group's partition when the policy makes room for it there.
+//
+// I/O. At each layer the I/O thread is given the blocks of this layer and of the next
+// prefetch_layers layers (dense mode: whole layers, M2Cache's layer-wise preloading), read in
+// batches (io_uring: all in flight), as far as the staging partition has room. A block the
+// compute thread needs is taken from the cache, waited for, or read on demand. When no
+// partition can take a block (its room is pinned, or the policy refuses as ATU does), it is read
+// into its slab place outside the cache and dropped after its lane ran (a transient read: at
+// most one lane's blocks at a time).
+//
+// Resident mode. When the cache budget holds every block, each group is loaded once and its
+// blocks stay pinned: later tokens compute straight from the slabs with no cache traffic, which
+// is what makes streaming cost nothing when the model fits.
+//
+// Thread safety: one StreamingMlp serves one Session (one thread calls Forward/BeginToken);
+// stats()/SetCacheBudget may be called from another thread. The device must outlive it.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "format/weir_pack_reader.h"
+#include "storage/block_device.h"
+#include "storage/eviction_policy.h"
+#include "storage/prefetcher.h"
+#include "storage/slab_placement.h"
+#include "storage/weight_cache.h"
+
+namespace weir::model {
+
+struct StreamingMlpOptions {
+  uint64_t cache_budget = 0;             // bytes for cached blocks (WeightCache charges)
+  std::string policy = "lru";            // eviction policy (storage/eviction_policy.h)
+  storage::PolicyOptions policy_options;
+  // "uniform": one cache partition per layer group, equal shares (DIP's split);
+  // "proportional": shares by group size; "shared": one pool for all groups.
+  std::string partitions = "uniform";
+  size_t block_bytes = 64 << 10;  // cached unit; a multiple of 4096
+  int lane_channels = 256;        // channels per partial sum of W_down (a multiple of 4)
+  int prefetch_layers = 1;        // layers ahead the I/O thread reads (0 = only the current)
+  size_t io_batch = 64;           // blocks per device read batch
+  uint64_t staging_bytes = 0;     // staging partition; 0 = a quarter of the budget, within
+                                  // [2 lanes, (prefetch_layers + 1) groups]
+  bool record_trace = false;      // record block accesses for a later belady run
+};
+
+// Cumulative counters; per-token figures are differences between two readings.
+struct StreamStats {
+  uint64_t tokens = 0;          // BeginToken calls
+  uint64_t block_accesses = 0;  // blocks the compute needed
+  uint64_t block_hits = 0;      // ... that were resident before this token asked (no I/O)
+  uint64_t accessed_bytes = 0;  // bytes of the blocks needed
+  uint64_t cache_bytes = 0;     // ... served from DRAM without a read for this access
+  uint64_t storage_bytes = 0;   // bytes read from the device (prefetch + demand + transient)
+  uint64_t prefetched_bytes = 0;   // of storage_bytes: read by the I/O thread ahead of use
+  uint64_t transient_bytes = 0;    // of storage_bytes: read outside the cache
+  double stall_seconds = 0;     // compute thread waiting for blocks (demand reads included)
+  double io_seconds = 0;        // wall time of device reads (I/O thread and demand)
+  double hit_rate() const { return block_accesses ? static_cast<double>(block_hits) / block_accesses : 1.0; }
+  // Share of the read time the compute thread did not wait for.
+  double overlap() const {
+    if (io_seconds <= 0) return 1.0;
+    const double f = 1.0 - stall_seconds / io_seconds;
+    return f < 0 ? 0 : (f > 1 ? 1 : f);
+  }
+  StreamStats operator-(const StreamStats& o) const;
+};
+
+class StreamingMlp {
+ public:
+  // `pack` gives the geometry (only read here); `device` reads the pack's bytes.
+  static Result<std::unique_ptr<StreamingMlp>> Create(const format::PackFile& pack,
+                                                      storage::BlockDevice* device,
+                                                      const StreamingMlpOptions& options);
+  ~StreamingMlp();
+  StreamingMlp(const StreamingMlp&) = delete;
+  StreamingMlp& operator=(const StreamingMlp&) = delete;
+
+  // out[t] = W_down · (silu(W_gate · x[t]) ⊙ (W_up · x[t])) of `layer`, t < n.
+  // x, out: [n, d_model]. An I/O error comes back as the Status (out is then unspecified).
+  Status Forward(int layer, const float* x, int n, float* out, ThreadPool* pool);
+
+  // Token and sequence boundaries (forwarded to the eviction policy).
+  void BeginToken();
+  void ResetSequence();
+
+  // Changes the cache budget at run time (the cache shrinks or grows; leaving resident mode
+  // releases the pinned groups first). OutOfMemory when pinned blocks exceed the new budget.
+  Status SetCacheBudget(uint64_t bytes);
+
+  // Bytes outside the cache this object allocates: scratch plus the transient reserve.
+  uint64_t fixed_bytes() const;
+  // What the cache is charged to hold every block (resident mode needs at least this).
+  uint64_t all_blocks_charge() const { return all_blocks_charge_; }
+  bool resident_mode() const { return resident_mode_; }
+  StreamStats stats() const;
+  storage::CacheStats cache_stats() const { return cache_->stats(); }
+  std::vector<storage::UnitId> TakeTrace() { return cache_->TakeTrace(); }
+  const StreamingMlpOptions& options() const { return options_; }
+
+ private:
+  struct Group {
+    format::PackGroup pack;
+    std::byte* base = nullptr;  // slab: the tensor's bytes at their offsets
+    uint64_t n_blocks = 0;
+    int n_lanes = 0;
+    bool held = false;                      // resident mode: every block pinned below
+    std::vector<storage::CacheHandle> pins;  // resident mode
+  };
+  // Blocks acquired for the lanes being computed, and transient reads to drop afterwards.
+  struct Batch {
+    std::vector<uint64_t> blocks;  // ascending
+    std::vector<storage::CacheHandle> handles;
+    std::vector<std::pair<std::byte*, size_t>> transient;
+    uint64_t pinned_bytes = 0;
+    int lane_begin = 0, lane_end = 0;  // lanes whose blocks are all here
+  };
+
+  StreamingMlp() = default;
+  storage::UnitRead BlockRead(const Group& g, uint64_t block) const;
+  // First and last block holding channels [c0, c1).
+  std::pair<uint64_t, uint64_t> BlocksOf(const Group& g, int64_t c0, int64_t c1) const;
+  void Prefetch(int layer);
+  Status AcquireBlock(Group& g, uint64_t block, Batch* batch, int lane, const float* x, int n,
+                      float* out, int j, ThreadPool* pool);
+  Status LoadResident(Group& g);
+  // Computes lanes [k0, k1) of layer first + j for every token, adding to out in lane order.
+  void ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n, float* out,
+                    ThreadPool* pool);
+  void Release(Batch* batch, int keep_from_lane, const Group& g);
+  uint32_t PartitionOf(int group) const {
+    return options_.partitions == "shared" ? 0u : static_cast<uint32_t>(group);
+  }
+  bool CheckResidentMode() const;
+  // Cache partition weights (bytes) for a budget: groups, then staging.
+  std::vector<uint64_t> PartitionWeights(uint64_t budget) const;
+
+  StreamingMlpOptions options_;
+  storage::BlockDevice* device_ = nullptr;
+  std::unique_ptr<storage::SlabPlacement> slabs_;
+  std::unique_ptr<storage::WeightCache> cache_;
+  std::unique_ptr<storage::Prefetcher> prefetcher_;
+  std::vector<Group> groups_;
+  std::vector<int> group_of_;  // per layer
+  int d_model_ = 0;
+  int n_layers_ = 0;
+  uint64_t all_blocks_charge_ = 0;
+  uint64_t max_lane_bytes_ = 0;
+  uint64_t max_group_bytes_ = 0;
+  std::atomic<bool> resident_mode_{false};
+  uint32_t staging_partition_ = 0;
+  std::vector<uint64_t> group_charge_;  // per group: the charge of all its blocks
+  int last_prefetched_layer_ = -1;
+
+  // Scratch, allocated once (sizes for the largest group).
+  AlignedBuffer rows_y_;    // [rows] gate/up outputs at their bundle rows
+  AlignedBuffer rows_x_;    // [rows] h at the down^T rows (the column form's input)
+  AlignedBuffer gate_;      // [d_ff] per channel, then h
+  AlignedBuffer up_;        // [d_ff]
+  AlignedBuffer partials_;  // [n_lanes, d_model]
+  std::vector<int32_t> idx_rows_;  // gate/up rows of a batch
+  std::vector<int32_t> idx_down_;  // down^T rows, lane after lane
+
+  mutable std::mutex stats_mu_;
+  StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)
+};
+
+}  // namespace weir::model

@@ -1,0 +1,147 @@
+#include "model/streaming_model.h"
+
+#include <algorithm>
+
+#include "base/units.h"
+
+namespace weir::model {
+
+namespace {
+
+constexpr uint64_t kPage = 4096;
+uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+// Owns the static tensors' bytes for the ModelFile's views.
+struct StaticBuffers : format::Backing {
+  std::vector<AlignedBuffer> buffers;
+};
+
+uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
+
+}  // namespace
+
+std::string MemoryPlan::ToString() const {
+  return StrFormat("static %s + session %s + mlp %s + io %s + policy %s + cache %s = %s (streamed MLP %s)",
+                   FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
+                   FormatBytes(mlp_bytes).c_str(), FormatBytes(io_bytes).c_str(),
+                   FormatBytes(policy_bytes).c_str(), FormatBytes(cache_bytes).c_str(),
+                   FormatBytes(Add(minimum(), cache_bytes)).c_str(), FormatBytes(bundle_bytes).c_str());
+}
+
+Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
+                                                             const StreamingConfig& config) {
+  WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::BlockDevice> device, storage::OpenDevice(path, config.device));
+  return Open(path, std::move(device), config);
+}
+
+StreamingModel::~StreamingModel() {
+  mlp_.reset();  // its cache and I/O thread go before the device
+}
+
+Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
+                                                             std::unique_ptr<storage::BlockDevice> device,
+                                                             const StreamingConfig& config) {
+  std::unique_ptr<StreamingModel> m(new StreamingModel());
+  m->path_ = path;
+  m->config_ = config;
+  m->device_ = std::move(device);
+  WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(path));
+  StreamingMlpOptions mo = config.mlp;
+  mo.cache_budget = 0;  // planned by Fit
+  WEIR_ASSIGN_OR_RETURN(m->mlp_, StreamingMlp::Create(pack, m->device_.get(), mo));
+  for (const format::PackGroup& g : pack.groups()) {
+    m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes;
+  }
+  m->plan_.bundle_bytes = pack.bundle_bytes();
+  for (const format::PackTensor& t : pack.static_tensors()) m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
+  // What can be checked before the session exists.
+  MemoryPlan early;
+  if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
+
+  // The static tensors, read through the device into page-aligned buffers.
+  auto statics = std::make_shared<StaticBuffers>();
+  format::ModelFile file;
+  file.path = path;
+  file.format = format::FileFormat::kGguf;
+  file.config = pack.config();
+  file.tokenizer = pack.tokenizer();
+  file.metadata = pack.RenderMetadata();
+  for (const format::PackTensor& t : pack.static_tensors()) {
+    AlignedBuffer buf;
+    const size_t capacity = static_cast<size_t>(RoundUp(t.nbytes, kPage));
+    if (!buf.Reset(capacity, kPage)) {
+      return Status::OutOfMemory(StrFormat("%s: cannot allocate %s for %s", path.c_str(),
+                                           FormatBytes(capacity).c_str(), t.name.c_str()));
+    }
+    const size_t len = storage::RoundedReadLength(*m->device_, t.offset, static_cast<size_t>(t.nbytes),
+                                                  buf.data(), capacity);
+    if (Status st = m->device_->ReadAt(t.offset, len, buf.data()); !st.ok()) {
+      return st.WithContext(StrFormat("%s: reading %s", path.c_str(), t.name.c_str()));
+    }
+    file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, buf.data()});
+    file.tensor_order.push_back(t.name);
+    statics->buffers.push_back(std::move(buf));
+  }
+  // The MLP tensors stand in by shape only: StreamingMlp computes them.
+  for (const format::PackGroup& g : pack.groups()) {
+    for (int j = 0; j < g.n_layers; ++j) {
+      const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+      file.tensors.emplace(b + "ffn_gate.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+      file.tensors.emplace(b + "ffn_up.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+      file.tensors.emplace(b + "ffn_down.weight", TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
+    }
+  }
+  file.backing.push_back(std::move(statics));
+  WEIR_ASSIGN_OR_RETURN(m->model_, Model::FromFile(std::move(file)));
+  m->plan_ = early;
+  return m;
+}
+
+Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan* plan) const {
+  MemoryPlan p = plan_;
+  p.budget = budget;
+  p.session_bytes = session_bytes;
+  p.mlp_bytes = mlp_->fixed_bytes();
+  const storage::DeviceOptions& d = config_.device;
+  const bool direct = d.kind.find("direct") != std::string::npos;
+  const bool uring = d.kind.find("io_uring") != std::string::npos;
+  // Bounce buffers of at most bounce_bytes per O_DIRECT call (I/O thread and compute thread),
+  // io_uring rings (64-byte submission and 16-byte completion entries, both sides doubled), and
+  // about 256 bytes of queue bookkeeping per block that can be in flight.
+  p.io_bytes = (direct ? 2 * d.bounce_bytes : 0) + (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
+               256 * std::min<uint64_t>(total_blocks_, 4096);
+  const std::string& policy = config_.mlp.policy;
+  p.policy_bytes = policy == "lfu" ? 64 * total_blocks_ : 4096;
+  if (policy == "belady") p.policy_bytes += 16 * config_.mlp.policy_options.belady_trace.size() + 64 * total_blocks_;
+  if (budget < p.minimum()) {
+    return Status::OutOfMemory(StrFormat(
+        "%s: memory budget %s is below the minimum %s (static tensors %s, KV cache and activations %s, "
+        "MLP scratch and one lane of transient reads %s, I/O buffers %s, policy %s; the MLP cache "
+        "gets what is left above that)",
+        path_.c_str(), FormatBytes(budget).c_str(), FormatBytes(p.minimum()).c_str(),
+        FormatBytes(p.static_bytes).c_str(), FormatBytes(p.session_bytes).c_str(),
+        FormatBytes(p.mlp_bytes).c_str(), FormatBytes(p.io_bytes).c_str(), FormatBytes(p.policy_bytes).c_str()));
+  }
+  p.cache_bytes = budget - p.minimum();
+  *plan = p;
+  return Status::Ok();
+}
+
+Status StreamingModel::Fit(uint64_t session_bytes) {
+  MemoryPlan p;
+  WEIR_RETURN_IF_ERROR(Plan(config_.memory_budget, session_bytes, &p));
+  WEIR_RETURN_IF_ERROR(mlp_->SetCacheBudget(p.cache_bytes));
+  plan_ = p;
+  return Status::Ok();
+}
+
+Status StreamingModel::SetMemoryBudget(uint64_t bytes) {
+  MemoryPlan p;
+  WEIR_RETURN_IF_ERROR(Plan(bytes, plan_.session_bytes, &p));
+  WEIR_RETURN_IF_ERROR(mlp_->SetCacheBudget(p.cache_bytes));
+  config_.memory_budget = bytes;
+  plan_ = p;
+  return Status::Ok();
+}
+
+}  // namespace weir::model

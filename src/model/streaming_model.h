@@ -1,0 +1,99 @@
+// StreamingModel: runs a weir pack (format/weir_pack_format.h) under a hard memory budget.
+//
+// What it owns, and where each byte of the budget goes (MemoryPlan):
+//   static   the static tensors (embeddings, norms, attention, output head), read from the pack
+//            through the device into memory once (never mapped: the budget is what weir holds);
+//   session  the KV cache and activations of the Session that runs it (measured after the
+//            session is created: Session::allocated_bytes());
+//   mlp      the MLP streamer's scratch and its transient-read reserve (one lane of blocks);
+//   io       I/O buffers: O_DIRECT bounce buffers, io_uring rings, the prefetch queue;
+//   policy   what the eviction policy keeps outside entries (LFU counts, Belady's trace);
+//   cache    the rest: the DRAM cache of MLP blocks (storage/weight_cache.h charges).
+// A budget below the sum of all but the cache is refused with a message giving that minimum.
+// The budget may change at run time (SetMemoryBudget): only the cache's share moves.
+// Outside the budget (a fixed overhead, measured in docs/streaming.md): the program and its
+// libraries, thread stacks, the tokenizer's vocabulary, page tables, and the pack's header
+// mapping while the pack is being opened.
+//
+// The Model it exposes has every static tensor; its MLP tensors are stand-in views with the
+// right shapes and no data (data == nullptr): the MLP of this model is computed by mlp(), which
+// the Session calls instead of its resident MLP (SessionOptions::streamed_mlp).
+//
+// Thread safety: Open/Fit/SetMemoryBudget from one thread; the model may be shared read-only;
+// the StreamingMlp serves one session at a time.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "base/status.h"
+#include "format/weir_pack_reader.h"
+#include "model/model.h"
+#include "model/streaming_mlp.h"
+#include "storage/block_device.h"
+#include "storage/open_device.h"
+
+namespace weir::model {
+
+struct StreamingConfig {
+  uint64_t memory_budget = UINT64_MAX;  // --memory; UINT64_MAX = no limit (everything resident)
+  storage::DeviceOptions device;        // --storage, --profile (kind "direct", "io_uring", ...)
+  StreamingMlpOptions mlp;              // --policy, --prefetch, ...; cache_budget is planned here
+};
+
+struct MemoryPlan {
+  uint64_t budget = 0;
+  uint64_t static_bytes = 0;
+  uint64_t session_bytes = 0;
+  uint64_t mlp_bytes = 0;
+  uint64_t io_bytes = 0;
+  uint64_t policy_bytes = 0;
+  uint64_t cache_bytes = 0;
+  uint64_t bundle_bytes = 0;  // the streamed MLP tensors, for scale
+  // Everything but the cache: the smallest budget that runs at all.
+  uint64_t minimum() const { return static_bytes + session_bytes + mlp_bytes + io_bytes + policy_bytes; }
+  // "static 95.1 MiB + session 12.0 MiB + ... + cache 40.0 MiB = 155.0 MiB".
+  std::string ToString() const;
+};
+
+class StreamingModel {
+ public:
+  // Opens the pack, creates the device and the MLP streamer, reads the static tensors. Refuses a
+  // budget below the static tensors and the streamer's fixed needs (the session's share is
+  // checked by Fit).
+  static Result<std::unique_ptr<StreamingModel>> Open(const std::string& path,
+                                                      const StreamingConfig& config);
+  // The same over a device the caller made (tests: memory or fault-injecting devices).
+  static Result<std::unique_ptr<StreamingModel>> Open(const std::string& path,
+                                                      std::unique_ptr<storage::BlockDevice> device,
+                                                      const StreamingConfig& config);
+  ~StreamingModel();
+
+  // Completes the plan once the session exists: its KV cache and activations take their share
+  // and the cache gets the rest. OutOfMemory "memory budget X is below the minimum Y (...)" when
+  // the budget cannot hold everything but the cache.
+  Status Fit(uint64_t session_bytes);
+  // Changes the budget while running (the cache shrinks or grows); same refusal as Fit.
+  Status SetMemoryBudget(uint64_t bytes);
+
+  const Model& model() const { return *model_; }
+  StreamingMlp& mlp() { return *mlp_; }
+  const MemoryPlan& plan() const { return plan_; }
+  const storage::BlockDevice& device() const { return *device_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  StreamingModel() = default;
+  Status Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan* plan) const;
+
+  std::string path_;
+  StreamingConfig config_;
+  uint64_t total_blocks_ = 0;
+  std::unique_ptr<storage::BlockDevice> device_;
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<StreamingMlp> mlp_;
+  MemoryPlan plan_;
+};
+
+}  // namespace weir::model
