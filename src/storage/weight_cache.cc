@@ -435,8 +435,29 @@ void WeightCache::ResidentMask(UnitId first, size_t count, uint64_t* words) cons
 }
 
 Status WeightCache::SetBudget(uint64_t budget_bytes) {
+  std::vector<uint64_t> weights;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    weights = weights_;
+  }
+  return SetBudget(budget_bytes, weights);
+}
+
+Status WeightCache::SetBudget(uint64_t budget_bytes, const std::vector<uint64_t>& partition_weights) {
   std::lock_guard<std::mutex> lock(mu_);
+  if (partition_weights.size() != parts_.size()) {
+    return Status::InvalidArgument(StrFormat("weight cache: %zu partition weights for %zu partitions",
+                                             partition_weights.size(), parts_.size()));
+  }
+  for (size_t i = 0; i < partition_weights.size(); ++i) {
+    if (partition_weights[i] == 0) {
+      return Status::InvalidArgument(StrFormat("weight cache: partition %zu has weight 0", i));
+    }
+  }
+  const std::vector<uint64_t> old_weights = weights_;
+  weights_ = partition_weights;
   std::vector<uint64_t> split = SplitBudget(budget_bytes);
+  weights_ = old_weights;
   for (size_t p = 0; p < parts_.size(); ++p) {
     if (parts_[p].pinned > split[p]) {
       return Status::OutOfMemory(StrFormat(
@@ -447,6 +468,7 @@ Status WeightCache::SetBudget(uint64_t budget_bytes) {
     }
   }
   budget_ = budget_bytes;
+  weights_ = partition_weights;
   for (size_t p = 0; p < parts_.size(); ++p) {
     Partition& part = parts_[p];
     part.budget = split[p];

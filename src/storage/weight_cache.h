@@ -227,6 +227,9 @@ class WeightCache {
   // Changes the budget. Shrinking evicts unpinned units (policy order, per partition); it fails
   // with OutOfMemory, changing nothing, when a partition's pinned bytes exceed its new share.
   Status SetBudget(uint64_t budget_bytes);
+  // The same with new partition weights (as many as the cache has, each > 0): the shares change
+  // with the budget; InvalidArgument for a wrong count or a zero weight.
+  Status SetBudget(uint64_t budget_bytes, const std::vector<uint64_t>& partition_weights);
   // Evicts every unpinned unit.
   void EvictAll();
 

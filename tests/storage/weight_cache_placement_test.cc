@@ -194,6 +194,33 @@ TEST(WeightCacheMoveTest, RefusedWhenTheTargetIsPinned) {
   EXPECT_EQ(c->partition_stats(1).entries, 1u);
 }
 
+TEST(WeightCacheMoveTest, SetBudgetWithNewWeights) {
+  auto c = MakeCache(0, nullptr, "lru", {1, 1});
+  const uint64_t charge = c->EntryCharge(4096);
+  ASSERT_TRUE(c->SetBudget(4 * charge).ok());  // 2 + 2
+  for (UnitId id = 1; id <= 2; ++id) {
+    auto r = c->Acquire(id, 4096, 0);
+    ASSERT_TRUE(r.ok());
+    r->Publish();
+  }
+  EXPECT_EQ(c->partition_stats(0).entries, 2u);
+  // 1 : 3 -> partition 0 keeps one unit (the other is evicted), partition 1 gets three.
+  ASSERT_TRUE(c->SetBudget(4 * charge, {1, 3}).ok());
+  EXPECT_EQ(c->partition_stats(0).budget_bytes, charge);
+  EXPECT_EQ(c->partition_stats(1).budget_bytes, 3 * charge);
+  EXPECT_EQ(c->partition_stats(0).entries, 1u);
+  // The plain form keeps the new weights.
+  ASSERT_TRUE(c->SetBudget(8 * charge).ok());
+  EXPECT_EQ(c->partition_stats(1).budget_bytes, 6 * charge);
+  EXPECT_EQ(c->SetBudget(8 * charge, {1}).code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(c->SetBudget(8 * charge, {1, 0}).code(), Status::Code::kInvalidArgument);
+  // Pinned units above a new share refuse the change, which then changes nothing.
+  auto pin = c->Acquire(1, 4096, 0);
+  ASSERT_TRUE(pin.ok());
+  EXPECT_EQ(c->SetBudget(8 * charge, {1, 100}).code(), Status::Code::kOutOfMemory);
+  EXPECT_EQ(c->partition_stats(1).budget_bytes, 6 * charge);
+}
+
 TEST(MruPolicyTest, CyclicScanKeepsAStableSet) {
   // A scan of 10 units in the same order, 6 times, through a cache of 4: LRU never hits after
   // the first pass; MRU keeps a stable set (at least C - 1 = 3 hits a pass) and is never better
