@@ -1,0 +1,180 @@
+#include "prune/pruner.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+
+#include "prune/structured.h"
+#include "prune/tensor_edit.h"
+#include "prune/unstructured.h"
+
+namespace weir::prune {
+
+std::string_view PruneModeName(PruneMode m) {
+  switch (m) {
+    case PruneMode::kUnstructured: return "unstructured";
+    case PruneMode::kStructured: return "structured";
+    case PruneMode::kComposite: return "composite";
+  }
+  return "?";
+}
+
+Result<PruneMode> ParsePruneMode(std::string_view name) {
+  for (PruneMode m : {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
+    if (name == PruneModeName(m)) return m;
+  }
+  return Status::InvalidArgument(StrFormat("unknown pruning mode '%.*s' (unstructured, structured or composite)",
+                                           static_cast<int>(name.size()), name.data()));
+}
+
+namespace {
+
+Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjections>& layers,
+                   const ActivationNorms& norms, const PruneTargets& targets, const PruneOptions& options) {
+  const char* path = model.path.c_str();
+  if (targets.n_layers() != static_cast<int>(layers.size()) || targets.params.size() != targets.sparsity.size()) {
+    return Status::InvalidArgument(StrFormat("%s: pruning targets cover %d layers, the model has %zu", path,
+                                             targets.n_layers(), layers.size()));
+  }
+  if (norms.n_layers() != static_cast<int>(layers.size())) {
+    return Status::InvalidArgument(StrFormat("%s: activation norms cover %d layers, the model has %zu", path,
+                                             norms.n_layers(), layers.size()));
+  }
+  if (!(options.structured_share >= 0 && options.structured_share <= 1)) {
+    return Status::InvalidArgument(StrFormat("composite structured share %g is outside [0, 1]",
+                                             options.structured_share));
+  }
+  for (size_t l = 0; l < layers.size(); ++l) {
+    for (Projection p : kAllProjections) {
+      const double s = targets.at(static_cast<int>(l), p);
+      if (!std::isfinite(s) || s < 0 || s >= 1) {
+        return Status::InvalidArgument(StrFormat("%s: target of layer %zu projection %s is %g, outside [0, 1)", path, l,
+                                                 std::string(ProjectionName(p)).c_str(), s));
+      }
+      if (targets.params[l][static_cast<size_t>(p)] != layers[l].params(p)) {
+        return Status::InvalidArgument(StrFormat("%s: targets were computed for %lld parameters in %s, it has %lld",
+                                                 path, static_cast<long long>(targets.params[l][static_cast<size_t>(p)]),
+                                                 ProjectionTensorName(static_cast<int>(l), p).c_str(),
+                                                 static_cast<long long>(layers[l].params(p))));
+      }
+      const sparsity::Site site = ProjectionSite(p);
+      if (norms.width(static_cast<int>(l), site) != layers[l][p].cols()) {
+        return Status::InvalidArgument(StrFormat("%s: activation norms of layer %zu site %s have %lld channels, %s has %lld columns",
+                                                 path, l, std::string(sparsity::SiteName(site)).c_str(),
+                                                 static_cast<long long>(norms.width(static_cast<int>(l), site)),
+                                                 ProjectionTensorName(static_cast<int>(l), p).c_str(),
+                                                 static_cast<long long>(layers[l][p].cols())));
+      }
+    }
+  }
+  return Status::Ok();
+}
+
+}  // namespace
+
+Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms& norms,
+                          const PruneTargets& targets, const PruneOptions& options, ThreadPool* pool) {
+  WEIR_ASSIGN_OR_RETURN(std::vector<LayerProjections> layers, BindProjections(model));
+  WEIR_RETURN_IF_ERROR(CheckInputs(model, layers, norms, targets, options));
+  const double share = options.mode == PruneMode::kUnstructured ? 0.0
+                       : options.mode == PruneMode::kStructured ? 1.0
+                                                                : options.structured_share;
+  PrunedModel out;
+  out.file = model;
+  auto backing = std::make_shared<OwnedTensors>();
+  PruneReport& rep = out.report;
+  rep.projections.resize(layers.size());
+
+  for (size_t li = 0; li < layers.size(); ++li) {
+    const int l = static_cast<int>(li);
+    LayerProjections L = layers[li];
+    const int hd = L.head_dim;
+    rep.dims_before.push_back({L.n_head, L.n_head_kv, L.d_ff});
+    std::array<std::vector<float>, sparsity::kNumSites> site_norms;
+    for (int s = 0; s < sparsity::kNumSites; ++s) site_norms[static_cast<size_t>(s)] = norms.Norms(l, static_cast<sparsity::Site>(s));
+    std::array<const float*, kNumProjections> norm{};
+    for (Projection p : kAllProjections) norm[static_cast<size_t>(p)] = site_norms[static_cast<size_t>(ProjectionSite(p))].data();
+
+    // 1. How many units stay (fixed before the unstructured step; composite picks which later).
+    const HeadCounts heads = ChooseHeadCounts(L.n_head, L.n_head_kv, hd, L.d_model, share * targets.BlockMean(l, true),
+                                              BlockSize(L[Projection::kO].dtype));
+    const int keep_ff = ChooseNeuronCount(L.d_ff, share * targets.BlockMean(l, false),
+                                          BlockSize(L[Projection::kDown].dtype));
+    const bool drop_heads = heads.n_head() != L.n_head;
+    const bool drop_ff = keep_ff != L.d_ff;
+    auto kept_fraction = [&](Projection p) {
+      switch (p) {
+        case Projection::kQ:
+        case Projection::kO: return static_cast<double>(heads.n_head()) / L.n_head;
+        case Projection::kK:
+        case Projection::kV: return static_cast<double>(heads.n_head_kv) / L.n_head_kv;
+        default: return static_cast<double>(keep_ff) / L.d_ff;
+      }
+    };
+
+    // 2. Unstructured: zero the lowest-omega weights of each row.
+    std::array<std::unique_ptr<OwnedTensor>, kNumProjections> edited;
+    for (Projection p : kAllProjections) {
+      if (share >= 1) break;
+      const double u = std::max(0.0, 1.0 - (1.0 - targets.at(l, p)) / kept_fraction(p));
+      if (PrunedPerRow(u, L[p].cols()) == 0) continue;
+      WEIR_ASSIGN_OR_RETURN(OwnedTensor copy, CopyTensor(L[p]));
+      edited[static_cast<size_t>(p)] = std::make_unique<OwnedTensor>(std::move(copy));
+      PruneUnstructured(edited[static_cast<size_t>(p)].get(), norm[static_cast<size_t>(p)], u, pool);
+      L.w[static_cast<size_t>(p)] = edited[static_cast<size_t>(p)]->view;
+    }
+
+    // 3. Structured: remove the least important heads / groups and neurons.
+    auto replace = [&](Projection p, Result<OwnedTensor> r) -> Status {
+      if (!r.ok()) return r.status().WithContext(ProjectionTensorName(l, p));
+      edited[static_cast<size_t>(p)] = std::make_unique<OwnedTensor>(std::move(r).value());
+      L.w[static_cast<size_t>(p)] = edited[static_cast<size_t>(p)]->view;
+      return Status::Ok();
+    };
+    if (drop_heads) {
+      const HeadSelection sel = SelectHeads(AttentionImportance(L, norm, pool), L.n_head, L.n_head_kv, heads);
+      const std::vector<int64_t> q_rows = UnitIndices(sel.heads, hd), kv_rows = UnitIndices(sel.groups, hd);
+      WEIR_RETURN_IF_ERROR(replace(Projection::kQ, SelectRows(L[Projection::kQ], q_rows)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kK, SelectRows(L[Projection::kK], kv_rows)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kV, SelectRows(L[Projection::kV], kv_rows)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kO, SelectColumns(L[Projection::kO], q_rows, pool)));
+      L.n_head = heads.n_head();
+      L.n_head_kv = heads.n_head_kv;
+    }
+    if (drop_ff) {
+      const std::vector<int> keep = SelectNeurons(NeuronImportance(L, norm, pool), keep_ff);
+      const std::vector<int64_t> idx = UnitIndices(keep, 1);
+      WEIR_RETURN_IF_ERROR(replace(Projection::kGate, SelectRows(L[Projection::kGate], idx)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kUp, SelectRows(L[Projection::kUp], idx)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kDown, SelectColumns(L[Projection::kDown], idx, pool)));
+      L.d_ff = keep_ff;
+    }
+
+    // 4. Install the new tensors and account.
+    for (Projection p : kAllProjections) {
+      ProjectionResult& r = rep.projections[li][static_cast<size_t>(p)];
+      r.target = targets.at(l, p);
+      r.params_before = layers[li].params(p);
+      r.params_after = L.params(p);
+      r.nonzero_after = CountNonzero(L[p], pool);
+      rep.params_before += r.params_before;
+      rep.params_after += r.params_after;
+      rep.nonzero_after += r.nonzero_after;
+      if (edited[static_cast<size_t>(p)]) {
+        out.file.tensors[ProjectionTensorName(l, p)] = L[p];
+        backing->tensors.push_back(std::move(edited[static_cast<size_t>(p)]));
+      }
+    }
+    rep.dims_after.push_back({L.n_head, L.n_head_kv, L.d_ff});
+  }
+
+  format::LlamaConfig& c = out.file.config;
+  c.layers = rep.dims_after;
+  c.n_head = c.layers[0].n_head;
+  c.n_head_kv = c.layers[0].n_head_kv;
+  c.d_ff = c.layers[0].d_ff;
+  if (!backing->tensors.empty()) out.file.backing.push_back(std::move(backing));
+  return out;
+}
+
+}  // namespace weir::prune
