@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "sim/sim_report.h"
 #include "sim/simulator.h"
 
 namespace weir::sim {
@@ -132,11 +133,13 @@ Result<Plan> PlanActiveFlow(const ModelShape& shape, const DeviceProfile& device
   WEIR_ASSIGN_OR_RETURN(Sizes s, ComputeSizes(shape, o));
   const double minimum = s.fixed + s.kv + s.s_l * (1 - o.max_sparsity);
   if (!(memory_budget >= minimum)) {
+    auto B = [](double b) { return FormatDecimalBytes(b); };
     return Status::InvalidArgument(StrFormat(
-        "memory budget %.3f GB is too small for '%s': the minimum is %.3f GB (resident %.3f GB + "
-        "KV cache %.3f GB at %lld tokens + one layer's active weights %.3f GB at sparsity %.2f)",
-        memory_budget / kGB, shape.name.c_str(), minimum / kGB, s.fixed / kGB, s.kv / kGB,
-        static_cast<long long>(o.kv_len), s.s_l * (1 - o.max_sparsity) / kGB, o.max_sparsity));
+        "memory budget %s is too small for '%s': the minimum is %s (%.0f bytes: resident %s + "
+        "KV cache %s at %lld tokens + one layer's active weights %s at sparsity %.2f)",
+        B(memory_budget).c_str(), shape.name.c_str(), B(minimum).c_str(), std::ceil(minimum),
+        B(s.fixed).c_str(), B(s.kv).c_str(), static_cast<long long>(o.kv_len),
+        B(s.s_l * (1 - o.max_sparsity)).c_str(), o.max_sparsity));
   }
   HitRateModel hit_rate = o.hit_rate ? o.hit_rate : UniformHitRate();
   const bool compute = o.model_compute && device.flops_per_s > 0;

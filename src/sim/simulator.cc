@@ -4,6 +4,8 @@
 #include <cmath>
 #include <memory>
 
+#include "sim/sim_report.h"
+
 namespace weir::sim {
 namespace {
 
@@ -150,13 +152,15 @@ Result<MemoryPlan> PlanMemory(const ModelShape& shape, const MaskLayout& layout,
   p.static_bytes = p.attention_bytes + p.mlp_static_bytes + p.router_bytes + p.norm_bytes +
                    p.embedding_bytes + p.output_bytes + p.kv_bytes;
   if (p.memory_bytes < p.static_bytes) {
+    auto B = [](double b) { return FormatDecimalBytes(b); };
     return Status::InvalidArgument(StrFormat(
-        "memory budget %.3f GB is below the %.3f GB of static tensors of '%s' (attention %.3f, "
-        "embeddings %.3f, output %.3f, KV cache %.3f at %lld tokens, other %.3f GB)",
-        p.memory_bytes / kGB, p.static_bytes / kGB, shape.name.c_str(), p.attention_bytes / kGB,
-        p.embedding_bytes / kGB, p.output_bytes / kGB, p.kv_bytes / kGB,
+        "memory budget %s (%.0f bytes) is below the %s (%.0f bytes) of static tensors of '%s' "
+        "(attention %s, embeddings %s, output %s, KV cache %s at %lld tokens, other %s)",
+        B(p.memory_bytes).c_str(), p.memory_bytes, B(p.static_bytes).c_str(),
+        std::ceil(p.static_bytes), shape.name.c_str(), B(p.attention_bytes).c_str(),
+        B(p.embedding_bytes).c_str(), B(p.output_bytes).c_str(), B(p.kv_bytes).c_str(),
         static_cast<long long>(config.kv_len),
-        (p.mlp_static_bytes + p.router_bytes + p.norm_bytes) / kGB));
+        B(p.mlp_static_bytes + p.router_bytes + p.norm_bytes).c_str()));
   }
   p.cache_bytes = std::min(p.memory_bytes - p.static_bytes, p.streamed_bytes);
   double host = config.host_bytes >= 0 ? config.host_bytes

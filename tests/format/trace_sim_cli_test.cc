@@ -134,5 +134,38 @@ TEST(TraceSimCliTest, ExitCodesAndErrors) {
   EXPECT_NE(testing::ReadFile(svg).find("<polyline"), std::string::npos);
 }
 
+// A model file instead of a preset: the shape comes from the file's config and the bits per
+// weight from its tensor types (Q4_0 stores 4.5 bits per weight).
+TEST(TraceSimCliTest, ShapeAndBitsComeFromAModelFile) {
+  if (!HaveWeir()) GTEST_SKIP() << "no weir binary at " << testing::WeirBin();
+  std::string weir = testing::WeirBin();
+  std::string gguf = testing::TempDir() + "/m.gguf";
+  auto gen = testing::RunCommand(weir +
+                                 " gen --dims 128,3,4,2,320,512 --type q4_0 --no-progress "
+                                 "-o " +
+                                 gguf);
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  auto r = testing::RunCommand(weir + " sim --model " + gguf + " --dram 1e7 --json --device " +
+                               testing::SourceDir() + "/profiles/a18.json");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j["model"], "m.gguf");
+  EXPECT_EQ(j["layers"].size(), 3u);
+  EXPECT_DOUBLE_EQ(j["memory_plan"]["streamed_bytes"].get<double>(), 3 * 3 * 320 * 128 * 4.5 / 8);
+  // An explicit --bits overrides the file's types.
+  auto b8 = testing::RunCommand(weir + " sim --model " + gguf + " --dram 1e7 --bits 8 --json");
+  ASSERT_EQ(b8.exit_code, 0) << b8.err;
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(b8.out)["memory_plan"]["streamed_bytes"].get<double>(),
+                   3 * 3 * 320 * 128.0);
+  // The shared real model, when present.
+  std::string real = testing::SharedPath("models/tinystories-656k/tinystories-656k-Q8_0.gguf");
+  if (!testing::FileExists(real)) return;
+  auto t = testing::RunCommand(weir + " sim --model " + real + " --dram 1e7 --json");
+  ASSERT_EQ(t.exit_code, 0) << t.err;
+  // 2 layers of d_model 128, d_ff 384, Q8_0 = 8.5 bits per weight.
+  EXPECT_DOUBLE_EQ(nlohmann::json::parse(t.out)["memory_plan"]["streamed_bytes"].get<double>(),
+                   2 * 3 * 384 * 128 * 8.5 / 8);
+}
+
 }  // namespace
 }  // namespace weir::format
