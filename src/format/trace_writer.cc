@@ -15,6 +15,23 @@ void StoreU64(uint8_t* p, uint64_t v) {
 
 }  // namespace
 
+TraceHeader GluNeuronTraceHeader(const LlamaConfig& config, bool cache_events) {
+  TraceHeader h;
+  h.n_layers = static_cast<uint32_t>(config.n_layers);
+  h.has_cache_events = cache_events;
+  TraceKind k;
+  k.name = "ffn_gate+ffn_up+ffn_down";
+  k.weights_per_unit = 3ull * static_cast<uint64_t>(config.d_model);
+  for (int l = 0; l < config.n_layers; ++l) {
+    int d_ff = l < static_cast<int>(config.layers.size())
+                   ? config.layers[static_cast<size_t>(l)].d_ff
+                   : config.d_ff;
+    k.units.push_back(static_cast<uint32_t>(d_ff));
+  }
+  h.kinds.push_back(std::move(k));
+  return h;
+}
+
 Result<std::unique_ptr<TraceWriter>> TraceWriter::Create(const std::string& path,
                                                          const TraceHeader& header) {
   TraceHeader h = header;

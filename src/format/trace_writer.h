@@ -15,9 +15,15 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/model_file.h"
 #include "format/trace_format.h"
 
 namespace weir::format {
+
+// The header for GLU neuron masks, the layout `weir sim` replays for MLP streaming: one kind,
+// "ffn_gate+ffn_up+ffn_down", with d_ff units per layer (each unit a row of gate and up and a
+// column of down, 3 * d_model weights).
+TraceHeader GluNeuronTraceHeader(const LlamaConfig& config, bool cache_events);
 
 class TraceWriter {
  public:

@@ -258,6 +258,22 @@ TEST(TraceFormatTest, CorruptionIsDetected) {
   EXPECT_FALSE(TraceReader::Open(dir + "/missing.wtrace").ok());
 }
 
+TEST(TraceFormatTest, GluNeuronHeaderFollowsTheConfig) {
+  LlamaConfig c;
+  c.d_model = 64;
+  c.n_layers = 3;
+  c.d_ff = 172;
+  c.layers = {{4, 2, 172}, {4, 2, 100}, {4, 2, 172}};  // a structurally pruned middle layer
+  TraceHeader h = GluNeuronTraceHeader(c, true);
+  EXPECT_EQ(h.n_layers, 3u);
+  EXPECT_TRUE(h.has_cache_events);
+  ASSERT_EQ(h.kinds.size(), 1u);
+  EXPECT_EQ(h.kinds[0].name, "ffn_gate+ffn_up+ffn_down");
+  EXPECT_EQ(h.kinds[0].weights_per_unit, 192u);
+  EXPECT_EQ(h.kinds[0].units, (std::vector<uint32_t>{172, 100, 172}));
+  EXPECT_TRUE(MakeTraceLayout(h, "x").ok());
+}
+
 TEST(TraceFormatTest, WriterRejectsMisuse) {
   std::string path = testing::TempDir() + "/w.wtrace";
   TraceHeader bad = SmallHeader(false);

@@ -61,11 +61,16 @@ Result<SimModel> ResolveModel(const std::string& spec) {
                                       spec.c_str(), preset.status().message().c_str()));
   }
   WEIR_ASSIGN_OR_RETURN(format::ModelFile mf, format::LoadModel(spec));
+  return ModelFromFile(mf);
+}
+
+Result<SimModel> ModelFromFile(const format::ModelFile& mf) {
   const format::LlamaConfig& c = mf.config;
   SimModel m;
-  m.origin = spec;
+  m.origin = mf.path;
   sim::ModelShape& s = m.shape;
-  s.name = spec.substr(spec.rfind('/') == std::string::npos ? 0 : spec.rfind('/') + 1);
+  size_t slash = mf.path.rfind('/');
+  s.name = slash == std::string::npos ? mf.path : mf.path.substr(slash + 1);
   s.d_model = c.d_model;
   s.n_layers = c.n_layers;
   s.head_dim = c.head_dim;

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "format/model_file.h"
 #include "sim/device_profile.h"
 #include "sim/mask_source.h"
 #include "sim/model_shape.h"
@@ -24,6 +25,8 @@ struct SimModel {
 
 // A preset name (sim::ModelPresetNames) or a path that format::LoadModel opens.
 Result<SimModel> ResolveModel(const std::string& spec);
+// The shape and bits of a loaded model (for `weir run --plan auto` and ResolveModel).
+Result<SimModel> ModelFromFile(const format::ModelFile& model);
 
 // Profile lookup: an existing path (or a name ending in .json) is loaded as is; otherwise
 // NAME.json is searched in $WEIR_PROFILES (':'-separated), ./profiles, and the profiles/
