@@ -3,7 +3,8 @@
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and SparseMlpToken (the MLP with unit and down-column selection, DIP §3 /
-// docs/sparsity.md); without a policy both reduce to the dense batched products.
+// docs/sparsity.md); without a policy both reduce to the dense batched products. A weir pack's
+// MLP is read from storage by the session's StreamingMlp (docs/streaming.md).
 #include <cmath>
 #include <cstring>
 
@@ -88,7 +89,7 @@ void Session::Attention(int layer, int n) {
 }
 
 // x += W_down · (silu(W_gate · RMSNorm(x)) ⊙ (W_up · RMSNorm(x)))
-void Session::Mlp(int layer, int n) {
+Status Session::Mlp(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const int d = c.d_model, d_ff = c.layers[static_cast<size_t>(layer)].d_ff;
@@ -99,6 +100,16 @@ void Session::Mlp(int layer, int n) {
 
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.ffn_norm, d, c.rms_eps);
   Observe(layer, Site::kMlpIn, xb, d, n);
+  if (streamed_mlp_) {
+    // A weir pack: the same product from neuron bundles read from storage (streaming_mlp.h).
+    float* y = gate;  // [n, d]
+    WEIR_RETURN_IF_ERROR(streamed_mlp_->Forward(layer, xb, n, y, pool_));
+    const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+    traffic_.mlp_used += bytes * static_cast<uint64_t>(n);
+    traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
+    for (int i = 0; i < n * d; ++i) x[i] += y[i];
+    return Status::Ok();
+  }
   if (policy_) {
     // Sparse: selections are per token (DIP §3), so tokens go one at a time.
     for (int t = 0; t < n; ++t) SparseMlpToken(layer, xb + t * d, xb + t * d);
@@ -116,6 +127,7 @@ void Session::Mlp(int layer, int n) {
     traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
   }
   for (int i = 0; i < n * d; ++i) x[i] += xb[i];
+  return Status::Ok();
 }
 
 // logits = W_out · RMSNorm(x), for every token or only the last.

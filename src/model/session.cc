@@ -25,6 +25,14 @@ Status Session::Allocate(const SessionOptions& options) {
     max_kv = std::max(max_kv, static_cast<size_t>(L.n_head_kv * c.head_dim));
     max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
   }
+  streamed_mlp_ = options.streamed_mlp;
+  if (streamed_mlp_ != nullptr) {
+    max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
+    if (options.sparsity != nullptr) {
+      return Status::Unsupported(
+          "sparsity with a streamed pack is not supported yet: run the pack dense, or the GGUF with --sparsity");
+    }
+  }
   const size_t B = static_cast<size_t>(n_batch_), f = sizeof(float);
   const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
   bool ok = x_.Reset(B * c.d_model * f) && xb_.Reset(B * c.d_model * f) && q_.Reset(B * max_q * f) &&
@@ -80,10 +88,11 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
                                                model_.config().vocab_size));
     }
   }
+  if (streamed_mlp_ != nullptr) streamed_mlp_->BeginToken();
   Embed(tokens);
   for (int l = 0; l < model_.config().n_layers; ++l) {
     Attention(l, n);
-    Mlp(l, n);
+    WEIR_RETURN_IF_ERROR(Mlp(l, n));
   }
   Output(n, which);
   pos_ += n;

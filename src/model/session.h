@@ -22,6 +22,7 @@
 #include "model/activation_observer.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/streaming_mlp.h"
 #include "model/transposed_weights.h"
 #include "sparsity/policy.h"
 
@@ -33,6 +34,9 @@ struct SessionOptions {
   // Dynamic activation sparsity (nullptr or a policy that never prunes = dense). The session
   // keeps its own Clone() and builds the transposed weight copies the policy's sites need.
   const sparsity::SparsityPolicy* sparsity = nullptr;
+  // The MLP of a weir pack, streamed from storage (model/streaming_model.h); the model's MLP
+  // tensors are then stand-ins without data. Not owned; one session at a time.
+  StreamingMlp* streamed_mlp = nullptr;
 };
 
 // Weight bytes the linear layers read, summed over tokens ("dense" = what a dense pass would
@@ -90,7 +94,7 @@ class Session {
   // forward.cc: one function per block, in the order of the paper.
   void Embed(std::span<const int32_t> tokens);
   void Attention(int layer, int n);
-  void Mlp(int layer, int n);
+  Status Mlp(int layer, int n);  // fails only when streamed weights cannot be read
   void Output(int n, LogitsFor which);
   // Helpers of the blocks above.
   struct Projection {
@@ -112,6 +116,7 @@ class Session {
   ActivationObserver* observer_ = nullptr;
   std::unique_ptr<sparsity::SparsityPolicy> policy_;
   std::unique_ptr<TransposedWeights> transposed_;
+  StreamingMlp* streamed_mlp_ = nullptr;
   sparsity::IndexList sel_in_, sel_units_, sel_down_;  // capacity = widest site
   WeightTraffic traffic_;
 
@@ -123,7 +128,7 @@ class Session {
   AlignedBuffer v_;       // [n_batch, max kv_dim]
   AlignedBuffer att_;     // [n_batch, max q_dim] attention output (heads concatenated)
   AlignedBuffer scores_;  // [pool size, ctx] attention scores, one row per thread
-  AlignedBuffer gate_;    // [n_batch, max d_ff]
+  AlignedBuffer gate_;    // [n_batch, max(d_ff, d_model)] (also the streamed MLP's output)
   AlignedBuffer up_;      // [n_batch, max d_ff]
   AlignedBuffer logits_;  // [n_batch, vocab]
 };

@@ -48,7 +48,7 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
     return Status::InvalidArgument(
         StrFormat("streaming: block size %zu is not a positive multiple of 4096", options.block_bytes));
   }
-  if (options.lane_channels <= 0 || options.lane_channels % 4 != 0) {
+  if (options.lane_channels < 0 || options.lane_channels % 4 != 0) {
     return Status::InvalidArgument(
         StrFormat("streaming: lane size %d is not a positive multiple of 4", options.lane_channels));
   }
@@ -72,6 +72,13 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
   s->d_model_ = pack.config().d_model;
   s->n_layers_ = pack.config().n_layers;
   s->group_of_.assign(static_cast<size_t>(s->n_layers_), 0);
+  // Lanes of about 512 KiB of bundles (fits L2 beside the next), a multiple of 4 channels.
+  s->lane_channels_ = options.lane_channels;
+  if (s->lane_channels_ == 0) {
+    size_t widest = 1;
+    for (const format::PackGroup& pg : pack.groups()) widest = std::max(widest, pg.bundle_bytes);
+    s->lane_channels_ = std::max(4, static_cast<int>((512 << 10) / widest) / 4 * 4);
+  }
   std::vector<storage::SlabPlacement::Slab> slabs;
   int64_t max_rows = 0, max_ff = 0, max_lanes = 0;
   uint64_t max_group = 0;
@@ -79,7 +86,7 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
     Group g;
     g.pack = pg;
     g.n_blocks = (pg.nbytes + options.block_bytes - 1) / options.block_bytes;
-    g.n_lanes = (pg.d_ff + options.lane_channels - 1) / options.lane_channels;
+    g.n_lanes = (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
     if (!storage::UnitIdFits(static_cast<uint64_t>(pg.index), kBundleBlockKind, g.n_blocks) ||
         pg.rows() > INT32_MAX) {
       return Status::Unsupported(StrFormat("streaming: %s: group %d is too large to stream", path.c_str(), pg.index));
@@ -111,8 +118,8 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
     s->group_charge_.push_back(charge);
     total_charge += charge;
     for (int k = 0; k < g.n_lanes; ++k) {
-      const int64_t c0 = int64_t{k} * options.lane_channels;
-      const auto [b0, b1] = s->BlocksOf(g, c0, std::min<int64_t>(c0 + options.lane_channels, g.pack.d_ff));
+      const int64_t c0 = int64_t{k} * s->lane_channels_;
+      const auto [b0, b1] = s->BlocksOf(g, c0, std::min<int64_t>(c0 + s->lane_channels_, g.pack.d_ff));
       s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, (b1 - b0 + 1) * options.block_bytes);
     }
   }
@@ -133,7 +140,7 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
       !s->partials_.Reset(static_cast<size_t>(max_lanes) * s->d_model_ * f)) {
     return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
   }
-  s->idx_rows_.reserve(static_cast<size_t>(2 * max_ff));
+  s->idx_rows_.resize(static_cast<size_t>(2 * max_ff));
   s->idx_down_.resize(static_cast<size_t>(max_ff));
   return s;
 }
@@ -278,8 +285,8 @@ Status StreamingMlp::Forward(int layer, const float* x, int n, float* out, Threa
       std::max<uint64_t>(max_lane_bytes_, cache_->partition_stats(PartitionOf(g.pack.index)).budget_bytes / 2);
   Batch batch;
   for (int k = 0; k < g.n_lanes; ++k) {
-    const int64_t c0 = int64_t{k} * options_.lane_channels;
-    const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + options_.lane_channels, g.pack.d_ff));
+    const int64_t c0 = int64_t{k} * lane_channels_;
+    const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + lane_channels_, g.pack.d_ff));
     for (uint64_t b = b0; b <= b1; ++b) {
       if (!batch.blocks.empty() && b <= batch.blocks.back()) continue;  // shared with lane k-1
       WEIR_RETURN_IF_ERROR(AcquireBlock(g, b, &batch, k, x, n, out, j, pool));
@@ -370,8 +377,8 @@ void StreamingMlp::Release(Batch* batch, int keep_from_lane, const Group& g) {
   // Blocks also holding channels of lane keep_from_lane stay for it.
   uint64_t keep_from_block = UINT64_MAX;
   if (keep_from_lane < g.n_lanes) {
-    keep_from_block = BlocksOf(g, int64_t{keep_from_lane} * options_.lane_channels,
-                               int64_t{keep_from_lane} * options_.lane_channels + 1)
+    keep_from_block = BlocksOf(g, int64_t{keep_from_lane} * lane_channels_,
+                               int64_t{keep_from_lane} * lane_channels_ + 1)
                           .first;
   }
   size_t keep = 0;
@@ -404,27 +411,20 @@ void StreamingMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const flo
   if (k0 >= k1) return;
   const format::PackGroup& pg = g.pack;
   const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.base};  // [rows, d_model]
-  const int L = options_.lane_channels;
-  const int64_t c_begin = int64_t{k0} * L, c_end = std::min<int64_t>(int64_t{k1} * L, pg.d_ff);
+  const int L = lane_channels_;
   float* rows_y = rows_y_.data<float>();
   float* rows_x = rows_x_.data<float>();
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();
   float* partials = partials_.data<float>();
-  int32_t* idx_down = idx_down_.data();
-  idx_rows_.clear();
-  for (int64_t c = c_begin; c < c_end; ++c) {
-    idx_rows_.push_back(static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kGate)));
-    idx_rows_.push_back(static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kUp)));
-    idx_down[c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kDownT));
-  }
+  int32_t* idx_rows = idx_rows_.data();  // channel c's gate and up rows at 2c, 2c + 1
+  int32_t* idx_down = idx_down_.data();  // channel c's down^T row at c
   const int d = d_model_;
   for (int t = 0; t < n; ++t) {
     const float* xt = x + static_cast<size_t>(t) * d;
-    // gate and up rows of every channel of the batch: one call, one activation preparation.
-    kernels::GatherMatVecRows(view, idx_rows_.data(), static_cast<int64_t>(idx_rows_.size()), xt,
-                              rows_y, pool);
-    // Per lane, on one thread: h, then its partial sum of W_down · h.
+    // One lane at a time per thread, start to end: its gate and up rows, h, and its partial sum
+    // of W_down · h. A lane's bundles (about 512 KiB) are streamed from memory once and are
+    // still in L2 when its down^T rows are read.
     ParallelForDynamic(
         pool, static_cast<size_t>(k1 - k0),
         [&](size_t b, size_t e, int) {
@@ -432,8 +432,14 @@ void StreamingMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const flo
             const int k = k0 + static_cast<int>(i);
             const int64_t c0 = int64_t{k} * L, c1 = std::min<int64_t>(c0 + L, pg.d_ff);
             for (int64_t c = c0; c < c1; ++c) {
-              gate[c] = rows_y[pg.Row(c, j, format::BundleOp::kGate)];
-              up[c] = rows_y[pg.Row(c, j, format::BundleOp::kUp)];
+              idx_rows[2 * c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kGate));
+              idx_rows[2 * c + 1] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kUp));
+              idx_down[c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kDownT));
+            }
+            kernels::GatherMatVecRows(view, idx_rows + 2 * c0, 2 * (c1 - c0), xt, rows_y, nullptr);
+            for (int64_t c = c0; c < c1; ++c) {
+              gate[c] = rows_y[idx_rows[2 * c]];
+              up[c] = rows_y[idx_rows[2 * c + 1]];
             }
             kernels::SiluMul(gate + c0, up + c0, c1 - c0);
             for (int64_t c = c0; c < c1; ++c) rows_x[idx_down[c]] = gate[c];
@@ -442,11 +448,17 @@ void StreamingMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const flo
           }
         },
         1);
+    // out += partial_k in lane order, each thread summing a slice of the outputs.
     float* ot = out + static_cast<size_t>(t) * d;
-    for (int k = k0; k < k1; ++k) {
-      const float* p = partials + static_cast<size_t>(k) * d;
-      for (int i = 0; i < d; ++i) ot[i] += p[i];
-    }
+    ParallelFor(
+        pool, static_cast<size_t>(d),
+        [&](size_t b, size_t e, int) {
+          for (int k = k0; k < k1; ++k) {
+            const float* p = partials + static_cast<size_t>(k) * d;
+            for (size_t i = b; i < e; ++i) ot[i] += p[i];
+          }
+        },
+        64);
   }
 }
 

@@ -11,10 +11,10 @@
 // Compute, for layer L = first + j of group g and a token x:
 //   lanes: the channels are cut into lanes of lane_channels; lane k's blocks are acquired
 //          (pinned) through the Prefetcher, as many lanes at a time as the budget allows;
-//   rows:  y[(c*n + j)*3 + {0,1}] = gate/up rows · x for the lanes' channels (GatherMatVecRows
-//          over the group view, one call for the batch);
-//   lane:  h[c] = silu(gate[c]) * up[c]; partial_k = sum_{c in lane} h[c] * down^T[c]
-//          (GatherMatVecCols over the lane's rows, on one thread);
+//   lane:  on one thread, start to end: g, u = gate/up rows · x for the lane's channels
+//          (GatherMatVecRows over the group view), h[c] = silu(g[c]) * u[c], and
+//          partial_k = sum_{c in lane} h[c] * down^T[c] (GatherMatVecCols). A lane's bundles
+//          are read from memory once: its down^T rows are still in L2 after its gate/up rows;
 //   out  = ((partial_0 + partial_1) + partial_2) + ...   in lane order.
 // The lane is the unit of the floating-point sums, so the result does not depend on how lanes
 // were batched, on the thread count, on what was cached or prefetched, or on the device: a
@@ -68,7 +68,8 @@ struct StreamingMlpOptions {
   // "proportional": shares by group size; "shared": one pool for all groups.
   std::string partitions = "uniform";
   size_t block_bytes = 64 << 10;  // cached unit; a multiple of 4096
-  int lane_channels = 256;        // channels per partial sum of W_down (a multiple of 4)
+  int lane_channels = 0;          // channels per partial sum of W_down (a multiple of 4);
+                                  // 0 = about 512 KiB of bundles
   int prefetch_layers = 1;        // layers ahead the I/O thread reads (0 = only the current)
   size_t io_batch = 64;           // blocks per device read batch
   uint64_t staging_bytes = 0;     // staging partition; 0 = a quarter of the budget, within
@@ -175,6 +176,7 @@ class StreamingMlp {
   std::vector<Group> groups_;
   std::vector<int> group_of_;  // per layer
   int d_model_ = 0;
+  int lane_channels_ = 0;
   int n_layers_ = 0;
   uint64_t all_blocks_charge_ = 0;
   uint64_t max_lane_bytes_ = 0;
@@ -190,8 +192,8 @@ class StreamingMlp {
   AlignedBuffer gate_;      // [d_ff] per channel, then h
   AlignedBuffer up_;        // [d_ff]
   AlignedBuffer partials_;  // [n_lanes, d_model]
-  std::vector<int32_t> idx_rows_;  // gate/up rows of a batch
-  std::vector<int32_t> idx_down_;  // down^T rows, lane after lane
+  std::vector<int32_t> idx_rows_;  // [2 d_ff] gate/up rows per channel
+  std::vector<int32_t> idx_down_;  // [d_ff] down^T row per channel
 
   mutable std::mutex stats_mu_;
   StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)

@@ -21,11 +21,14 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 }  // namespace
 
 std::string MemoryPlan::ToString() const {
+  const bool unlimited = budget == UINT64_MAX;
   return StrFormat("static %s + session %s + mlp %s + io %s + policy %s + cache %s = %s (streamed MLP %s)",
                    FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
                    FormatBytes(mlp_bytes).c_str(), FormatBytes(io_bytes).c_str(),
-                   FormatBytes(policy_bytes).c_str(), FormatBytes(cache_bytes).c_str(),
-                   FormatBytes(Add(minimum(), cache_bytes)).c_str(), FormatBytes(bundle_bytes).c_str());
+                   FormatBytes(policy_bytes).c_str(),
+                   unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
+                   unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
+                   FormatBytes(bundle_bytes).c_str());
 }
 
 Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
@@ -105,10 +108,11 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
   const storage::DeviceOptions& d = config_.device;
   const bool direct = d.kind.find("direct") != std::string::npos;
   const bool uring = d.kind.find("io_uring") != std::string::npos;
-  // Bounce buffers of at most bounce_bytes per O_DIRECT call (I/O thread and compute thread),
+  // O_DIRECT bounce buffers (I/O thread and compute thread; reads are page-aligned, so a bounce
+  // covers at most the unaligned tail of the file, within one block),
   // io_uring rings (64-byte submission and 16-byte completion entries, both sides doubled), and
   // about 256 bytes of queue bookkeeping per block that can be in flight.
-  p.io_bytes = (direct ? 2 * d.bounce_bytes : 0) + (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
+  p.io_bytes = (direct ? 2 * std::min<uint64_t>(d.bounce_bytes, config_.mlp.block_bytes) : 0) + (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
                256 * std::min<uint64_t>(total_blocks_, 4096);
   const std::string& policy = config_.mlp.policy;
   p.policy_bytes = policy == "lfu" ? 64 * total_blocks_ : 4096;

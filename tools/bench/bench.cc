@@ -11,6 +11,7 @@
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
+#include "common/streaming_flags.h"
 #include "model/sampler.h"
 #include "model/session.h"
 
@@ -31,6 +32,8 @@ int BenchMain(int argc, char** argv) {
   AddModelFlags(app, &mf);
   SparsityFlags spf;
   AddSparsityFlags(app, &spf);
+  StreamingFlags stf;
+  AddStreamingFlags(app, &stf);
   app.add_option("-n,--n-gen", n_gen, "tokens to decode per repetition (default 128)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per repetition; 0 = skip (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", reps, "repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
@@ -39,17 +42,21 @@ int BenchMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("bench", st);
-  auto m = LoadModel(mf);
+  auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("bench", m.status());
-  const model::Model& model = **m;
+  const model::Model& model = m->model();
   ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = std::max(mf.ctx, n_prompt + n_gen + 1);
   so.n_batch = std::max(1, std::min(n_prompt, 64));
   so.sparsity = spf.policy.get();
+  m->Configure(&so);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("bench", session.status());
   model::Session& s = **session;
+  if (Status st = m->Fit(s); !st.ok()) return Fail("bench", st);
+  model::StreamingMlp* streamed = m->streaming ? &m->streaming->mlp() : nullptr;
+  model::StreamStats stream_before, stream_decode;  // the decode steps of the last repetition
   const int vocab = model.config().vocab_size;
 
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
@@ -68,6 +75,7 @@ int BenchMain(int argc, char** argv) {
       s.Reset();  // decode is measured from an empty context, like llama-bench's tg
     }
     s.ResetTraffic();
+    if (streamed) stream_before = streamed->stats();
     auto t0 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
       auto l = s.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
@@ -75,7 +83,9 @@ int BenchMain(int argc, char** argv) {
       tok = model::Sampler::Argmax(*l, vocab);
     }
     tg.push_back(n_gen / std::chrono::duration<double>(Clock::now() - t0).count());
+    if (streamed) stream_decode = streamed->stats() - stream_before;
   }
+  const uint64_t peak_rss = PeakRssBytes();  // before STREAM's arrays
   MemoryBandwidth bw;
   if (!no_stream) bw = MeasureMemoryBandwidth(&pool);
   const double pp_tok_s = Median(pp), tg_tok_s = Median(tg);
@@ -94,7 +104,14 @@ int BenchMain(int argc, char** argv) {
                {"prompt_tok_s", pp_tok_s}, {"decode_tok_s", tg_tok_s}, {"prompt_tok_s_all", pp},
                {"decode_tok_s_all", tg}, {"bytes_per_token", bytes_tok}, {"achieved_gbs", achieved},
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
-               {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac}});
+               {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
+               {"peak_rss", peak_rss},
+               {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
+                                                       {"device", m->streaming->device().name()},
+                                                       {"policy", stf.policy},
+                                                       {"prefetch_layers", stf.prefetch},
+                                                       {"decode", StreamStatsJson(stream_decode, static_cast<uint64_t>(n_gen))}}
+                                      : nlohmann::json()}});
   } else {
     std::printf("| model | sparsity | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
                 n_prompt, n_gen);
@@ -102,6 +119,18 @@ int BenchMain(int argc, char** argv) {
     std::printf("| %s | %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(),
                 spf.policy ? spf.policy->info().spec.c_str() : "dense", FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
                 FormatBytes(bytes_tok).c_str(), achieved, bw.read_gbs, frac * 100);
+    if (streamed) {
+      const double n = n_gen;
+      std::printf("\n| memory budget | device | policy | storage/token | cache/token | hit rate | stall/token | overlap | peak RSS |\n");
+      std::printf("|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
+      std::printf("| %s | %s | %s | %s | %s | %.1f%% | %.2f ms | %.0f%% | %s |\n",
+                  m->streaming->plan().budget == UINT64_MAX ? "none" : FormatBytes(m->streaming->plan().budget).c_str(),
+                  m->streaming->device().name().c_str(), stf.policy.c_str(),
+                  FormatBytes(static_cast<uint64_t>(stream_decode.storage_bytes / n)).c_str(),
+                  FormatBytes(static_cast<uint64_t>(stream_decode.cache_bytes / n)).c_str(),
+                  100 * stream_decode.hit_rate(), 1e3 * stream_decode.stall_seconds / n,
+                  100 * stream_decode.overlap(), FormatBytes(peak_rss).c_str());
+    }
   }
   return kExitOk;
 }

@@ -1,9 +1,12 @@
 // weir run: generate text from a prompt, streaming it to stdout; speeds on stderr / in --json.
 #include <cstdio>
 
+#include "base/units.h"
+
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
+#include "common/streaming_flags.h"
 #include "model/generate.h"
 #include "model/session.h"
 
@@ -20,8 +23,12 @@ int RunMain(int argc, char** argv) {
   AddSamplingFlags(app, &sf);
   SparsityFlags spf;
   AddSparsityFlags(app, &spf);
+  StreamingFlags stf;
+  AddStreamingFlags(app, &stf);
   bool stats_flag = false;
-  app.add_flag("--stats", stats_flag, "print weight traffic per token (bytes, densities) on stderr");
+  app.add_flag("--stats", stats_flag,
+               "print weight traffic per token (bytes, densities) on stderr; for a streamed pack also "
+               "per token: bytes from storage and from the cache, hit rate, I/O stall, overlap");
   app.add_option("-p,--prompt", prompt, "prompt text (default: empty, generation starts from BOS)");
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt");
@@ -29,9 +36,9 @@ int RunMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
-  auto m = LoadModel(mf);
+  auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("run", m.status());
-  const model::Model& model = **m;
+  const model::Model& model = m->model();
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) return Fail("run", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
 
@@ -41,8 +48,27 @@ int RunMain(int argc, char** argv) {
   model::SessionOptions so;
   so.ctx = mf.ctx;
   so.sparsity = spf.policy.get();
+  m->Configure(&so);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
+  if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
+  model::StreamingMlp* streamed = m->streaming ? &m->streaming->mlp() : nullptr;
+  if (streamed && stats_flag && !json) {
+    std::fprintf(stderr, "memory plan: %s\n", m->streaming->plan().ToString().c_str());
+  }
+  // Per-token streaming statistics: differences of the streamer's counters between tokens.
+  model::StreamStats last_stream = streamed ? streamed->stats() : model::StreamStats{};
+  nlohmann::json stream_tokens = nlohmann::json::array();
+  auto stream_step = [&](const char* what, int index) {
+    if (!streamed || !stats_flag) return;
+    const model::StreamStats now = streamed->stats(), d = now - last_stream;
+    last_stream = now;
+    if (json) {
+      stream_tokens.push_back(StreamStatsJson(d, 1));
+    } else {
+      std::fprintf(stderr, "[%s %d] %s\n", what, index, FormatStreamStats(d).c_str());
+    }
+  };
   if (static_cast<int>(ids.size()) >= (*session)->ctx()) {
     return Fail("run", Status::InvalidArgument(StrFormat("prompt of %zu tokens does not fit the context size %d",
                                                          ids.size(), (*session)->ctx())));
@@ -55,7 +81,11 @@ int RunMain(int argc, char** argv) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
+  int sampled = 0;
   auto stats = model::Generate(**session, sampler, ids, n_predict, tok->eos_id(), [&](int32_t id) {
+    // The logits of this token came from the prompt (first call) or the previous token's step.
+    stream_step(sampled == 0 ? "prompt" : "token", sampled);
+    ++sampled;
     if (id == tok->eos_id()) return true;
     std::string piece = tok->Decode(prev, id);
     prev = id;
@@ -88,7 +118,11 @@ int RunMain(int argc, char** argv) {
                {"decode_seconds", stats->decode_seconds},
                {"prompt_tok_s", stats->prompt_tok_s()},
                {"decode_tok_s", stats->decode_tok_s()},
-               {"threads", pool.size()}});
+               {"threads", pool.size()},
+               {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
+                                                       {"per_token", stream_tokens},
+                                                       {"peak_rss", PeakRssBytes()}}
+                                      : nlohmann::json()}});
   } else {
     std::fputc('\n', stdout);
     std::fflush(stdout);
@@ -99,6 +133,10 @@ int RunMain(int argc, char** argv) {
       std::fprintf(stderr, "weights: %.0f bytes/token | achieved density: mlp %.3f, attention %.3f, linear %.3f\n",
                    static_cast<double>(tr.bytes_per_token()), tr.mlp_density(), tr.attn_density(),
                    tr.linear_density());
+      if (streamed) {
+        std::fprintf(stderr, "streaming: %s, %s | peak RSS %s\n", streamed->options().policy.c_str(),
+                     m->streaming->device().name().c_str(), FormatBytes(PeakRssBytes()).c_str());
+      }
     }
   }
   return kExitOk;

@@ -1,0 +1,229 @@
+// A weir pack run through Session with its MLP streamed (StreamingModel): generated tokens and
+// logits are bit for bit those of the same pack with everything resident, for every policy,
+// budget from the minimum to above the model, and device; close to the source GGUF's (stated
+// tolerances); an impossible budget is refused with the minimum; read failures are clean errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "base/units.h"
+#include "format/model_file.h"
+#include "storage/open_device.h"
+#include "format/synth_llama.h"
+#include "format/weir_pack_reader.h"
+#include "format/weir_pack_writer.h"
+#include "model/sampler.h"
+#include "model/session.h"
+#include "model/streaming_model.h"
+#include "storage/fault_injecting_device.h"
+#include "storage/memory_device.h"
+#include "testing/testing.h"
+
+namespace weir::model {
+namespace {
+
+struct Files {
+  std::string gguf, pack;
+};
+
+Files MakeFiles(DType type, int group, int n_layers = 3) {
+  Files f;
+  const std::string dir = testing::TempDir();
+  format::SynthSpec s;
+  s.d_model = 64;
+  s.n_layers = n_layers;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.d_ff = 160;
+  s.vocab_size = 300;
+  s.ctx_len = 64;
+  f.gguf = dir + "/m.gguf";
+  EXPECT_TRUE(format::WriteRandomLlamaGguf(s, type, 5, f.gguf, nullptr).ok());
+  auto m = format::LoadModel(f.gguf).value();
+  format::PackOptions o;
+  o.group_size = group;
+  f.pack = dir + "/m.weir";
+  EXPECT_TRUE(format::WritePack(m, f.pack, o).ok());
+  return f;
+}
+
+// Greedy generation: the logits of every step (prompt of 5 tokens, then `steps` tokens).
+struct Trace {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+};
+
+Result<Trace> Generate(const Model& model, StreamingMlp* mlp, ThreadPool* pool, int steps) {
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = 4;  // the prompt goes in two forward calls
+  so.streamed_mlp = mlp;
+  WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(model, pool, so));
+  const int vocab = model.config().vocab_size;
+  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+  Trace t;
+  WEIR_ASSIGN_OR_RETURN(const float* l, s->Prefill(prompt));
+  for (int i = 0; i < steps; ++i) {
+    t.logits.insert(t.logits.end(), l, l + vocab);
+    const int32_t tok = Sampler::Argmax(l, vocab);
+    t.tokens.push_back(tok);
+    WEIR_ASSIGN_OR_RETURN(l, s->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast));
+  }
+  t.logits.insert(t.logits.end(), l, l + vocab);
+  return t;
+}
+
+StreamingConfig Config(uint64_t budget, const std::string& policy) {
+  StreamingConfig c;
+  c.memory_budget = budget;
+  c.mlp.policy = policy;
+  c.mlp.block_bytes = 4096;
+  c.mlp.lane_channels = 32;
+  c.mlp.policy_options.window_tokens = 2;
+  return c;
+}
+
+std::unique_ptr<storage::BlockDevice> Memory(const std::string& path) {
+  return std::make_unique<storage::MemoryDevice>("pack", testing::ReadFile(path));
+}
+
+// Runs the pack under `c` (opened over `device`), planning with the session's bytes.
+Result<Trace> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
+                      const StreamingConfig& c, ThreadPool* pool, int steps, MemoryPlan* plan = nullptr) {
+  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
+  // The plan needs the session's allocations; a first session measures them.
+  {
+    SessionOptions so;
+    so.ctx = 64;
+    so.n_batch = 4;
+    so.streamed_mlp = &sm->mlp();
+    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
+    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
+  }
+  if (plan) *plan = sm->plan();
+  auto t = Generate(sm->model(), &sm->mlp(), pool, steps);
+  const storage::CacheStats cs = sm->mlp().cache_stats();
+  EXPECT_LE(cs.current_bytes, cs.budget_bytes);
+  return t;
+}
+
+bool Same(const Trace& a, const Trace& b) {
+  return a.tokens == b.tokens && a.logits.size() == b.logits.size() &&
+         std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+}
+
+TEST(StreamingSessionTest, EveryPolicyBudgetAndDeviceMatchesResident) {
+  const Files f = MakeFiles(DType::kQ8_0, 1);
+  ThreadPool pool(2);
+  const int steps = 6;
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, steps);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  // The minimum, from the refusal of a budget of 1 byte.
+  auto refused = StreamingModel::Open(f.pack, Memory(f.pack), Config(1, "lru"));
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.status().code(), Status::Code::kOutOfMemory);
+  EXPECT_NE(refused.status().message().find("is below the minimum"), std::string::npos) << refused.status().ToString();
+  MemoryPlan plan;
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
+  const uint64_t minimum = plan.minimum(), model_bytes = plan.bundle_bytes + plan.static_bytes;
+  // Below the minimum (with the session counted) is refused by Fit, naming the minimum.
+  auto below = RunPack(f.pack, Memory(f.pack), Config(minimum - 1, "lru"), &pool, 1);
+  ASSERT_FALSE(below.ok());
+  EXPECT_NE(below.status().message().find(StrFormat("minimum %s", FormatBytes(minimum).c_str())), std::string::npos)
+      << below.status().ToString();
+  for (const char* policy : {"lru", "lfu", "atu", "window", "mru"}) {
+    for (uint64_t budget : {minimum, minimum + model_bytes / 8, minimum + model_bytes / 2, minimum + 2 * model_bytes}) {
+      SCOPED_TRACE(std::string(policy) + " budget " + std::to_string(budget));
+      auto got = RunPack(f.pack, Memory(f.pack), Config(budget, policy), &pool, steps);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_TRUE(Same(*got, *resident));
+    }
+  }
+  for (const char* kind : {"pread", "direct", "io_uring", "io_uring+direct", "mmap"}) {
+    SCOPED_TRACE(kind);
+    StreamingConfig c = Config(UINT64_MAX, "lfu");
+    c.device.kind = kind;
+    auto dev = storage::OpenDevice(f.pack, c.device);
+    if (!dev.ok() && dev.status().code() == Status::Code::kUnsupported) continue;  // no io_uring
+    ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+    MemoryPlan kind_plan;  // the minimum depends on the device's buffers
+    ASSERT_TRUE(RunPack(f.pack, std::move(dev).value(), c, &pool, 1, &kind_plan).ok());
+    c.memory_budget = kind_plan.minimum() + model_bytes / 4;
+    auto got = RunPack(f.pack, storage::OpenDevice(f.pack, c.device).value(), c, &pool, steps);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(Same(*got, *resident));
+  }
+}
+
+TEST(StreamingSessionTest, CloseToTheSourceModel) {
+  // The pack's arithmetic differs from the GGUF path only in W_down (column form over W_down^T,
+  // requantized for Q8_0/Q4_0): F32 agrees to float rounding (same greedy tokens), quantized
+  // types within their quantization noise.
+  for (DType type : {DType::kF32, DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(DTypeName(type));
+    const Files f = MakeFiles(type, 2);
+    ThreadPool pool(2);
+    auto gguf = Model::Load(f.gguf);
+    ASSERT_TRUE(gguf.ok());
+    auto want = Generate(**gguf, nullptr, &pool, 6);
+    ASSERT_TRUE(want.ok());
+    auto got = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 6);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    double err = 0, norm = 0;
+    const size_t first = 300;  // the prompt's logits: same inputs on both sides
+    for (size_t i = 0; i < first; ++i) {
+      err += (got->logits[i] - want->logits[i]) * (got->logits[i] - want->logits[i]);
+      norm += want->logits[i] * want->logits[i];
+    }
+    const double rel = std::sqrt(err / norm);
+    EXPECT_LT(rel, type == DType::kF32 ? 1e-5 : (type == DType::kQ8_0 ? 0.02 : 0.1)) << rel;
+    if (type == DType::kF32) {
+      EXPECT_EQ(got->tokens, want->tokens);
+    }
+  }
+}
+
+TEST(StreamingSessionTest, ReadFailureIsAnErrorNotWrongTokens) {
+  const Files f = MakeFiles(DType::kQ4_0, 1);
+  ThreadPool pool(2);
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 6);
+  ASSERT_TRUE(resident.ok());
+  MemoryPlan plan;
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
+  for (uint64_t after : {0, 5, 40, 80, 120}) {
+    SCOPED_TRACE(after);
+    storage::FaultOptions fo;
+    fo.fail_after_reads = after;
+    auto dev = std::make_unique<storage::FaultInjectingDevice>(Memory(f.pack), fo);
+    auto got = RunPack(f.pack, std::move(dev), Config(plan.minimum() + 20000, "lru"), &pool, 6);
+    if (got.ok()) {
+      EXPECT_TRUE(Same(*got, *resident));  // the failures came too late to matter
+    } else {
+      EXPECT_EQ(got.status().code(), Status::Code::kIoError) << got.status().ToString();
+    }
+  }
+}
+
+TEST(StreamingSessionTest, RealTinyModelGeneratesTheSameText) {
+  const std::string path = testing::SharedPath("models/stories260K/stories260K-F32.gguf");
+  if (!testing::FileExists(path)) GTEST_SKIP() << path << " absent";
+  auto src = format::LoadModel(path);
+  ASSERT_TRUE(src.ok());
+  const std::string pack = testing::TempDir() + "/s.weir";
+  ASSERT_TRUE(format::WritePack(*src, pack, format::PackOptions{}).ok());
+  ThreadPool pool(2);
+  auto gguf = Model::Load(path);
+  ASSERT_TRUE(gguf.ok());
+  auto want = Generate(**gguf, nullptr, &pool, 20);
+  ASSERT_TRUE(want.ok());
+  MemoryPlan plan;
+  ASSERT_TRUE(RunPack(pack, Memory(pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
+  auto got = RunPack(pack, Memory(pack), Config(plan.minimum() + plan.bundle_bytes / 3, "lfu"), &pool, 20);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_EQ(got->tokens, want->tokens);
+}
+
+}  // namespace
+}  // namespace weir::model

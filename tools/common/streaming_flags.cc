@@ -1,0 +1,118 @@
+#include "common/streaming_flags.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "base/units.h"
+#include "format/gguf_reader.h"
+#include "format/weir_pack_reader.h"
+#include "storage/eviction_policy.h"
+#include "storage/open_device.h"
+
+namespace weir::tools {
+
+void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
+  app.add_option("--memory", f->memory,
+                 "memory budget for everything weir allocates when running a weir pack (e.g. 300MiB, "
+                 "1.5GiB; default: no limit); docs/streaming.md");
+  app.add_option("--storage", f->storage, "how a pack is read: pread, direct (O_DIRECT), io_uring, "
+                                          "io_uring+direct, mmap (default pread)");
+  app.add_option("--profile", f->profile, "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
+  app.add_option("--policy", f->policy, "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default lru)");
+  app.add_option("--prefetch", f->prefetch, "layers read ahead by the I/O thread (default 1)")->check(CLI::Range(0, 64));
+  app.add_option("--partitions", f->partitions, "cache split: uniform (per layer group), proportional, shared (default uniform)");
+  app.add_option("--block", f->block, "cached unit of the bundle tensors, a multiple of 4 KiB (default 64KiB)");
+  app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")->check(CLI::Range(1, 4096));
+}
+
+bool IsPackFile(const std::string& path) {
+  auto g = format::GgufFile::Open(path);
+  return g.ok() && format::PackFile::IsPack(*g);
+}
+
+void RunModel::Configure(model::SessionOptions* options) const {
+  if (streaming) options->streamed_mlp = &streaming->mlp();
+}
+
+Status RunModel::Fit(const model::Session& session) const {
+  if (!streaming) return Status::Ok();
+  return streaming->Fit(session.allocated_bytes());
+}
+
+Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
+  RunModel r;
+  if (!IsPackFile(mf.model)) {
+    if (!f.memory.empty()) {
+      return Status::InvalidArgument(StrFormat(
+          "--memory needs a weir pack; %s is not one (make one with `weir pack -m %s -o MODEL.weir`)",
+          mf.model.c_str(), mf.model.c_str()));
+    }
+    WEIR_ASSIGN_OR_RETURN(r.resident, LoadModel(mf));
+    return r;
+  }
+  model::StreamingConfig c;
+  if (!f.memory.empty()) {
+    auto b = ParseBytes(f.memory);
+    if (!b.ok()) return b.status().WithContext("--memory");
+    c.memory_budget = *b;
+  }
+  c.device.kind = f.storage;
+  c.device.profile = f.profile;
+  c.device.queue_depth = static_cast<uint32_t>(f.queue_depth);
+  c.mlp.policy = f.policy;
+  c.mlp.prefetch_layers = f.prefetch;
+  c.mlp.partitions = f.partitions;
+  auto block = ParseBytes(f.block);
+  if (!block.ok()) return block.status().WithContext("--block");
+  c.mlp.block_bytes = static_cast<size_t>(*block);
+  if (f.policy == "belady") {
+    return Status::InvalidArgument(
+        "--policy belady replays a recorded trace of block accesses; it is available to the "
+        "library and tests (StreamingMlpOptions::policy_options), not from the command line");
+  }
+  WEIR_ASSIGN_OR_RETURN(r.streaming, model::StreamingModel::Open(mf.model, c));
+  return r;
+}
+
+std::string FormatStreamStats(const model::StreamStats& s) {
+  return StrFormat("storage %s (ahead %s), cache %s, hit %.1f%%, stall %.2f ms, overlap %.0f%%",
+                   FormatBytes(s.storage_bytes).c_str(), FormatBytes(s.prefetched_bytes).c_str(),
+                   FormatBytes(s.cache_bytes).c_str(), 100.0 * s.hit_rate(), s.stall_seconds * 1e3,
+                   100.0 * s.overlap());
+}
+
+nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
+  const double n = tokens > 0 ? static_cast<double>(tokens) : 1.0;
+  return {{"tokens", tokens},
+          {"storage_bytes_per_token", s.storage_bytes / n},
+          {"prefetched_bytes_per_token", s.prefetched_bytes / n},
+          {"transient_bytes_per_token", s.transient_bytes / n},
+          {"cache_bytes_per_token", s.cache_bytes / n},
+          {"accessed_bytes_per_token", s.accessed_bytes / n},
+          {"hit_rate", s.hit_rate()},
+          {"stall_seconds_per_token", s.stall_seconds / n},
+          {"io_seconds_per_token", s.io_seconds / n},
+          {"overlap", s.overlap()}};
+}
+
+nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
+  return {{"budget", p.budget},          {"minimum", p.minimum()},       {"static", p.static_bytes},
+          {"session", p.session_bytes},  {"mlp_scratch", p.mlp_bytes},   {"io", p.io_bytes},
+          {"policy", p.policy_bytes},    {"cache", p.cache_bytes},       {"streamed_mlp", p.bundle_bytes}};
+}
+
+uint64_t PeakRssBytes() {
+  std::ifstream f("/proc/self/status");
+  std::string line;
+  while (std::getline(f, line)) {
+    if (line.rfind("VmHWM:", 0) == 0) {
+      std::istringstream is(line.substr(6));
+      uint64_t kb = 0;
+      is >> kb;
+      return kb * 1024;
+    }
+  }
+  return 0;
+}
+
+}  // namespace weir::tools

@@ -1,0 +1,57 @@
+// Flags of the commands that can run a weir pack under a memory budget (--memory, --storage,
+// --profile, --policy, --prefetch, ...), declared once, and the loading they share: a model
+// file is loaded resident as before; a weir pack is opened for streaming (model/streaming_model.h)
+// and its budget is planned once the session exists.
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "common/model_flags.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "model/streaming_model.h"
+
+namespace weir::tools {
+
+struct StreamingFlags {
+  std::string memory;             // --memory BYTES; "" = no limit
+  std::string storage = "pread";  // --storage: pread, direct, io_uring, io_uring+direct, mmap
+  std::string profile;            // --profile: throttle to a storage profile
+  std::string policy = "lru";     // --policy
+  int prefetch = 1;               // --prefetch: layers read ahead
+  std::string partitions = "uniform";
+  std::string block = "64KiB";
+  int queue_depth = 32;
+};
+void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
+
+// True when `path` is a GGUF file with weir.pack.* metadata.
+bool IsPackFile(const std::string& path);
+
+// A model ready for sessions: resident, or a pack being streamed.
+struct RunModel {
+  std::unique_ptr<model::Model> resident;
+  std::unique_ptr<model::StreamingModel> streaming;
+  const model::Model& model() const { return streaming ? streaming->model() : *resident; }
+  // Points the session options at the streamed MLP, if any.
+  void Configure(model::SessionOptions* options) const;
+  // Streaming: plans the budget with the session's allocations (refusing one below the minimum).
+  Status Fit(const model::Session& session) const;
+};
+// A pack when the file is one (with the streaming flags), else the model resident; --memory
+// with a file that is not a pack is an error that says how to make one.
+Result<RunModel> LoadRunModel(const ModelFlags& model_flags, const StreamingFlags& flags);
+
+// "storage 1.2 MiB, cache 3.4 MiB, hit 82.1%, stall 1.20 ms, overlap 64%" for a per-token delta.
+std::string FormatStreamStats(const model::StreamStats& s);
+// The same as JSON, per token (`tokens` divides the byte and time counters).
+nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens);
+nlohmann::json MemoryPlanJson(const model::MemoryPlan& p);
+// Peak resident set size of this process so far (VmHWM), in bytes; 0 if unknown.
+uint64_t PeakRssBytes();
+
+}  // namespace weir::tools
