@@ -131,9 +131,11 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
       L.w[static_cast<size_t>(p)] = edited[static_cast<size_t>(p)]->view;
       return Status::Ok();
     };
+    std::vector<int64_t> q_rows, ff_idx;  // kept q rows (= o columns) and neurons (= down columns)
     if (drop_heads) {
       const HeadSelection sel = SelectHeads(AttentionImportance(L, norm, pool), L.n_head, L.n_head_kv, heads);
-      const std::vector<int64_t> q_rows = UnitIndices(sel.heads, hd), kv_rows = UnitIndices(sel.groups, hd);
+      q_rows = UnitIndices(sel.heads, hd);
+      const std::vector<int64_t> kv_rows = UnitIndices(sel.groups, hd);
       WEIR_RETURN_IF_ERROR(replace(Projection::kQ, SelectRows(L[Projection::kQ], q_rows)));
       WEIR_RETURN_IF_ERROR(replace(Projection::kK, SelectRows(L[Projection::kK], kv_rows)));
       WEIR_RETURN_IF_ERROR(replace(Projection::kV, SelectRows(L[Projection::kV], kv_rows)));
@@ -143,11 +145,27 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
     }
     if (drop_ff) {
       const std::vector<int> keep = SelectNeurons(NeuronImportance(L, norm, pool), keep_ff);
-      const std::vector<int64_t> idx = UnitIndices(keep, 1);
-      WEIR_RETURN_IF_ERROR(replace(Projection::kGate, SelectRows(L[Projection::kGate], idx)));
-      WEIR_RETURN_IF_ERROR(replace(Projection::kUp, SelectRows(L[Projection::kUp], idx)));
-      WEIR_RETURN_IF_ERROR(replace(Projection::kDown, SelectColumns(L[Projection::kDown], idx, pool)));
+      ff_idx = UnitIndices(keep, 1);
+      WEIR_RETURN_IF_ERROR(replace(Projection::kGate, SelectRows(L[Projection::kGate], ff_idx)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kUp, SelectRows(L[Projection::kUp], ff_idx)));
+      WEIR_RETURN_IF_ERROR(replace(Projection::kDown, SelectColumns(L[Projection::kDown], ff_idx, pool)));
       L.d_ff = keep_ff;
+    }
+
+    // 3b. Composite: o and down lost columns, and the removed (least important) columns held
+    // more than their share of the zeros, so their rows are topped up to round((1 - p) * the
+    // original width) non-zeros. Existing zeros have omega 0 and are counted first.
+    for (Projection p : {Projection::kO, Projection::kDown}) {
+      const std::vector<int64_t>& kept = p == Projection::kO ? q_rows : ff_idx;
+      if (share <= 0 || share >= 1 || kept.empty()) continue;
+      const int64_t cols = L[p].cols();
+      const int64_t nonzero = std::llround((1.0 - targets.at(l, p)) * static_cast<double>(layers[li][p].cols()));
+      const int64_t zeros = cols - nonzero;
+      if (zeros <= 0) continue;
+      std::vector<float> kept_norm(kept.size());
+      for (size_t j = 0; j < kept.size(); ++j) kept_norm[j] = norm[static_cast<size_t>(p)][kept[j]];
+      PruneUnstructured(edited[static_cast<size_t>(p)].get(), kept_norm.data(),
+                        static_cast<double>(zeros) / static_cast<double>(cols), pool);
     }
 
     // 4. Install the new tensors and account.

@@ -14,7 +14,9 @@
 //                 then zeroed by u = 1 - (1 - p_{n,m}) / kept_{n,m} (kept = the fraction of its
 //                 parameters the units leave), so the non-zero weights left are ~(1 - p_{n,m});
 //                 the units to remove are then chosen by importance measured on the zeroed
-//                 weights.
+//                 weights. o and down lose columns, and the columns removed held more than
+//                 their share of the zeros, so their rows are finally topped up (lowest omega)
+//                 to round((1 - p_{n,m}) * original width) non-zeros.
 //
 // Projections that end up unchanged (target 0) keep pointing at the input's bytes; edited ones
 // live in an OwnedTensors backing of the returned ModelFile. Element types are kept (see
