@@ -4,7 +4,7 @@
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and SparseMlpToken (the MLP with unit and down-column selection, DIP §3 /
 // docs/sparsity.md); without a policy both reduce to the dense batched products. A weir pack's
-// MLP is read from storage by the session's StreamingMlp (docs/streaming.md).
+// MLP is read from storage by the session's StreamingWeights (docs/streaming.md).
 #include <cmath>
 #include <cstring>
 
@@ -28,7 +28,7 @@ void Session::Embed(std::span<const int32_t> tokens) {
 }
 
 // x += Wo · softmax(q·Kᵀ/√hd) · V, with q, k rotated by RoPE and K, V appended to the cache.
-void Session::Attention(int layer, int n) {
+Status Session::Attention(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
   const LayerTransposed* wt = transposed_ ? &transposed_->layer(layer) : nullptr;
@@ -43,6 +43,9 @@ void Session::Attention(int layer, int n) {
   float* v = v_.data<float>();     // [n, kv_dim]
   float* att = att_.data<float>(); // [n, q_dim]
 
+  // A streamed pack pins this layer's attention weights (w.wq .. w.wo point into them) until
+  // the end of the block.
+  if (streamed_) WEIR_RETURN_IF_ERROR(streamed_->AcquireAttention(layer));
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.attn_norm, d, c.rms_eps);
   Observe(layer, Site::kAttnIn, xb, d, n);
   Project(layer, Site::kAttnIn, xb, d, n,
@@ -86,6 +89,8 @@ void Session::Attention(int layer, int n) {
   Project(layer, Site::kAttnOut, att, q_dim, n, {{&w.wo, wt ? &wt->wo_t : nullptr, xb}},
           &traffic_.attn_used, &traffic_.attn_dense);  // xb = Wo · att
   for (int i = 0; i < n * d; ++i) x[i] += xb[i];
+  if (streamed_) streamed_->ReleaseAttention();
+  return Status::Ok();
 }
 
 // x += W_down · (silu(W_gate · RMSNorm(x)) ⊙ (W_up · RMSNorm(x)))
@@ -100,10 +105,10 @@ Status Session::Mlp(int layer, int n) {
 
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.ffn_norm, d, c.rms_eps);
   Observe(layer, Site::kMlpIn, xb, d, n);
-  if (streamed_mlp_) {
-    // A weir pack: the same product from neuron bundles read from storage (streaming_mlp.h).
+  if (streamed_) {
+    // A weir pack: the same product from neuron bundles read from storage (streaming_weights.h).
     float* y = gate;  // [n, d]
-    WEIR_RETURN_IF_ERROR(streamed_mlp_->Forward(layer, xb, n, y, pool_));
+    WEIR_RETURN_IF_ERROR(streamed_->Forward(layer, xb, n, y, pool_));
     const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
     traffic_.mlp_used += bytes * static_cast<uint64_t>(n);
     traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);

@@ -25,8 +25,8 @@ Status Session::Allocate(const SessionOptions& options) {
     max_kv = std::max(max_kv, static_cast<size_t>(L.n_head_kv * c.head_dim));
     max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
   }
-  streamed_mlp_ = options.streamed_mlp;
-  if (streamed_mlp_ != nullptr) {
+  streamed_ = options.streamed;
+  if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
     if (options.sparsity != nullptr) {
       return Status::Unsupported(
@@ -88,10 +88,10 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
                                                model_.config().vocab_size));
     }
   }
-  if (streamed_mlp_ != nullptr) streamed_mlp_->BeginToken();
+  if (streamed_ != nullptr) streamed_->BeginToken();
   Embed(tokens);
   for (int l = 0; l < model_.config().n_layers; ++l) {
-    Attention(l, n);
+    WEIR_RETURN_IF_ERROR(Attention(l, n));
     WEIR_RETURN_IF_ERROR(Mlp(l, n));
   }
   Output(n, which);

@@ -22,7 +22,7 @@
 #include "model/activation_observer.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
-#include "model/streaming_mlp.h"
+#include "model/streaming_weights.h"
 #include "model/transposed_weights.h"
 #include "sparsity/policy.h"
 
@@ -36,7 +36,7 @@ struct SessionOptions {
   const sparsity::SparsityPolicy* sparsity = nullptr;
   // The MLP of a weir pack, streamed from storage (model/streaming_model.h); the model's MLP
   // tensors are then stand-ins without data. Not owned; one session at a time.
-  StreamingMlp* streamed_mlp = nullptr;
+  StreamingWeights* streamed = nullptr;
 };
 
 // Weight bytes the linear layers read, summed over tokens ("dense" = what a dense pass would
@@ -93,7 +93,7 @@ class Session {
 
   // forward.cc: one function per block, in the order of the paper.
   void Embed(std::span<const int32_t> tokens);
-  void Attention(int layer, int n);
+  Status Attention(int layer, int n);  // like Mlp, fails only on streamed weights
   Status Mlp(int layer, int n);  // fails only when streamed weights cannot be read
   void Output(int n, LogitsFor which);
   // Helpers of the blocks above.
@@ -116,7 +116,7 @@ class Session {
   ActivationObserver* observer_ = nullptr;
   std::unique_ptr<sparsity::SparsityPolicy> policy_;
   std::unique_ptr<TransposedWeights> transposed_;
-  StreamingMlp* streamed_mlp_ = nullptr;
+  StreamingWeights* streamed_ = nullptr;
   sparsity::IndexList sel_in_, sel_units_, sel_down_;  // capacity = widest site
   WeightTraffic traffic_;
 

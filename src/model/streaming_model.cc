@@ -22,13 +22,13 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 
 std::string MemoryPlan::ToString() const {
   const bool unlimited = budget == UINT64_MAX;
-  return StrFormat("static %s + session %s + mlp %s + io %s + policy %s + cache %s = %s (streamed MLP %s)",
+  return StrFormat("static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s (streamed %s)",
                    FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
-                   FormatBytes(mlp_bytes).c_str(), FormatBytes(io_bytes).c_str(),
+                   FormatBytes(streamer_bytes).c_str(), FormatBytes(io_bytes).c_str(),
                    FormatBytes(policy_bytes).c_str(),
                    unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
                    unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
-                   FormatBytes(bundle_bytes).c_str());
+                   FormatBytes(streamed_bytes).c_str());
 }
 
 Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
@@ -38,7 +38,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
 }
 
 StreamingModel::~StreamingModel() {
-  mlp_.reset();  // its cache and I/O thread go before the device
+  streamer_.reset();  // its cache and I/O thread go before the device
 }
 
 Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
@@ -49,14 +49,16 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
   m->config_ = config;
   m->device_ = std::move(device);
   WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(path));
-  StreamingMlpOptions mo = config.mlp;
+  StreamingOptions mo = config.stream;
   mo.cache_budget = 0;  // planned by Fit
-  WEIR_ASSIGN_OR_RETURN(m->mlp_, StreamingMlp::Create(pack, m->device_.get(), mo));
+  WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));
   for (const format::PackGroup& g : pack.groups()) {
     m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes;
   }
-  m->plan_.bundle_bytes = pack.bundle_bytes();
-  for (const format::PackTensor& t : pack.static_tensors()) m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
+  m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
+  for (const format::PackTensor& t : pack.static_tensors()) {
+    if (m->streamer_->TensorAddress(t.name) == nullptr) m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
+  }
   // What can be checked before the session exists.
   MemoryPlan early;
   if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
@@ -70,6 +72,12 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
   file.tokenizer = pack.tokenizer();
   file.metadata = pack.RenderMetadata();
   for (const format::PackTensor& t : pack.static_tensors()) {
+    if (const std::byte* p = m->streamer_->TensorAddress(t.name)) {
+      // Streamed (attention): the view points where the streamer pins its bytes.
+      file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, p});
+      file.tensor_order.push_back(t.name);
+      continue;
+    }
     AlignedBuffer buf;
     const size_t capacity = static_cast<size_t>(RoundUp(t.nbytes, kPage));
     if (!buf.Reset(capacity, kPage)) {
@@ -85,7 +93,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
     file.tensor_order.push_back(t.name);
     statics->buffers.push_back(std::move(buf));
   }
-  // The MLP tensors stand in by shape only: StreamingMlp computes them.
+  // The MLP tensors stand in by shape only: StreamingWeights computes them.
   for (const format::PackGroup& g : pack.groups()) {
     for (int j = 0; j < g.n_layers; ++j) {
       const std::string b = StrFormat("blk.%d.", g.first_layer + j);
@@ -104,7 +112,7 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
   MemoryPlan p = plan_;
   p.budget = budget;
   p.session_bytes = session_bytes;
-  p.mlp_bytes = mlp_->fixed_bytes();
+  p.streamer_bytes = streamer_->fixed_bytes();
   const storage::DeviceOptions& d = config_.device;
   const bool direct = d.kind.find("direct") != std::string::npos;
   const bool uring = d.kind.find("io_uring") != std::string::npos;
@@ -112,19 +120,19 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
   // covers at most the unaligned tail of the file, within one block),
   // io_uring rings (64-byte submission and 16-byte completion entries, both sides doubled), and
   // about 256 bytes of queue bookkeeping per block that can be in flight.
-  p.io_bytes = (direct ? 2 * std::min<uint64_t>(d.bounce_bytes, config_.mlp.block_bytes) : 0) + (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
+  p.io_bytes = (direct ? 2 * std::min<uint64_t>(d.bounce_bytes, config_.stream.block_bytes) : 0) + (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
                256 * std::min<uint64_t>(total_blocks_, 4096);
-  const std::string& policy = config_.mlp.policy;
+  const std::string& policy = config_.stream.policy;
   p.policy_bytes = policy == "lfu" ? 64 * total_blocks_ : 4096;
-  if (policy == "belady") p.policy_bytes += 16 * config_.mlp.policy_options.belady_trace.size() + 64 * total_blocks_;
+  if (policy == "belady") p.policy_bytes += 16 * config_.stream.policy_options.belady_trace.size() + 64 * total_blocks_;
   if (budget < p.minimum()) {
     return Status::OutOfMemory(StrFormat(
         "%s: memory budget %s is below the minimum %s (static tensors %s, KV cache and activations %s, "
-        "MLP scratch and one lane of transient reads %s, I/O buffers %s, policy %s; the MLP cache "
-        "gets what is left above that)",
+        "streaming scratch and transient reads %s, I/O buffers %s, policy %s; the cache of "
+        "streamed weights gets what is left above that)",
         path_.c_str(), FormatBytes(budget).c_str(), FormatBytes(p.minimum()).c_str(),
         FormatBytes(p.static_bytes).c_str(), FormatBytes(p.session_bytes).c_str(),
-        FormatBytes(p.mlp_bytes).c_str(), FormatBytes(p.io_bytes).c_str(), FormatBytes(p.policy_bytes).c_str()));
+        FormatBytes(p.streamer_bytes).c_str(), FormatBytes(p.io_bytes).c_str(), FormatBytes(p.policy_bytes).c_str()));
   }
   p.cache_bytes = budget - p.minimum();
   *plan = p;
@@ -134,7 +142,7 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
 Status StreamingModel::Fit(uint64_t session_bytes) {
   MemoryPlan p;
   WEIR_RETURN_IF_ERROR(Plan(config_.memory_budget, session_bytes, &p));
-  WEIR_RETURN_IF_ERROR(mlp_->SetCacheBudget(p.cache_bytes));
+  WEIR_RETURN_IF_ERROR(streamer_->SetCacheBudget(p.cache_bytes));
   plan_ = p;
   return Status::Ok();
 }
@@ -142,7 +150,7 @@ Status StreamingModel::Fit(uint64_t session_bytes) {
 Status StreamingModel::SetMemoryBudget(uint64_t bytes) {
   MemoryPlan p;
   WEIR_RETURN_IF_ERROR(Plan(bytes, plan_.session_bytes, &p));
-  WEIR_RETURN_IF_ERROR(mlp_->SetCacheBudget(p.cache_bytes));
+  WEIR_RETURN_IF_ERROR(streamer_->SetCacheBudget(p.cache_bytes));
   config_.memory_budget = bytes;
   plan_ = p;
   return Status::Ok();

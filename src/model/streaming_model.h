@@ -1,26 +1,30 @@
 // StreamingModel: runs a weir pack (format/weir_pack_format.h) under a hard memory budget.
 //
 // What it owns, and where each byte of the budget goes (MemoryPlan):
-//   static   the static tensors (embeddings, norms, attention, output head), read from the pack
-//            through the device into memory once (never mapped: the budget is what weir holds);
+//   static   the static tensors (embeddings, norms, output head; attention too unless streamed),
+//            read from the pack through the device into memory once (never mapped: the budget
+//            is what weir holds);
 //   session  the KV cache and activations of the Session that runs it (measured after the
 //            session is created: Session::allocated_bytes());
-//   mlp      the MLP streamer's scratch and its transient-read reserve (one lane of blocks);
+//   streamer the streamer's scratch and its transient-read reserve (a lane of MLP blocks or a
+//            layer's attention);
 //   io       I/O buffers: O_DIRECT bounce buffers, io_uring rings, the prefetch queue;
 //   policy   what the eviction policy keeps outside entries (LFU counts, Belady's trace);
-//   cache    the rest: the DRAM cache of MLP blocks (storage/weight_cache.h charges).
+//   cache    the rest: the DRAM cache of streamed blocks (storage/weight_cache.h charges).
 // A budget below the sum of all but the cache is refused with a message giving that minimum.
 // The budget may change at run time (SetMemoryBudget): only the cache's share moves.
 // Outside the budget (a fixed overhead, measured in docs/streaming.md): the program and its
 // libraries, thread stacks, the tokenizer's vocabulary, page tables, and the pack's header
 // mapping while the pack is being opened.
 //
-// The Model it exposes has every static tensor; its MLP tensors are stand-in views with the
-// right shapes and no data (data == nullptr): the MLP of this model is computed by mlp(), which
-// the Session calls instead of its resident MLP (SessionOptions::streamed_mlp).
+// The Model it exposes has every static tensor; streamed attention tensors are views of the
+// places the streamer pins them at (valid between AcquireAttention and ReleaseAttention), and
+// its MLP tensors are stand-in views with the right shapes and no data (data == nullptr): the
+// MLP is computed by streamer(), which the Session calls instead of its resident MLP
+// (SessionOptions::streamed).
 //
 // Thread safety: Open/Fit/SetMemoryBudget from one thread; the model may be shared read-only;
-// the StreamingMlp serves one session at a time.
+// the StreamingWeights serves one session at a time.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +34,7 @@
 #include "base/status.h"
 #include "format/weir_pack_reader.h"
 #include "model/model.h"
-#include "model/streaming_mlp.h"
+#include "model/streaming_weights.h"
 #include "storage/block_device.h"
 #include "storage/open_device.h"
 
@@ -39,20 +43,20 @@ namespace weir::model {
 struct StreamingConfig {
   uint64_t memory_budget = UINT64_MAX;  // --memory; UINT64_MAX = no limit (everything resident)
   storage::DeviceOptions device;        // --storage, --profile (kind "direct", "io_uring", ...)
-  StreamingMlpOptions mlp;              // --policy, --prefetch, ...; cache_budget is planned here
+  StreamingOptions stream;           // --policy, --prefetch, ...; cache_budget is planned here
 };
 
 struct MemoryPlan {
   uint64_t budget = 0;
   uint64_t static_bytes = 0;
   uint64_t session_bytes = 0;
-  uint64_t mlp_bytes = 0;
+  uint64_t streamer_bytes = 0;
   uint64_t io_bytes = 0;
   uint64_t policy_bytes = 0;
   uint64_t cache_bytes = 0;
-  uint64_t bundle_bytes = 0;  // the streamed MLP tensors, for scale
+  uint64_t streamed_bytes = 0;  // the streamed tensors, for scale
   // Everything but the cache: the smallest budget that runs at all.
-  uint64_t minimum() const { return static_bytes + session_bytes + mlp_bytes + io_bytes + policy_bytes; }
+  uint64_t minimum() const { return static_bytes + session_bytes + streamer_bytes + io_bytes + policy_bytes; }
   // "static 95.1 MiB + session 12.0 MiB + ... + cache 40.0 MiB = 155.0 MiB".
   std::string ToString() const;
 };
@@ -78,7 +82,7 @@ class StreamingModel {
   Status SetMemoryBudget(uint64_t bytes);
 
   const Model& model() const { return *model_; }
-  StreamingMlp& mlp() { return *mlp_; }
+  StreamingWeights& streamer() { return *streamer_; }
   const MemoryPlan& plan() const { return plan_; }
   const storage::BlockDevice& device() const { return *device_; }
   const std::string& path() const { return path_; }
@@ -92,7 +96,7 @@ class StreamingModel {
   uint64_t total_blocks_ = 0;
   std::unique_ptr<storage::BlockDevice> device_;
   std::unique_ptr<Model> model_;
-  std::unique_ptr<StreamingMlp> mlp_;
+  std::unique_ptr<StreamingWeights> streamer_;
   MemoryPlan plan_;
 };
 

@@ -1,4 +1,4 @@
-#include "model/streaming_mlp.h"
+#include "model/streaming_weights.h"
 
 #include <algorithm>
 #include <chrono>
@@ -16,11 +16,14 @@ namespace {
 using Clock = std::chrono::steady_clock;
 double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// The unit kind of a bundle tensor block (storage/unit_id.h: layer field = group).
+// Unit kinds (storage/unit_id.h; the layer field is the extent's slab).
 constexpr uint32_t kBundleBlockKind = 1;
+constexpr uint32_t kAttentionBlockKind = 2;
 constexpr uint64_t kPage = 4096;
 
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
+
+const char* const kAttentionTensors[] = {"attn_q", "attn_k", "attn_v", "attn_output"};
 
 }  // namespace
 
@@ -39,9 +42,9 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   return d;
 }
 
-Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFile& pack,
-                                                           storage::BlockDevice* device,
-                                                           const StreamingMlpOptions& options) {
+Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format::PackFile& pack,
+                                                                   storage::BlockDevice* device,
+                                                                   const StreamingOptions& options) {
   const std::string& path = pack.path();
   if (device == nullptr) return Status::InvalidArgument("streaming: no device for " + path);
   if (options.block_bytes == 0 || options.block_bytes % kPage != 0) {
@@ -66,7 +69,7 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
                                              static_cast<unsigned long long>(device->size()), path.c_str(),
                                              static_cast<unsigned long long>(pack.file_size())));
   }
-  std::unique_ptr<StreamingMlp> s(new StreamingMlp());
+  std::unique_ptr<StreamingWeights> s(new StreamingWeights());
   s->options_ = options;
   s->device_ = device;
   s->d_model_ = pack.config().d_model;
@@ -79,28 +82,69 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
     for (const format::PackGroup& pg : pack.groups()) widest = std::max(widest, pg.bundle_bytes);
     s->lane_channels_ = std::max(4, static_cast<int>((512 << 10) / widest) / 4 * 4);
   }
+  const uint64_t B = options.block_bytes;
   std::vector<storage::SlabPlacement::Slab> slabs;
   int64_t max_rows = 0, max_ff = 0, max_lanes = 0;
-  uint64_t max_group = 0;
   for (const format::PackGroup& pg : pack.groups()) {
     Group g;
     g.pack = pg;
-    g.n_blocks = (pg.nbytes + options.block_bytes - 1) / options.block_bytes;
     g.n_lanes = (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
-    if (!storage::UnitIdFits(static_cast<uint64_t>(pg.index), kBundleBlockKind, g.n_blocks) ||
-        pg.rows() > INT32_MAX) {
+    Extent& e = g.extent;
+    e.slab = static_cast<uint32_t>(slabs.size());
+    e.kind = kBundleBlockKind;
+    e.partition = s->PartitionOf(pg.index);
+    e.offset = pg.offset;
+    e.nbytes = pg.nbytes;
+    e.n_blocks = (pg.nbytes + B - 1) / B;
+    if (pg.rows() > INT32_MAX) {
       return Status::Unsupported(StrFormat("streaming: %s: group %d is too large to stream", path.c_str(), pg.index));
     }
     for (int j = 0; j < pg.n_layers; ++j) s->group_of_[static_cast<size_t>(pg.first_layer + j)] = pg.index;
-    slabs.push_back({pg.nbytes, options.block_bytes});
+    slabs.push_back({pg.nbytes, B});
     max_rows = std::max(max_rows, pg.rows());
     max_ff = std::max<int64_t>(max_ff, pg.d_ff);
     max_lanes = std::max<int64_t>(max_lanes, g.n_lanes);
-    max_group = std::max(max_group, pg.nbytes);
+    s->max_group_bytes_ = std::max(s->max_group_bytes_, pg.nbytes);
     s->groups_.push_back(std::move(g));
   }
+  if (options.stream_attention) {
+    // A layer's attention tensors are consecutive in the pack (q, k, v, output, each
+    // page-aligned): one extent from the first byte of q to the last of output.
+    for (int l = 0; l < s->n_layers_; ++l) {
+      uint64_t begin = UINT64_MAX, end = 0;
+      for (const char* t : kAttentionTensors) {
+        const format::PackTensor* pt = pack.FindStatic(StrFormat("blk.%d.%s.weight", l, t));
+        if (pt == nullptr) return Status::Corrupt(StrFormat("%s: layer %d has no %s", path.c_str(), l, t));
+        begin = std::min(begin, pt->offset);
+        end = std::max(end, pt->offset + pt->nbytes);
+      }
+      Extent e;
+      e.slab = static_cast<uint32_t>(slabs.size());
+      e.kind = kAttentionBlockKind;
+      e.partition = s->PartitionOf(s->group_of_[static_cast<size_t>(l)]);
+      e.offset = begin;
+      e.nbytes = end - begin;
+      e.n_blocks = (e.nbytes + B - 1) / B;
+      slabs.push_back({e.nbytes, B});
+      s->max_attention_bytes_ = std::max(s->max_attention_bytes_, e.n_blocks * B);
+      s->attention_.push_back(std::move(e));
+    }
+  }
+  for (size_t i = 0; i < slabs.size(); ++i) {
+    if (!storage::UnitIdFits(i, kAttentionBlockKind, (slabs[i].bytes + B - 1) / B)) {
+      return Status::Unsupported(StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
+    }
+  }
   WEIR_ASSIGN_OR_RETURN(s->slabs_, storage::SlabPlacement::Create(slabs));
-  for (Group& g : s->groups_) g.base = s->slabs_->base(static_cast<uint32_t>(g.pack.index));
+  for (Group& g : s->groups_) g.extent.base = s->slabs_->base(g.extent.slab);
+  for (Extent& e : s->attention_) e.base = s->slabs_->base(e.slab);
+  for (int l = 0; l < static_cast<int>(s->attention_.size()); ++l) {
+    const Extent& e = s->attention_[static_cast<size_t>(l)];
+    for (const char* t : kAttentionTensors) {
+      const std::string name = StrFormat("blk.%d.%s.weight", l, t);
+      s->tensor_address_[name] = e.base + (pack.FindStatic(name)->offset - e.offset);
+    }
+  }
 
   // Cache: group partitions and the staging partition, weighted in bytes.
   WEIR_ASSIGN_OR_RETURN(auto policy, storage::MakeEvictionPolicy(options.policy, options.policy_options));
@@ -110,23 +154,26 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
   co.record_trace = options.record_trace;
   co.placement = s->slabs_.get();
   // Charges need the policy's per-entry bytes; a throwaway cache computes them.
-  WEIR_ASSIGN_OR_RETURN(auto probe, storage::WeightCache::Create(co, storage::MakeEvictionPolicy(options.policy, options.policy_options).value()));
-  uint64_t total_charge = 0;
+  WEIR_ASSIGN_OR_RETURN(auto probe_policy, storage::MakeEvictionPolicy(options.policy, options.policy_options));
+  WEIR_ASSIGN_OR_RETURN(auto probe, storage::WeightCache::Create(co, std::move(probe_policy)));
+  const size_t n_parts = options.partitions == "shared" ? 1 : s->groups_.size();
+  s->partition_charge_.assign(n_parts, 0);
+  auto charge = [&](Extent& e) {
+    for (uint64_t b = 0; b < e.n_blocks; ++b) e.charge += probe->EntryCharge(s->BlockRead(e, b).length);
+    s->partition_charge_[e.partition] += e.charge;
+    s->all_blocks_charge_ += e.charge;
+  };
   for (Group& g : s->groups_) {
-    uint64_t charge = 0;
-    for (uint64_t b = 0; b < g.n_blocks; ++b) charge += probe->EntryCharge(s->BlockRead(g, b).length);
-    s->group_charge_.push_back(charge);
-    total_charge += charge;
+    charge(g.extent);
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * s->lane_channels_;
       const auto [b0, b1] = s->BlocksOf(g, c0, std::min<int64_t>(c0 + s->lane_channels_, g.pack.d_ff));
-      s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, (b1 - b0 + 1) * options.block_bytes);
+      s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, (b1 - b0 + 1) * B);
     }
   }
+  for (Extent& e : s->attention_) charge(e);
   probe.reset();
-  s->all_blocks_charge_ = total_charge;
-  s->max_group_bytes_ = max_group;
-  s->staging_partition_ = static_cast<uint32_t>(options.partitions == "shared" ? 1 : s->groups_.size());
+  s->staging_partition_ = static_cast<uint32_t>(n_parts);
   co.partition_weights = s->PartitionWeights(options.cache_budget);
   WEIR_ASSIGN_OR_RETURN(s->cache_, storage::WeightCache::Create(co, std::move(policy)));
   storage::Prefetcher::Options po;
@@ -145,172 +192,224 @@ Result<std::unique_ptr<StreamingMlp>> StreamingMlp::Create(const format::PackFil
   return s;
 }
 
-StreamingMlp::~StreamingMlp() {
+StreamingWeights::~StreamingWeights() {
   if (prefetcher_) prefetcher_->Shutdown();
-  for (Group& g : groups_) g.pins.clear();
+  attention_batch_ = Batch();
+  for (Group& g : groups_) g.extent.pins.clear();
+  for (Extent& e : attention_) e.pins.clear();
   prefetcher_.reset();
   cache_.reset();  // before the slabs its entries live in
 }
 
-std::vector<uint64_t> StreamingMlp::PartitionWeights(uint64_t budget) const {
+uint64_t StreamingWeights::fixed_bytes() const {
+  // Scratch, plus the transient reserve: one lane of blocks (MLP) or one layer's attention.
+  return rows_y_.size() + rows_x_.size() + gate_.size() + up_.size() + partials_.size() +
+         idx_rows_.capacity() * sizeof(int32_t) + idx_down_.capacity() * sizeof(int32_t) +
+         std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_);
+}
+
+uint64_t StreamingWeights::streamed_bytes() const {
+  uint64_t n = 0;
+  for (const Group& g : groups_) n += g.extent.nbytes;
+  for (const Extent& e : attention_) n += e.nbytes;
+  return n;
+}
+
+const std::byte* StreamingWeights::TensorAddress(const std::string& name) const {
+  auto it = tensor_address_.find(name);
+  return it == tensor_address_.end() ? nullptr : it->second;
+}
+
+std::vector<uint64_t> StreamingWeights::PartitionWeights(uint64_t budget) const {
   // Staging: what prefetches land in. A quarter of the budget, at least two lanes of blocks, at
-  // most the groups being read ahead; everything beyond the blocks when the whole model fits.
-  const uint64_t lo = 2 * max_lane_bytes_;
-  const uint64_t hi = std::max<uint64_t>(lo, static_cast<uint64_t>(options_.prefetch_layers + 1) * max_group_bytes_);
+  // most the layers being read ahead; everything beyond the blocks when the whole model fits.
+  const uint64_t lo = 2 * std::max(max_lane_bytes_, max_attention_bytes_);
+  const uint64_t layer = max_group_bytes_ + max_attention_bytes_;
+  const uint64_t hi = std::max<uint64_t>(lo, static_cast<uint64_t>(options_.prefetch_layers + 1) * layer);
   uint64_t staging = options_.staging_bytes > 0 ? options_.staging_bytes : std::clamp<uint64_t>(budget / 4, lo, hi);
   const bool fits = budget >= all_blocks_charge_ && budget - all_blocks_charge_ >= lo;
   if (fits) staging = budget - all_blocks_charge_;
   staging = std::min(staging, budget);
   const uint64_t rest = budget - staging;
   std::vector<uint64_t> weights;
-  if (options_.partitions == "shared") {
-    weights.push_back(rest);
-  } else {
-    for (size_t g = 0; g < groups_.size(); ++g) {
-      uint64_t w = rest / groups_.size();
-      if (fits || (options_.partitions == "proportional" && all_blocks_charge_ > 0)) {
-        w = fits ? group_charge_[g]
-                 : static_cast<uint64_t>(static_cast<unsigned __int128>(rest) * group_charge_[g] / all_blocks_charge_);
-      }
-      weights.push_back(w);
+  for (size_t p = 0; p < partition_charge_.size(); ++p) {
+    uint64_t w = rest / partition_charge_.size();
+    if (fits) {
+      w = partition_charge_[p];
+    } else if (options_.partitions == "proportional" && all_blocks_charge_ > 0) {
+      w = static_cast<uint64_t>(static_cast<unsigned __int128>(rest) * partition_charge_[p] / all_blocks_charge_);
     }
+    weights.push_back(w);
   }
   weights.push_back(staging);
   for (uint64_t& w : weights) w = std::max<uint64_t>(1, w);  // every partition needs a weight
   return weights;
 }
 
-uint64_t StreamingMlp::fixed_bytes() const {
-  return rows_y_.size() + rows_x_.size() + gate_.size() + up_.size() + partials_.size() +
-         idx_rows_.capacity() * sizeof(int32_t) + idx_down_.capacity() * sizeof(int32_t) +
-         max_lane_bytes_ + 2 * options_.block_bytes;  // the transient reserve
-}
-
-bool StreamingMlp::CheckResidentMode() const {
-  for (size_t g = 0; g < groups_.size(); ++g) {
-    const uint32_t p = PartitionOf(static_cast<int>(g));
-    if (options_.partitions == "shared") {
-      return cache_->partition_stats(0).budget_bytes >= all_blocks_charge_;
-    }
-    if (cache_->partition_stats(p).budget_bytes < group_charge_[g]) return false;
+bool StreamingWeights::CheckResidentMode() const {
+  for (size_t p = 0; p < partition_charge_.size(); ++p) {
+    if (cache_->partition_stats(static_cast<uint32_t>(p)).budget_bytes < partition_charge_[p]) return false;
   }
   return true;
 }
 
-storage::UnitRead StreamingMlp::BlockRead(const Group& g, uint64_t block) const {
+storage::UnitRead StreamingWeights::BlockRead(const Extent& e, uint64_t block) const {
   storage::UnitRead r;
-  r.id = storage::MakeUnitId(static_cast<uint32_t>(g.pack.index), kBundleBlockKind, block);
-  r.partition = PartitionOf(g.pack.index);
+  r.id = storage::MakeUnitId(e.slab, e.kind, block);
+  r.partition = e.partition;
   r.device = device_;
   const uint64_t begin = block * options_.block_bytes;
-  r.offset = g.pack.offset + begin;
-  r.length = static_cast<size_t>(std::min<uint64_t>(options_.block_bytes, g.pack.nbytes - begin));
+  r.offset = e.offset + begin;
+  r.length = static_cast<size_t>(std::min<uint64_t>(options_.block_bytes, e.nbytes - begin));
   return r;
 }
 
-std::pair<uint64_t, uint64_t> StreamingMlp::BlocksOf(const Group& g, int64_t c0, int64_t c1) const {
+std::pair<uint64_t, uint64_t> StreamingWeights::BlocksOf(const Group& g, int64_t c0, int64_t c1) const {
   const uint64_t b = g.pack.bundle_bytes;
   return {static_cast<uint64_t>(c0) * b / options_.block_bytes,
           (static_cast<uint64_t>(c1) * b - 1) / options_.block_bytes};
 }
 
-void StreamingMlp::Prefetch(int layer) {
+void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  stats_.block_accesses += 1;
+  stats_.accessed_bytes += bytes;
+  if (hit) {  // resident mode; cache hits are counted by the cache
+    stats_.block_hits += 1;
+    stats_.cache_bytes += bytes;
+  }
+}
+
+void StreamingWeights::Prefetch(int layer) {
   if (last_prefetched_layer_ == layer) return;
   last_prefetched_layer_ = layer;
   // Staging is where prefetches land; keep half of it for demand reads that overflow.
   uint64_t room = cache_->partition_stats(staging_partition_).budget_bytes / 2;
-  int last_group = -1;
-  for (int l = layer; l < n_layers_ && l <= layer + options_.prefetch_layers; ++l) {
-    const int gi = group_of_[static_cast<size_t>(l)];
-    if (gi == last_group) continue;
-    last_group = gi;
-    Group& g = groups_[static_cast<size_t>(gi)];
-    if (g.held) continue;
-    for (uint64_t b = 0; b < g.n_blocks; ++b) {
-      storage::UnitRead r = BlockRead(g, b);
+  auto enqueue = [&](Extent& e) {
+    if (e.held) return true;
+    for (uint64_t b = 0; b < e.n_blocks; ++b) {
+      storage::UnitRead r = BlockRead(e, b);
       if (cache_->Contains(r.id)) continue;
       const uint64_t charge = cache_->EntryCharge(r.length);
-      if (charge > room) return;
+      if (charge > room) return false;
       r.partition = staging_partition_;
-      if (!prefetcher_->Enqueue(r).ok()) return;  // no room: the rest is read on demand
+      if (!prefetcher_->Enqueue(r).ok()) return false;  // no room: the rest is read on demand
       room -= charge;
     }
+    return true;
+  };
+  int last_group = -1;
+  for (int l = layer; l < n_layers_ && l <= layer + options_.prefetch_layers; ++l) {
+    if (!attention_.empty() && !enqueue(attention_[static_cast<size_t>(l)])) return;
+    const int gi = group_of_[static_cast<size_t>(l)];
+    if (gi == last_group) continue;  // the same bundles serve every layer of a group
+    last_group = gi;
+    if (!enqueue(groups_[static_cast<size_t>(gi)].extent)) return;
   }
 }
 
-Status StreamingMlp::LoadResident(Group& g) {
-  // Everything fits: read the whole group (batched by the I/O thread) and keep it pinned.
-  for (uint64_t b = 0; b < g.n_blocks; ++b) {
-    storage::UnitRead r = BlockRead(g, b);
+Status StreamingWeights::LoadResident(Extent& e) {
+  // Everything fits: read the whole extent (batched by the I/O thread) and keep it pinned.
+  for (uint64_t b = 0; b < e.n_blocks; ++b) {
+    storage::UnitRead r = BlockRead(e, b);
     if (!cache_->Contains(r.id)) (void)prefetcher_->Enqueue(r);
   }
   std::vector<storage::CacheHandle> pins;
-  pins.reserve(g.n_blocks);
-  for (uint64_t b = 0; b < g.n_blocks; ++b) {
+  pins.reserve(e.n_blocks);
+  for (uint64_t b = 0; b < e.n_blocks; ++b) {
+    const storage::UnitRead r = BlockRead(e, b);
     const Clock::time_point t0 = Clock::now();
-    Result<storage::CacheHandle> h = prefetcher_->Get(BlockRead(g, b));
+    Result<storage::CacheHandle> h = prefetcher_->Get(r);
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
       stats_.stall_seconds += Since(t0);
-      stats_.block_accesses += 1;
-      stats_.accessed_bytes += BlockRead(g, b).length;
     }
+    CountAccess(r.length, false);
     if (!h.ok()) return h.status();
     pins.push_back(std::move(h).value());
   }
-  g.pins = std::move(pins);
-  g.held = true;
+  e.pins = std::move(pins);
+  e.held = true;
   return Status::Ok();
 }
 
-Status StreamingMlp::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool) {
+Status StreamingWeights::AcquireAttention(int layer) {
+  if (attention_.empty()) return Status::Ok();  // attention is static
+  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(attention_.size()));
+  Extent& e = attention_[static_cast<size_t>(layer)];
+  Prefetch(layer);
+  if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
+  if (e.held) {
+    for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
+    return Status::Ok();
+  }
+  attention_batch_ = Batch();
+  for (uint64_t b = 0; b < e.n_blocks; ++b) {
+    Status st = AcquireBlock(e, b, &attention_batch_, nullptr);
+    if (!st.ok()) {
+      ReleaseAttention();
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+void StreamingWeights::ReleaseAttention() {
+  // Transient blocks give their pages back; pinned ones are unpinned.
+  for (const auto& [p, bytes] : attention_batch_.transient) slabs_->Discard(p, bytes);
+  attention_batch_ = Batch();
+}
+
+Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool) {
   WEIR_CHECK(layer >= 0 && layer < n_layers_ && n > 0);
   Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
+  Extent& e = g.extent;
   const int j = layer - g.pack.first_layer;
   std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * d_model_);
   Prefetch(layer);
-  if (resident_mode_ && !g.held) WEIR_RETURN_IF_ERROR(LoadResident(g));
-  if (g.held) {
-    {
-      std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_.block_accesses += g.n_blocks;
-      stats_.block_hits += g.n_blocks;
-      stats_.accessed_bytes += g.pack.nbytes;
-      stats_.cache_bytes += g.pack.nbytes;
-    }
+  if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
+  if (e.held) {
+    for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
     ComputeLanes(g, j, 0, g.n_lanes, x, n, out, pool);
     return Status::Ok();
   }
   const uint64_t batch_limit =
-      std::max<uint64_t>(max_lane_bytes_, cache_->partition_stats(PartitionOf(g.pack.index)).budget_bytes / 2);
+      std::max<uint64_t>(max_lane_bytes_, cache_->partition_stats(e.partition).budget_bytes / 2);
   Batch batch;
-  for (int k = 0; k < g.n_lanes; ++k) {
-    const int64_t c0 = int64_t{k} * lane_channels_;
+  int lane = 0;  // the lane whose blocks are being acquired
+  auto first_block = [&](int k) { return BlocksOf(g, int64_t{k} * lane_channels_, int64_t{k} * lane_channels_ + 1).first; };
+  // Frees pinned room by finishing the lanes already acquired (blocks shared with `lane` stay).
+  auto make_room = [&]() {
+    if (batch.lane_begin >= lane) return false;
+    ComputeLanes(g, j, batch.lane_begin, lane, x, n, out, pool);
+    Release(&batch, first_block(lane), e);
+    batch.lane_begin = lane;
+    return true;
+  };
+  for (; lane < g.n_lanes; ++lane) {
+    const int64_t c0 = int64_t{lane} * lane_channels_;
     const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + lane_channels_, g.pack.d_ff));
     for (uint64_t b = b0; b <= b1; ++b) {
-      if (!batch.blocks.empty() && b <= batch.blocks.back()) continue;  // shared with lane k-1
-      WEIR_RETURN_IF_ERROR(AcquireBlock(g, b, &batch, k, x, n, out, j, pool));
+      if (!batch.blocks.empty() && b <= batch.blocks.back()) continue;  // shared with lane - 1
+      WEIR_RETURN_IF_ERROR(AcquireBlock(e, b, &batch, make_room));
     }
-    batch.lane_end = k + 1;
-    if (batch.pinned_bytes >= batch_limit && k + 1 < g.n_lanes) {
+    batch.lane_end = lane + 1;
+    if (batch.pinned_bytes >= batch_limit && lane + 1 < g.n_lanes) {
       ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
-      Release(&batch, k + 1, g);
+      Release(&batch, first_block(lane + 1), e);
+      batch.lane_begin = lane + 1;
     }
   }
   ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
-  Release(&batch, g.n_lanes, g);
+  Release(&batch, UINT64_MAX, e);
   return Status::Ok();
 }
 
-Status StreamingMlp::AcquireBlock(Group& g, uint64_t block, Batch* batch, int lane, const float* x,
-                                  int n, float* out, int j, ThreadPool* pool) {
-  storage::UnitRead r = BlockRead(g, block);
+Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
+                                      const std::function<bool()>& make_room) {
+  storage::UnitRead r = BlockRead(e, block);
   const uint64_t charge = cache_->EntryCharge(r.length);
-  {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.block_accesses += 1;
-    stats_.accessed_bytes += r.length;
-  }
+  CountAccess(r.length, false);
   const Clock::time_point t0 = Clock::now();
   auto stall = [&] {
     std::lock_guard<std::mutex> lock(stats_mu_);
@@ -324,22 +423,14 @@ Status StreamingMlp::AcquireBlock(Group& g, uint64_t block, Batch* batch, int la
     batch->handles.push_back(std::move(h));
     batch->pinned_bytes += charge;
   };
+  auto oom = [](const Result<storage::CacheHandle>& h) {
+    return !h.ok() && h.status().code() == Status::Code::kOutOfMemory;
+  };
+  // No room in the partition: drop read-ahead, then finish earlier work, then try staging.
   Result<storage::CacheHandle> h = prefetcher_->Get(r);
-  if (h.ok()) {
-    stall();
-    take(std::move(h).value());
-    return Status::Ok();
-  }
-  if (h.status().code() != Status::Code::kOutOfMemory) return h.status();
-  // No room in the group's partition: drop read-ahead, then finish earlier lanes, then try the
-  // staging partition.
-  if (prefetcher_->CancelAll() > 0) h = prefetcher_->Get(r);
-  if (!h.ok() && h.status().code() == Status::Code::kOutOfMemory && batch->lane_begin < lane) {
-    ComputeLanes(g, j, batch->lane_begin, lane, x, n, out, pool);
-    Release(batch, lane, g);
-    h = prefetcher_->Get(r);
-  }
-  if (!h.ok() && h.status().code() == Status::Code::kOutOfMemory) {
+  if (oom(h) && prefetcher_->CancelAll() > 0) h = prefetcher_->Get(r);
+  if (oom(h) && make_room && make_room()) h = prefetcher_->Get(r);
+  if (oom(h)) {
     storage::UnitRead staged = r;
     staged.partition = staging_partition_;
     h = prefetcher_->Get(staged);
@@ -349,9 +440,9 @@ Status StreamingMlp::AcquireBlock(Group& g, uint64_t block, Batch* batch, int la
     take(std::move(h).value());
     return Status::Ok();
   }
-  if (h.status().code() != Status::Code::kOutOfMemory) return h.status();
-  // Transient: read into the slab place without a cache entry; dropped after the lane ran.
-  std::byte* dst = g.base + block * options_.block_bytes;
+  if (!oom(h)) return h.status();
+  // Transient: read into the slab place without a cache entry; dropped after use.
+  std::byte* dst = e.base + block * options_.block_bytes;
   const size_t len = storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
   const Clock::time_point io0 = Clock::now();
   Status st = device_->ReadAt(r.offset, len, dst);
@@ -367,20 +458,12 @@ Status StreamingMlp::AcquireBlock(Group& g, uint64_t block, Batch* batch, int la
   batch->blocks.push_back(block);
   batch->handles.emplace_back();  // keeps blocks and handles index-aligned
   if (!st.ok()) {
-    return st.WithContext(StrFormat("reading block %llu of %s", static_cast<unsigned long long>(block),
-                                    format::PackBundleTensorName(g.pack.index).c_str()));
+    return st.WithContext(StrFormat("reading block %llu of extent %u", static_cast<unsigned long long>(block), e.slab));
   }
   return Status::Ok();
 }
 
-void StreamingMlp::Release(Batch* batch, int keep_from_lane, const Group& g) {
-  // Blocks also holding channels of lane keep_from_lane stay for it.
-  uint64_t keep_from_block = UINT64_MAX;
-  if (keep_from_lane < g.n_lanes) {
-    keep_from_block = BlocksOf(g, int64_t{keep_from_lane} * lane_channels_,
-                               int64_t{keep_from_lane} * lane_channels_ + 1)
-                          .first;
-  }
+void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Extent& e) {
   size_t keep = 0;
   while (keep < batch->blocks.size() && batch->blocks[keep] < keep_from_block) ++keep;
   for (size_t i = 0; i < keep; ++i) {
@@ -392,7 +475,7 @@ void StreamingMlp::Release(Batch* batch, int keep_from_lane, const Group& g) {
   // Transient blocks of the released prefix give their pages back.
   std::vector<std::pair<std::byte*, size_t>> still;
   for (const auto& [p, bytes] : batch->transient) {
-    const uint64_t block = static_cast<uint64_t>(p - g.base) / options_.block_bytes;
+    const uint64_t block = static_cast<uint64_t>(p - e.base) / options_.block_bytes;
     if (block < keep_from_block) {
       slabs_->Discard(p, bytes);
     } else {
@@ -402,15 +485,13 @@ void StreamingMlp::Release(Batch* batch, int keep_from_lane, const Group& g) {
   batch->transient = std::move(still);
   batch->blocks.erase(batch->blocks.begin(), batch->blocks.begin() + static_cast<ptrdiff_t>(keep));
   batch->handles.erase(batch->handles.begin(), batch->handles.begin() + static_cast<ptrdiff_t>(keep));
-  batch->lane_begin = keep_from_lane;
-  batch->lane_end = std::max(batch->lane_end, keep_from_lane);
 }
 
-void StreamingMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
+void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
                                 float* out, ThreadPool* pool) {
   if (k0 >= k1) return;
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.base};  // [rows, d_model]
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
   const int L = lane_channels_;
   float* rows_y = rows_y_.data<float>();
   float* rows_x = rows_x_.data<float>();
@@ -462,19 +543,23 @@ void StreamingMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const flo
   }
 }
 
-void StreamingMlp::BeginToken() {
+void StreamingWeights::BeginToken() {
   cache_->BeginToken();
   std::lock_guard<std::mutex> lock(stats_mu_);
   ++stats_.tokens;
 }
 
-void StreamingMlp::ResetSequence() { cache_->ResetSequence(); }
+void StreamingWeights::ResetSequence() { cache_->ResetSequence(); }
 
-Status StreamingMlp::SetCacheBudget(uint64_t bytes) {
-  // Leaving resident mode: unpin the groups so the cache can evict.
+Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
+  // Leaving resident mode: unpin everything so the cache can evict.
   for (Group& g : groups_) {
-    g.pins.clear();
-    g.held = false;
+    g.extent.pins.clear();
+    g.extent.held = false;
+  }
+  for (Extent& e : attention_) {
+    e.pins.clear();
+    e.held = false;
   }
   prefetcher_->CancelAll();
   WEIR_RETURN_IF_ERROR(cache_->SetBudget(bytes, PartitionWeights(bytes)));
@@ -483,7 +568,7 @@ Status StreamingMlp::SetCacheBudget(uint64_t bytes) {
   return Status::Ok();
 }
 
-StreamStats StreamingMlp::stats() const {
+StreamStats StreamingWeights::stats() const {
   StreamStats s;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);

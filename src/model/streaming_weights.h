@@ -1,12 +1,14 @@
-// StreamingMlp: the MLP of every layer of a weir pack (format/weir_pack_format.h), computed from
-// neuron bundles that are streamed from storage into a byte-budgeted DRAM cache.
+// StreamingWeights: the weights of a weir pack (format/weir_pack_format.h) that are streamed from
+// storage into a byte-budgeted DRAM cache: the MLP of every layer, computed here from its neuron
+// bundles, and (stream_attention) each layer's attention projections, pinned while the session
+// computes attention from them.
 //
-// Memory. Each layer group's bundle tensor has a slab: a reserved address range as large as the
-// tensor (storage/slab_placement.h). The cached unit is a *block*: block_bytes (a multiple of
-// 4 KiB) of the tensor, cached at its own offset in the slab, so the resident blocks of a group
-// are, in place, a view of the tensor [rows, d_model] the kernels read without a copy. A block
-// that leaves the cache gives its pages back to the OS. Blocks are page-aligned in the file, so
-// O_DIRECT reads them straight into the slab.
+// Memory. Each streamed extent -- a layer group's bundle tensor, a layer's attention tensors --
+// has a slab: a reserved address range as large as the extent (storage/slab_placement.h). The
+// cached unit is a *block*: block_bytes (a multiple of 4 KiB) of the extent, cached at its own
+// offset in the slab, so resident blocks are, in place, views of the tensors the kernels read
+// without a copy. A block that leaves the cache gives its pages back to the OS. Extents and
+// blocks are page-aligned in the file, so O_DIRECT reads them straight into the slab.
 //
 // Compute, for layer L = first + j of group g and a token x:
 //   lanes: the channels are cut into lanes of lane_channels; lane k's blocks are acquired
@@ -33,16 +35,18 @@
 // into its slab place outside the cache and dropped after its lane ran (a transient read: at
 // most one lane's blocks at a time).
 //
-// Resident mode. When the cache budget holds every block, each group is loaded once and its
+// Resident mode. When the cache budget holds every block, each extent is loaded once and its
 // blocks stay pinned: later tokens compute straight from the slabs with no cache traffic, which
 // is what makes streaming cost nothing when the model fits.
 //
-// Thread safety: one StreamingMlp serves one Session (one thread calls Forward/BeginToken);
+// Thread safety: one StreamingWeights serves one Session (one thread calls Forward/BeginToken);
 // stats()/SetCacheBudget may be called from another thread. The device must outlive it.
 #pragma once
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -60,7 +64,7 @@
 
 namespace weir::model {
 
-struct StreamingMlpOptions {
+struct StreamingOptions {
   uint64_t cache_budget = 0;             // bytes for cached blocks (WeightCache charges)
   std::string policy = "lru";            // eviction policy (storage/eviction_policy.h)
   storage::PolicyOptions policy_options;
@@ -75,6 +79,9 @@ struct StreamingMlpOptions {
   uint64_t staging_bytes = 0;     // staging partition; 0 = a quarter of the budget, within
                                   // [2 lanes, (prefetch_layers + 1) groups]
   bool record_trace = false;      // record block accesses for a later belady run
+  // Stream each layer's attention projections too (whole layers, pinned while attention runs);
+  // false keeps them static, read into memory once by StreamingModel.
+  bool stream_attention = true;
 };
 
 // Cumulative counters; per-token figures are differences between two readings.
@@ -99,19 +106,27 @@ struct StreamStats {
   StreamStats operator-(const StreamStats& o) const;
 };
 
-class StreamingMlp {
+class StreamingWeights {
  public:
   // `pack` gives the geometry (only read here); `device` reads the pack's bytes.
-  static Result<std::unique_ptr<StreamingMlp>> Create(const format::PackFile& pack,
+  static Result<std::unique_ptr<StreamingWeights>> Create(const format::PackFile& pack,
                                                       storage::BlockDevice* device,
-                                                      const StreamingMlpOptions& options);
-  ~StreamingMlp();
-  StreamingMlp(const StreamingMlp&) = delete;
-  StreamingMlp& operator=(const StreamingMlp&) = delete;
+                                                      const StreamingOptions& options);
+  ~StreamingWeights();
+  StreamingWeights(const StreamingWeights&) = delete;
+  StreamingWeights& operator=(const StreamingWeights&) = delete;
 
   // out[t] = W_down · (silu(W_gate · x[t]) ⊙ (W_up · x[t])) of `layer`, t < n.
   // x, out: [n, d_model]. An I/O error comes back as the Status (out is then unspecified).
   Status Forward(int layer, const float* x, int n, float* out, ThreadPool* pool);
+
+  // Attention (stream_attention): pins every block of `layer`'s attention tensors, reading what
+  // is missing, until ReleaseAttention(); meanwhile their bytes are at TensorAddress(name).
+  Status AcquireAttention(int layer);
+  void ReleaseAttention();
+  // Where a streamed static tensor ("blk.3.attn_q.weight") lives while pinned; nullptr for a
+  // tensor this object does not stream.
+  const std::byte* TensorAddress(const std::string& name) const;
 
   // Token and sequence boundaries (forwarded to the eviction policy).
   void BeginToken();
@@ -123,58 +138,81 @@ class StreamingMlp {
 
   // Bytes outside the cache this object allocates: scratch plus the transient reserve.
   uint64_t fixed_bytes() const;
+  // Bytes of the pack this object streams (bundles and, with stream_attention, attention).
+  uint64_t streamed_bytes() const;
   // What the cache is charged to hold every block (resident mode needs at least this).
   uint64_t all_blocks_charge() const { return all_blocks_charge_; }
   bool resident_mode() const { return resident_mode_; }
   StreamStats stats() const;
   storage::CacheStats cache_stats() const { return cache_->stats(); }
   std::vector<storage::UnitId> TakeTrace() { return cache_->TakeTrace(); }
-  const StreamingMlpOptions& options() const { return options_; }
+  const StreamingOptions& options() const { return options_; }
 
  private:
-  struct Group {
-    format::PackGroup pack;
-    std::byte* base = nullptr;  // slab: the tensor's bytes at their offsets
+  // A streamed byte range of the pack with its slab: blocks [0, n_blocks) of block_bytes.
+  struct Extent {
+    uint32_t slab = 0;       // = UnitLayer of its blocks' ids
+    uint32_t kind = 0;       // unit kind: 1 bundles, 2 attention
+    uint32_t partition = 0;  // cache partition of its blocks
+    uint64_t offset = 0;     // file offset (page-aligned)
+    uint64_t nbytes = 0;
+    std::byte* base = nullptr;
     uint64_t n_blocks = 0;
-    int n_lanes = 0;
-    bool held = false;                      // resident mode: every block pinned below
+    uint64_t charge = 0;                     // cache charge of all its blocks
+    bool held = false;                       // resident mode: every block pinned below
     std::vector<storage::CacheHandle> pins;  // resident mode
   };
-  // Blocks acquired for the lanes being computed, and transient reads to drop afterwards.
+  struct Group {
+    format::PackGroup pack;
+    Extent extent;  // the bundle tensor
+    int n_lanes = 0;
+  };
+  // Blocks acquired for the work at hand, and transient reads to drop afterwards.
   struct Batch {
     std::vector<uint64_t> blocks;  // ascending
     std::vector<storage::CacheHandle> handles;
     std::vector<std::pair<std::byte*, size_t>> transient;
     uint64_t pinned_bytes = 0;
-    int lane_begin = 0, lane_end = 0;  // lanes whose blocks are all here
+    int lane_begin = 0, lane_end = 0;  // MLP: lanes whose blocks are all here
   };
 
-  StreamingMlp() = default;
-  storage::UnitRead BlockRead(const Group& g, uint64_t block) const;
-  // First and last block holding channels [c0, c1).
+  StreamingWeights() = default;
+  storage::UnitRead BlockRead(const Extent& e, uint64_t block) const;
+  // First and last block of a group's bundle tensor holding channels [c0, c1).
   std::pair<uint64_t, uint64_t> BlocksOf(const Group& g, int64_t c0, int64_t c1) const;
+  // Hands the I/O thread the blocks of layers layer .. layer + prefetch_layers (attention, then
+  // MLP, layer by layer) that are not cached, as far as staging has room.
   void Prefetch(int layer);
-  Status AcquireBlock(Group& g, uint64_t block, Batch* batch, int lane, const float* x, int n,
-                      float* out, int j, ThreadPool* pool);
-  Status LoadResident(Group& g);
+  // Pins `block` of `e` into the batch, or reads it transiently when no partition can take it.
+  // `make_room`, when set, finishes and releases earlier work of the batch to free pinned room;
+  // it returns false when there was none.
+  Status AcquireBlock(Extent& e, uint64_t block, Batch* batch,
+                      const std::function<bool()>& make_room);
+  // Resident mode: reads the whole extent and keeps it pinned.
+  Status LoadResident(Extent& e);
   // Computes lanes [k0, k1) of layer first + j for every token, adding to out in lane order.
   void ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n, float* out,
                     ThreadPool* pool);
-  void Release(Batch* batch, int keep_from_lane, const Group& g);
+  // Unpins the batch's blocks below keep_from_block and drops its transient reads there.
+  void Release(Batch* batch, uint64_t keep_from_block, const Extent& e);
   uint32_t PartitionOf(int group) const {
     return options_.partitions == "shared" ? 0u : static_cast<uint32_t>(group);
   }
   bool CheckResidentMode() const;
   // Cache partition weights (bytes) for a budget: groups, then staging.
   std::vector<uint64_t> PartitionWeights(uint64_t budget) const;
+  void CountAccess(uint64_t bytes, bool hit);
 
-  StreamingMlpOptions options_;
+  StreamingOptions options_;
   storage::BlockDevice* device_ = nullptr;
   std::unique_ptr<storage::SlabPlacement> slabs_;
   std::unique_ptr<storage::WeightCache> cache_;
   std::unique_ptr<storage::Prefetcher> prefetcher_;
   std::vector<Group> groups_;
   std::vector<int> group_of_;  // per layer
+  std::vector<Extent> attention_;  // per layer (stream_attention)
+  std::map<std::string, const std::byte*> tensor_address_;  // streamed static tensors
+  Batch attention_batch_;  // the pinned attention of the layer being computed
   int d_model_ = 0;
   int lane_channels_ = 0;
   int n_layers_ = 0;
@@ -183,7 +221,8 @@ class StreamingMlp {
   uint64_t max_group_bytes_ = 0;
   std::atomic<bool> resident_mode_{false};
   uint32_t staging_partition_ = 0;
-  std::vector<uint64_t> group_charge_;  // per group: the charge of all its blocks
+  std::vector<uint64_t> partition_charge_;  // per group partition: all blocks it may hold
+  uint64_t max_attention_bytes_ = 0;
   int last_prefetched_layer_ = -1;
 
   // Scratch, allocated once (sizes for the largest group).

@@ -55,11 +55,11 @@ struct Trace {
   std::vector<float> logits;
 };
 
-Result<Trace> Generate(const Model& model, StreamingMlp* mlp, ThreadPool* pool, int steps) {
+Result<Trace> Generate(const Model& model, StreamingWeights* mlp, ThreadPool* pool, int steps) {
   SessionOptions so;
   so.ctx = 64;
   so.n_batch = 4;  // the prompt goes in two forward calls
-  so.streamed_mlp = mlp;
+  so.streamed = mlp;
   WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(model, pool, so));
   const int vocab = model.config().vocab_size;
   std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
@@ -78,10 +78,10 @@ Result<Trace> Generate(const Model& model, StreamingMlp* mlp, ThreadPool* pool, 
 StreamingConfig Config(uint64_t budget, const std::string& policy) {
   StreamingConfig c;
   c.memory_budget = budget;
-  c.mlp.policy = policy;
-  c.mlp.block_bytes = 4096;
-  c.mlp.lane_channels = 32;
-  c.mlp.policy_options.window_tokens = 2;
+  c.stream.policy = policy;
+  c.stream.block_bytes = 4096;
+  c.stream.lane_channels = 32;
+  c.stream.policy_options.window_tokens = 2;
   return c;
 }
 
@@ -98,13 +98,13 @@ Result<Trace> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDev
     SessionOptions so;
     so.ctx = 64;
     so.n_batch = 4;
-    so.streamed_mlp = &sm->mlp();
+    so.streamed = &sm->streamer();
     WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
     WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
   }
   if (plan) *plan = sm->plan();
-  auto t = Generate(sm->model(), &sm->mlp(), pool, steps);
-  const storage::CacheStats cs = sm->mlp().cache_stats();
+  auto t = Generate(sm->model(), &sm->streamer(), pool, steps);
+  const storage::CacheStats cs = sm->streamer().cache_stats();
   EXPECT_LE(cs.current_bytes, cs.budget_bytes);
   return t;
 }
@@ -127,7 +127,7 @@ TEST(StreamingSessionTest, EveryPolicyBudgetAndDeviceMatchesResident) {
   EXPECT_NE(refused.status().message().find("is below the minimum"), std::string::npos) << refused.status().ToString();
   MemoryPlan plan;
   ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
-  const uint64_t minimum = plan.minimum(), model_bytes = plan.bundle_bytes + plan.static_bytes;
+  const uint64_t minimum = plan.minimum(), model_bytes = plan.streamed_bytes + plan.static_bytes;
   // Below the minimum (with the session counted) is refused by Fit, naming the minimum.
   auto below = RunPack(f.pack, Memory(f.pack), Config(minimum - 1, "lru"), &pool, 1);
   ASSERT_FALSE(below.ok());
@@ -154,6 +154,32 @@ TEST(StreamingSessionTest, EveryPolicyBudgetAndDeviceMatchesResident) {
     auto got = RunPack(f.pack, storage::OpenDevice(f.pack, c.device).value(), c, &pool, steps);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
     EXPECT_TRUE(Same(*got, *resident));
+  }
+}
+
+TEST(StreamingSessionTest, AttentionStreamedOrStatic) {
+  const Files f = MakeFiles(DType::kQ4_0, 2, 4);
+  ThreadPool pool(2);
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 5);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  MemoryPlan streamed, fixed;
+  StreamingConfig c = Config(UINT64_MAX, "lru");
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), c, &pool, 1, &streamed).ok());
+  c.stream.stream_attention = false;
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), c, &pool, 1, &fixed).ok());
+  // Streaming attention moves its bytes from the static share to the streamed one.
+  EXPECT_LT(streamed.static_bytes, fixed.static_bytes);
+  EXPECT_GT(streamed.streamed_bytes, fixed.streamed_bytes);
+  for (bool attention : {true, false}) {
+    const MemoryPlan& plan = attention ? streamed : fixed;
+    for (uint64_t extra : {uint64_t{0}, plan.streamed_bytes / 3}) {
+      SCOPED_TRACE(std::to_string(attention) + " " + std::to_string(extra));
+      StreamingConfig b = Config(plan.minimum() + extra, "lfu");
+      b.stream.stream_attention = attention;
+      auto got = RunPack(f.pack, Memory(f.pack), b, &pool, 5);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_TRUE(Same(*got, *resident));
+    }
   }
 }
 
@@ -220,7 +246,7 @@ TEST(StreamingSessionTest, RealTinyModelGeneratesTheSameText) {
   ASSERT_TRUE(want.ok());
   MemoryPlan plan;
   ASSERT_TRUE(RunPack(pack, Memory(pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
-  auto got = RunPack(pack, Memory(pack), Config(plan.minimum() + plan.bundle_bytes / 3, "lfu"), &pool, 20);
+  auto got = RunPack(pack, Memory(pack), Config(plan.minimum() + plan.streamed_bytes / 3, "lfu"), &pool, 20);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->tokens, want->tokens);
 }

@@ -55,7 +55,7 @@ int BenchMain(int argc, char** argv) {
   if (!session.ok()) return Fail("bench", session.status());
   model::Session& s = **session;
   if (Status st = m->Fit(s); !st.ok()) return Fail("bench", st);
-  model::StreamingMlp* streamed = m->streaming ? &m->streaming->mlp() : nullptr;
+  model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
   model::StreamStats stream_before, stream_decode;  // the decode steps of the last repetition
   const int vocab = model.config().vocab_size;
 

@@ -31,7 +31,7 @@ bool IsPackFile(const std::string& path) {
 }
 
 void RunModel::Configure(model::SessionOptions* options) const {
-  if (streaming) options->streamed_mlp = &streaming->mlp();
+  if (streaming) options->streamed = &streaming->streamer();
 }
 
 Status RunModel::Fit(const model::Session& session) const {
@@ -59,16 +59,16 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.device.kind = f.storage;
   c.device.profile = f.profile;
   c.device.queue_depth = static_cast<uint32_t>(f.queue_depth);
-  c.mlp.policy = f.policy;
-  c.mlp.prefetch_layers = f.prefetch;
-  c.mlp.partitions = f.partitions;
+  c.stream.policy = f.policy;
+  c.stream.prefetch_layers = f.prefetch;
+  c.stream.partitions = f.partitions;
   auto block = ParseBytes(f.block);
   if (!block.ok()) return block.status().WithContext("--block");
-  c.mlp.block_bytes = static_cast<size_t>(*block);
+  c.stream.block_bytes = static_cast<size_t>(*block);
   if (f.policy == "belady") {
     return Status::InvalidArgument(
         "--policy belady replays a recorded trace of block accesses; it is available to the "
-        "library and tests (StreamingMlpOptions::policy_options), not from the command line");
+        "library and tests (StreamingOptions::policy_options), not from the command line");
   }
   WEIR_ASSIGN_OR_RETURN(r.streaming, model::StreamingModel::Open(mf.model, c));
   return r;
@@ -97,8 +97,8 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
 
 nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
   return {{"budget", p.budget},          {"minimum", p.minimum()},       {"static", p.static_bytes},
-          {"session", p.session_bytes},  {"mlp_scratch", p.mlp_bytes},   {"io", p.io_bytes},
-          {"policy", p.policy_bytes},    {"cache", p.cache_bytes},       {"streamed_mlp", p.bundle_bytes}};
+          {"session", p.session_bytes},  {"streamer", p.streamer_bytes},   {"io", p.io_bytes},
+          {"policy", p.policy_bytes},    {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}};
 }
 
 uint64_t PeakRssBytes() {

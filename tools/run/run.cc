@@ -52,7 +52,7 @@ int RunMain(int argc, char** argv) {
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
-  model::StreamingMlp* streamed = m->streaming ? &m->streaming->mlp() : nullptr;
+  model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
   if (streamed && stats_flag && !json) {
     std::fprintf(stderr, "memory plan: %s\n", m->streaming->plan().ToString().c_str());
   }
