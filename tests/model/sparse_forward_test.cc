@@ -15,12 +15,12 @@
 namespace weir::model {
 namespace {
 
-struct Run {
+struct ForwardRun {
   std::vector<float> logits;  // [n, vocab]
   WeightTraffic traffic;
 };
 
-Run Forward(const Model& m, const sparsity::SparsityPolicy* policy, const std::vector<int32_t>& ids,
+ForwardRun Forward(const Model& m, const sparsity::SparsityPolicy* policy, const std::vector<int32_t>& ids,
             ThreadPool* pool) {
   SessionOptions so;
   so.ctx = 64;
@@ -28,7 +28,7 @@ Run Forward(const Model& m, const sparsity::SparsityPolicy* policy, const std::v
   so.sparsity = policy;
   auto s = Session::Create(m, pool, so);
   EXPECT_TRUE(s.ok()) << s.status().ToString();
-  Run r;
+  ForwardRun r;
   const int vocab = m.config().vocab_size;
   for (size_t i = 0; i < ids.size(); i += 8) {
     size_t n = std::min<size_t>(8, ids.size() - i);
@@ -59,11 +59,11 @@ class SparseForwardTest : public ::testing::Test {
 
 TEST_F(SparseForwardTest, DensityOneEqualsDenseExactly) {
   ThreadPool pool(2);
-  Run dense = Forward(*model_, nullptr, ids_, &pool);
+  ForwardRun dense = Forward(*model_, nullptr, ids_, &pool);
   for (const char* spec : {"dense", "glu:1", "gate:1", "up:1", "topk-all:1", "dip:1", "dip-ca:1"}) {
     auto p = sparsity::ParseSparsity(spec, nullptr);
     ASSERT_TRUE(p.ok()) << spec << ": " << p.status().ToString();
-    Run r = Forward(*model_, p->get(), ids_, &pool);
+    ForwardRun r = Forward(*model_, p->get(), ids_, &pool);
     ASSERT_EQ(r.logits.size(), dense.logits.size());
     for (size_t i = 0; i < r.logits.size(); ++i) ASSERT_EQ(r.logits[i], dense.logits[i]) << spec << " at " << i;
     EXPECT_DOUBLE_EQ(r.traffic.mlp_density(), 1.0) << spec;
@@ -72,13 +72,13 @@ TEST_F(SparseForwardTest, DensityOneEqualsDenseExactly) {
 
 TEST_F(SparseForwardTest, TrafficFallsWithDensityAndLogitsStayClose) {
   ThreadPool pool(1);
-  Run dense = Forward(*model_, nullptr, ids_, &pool);
+  ForwardRun dense = Forward(*model_, nullptr, ids_, &pool);
   for (const char* method : {"dip", "topk-all", "glu"}) {
     double prev_density = 1.1;
     for (double d : {0.9, 0.7, 0.5}) {
       auto p = sparsity::ParseSparsity(std::string(method) + ":" + std::to_string(d), nullptr);
       ASSERT_TRUE(p.ok()) << p.status().ToString();
-      Run r = Forward(*model_, p->get(), ids_, &pool);
+      ForwardRun r = Forward(*model_, p->get(), ids_, &pool);
       double achieved = r.traffic.mlp_density();
       EXPECT_LT(achieved, prev_density) << method << " " << d;
       EXPECT_NEAR(achieved, (*p)->info().target_mlp_density, 0.05) << method << " " << d;
@@ -101,8 +101,8 @@ TEST_F(SparseForwardTest, GatheredPathMatchesDenseOnZeroedInputs) {
   ThreadPool pool(2);
   auto p = sparsity::ParseSparsity("dip:1,up=1,down=0.999", nullptr);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
-  Run dense = Forward(*model_, nullptr, ids_, &pool);
-  Run r = Forward(*model_, p->get(), ids_, &pool);
+  ForwardRun dense = Forward(*model_, nullptr, ids_, &pool);
+  ForwardRun r = Forward(*model_, p->get(), ids_, &pool);
   double max_abs = 0, max_diff = 0;
   for (size_t i = 0; i < r.logits.size(); ++i) {
     max_abs = std::max(max_abs, static_cast<double>(std::fabs(dense.logits[i])));
