@@ -281,30 +281,40 @@ void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
 }
 
 void StreamingWeights::Prefetch(int layer) {
-  if (last_prefetched_layer_ == layer) return;
-  last_prefetched_layer_ = layer;
-  // Staging is where prefetches land; keep half of it for demand reads that overflow.
-  uint64_t room = cache_->partition_stats(staging_partition_).budget_bytes / 2;
-  auto enqueue = [&](Extent& e) {
-    if (e.held) return true;
-    for (uint64_t b = 0; b < e.n_blocks; ++b) {
-      storage::UnitRead r = BlockRead(e, b);
-      if (cache_->Contains(r.id)) continue;
-      const uint64_t charge = cache_->EntryCharge(r.length);
-      if (charge > room) return false;
-      r.partition = staging_partition_;
-      if (!prefetcher_->Enqueue(r).ok()) return false;  // no room: the rest is read on demand
-      room -= charge;
+  // Positions count layers across tokens (lap * n_layers + layer), so reading ahead runs on
+  // from the last layers of one token into the first layers of the next.
+  if (layer < last_layer_) ++lap_;
+  last_layer_ = layer;
+  const int64_t now = lap_ * n_layers_ + layer;
+  if (ahead_.position < now) ahead_ = Cursor{now, 0, 0};  // fell behind: read ahead from here
+  const int64_t limit = now + options_.prefetch_layers;
+  // Prefetched blocks wait in staging, pinned, until the compute claims them.
+  const storage::PartitionStats staging = cache_->partition_stats(staging_partition_);
+  uint64_t room = staging.budget_bytes > staging.pinned_bytes ? staging.budget_bytes - staging.pinned_bytes : 0;
+  while (ahead_.position <= limit) {
+    const int l = static_cast<int>(ahead_.position % n_layers_);
+    Extent* e = nullptr;
+    if (ahead_.phase == 0 && !attention_.empty()) e = &attention_[static_cast<size_t>(l)];
+    if (ahead_.phase == 1) {
+      Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(l)])];
+      if (g.pack.first_layer == l) e = &g.extent;  // a group's bundles serve all its layers
     }
-    return true;
-  };
-  int last_group = -1;
-  for (int l = layer; l < n_layers_ && l <= layer + options_.prefetch_layers; ++l) {
-    if (!attention_.empty() && !enqueue(attention_[static_cast<size_t>(l)])) return;
-    const int gi = group_of_[static_cast<size_t>(l)];
-    if (gi == last_group) continue;  // the same bundles serve every layer of a group
-    last_group = gi;
-    if (!enqueue(groups_[static_cast<size_t>(gi)].extent)) return;
+    if (e != nullptr && !e->held) {
+      for (; ahead_.block < e->n_blocks; ++ahead_.block) {
+        storage::UnitRead r = BlockRead(*e, ahead_.block);
+        if (cache_->Contains(r.id)) continue;
+        const uint64_t charge = cache_->EntryCharge(r.length);
+        if (charge > room) return;  // resume here when the compute has claimed some
+        r.partition = staging_partition_;
+        if (!prefetcher_->Enqueue(r).ok()) return;
+        room -= charge;
+      }
+    }
+    ahead_.block = 0;
+    if (++ahead_.phase == 2) {
+      ahead_.phase = 0;
+      ++ahead_.position;
+    }
   }
 }
 
@@ -398,10 +408,12 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
       ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
       Release(&batch, first_block(lane + 1), e);
       batch.lane_begin = lane + 1;
+      Prefetch(layer);  // top up the read-ahead with the room the compute released
     }
   }
   ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
   Release(&batch, UINT64_MAX, e);
+  Prefetch(layer);
   return Status::Ok();
 }
 

@@ -71,7 +71,7 @@ struct StreamingOptions {
   // "uniform": one cache partition per layer group, equal shares (DIP's split);
   // "proportional": shares by group size; "shared": one pool for all groups.
   std::string partitions = "uniform";
-  size_t block_bytes = 64 << 10;  // cached unit; a multiple of 4096
+  size_t block_bytes = 1 << 20;   // cached unit; a multiple of 4096 (large reads are fast)
   int lane_channels = 0;          // channels per partial sum of W_down (a multiple of 4);
                                   // 0 = about 512 KiB of bundles
   int prefetch_layers = 1;        // layers ahead the I/O thread reads (0 = only the current)
@@ -181,7 +181,8 @@ class StreamingWeights {
   // First and last block of a group's bundle tensor holding channels [c0, c1).
   std::pair<uint64_t, uint64_t> BlocksOf(const Group& g, int64_t c0, int64_t c1) const;
   // Hands the I/O thread the blocks of layers layer .. layer + prefetch_layers (attention, then
-  // MLP, layer by layer) that are not cached, as far as staging has room.
+  // MLP, layer by layer; on into the next token's first layers) that are not cached, as far as
+  // staging has room; called again as the compute frees room, it goes on where it stopped.
   void Prefetch(int layer);
   // Pins `block` of `e` into the batch, or reads it transiently when no partition can take it.
   // `make_room`, when set, finishes and releases earlier work of the batch to free pinned room;
@@ -223,7 +224,15 @@ class StreamingWeights {
   uint32_t staging_partition_ = 0;
   std::vector<uint64_t> partition_charge_;  // per group partition: all blocks it may hold
   uint64_t max_attention_bytes_ = 0;
-  int last_prefetched_layer_ = -1;
+  // Read-ahead: the next block to hand to the I/O thread.
+  struct Cursor {
+    int64_t position = 0;  // lap * n_layers + layer
+    int phase = 0;         // 0 attention, 1 bundles
+    uint64_t block = 0;
+  };
+  Cursor ahead_;
+  int64_t lap_ = 0;      // tokens seen, counted by the layer order
+  int last_layer_ = -1;
 
   // Scratch, allocated once (sizes for the largest group).
   AlignedBuffer rows_y_;    // [rows] gate/up outputs at their bundle rows

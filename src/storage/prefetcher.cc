@@ -12,6 +12,7 @@ namespace weir::storage {
 namespace {
 std::string UnitName(UnitId id) { return StrFormat("unit 0x%016" PRIx64, id); }
 using Clock = std::chrono::steady_clock;
+constexpr size_t kMaxMergedRead = size_t{8} << 20;  // one device read of merged jobs
 double Seconds(Clock::time_point since) {
   return std::chrono::duration<double>(Clock::now() - since).count();
 }
@@ -125,9 +126,29 @@ void Prefetcher::Loop() {
       requests[i].dst = h.mutable_data();
       bytes += requests[i].length;
     }
+    // Jobs that continue each other both on the device and in memory (consecutive blocks of a
+    // tensor placed at consecutive addresses) become one read: storage is much faster in large
+    // reads (ActiveFlow Fig. 7; here 64 KiB O_DIRECT reads run at half the speed of 1 MiB ones).
+    std::vector<ReadRequest> merged;
+    std::vector<size_t> first_of;  // merged request -> its first job
+    for (size_t i = 0; i < requests.size(); ++i) {
+      ReadRequest& m = merged.empty() ? requests[i] : merged.back();
+      if (!merged.empty() && m.offset + m.length == requests[i].offset &&
+          static_cast<std::byte*>(m.dst) + m.length == requests[i].dst &&
+          m.length + requests[i].length <= kMaxMergedRead) {
+        m.length += requests[i].length;
+        continue;
+      }
+      merged.push_back(requests[i]);
+      first_of.push_back(i);
+    }
     const Clock::time_point t0 = Clock::now();
-    (void)device->Read(std::span<ReadRequest>(requests));
+    (void)device->Read(std::span<ReadRequest>(merged));
     const double seconds = Seconds(t0);
+    for (size_t m = 0; m < merged.size(); ++m) {
+      const size_t end = m + 1 < merged.size() ? first_of[m + 1] : requests.size();
+      for (size_t i = first_of[m]; i < end; ++i) requests[i].status = merged[m].status;
+    }
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_read += bytes;
     stats_.bytes_prefetched += bytes;

@@ -2,13 +2,17 @@
 // between partitions; the MRU policy on a cyclic scan.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
+#include <mutex>
 #include <map>
 #include <set>
 #include <string>
 
 #include "storage/eviction_policy.h"
+#include "storage/memory_device.h"
+#include "storage/prefetcher.h"
 #include "storage/slab_placement.h"
 #include "storage/weight_cache.h"
 
@@ -219,6 +223,52 @@ TEST(WeightCacheMoveTest, SetBudgetWithNewWeights) {
   ASSERT_TRUE(pin.ok());
   EXPECT_EQ(c->SetBudget(8 * charge, {1, 100}).code(), Status::Code::kOutOfMemory);
   EXPECT_EQ(c->partition_stats(1).budget_bytes, 6 * charge);
+}
+
+// Records the requests of every batch it is given.
+class RecordingDevice : public MemoryDevice {
+ public:
+  using MemoryDevice::MemoryDevice;
+  Status Read(std::span<ReadRequest> requests) override {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      for (const ReadRequest& r : requests) lengths.push_back(r.length);
+    }
+    return MemoryDevice::Read(requests);
+  }
+  std::mutex mu;
+  std::vector<size_t> lengths;
+};
+
+TEST(PrefetcherMergeTest, ContiguousUnitsAreOneRead) {
+  // 12 units of 8 KiB placed back to back in a slab, enqueued in order with a gap after unit 5:
+  // the I/O thread reads them as (at most) two merged requests, and every unit gets its bytes.
+  std::string bytes(12 * kUnit + 4096, '\0');
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 31 + i / 4096) & 0xff);
+  RecordingDevice dev("merge", bytes);
+  auto slabs = SlabPlacement::Create({{12 * kUnit, kUnit}}).value();
+  auto c = MakeCache(1 << 20, slabs.get());
+  auto pf = Prefetcher::Create(c.get(), {}).value();
+  {
+    // Hold the I/O thread back until everything is queued, so that it sees one batch.
+    std::lock_guard<std::mutex> lock(dev.mu);
+    for (uint64_t i = 0; i < 12; ++i) {
+      if (i == 6) continue;  // the gap
+      ASSERT_TRUE(pf->Enqueue({MakeUnitId(0, 1, i), 0, &dev, i * kUnit, kUnit}).ok());
+    }
+  }
+  for (uint64_t i = 0; i < 12; ++i) {
+    if (i == 6) continue;
+    auto h = pf->Wait(MakeUnitId(0, 1, i));
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ASSERT_EQ(0, std::memcmp(h->data(), bytes.data() + i * kUnit, kUnit)) << i;
+  }
+  std::lock_guard<std::mutex> lock(dev.mu);
+  size_t total = 0;
+  for (size_t l : dev.lengths) total += l;
+  EXPECT_EQ(total, 11 * kUnit);
+  EXPECT_LE(dev.lengths.size(), 4u);  // two runs, possibly split across batches
+  EXPECT_GT(*std::max_element(dev.lengths.begin(), dev.lengths.end()), kUnit);
 }
 
 TEST(MruPolicyTest, CyclicScanKeepsAStableSet) {
