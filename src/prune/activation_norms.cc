@@ -13,9 +13,8 @@ ActivationNorms ActivationNorms::ForConfig(const format::LlamaConfig& c) {
   n.sumsq_.resize(static_cast<size_t>(std::max(c.n_layers, 0)));
   n.tokens_.assign(n.sumsq_.size(), {});
   for (size_t l = 0; l < n.sumsq_.size(); ++l) {
-    const format::LayerDims d = l < c.layers.size()
-                                    ? c.layers[l]
-                                    : format::LayerDims{c.n_head, c.n_head_kv, c.d_ff};
+    const format::LayerDims d =
+        l < c.layers.size() ? c.layers[l] : format::LayerDims{c.n_head, c.n_head_kv, c.d_ff};
     const int64_t widths[kSites] = {c.d_model, int64_t{d.n_head} * c.head_dim, c.d_model, d.d_ff};
     for (int s = 0; s < kSites; ++s) n.sumsq_[l][s].assign(static_cast<size_t>(widths[s]), 0.0);
   }
@@ -34,13 +33,14 @@ int64_t ActivationNorms::tokens(int layer, sparsity::Site site) const {
 
 Status ActivationNorms::Accumulate(int layer, sparsity::Site site, const float* x, int64_t dim) {
   if (layer < 0 || layer >= n_layers()) {
-    return Status::InvalidArgument(StrFormat("activation norms: layer %d outside [0, %d)", layer, n_layers()));
+    return Status::InvalidArgument(
+        StrFormat("activation norms: layer %d outside [0, %d)", layer, n_layers()));
   }
   std::vector<double>& acc = sumsq_[static_cast<size_t>(layer)][SiteIndex(site)];
   if (dim != static_cast<int64_t>(acc.size())) {
-    return Status::InvalidArgument(StrFormat("activation norms: layer %d site %s got %lld values, expected %zu",
-                                             layer, std::string(sparsity::SiteName(site)).c_str(),
-                                             static_cast<long long>(dim), acc.size()));
+    return Status::InvalidArgument(StrFormat(
+        "activation norms: layer %d site %s got %lld values, expected %zu", layer,
+        std::string(sparsity::SiteName(site)).c_str(), static_cast<long long>(dim), acc.size()));
   }
   for (int64_t j = 0; j < dim; ++j) acc[static_cast<size_t>(j)] += static_cast<double>(x[j]) * x[j];
   ++tokens_[static_cast<size_t>(layer)][SiteIndex(site)];
@@ -49,18 +49,20 @@ Status ActivationNorms::Accumulate(int layer, sparsity::Site site, const float* 
 
 Status ActivationNorms::SetSumSquares(int layer, sparsity::Site site, std::vector<double> sumsq) {
   if (layer < 0 || layer >= n_layers()) {
-    return Status::InvalidArgument(StrFormat("activation norms: layer %d outside [0, %d)", layer, n_layers()));
+    return Status::InvalidArgument(
+        StrFormat("activation norms: layer %d outside [0, %d)", layer, n_layers()));
   }
   std::vector<double>& acc = sumsq_[static_cast<size_t>(layer)][SiteIndex(site)];
   if (sumsq.size() != acc.size()) {
-    return Status::InvalidArgument(StrFormat("activation norms: layer %d site %s given %zu values, expected %zu",
-                                             layer, std::string(sparsity::SiteName(site)).c_str(),
-                                             sumsq.size(), acc.size()));
+    return Status::InvalidArgument(
+        StrFormat("activation norms: layer %d site %s given %zu values, expected %zu", layer,
+                  std::string(sparsity::SiteName(site)).c_str(), sumsq.size(), acc.size()));
   }
   for (double v : sumsq) {
     if (!(v >= 0) || !std::isfinite(v)) {
-      return Status::InvalidArgument(StrFormat("activation norms: layer %d site %s has sum of squares %g",
-                                               layer, std::string(sparsity::SiteName(site)).c_str(), v));
+      return Status::InvalidArgument(
+          StrFormat("activation norms: layer %d site %s has sum of squares %g", layer,
+                    std::string(sparsity::SiteName(site)).c_str(), v));
     }
   }
   acc = std::move(sumsq);

@@ -42,7 +42,7 @@ class ActivationNorms {
  private:
   static constexpr int kSites = sparsity::kNumSites;
   std::vector<std::array<std::vector<double>, kSites>> sumsq_;  // [layer][site][width]
-  std::vector<std::array<int64_t, kSites>> tokens_;              // [layer][site]
+  std::vector<std::array<int64_t, kSites>> tokens_;             // [layer][site]
 };
 
 // Forwards every OnInput to an ActivationNorms. A call that does not fit the norms' widths is

@@ -15,20 +15,22 @@ Result<std::vector<std::vector<int32_t>>> CalibrationSequences(std::span<const i
                                                                int32_t bos, int nsamples,
                                                                int seqlen) {
   if (nsamples <= 0) {
-    return Status::InvalidArgument(StrFormat("calibration: nsamples %d must be positive", nsamples));
+    return Status::InvalidArgument(
+        StrFormat("calibration: nsamples %d must be positive", nsamples));
   }
   if (seqlen < 2) {
     return Status::InvalidArgument(StrFormat("calibration: seqlen %d must be at least 2", seqlen));
   }
   if (tokens.size() < 2) {
-    return Status::InvalidArgument(StrFormat("calibration: the text has %zu tokens; at least 2 are needed",
-                                             tokens.size()));
+    return Status::InvalidArgument(
+        StrFormat("calibration: the text has %zu tokens; at least 2 are needed", tokens.size()));
   }
   std::vector<std::vector<int32_t>> seqs;
   const size_t len = static_cast<size_t>(seqlen);
   const size_t full = tokens.size() / len;
   const size_t n = std::min(full, static_cast<size_t>(nsamples));
-  for (size_t i = 0; i < n; ++i) seqs.emplace_back(tokens.begin() + i * len, tokens.begin() + (i + 1) * len);
+  for (size_t i = 0; i < n; ++i)
+    seqs.emplace_back(tokens.begin() + i * len, tokens.begin() + (i + 1) * len);
   if (seqs.empty()) seqs.emplace_back(tokens.begin(), tokens.end());
   if (bos >= 0) {
     for (auto& s : seqs) s[0] = bos;
@@ -46,14 +48,16 @@ Result<ActivationNorms> Calibrate(const model::Model& model,
     longest = std::max(longest, s.size());
   }
   if (longest > (1u << 20)) {
-    return Status::InvalidArgument(StrFormat("calibration: sequence of %zu tokens is too long", longest));
+    return Status::InvalidArgument(
+        StrFormat("calibration: sequence of %zu tokens is too long", longest));
   }
   ActivationNorms norms = ActivationNorms::ForConfig(model.config());
   NormObserver observer(&norms);
   model::SessionOptions so;
   so.ctx = static_cast<int>(longest);
   so.n_batch = std::max(1, std::min(n_batch, so.ctx));
-  WEIR_ASSIGN_OR_RETURN(std::unique_ptr<model::Session> session, model::Session::Create(model, pool, so));
+  WEIR_ASSIGN_OR_RETURN(std::unique_ptr<model::Session> session,
+                        model::Session::Create(model, pool, so));
   session->set_observer(&observer);
   const int total = static_cast<int>(sequences.size());
   for (int i = 0; i < total; ++i) {
@@ -76,11 +80,13 @@ Result<CalibrationRun> CalibrateOnText(const model::Model& model, std::string_vi
                                        const std::function<void(int, int)>& progress) {
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) {
-    return Status::InvalidArgument(model.file().path + ": the model has no tokenizer to read the calibration text");
+    return Status::InvalidArgument(model.file().path +
+                                   ": the model has no tokenizer to read the calibration text");
   }
   const std::vector<int32_t> ids = tok->Encode(text, true);
   const int seqlen = CalibrationSeqLen(model.config(), options);
-  WEIR_ASSIGN_OR_RETURN(auto seqs, CalibrationSequences(ids, tok->bos_id(), options.nsamples, seqlen));
+  WEIR_ASSIGN_OR_RETURN(auto seqs,
+                        CalibrationSequences(ids, tok->bos_id(), options.nsamples, seqlen));
   CalibrationRun run;
   run.sequences = static_cast<int>(seqs.size());
   run.seqlen = static_cast<int>(seqs[0].size());

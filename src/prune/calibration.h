@@ -41,15 +41,15 @@ Result<std::vector<std::vector<int32_t>>> CalibrationSequences(std::span<const i
 // Runs every sequence through a fresh session over `model` and returns the accumulated norms.
 // progress(done, total) after each sequence.
 Result<ActivationNorms> Calibrate(const model::Model& model,
-                                  std::span<const std::vector<int32_t>> sequences,
-                                  ThreadPool* pool, int n_batch = 64,
+                                  std::span<const std::vector<int32_t>> sequences, ThreadPool* pool,
+                                  int n_batch = 64,
                                   const std::function<void(int, int)>& progress = nullptr);
 
 struct CalibrationRun {
   ActivationNorms norms;
-  int sequences = 0;     // windows run
-  int seqlen = 0;        // tokens per window (the last may be shorter when the text is short)
-  int64_t tokens = 0;    // tokens run in all
+  int sequences = 0;   // windows run
+  int seqlen = 0;      // tokens per window (the last may be shorter when the text is short)
+  int64_t tokens = 0;  // tokens run in all
   int64_t text_tokens = 0;
 };
 

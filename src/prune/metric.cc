@@ -15,7 +15,8 @@ void ScanRows(const TensorView& w, const float* norm, ThreadPool* pool,
               const std::function<void(int, int64_t, const float*, const float*)>& fn) {
   const int threads = pool ? std::max(1, pool->size()) : 1;
   const int64_t cols = w.cols();
-  std::vector<std::vector<float>> row(static_cast<size_t>(threads)), omega(static_cast<size_t>(threads));
+  std::vector<std::vector<float>> row(static_cast<size_t>(threads)),
+      omega(static_cast<size_t>(threads));
   for (int t = 0; t < threads; ++t) {
     row[static_cast<size_t>(t)].resize(static_cast<size_t>(cols));
     omega[static_cast<size_t>(t)].resize(static_cast<size_t>(cols));
@@ -49,15 +50,18 @@ double OutlierStats::LayerRatio(int layer) const {
   return params > 0 ? static_cast<double>(n) / static_cast<double>(params) : 0.0;
 }
 
-Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model, const ActivationNorms& norms,
-                                         double alpha, ThreadPool* pool) {
+Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model,
+                                         const ActivationNorms& norms, double alpha,
+                                         ThreadPool* pool) {
   if (!(alpha > 0) || !std::isfinite(alpha)) {
-    return Status::InvalidArgument(StrFormat("outlier threshold alpha %g must be positive and finite", alpha));
+    return Status::InvalidArgument(
+        StrFormat("outlier threshold alpha %g must be positive and finite", alpha));
   }
   WEIR_ASSIGN_OR_RETURN(std::vector<LayerProjections> layers, BindProjections(model));
   if (norms.n_layers() != static_cast<int>(layers.size())) {
-    return Status::InvalidArgument(StrFormat("%s: activation norms cover %d layers, the model has %zu",
-                                             model.path.c_str(), norms.n_layers(), layers.size()));
+    return Status::InvalidArgument(
+        StrFormat("%s: activation norms cover %d layers, the model has %zu", model.path.c_str(),
+                  norms.n_layers(), layers.size()));
   }
   const int threads = pool ? std::max(1, pool->size()) : 1;
   OutlierStats stats;
@@ -73,7 +77,8 @@ Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model, const A
             "%s: activation norms of layer %zu site %s have %lld channels, %s has %lld columns",
             model.path.c_str(), l, std::string(sparsity::SiteName(site)).c_str(),
             static_cast<long long>(norms.width(static_cast<int>(l), site)),
-            ProjectionTensorName(static_cast<int>(l), p).c_str(), static_cast<long long>(L[p].cols())));
+            ProjectionTensorName(static_cast<int>(l), p).c_str(),
+            static_cast<long long>(L[p].cols())));
       }
       norm[static_cast<size_t>(p)] = norms.Norms(static_cast<int>(l), site);
     }
@@ -100,7 +105,8 @@ Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model, const A
     for (Projection p : kAllProjections) {
       ProjectionOutliers& po = out[static_cast<size_t>(p)];
       const double threshold = alpha * po.omega_sum / static_cast<double>(po.params);
-      std::vector<int64_t> own(static_cast<size_t>(threads), 0), lay(static_cast<size_t>(threads), 0);
+      std::vector<int64_t> own(static_cast<size_t>(threads), 0),
+          lay(static_cast<size_t>(threads), 0);
       ScanRows(L[p], norm[static_cast<size_t>(p)].data(), pool,
                [&](int t, int64_t, const float*, const float* o) {
                  int64_t a = 0, b = 0;

@@ -57,7 +57,8 @@ struct OutlierStats {
 
 // Both outlier counts for every projection of every layer. alpha must be positive and finite;
 // the norms must have the model's widths.
-Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model, const ActivationNorms& norms,
-                                         double alpha, ThreadPool* pool);
+Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model,
+                                         const ActivationNorms& norms, double alpha,
+                                         ThreadPool* pool);
 
 }  // namespace weir::prune

@@ -4,13 +4,20 @@ namespace weir::prune {
 
 std::string_view ProjectionName(Projection p) {
   switch (p) {
-    case Projection::kQ: return "q";
-    case Projection::kK: return "k";
-    case Projection::kV: return "v";
-    case Projection::kO: return "o";
-    case Projection::kGate: return "gate";
-    case Projection::kUp: return "up";
-    case Projection::kDown: return "down";
+    case Projection::kQ:
+      return "q";
+    case Projection::kK:
+      return "k";
+    case Projection::kV:
+      return "v";
+    case Projection::kO:
+      return "o";
+    case Projection::kGate:
+      return "gate";
+    case Projection::kUp:
+      return "up";
+    case Projection::kDown:
+      return "down";
   }
   return "?";
 }
@@ -25,11 +32,15 @@ sparsity::Site ProjectionSite(Projection p) {
   switch (p) {
     case Projection::kQ:
     case Projection::kK:
-    case Projection::kV: return sparsity::Site::kAttnIn;
-    case Projection::kO: return sparsity::Site::kAttnOut;
+    case Projection::kV:
+      return sparsity::Site::kAttnIn;
+    case Projection::kO:
+      return sparsity::Site::kAttnOut;
     case Projection::kGate:
-    case Projection::kUp: return sparsity::Site::kMlpIn;
-    case Projection::kDown: return sparsity::Site::kMlpDown;
+    case Projection::kUp:
+      return sparsity::Site::kMlpIn;
+    case Projection::kDown:
+      return sparsity::Site::kMlpDown;
   }
   return sparsity::Site::kAttnIn;
 }
@@ -38,13 +49,14 @@ Result<std::vector<LayerProjections>> BindProjections(const format::ModelFile& m
   const format::LlamaConfig& c = model.config;
   const char* path = model.path.c_str();
   if (c.n_layers <= 0 || c.d_model <= 0 || c.head_dim <= 0) {
-    return Status::InvalidArgument(StrFormat("%s: config has n_layers %d, d_model %d, head_dim %d; "
-                                             "nothing to prune",
-                                             path, c.n_layers, c.d_model, c.head_dim));
+    return Status::InvalidArgument(
+        StrFormat("%s: config has n_layers %d, d_model %d, head_dim %d; "
+                  "nothing to prune",
+                  path, c.n_layers, c.d_model, c.head_dim));
   }
   if (static_cast<int>(c.layers.size()) != c.n_layers) {
-    return Status::InvalidArgument(StrFormat("%s: config has %zu per-layer dims for %d layers", path,
-                                             c.layers.size(), c.n_layers));
+    return Status::InvalidArgument(StrFormat("%s: config has %zu per-layer dims for %d layers",
+                                             path, c.layers.size(), c.n_layers));
   }
   std::vector<LayerProjections> out(static_cast<size_t>(c.n_layers));
   for (int l = 0; l < c.n_layers; ++l) {
@@ -70,9 +82,10 @@ Result<std::vector<LayerProjections>> BindProjections(const format::ModelFile& m
       const std::string name = ProjectionTensorName(l, p);
       const TensorView* v = model.Find(name);
       if (v == nullptr || !v->valid()) {
-        return Status::NotFound(StrFormat("%s: the model has no projection %s (weir prune needs "
-                                          "q, k, v, o, gate, up and down in every layer)",
-                                          path, name.c_str()));
+        return Status::NotFound(
+            StrFormat("%s: the model has no projection %s (weir prune needs "
+                      "q, k, v, o, gate, up and down in every layer)",
+                      path, name.c_str()));
       }
       const Shape& s = want[static_cast<size_t>(p)];
       if (!(v->shape == s)) {

@@ -38,7 +38,9 @@ std::string ProjectionTensorName(int layer, Projection p);
 // The site whose activations feed the projection (the columns of its weight).
 sparsity::Site ProjectionSite(Projection p);
 // True for q, k, v, o (the attention block); false for gate, up, down (the MLP).
-inline bool IsAttention(Projection p) { return static_cast<int>(p) <= static_cast<int>(Projection::kO); }
+inline bool IsAttention(Projection p) {
+  return static_cast<int>(p) <= static_cast<int>(Projection::kO);
+}
 
 // One layer's projection weights and dimensions.
 struct LayerProjections {

@@ -35,9 +35,8 @@ struct PruneProvenance {
   int calibration_seqlen = 0;
 };
 
-std::vector<std::pair<std::string, format::GgufValue>> PruneMetadata(const PruneTargets& targets,
-                                                                     const PruneOptions& options,
-                                                                     const PruneReport& report,
-                                                                     const PruneProvenance& provenance);
+std::vector<std::pair<std::string, format::GgufValue>> PruneMetadata(
+    const PruneTargets& targets, const PruneOptions& options, const PruneReport& report,
+    const PruneProvenance& provenance);
 
 }  // namespace weir::prune

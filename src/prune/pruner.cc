@@ -12,9 +12,12 @@ namespace weir::prune {
 
 std::string_view PruneModeName(PruneMode m) {
   switch (m) {
-    case PruneMode::kUnstructured: return "unstructured";
-    case PruneMode::kStructured: return "structured";
-    case PruneMode::kComposite: return "composite";
+    case PruneMode::kUnstructured:
+      return "unstructured";
+    case PruneMode::kStructured:
+      return "structured";
+    case PruneMode::kComposite:
+      return "composite";
   }
   return "?";
 }
@@ -23,47 +26,55 @@ Result<PruneMode> ParsePruneMode(std::string_view name) {
   for (PruneMode m : {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
     if (name == PruneModeName(m)) return m;
   }
-  return Status::InvalidArgument(StrFormat("unknown pruning mode '%.*s' (unstructured, structured or composite)",
-                                           static_cast<int>(name.size()), name.data()));
+  return Status::InvalidArgument(
+      StrFormat("unknown pruning mode '%.*s' (unstructured, structured or composite)",
+                static_cast<int>(name.size()), name.data()));
 }
 
 namespace {
 
 Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjections>& layers,
-                   const ActivationNorms& norms, const PruneTargets& targets, const PruneOptions& options) {
+                   const ActivationNorms& norms, const PruneTargets& targets,
+                   const PruneOptions& options) {
   const char* path = model.path.c_str();
-  if (targets.n_layers() != static_cast<int>(layers.size()) || targets.params.size() != targets.sparsity.size()) {
-    return Status::InvalidArgument(StrFormat("%s: pruning targets cover %d layers, the model has %zu", path,
-                                             targets.n_layers(), layers.size()));
+  if (targets.n_layers() != static_cast<int>(layers.size()) ||
+      targets.params.size() != targets.sparsity.size()) {
+    return Status::InvalidArgument(
+        StrFormat("%s: pruning targets cover %d layers, the model has %zu", path,
+                  targets.n_layers(), layers.size()));
   }
   if (norms.n_layers() != static_cast<int>(layers.size())) {
-    return Status::InvalidArgument(StrFormat("%s: activation norms cover %d layers, the model has %zu", path,
-                                             norms.n_layers(), layers.size()));
+    return Status::InvalidArgument(
+        StrFormat("%s: activation norms cover %d layers, the model has %zu", path, norms.n_layers(),
+                  layers.size()));
   }
   if (!(options.structured_share >= 0 && options.structured_share <= 1)) {
-    return Status::InvalidArgument(StrFormat("composite structured share %g is outside [0, 1]",
-                                             options.structured_share));
+    return Status::InvalidArgument(
+        StrFormat("composite structured share %g is outside [0, 1]", options.structured_share));
   }
   for (size_t l = 0; l < layers.size(); ++l) {
     for (Projection p : kAllProjections) {
       const double s = targets.at(static_cast<int>(l), p);
       if (!std::isfinite(s) || s < 0 || s >= 1) {
-        return Status::InvalidArgument(StrFormat("%s: target of layer %zu projection %s is %g, outside [0, 1)", path, l,
-                                                 std::string(ProjectionName(p)).c_str(), s));
+        return Status::InvalidArgument(
+            StrFormat("%s: target of layer %zu projection %s is %g, outside [0, 1)", path, l,
+                      std::string(ProjectionName(p)).c_str(), s));
       }
       if (targets.params[l][static_cast<size_t>(p)] != layers[l].params(p)) {
-        return Status::InvalidArgument(StrFormat("%s: targets were computed for %lld parameters in %s, it has %lld",
-                                                 path, static_cast<long long>(targets.params[l][static_cast<size_t>(p)]),
-                                                 ProjectionTensorName(static_cast<int>(l), p).c_str(),
-                                                 static_cast<long long>(layers[l].params(p))));
+        return Status::InvalidArgument(
+            StrFormat("%s: targets were computed for %lld parameters in %s, it has %lld", path,
+                      static_cast<long long>(targets.params[l][static_cast<size_t>(p)]),
+                      ProjectionTensorName(static_cast<int>(l), p).c_str(),
+                      static_cast<long long>(layers[l].params(p))));
       }
       const sparsity::Site site = ProjectionSite(p);
       if (norms.width(static_cast<int>(l), site) != layers[l][p].cols()) {
-        return Status::InvalidArgument(StrFormat("%s: activation norms of layer %zu site %s have %lld channels, %s has %lld columns",
-                                                 path, l, std::string(sparsity::SiteName(site)).c_str(),
-                                                 static_cast<long long>(norms.width(static_cast<int>(l), site)),
-                                                 ProjectionTensorName(static_cast<int>(l), p).c_str(),
-                                                 static_cast<long long>(layers[l][p].cols())));
+        return Status::InvalidArgument(StrFormat(
+            "%s: activation norms of layer %zu site %s have %lld channels, %s has %lld columns",
+            path, l, std::string(sparsity::SiteName(site)).c_str(),
+            static_cast<long long>(norms.width(static_cast<int>(l), site)),
+            ProjectionTensorName(static_cast<int>(l), p).c_str(),
+            static_cast<long long>(layers[l][p].cols())));
       }
     }
   }
@@ -73,7 +84,8 @@ Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjec
 }  // namespace
 
 Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms& norms,
-                          const PruneTargets& targets, const PruneOptions& options, ThreadPool* pool) {
+                          const PruneTargets& targets, const PruneOptions& options,
+                          ThreadPool* pool) {
   WEIR_ASSIGN_OR_RETURN(std::vector<LayerProjections> layers, BindProjections(model));
   WEIR_RETURN_IF_ERROR(CheckInputs(model, layers, norms, targets, options));
   const double share = options.mode == PruneMode::kUnstructured ? 0.0
@@ -91,13 +103,16 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
     const int hd = L.head_dim;
     rep.dims_before.push_back({L.n_head, L.n_head_kv, L.d_ff});
     std::array<std::vector<float>, sparsity::kNumSites> site_norms;
-    for (int s = 0; s < sparsity::kNumSites; ++s) site_norms[static_cast<size_t>(s)] = norms.Norms(l, static_cast<sparsity::Site>(s));
+    for (int s = 0; s < sparsity::kNumSites; ++s)
+      site_norms[static_cast<size_t>(s)] = norms.Norms(l, static_cast<sparsity::Site>(s));
     std::array<const float*, kNumProjections> norm{};
-    for (Projection p : kAllProjections) norm[static_cast<size_t>(p)] = site_norms[static_cast<size_t>(ProjectionSite(p))].data();
+    for (Projection p : kAllProjections)
+      norm[static_cast<size_t>(p)] = site_norms[static_cast<size_t>(ProjectionSite(p))].data();
 
     // 1. How many units stay (fixed before the unstructured step; composite picks which later).
-    const HeadCounts heads = ChooseHeadCounts(L.n_head, L.n_head_kv, hd, L.d_model, share * targets.BlockMean(l, true),
-                                              BlockSize(L[Projection::kO].dtype));
+    const HeadCounts heads =
+        ChooseHeadCounts(L.n_head, L.n_head_kv, hd, L.d_model, share * targets.BlockMean(l, true),
+                         BlockSize(L[Projection::kO].dtype));
     const int keep_ff = ChooseNeuronCount(L.d_ff, share * targets.BlockMean(l, false),
                                           BlockSize(L[Projection::kDown].dtype));
     const bool drop_heads = heads.n_head() != L.n_head;
@@ -105,10 +120,13 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
     auto kept_fraction = [&](Projection p) {
       switch (p) {
         case Projection::kQ:
-        case Projection::kO: return static_cast<double>(heads.n_head()) / L.n_head;
+        case Projection::kO:
+          return static_cast<double>(heads.n_head()) / L.n_head;
         case Projection::kK:
-        case Projection::kV: return static_cast<double>(heads.n_head_kv) / L.n_head_kv;
-        default: return static_cast<double>(keep_ff) / L.d_ff;
+        case Projection::kV:
+          return static_cast<double>(heads.n_head_kv) / L.n_head_kv;
+        default:
+          return static_cast<double>(keep_ff) / L.d_ff;
       }
     };
 
@@ -120,7 +138,8 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
       if (PrunedPerRow(u, L[p].cols()) == 0) continue;
       WEIR_ASSIGN_OR_RETURN(OwnedTensor copy, CopyTensor(L[p]));
       edited[static_cast<size_t>(p)] = std::make_unique<OwnedTensor>(std::move(copy));
-      PruneUnstructured(edited[static_cast<size_t>(p)].get(), norm[static_cast<size_t>(p)], u, pool);
+      PruneUnstructured(edited[static_cast<size_t>(p)].get(), norm[static_cast<size_t>(p)], u,
+                        pool);
       L.w[static_cast<size_t>(p)] = edited[static_cast<size_t>(p)]->view;
     }
 
@@ -133,7 +152,8 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
     };
     std::vector<int64_t> q_rows, ff_idx;  // kept q rows (= o columns) and neurons (= down columns)
     if (drop_heads) {
-      const HeadSelection sel = SelectHeads(AttentionImportance(L, norm, pool), L.n_head, L.n_head_kv, heads);
+      const HeadSelection sel =
+          SelectHeads(AttentionImportance(L, norm, pool), L.n_head, L.n_head_kv, heads);
       q_rows = UnitIndices(sel.heads, hd);
       const std::vector<int64_t> kv_rows = UnitIndices(sel.groups, hd);
       WEIR_RETURN_IF_ERROR(replace(Projection::kQ, SelectRows(L[Projection::kQ], q_rows)));
@@ -148,7 +168,8 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
       ff_idx = UnitIndices(keep, 1);
       WEIR_RETURN_IF_ERROR(replace(Projection::kGate, SelectRows(L[Projection::kGate], ff_idx)));
       WEIR_RETURN_IF_ERROR(replace(Projection::kUp, SelectRows(L[Projection::kUp], ff_idx)));
-      WEIR_RETURN_IF_ERROR(replace(Projection::kDown, SelectColumns(L[Projection::kDown], ff_idx, pool)));
+      WEIR_RETURN_IF_ERROR(
+          replace(Projection::kDown, SelectColumns(L[Projection::kDown], ff_idx, pool)));
       L.d_ff = keep_ff;
     }
 
@@ -159,7 +180,8 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
       const std::vector<int64_t>& kept = p == Projection::kO ? q_rows : ff_idx;
       if (share <= 0 || share >= 1 || kept.empty()) continue;
       const int64_t cols = L[p].cols();
-      const int64_t nonzero = std::llround((1.0 - targets.at(l, p)) * static_cast<double>(layers[li][p].cols()));
+      const int64_t nonzero =
+          std::llround((1.0 - targets.at(l, p)) * static_cast<double>(layers[li][p].cols()));
       const int64_t zeros = cols - nonzero;
       if (zeros <= 0) continue;
       std::vector<float> kept_norm(kept.size());

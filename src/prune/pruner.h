@@ -49,13 +49,15 @@ struct PruneOptions {
 };
 
 struct ProjectionResult {
-  double target = 0;         // p_{n,m}
+  double target = 0;  // p_{n,m}
   int64_t params_before = 0;
   int64_t params_after = 0;  // elements stored after structured removal
   int64_t nonzero_after = 0;
   // Fraction of the original parameters removed or zero: 1 - nonzero_after / params_before.
   double sparsity() const {
-    return params_before > 0 ? 1.0 - static_cast<double>(nonzero_after) / static_cast<double>(params_before) : 0;
+    return params_before > 0
+               ? 1.0 - static_cast<double>(nonzero_after) / static_cast<double>(params_before)
+               : 0;
   }
 };
 
@@ -64,11 +66,15 @@ struct PruneReport {
   std::vector<format::LayerDims> dims_before, dims_after;
   int64_t params_before = 0, params_after = 0, nonzero_after = 0;  // over all projections
   double sparsity() const {
-    return params_before > 0 ? 1.0 - static_cast<double>(nonzero_after) / static_cast<double>(params_before) : 0;
+    return params_before > 0
+               ? 1.0 - static_cast<double>(nonzero_after) / static_cast<double>(params_before)
+               : 0;
   }
   // Fraction of projection parameters no longer stored.
   double removed() const {
-    return params_before > 0 ? 1.0 - static_cast<double>(params_after) / static_cast<double>(params_before) : 0;
+    return params_before > 0
+               ? 1.0 - static_cast<double>(params_after) / static_cast<double>(params_before)
+               : 0;
   }
 };
 
@@ -79,6 +85,7 @@ struct PrunedModel {
 
 // `norms` must come from the same model (widths are checked); `targets` must cover its layers.
 Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms& norms,
-                          const PruneTargets& targets, const PruneOptions& options, ThreadPool* pool);
+                          const PruneTargets& targets, const PruneOptions& options,
+                          ThreadPool* pool);
 
 }  // namespace weir::prune

@@ -55,8 +55,8 @@ struct HeadCounts {
 
 // q, k, v and o parameters of a configuration.
 int64_t AttentionParams(HeadCounts c, int head_dim, int64_t d_model);
-HeadCounts ChooseHeadCounts(int n_head, int n_head_kv, int head_dim, int64_t d_model, double sparsity,
-                            int o_block);
+HeadCounts ChooseHeadCounts(int n_head, int n_head_kv, int head_dim, int64_t d_model,
+                            double sparsity, int o_block);
 int ChooseNeuronCount(int d_ff, double sparsity, int down_block);
 
 struct HeadSelection {
@@ -65,7 +65,8 @@ struct HeadSelection {
 };
 // The `counts.n_head_kv` groups with the highest importance (group + its best
 // counts.heads_per_group heads), and in each the best heads. Ties keep the lower index.
-HeadSelection SelectHeads(const HeadImportance& importance, int n_head, int n_head_kv, HeadCounts counts);
+HeadSelection SelectHeads(const HeadImportance& importance, int n_head, int n_head_kv,
+                          HeadCounts counts);
 // The `keep` most important neurons, ascending. Ties keep the lower index.
 std::vector<int> SelectNeurons(std::span<const double> importance, int keep);
 

@@ -9,15 +9,16 @@ namespace weir::prune {
 
 Result<OwnedTensor> AllocateTensor(DType dtype, int64_t rows, int64_t cols) {
   if (rows <= 0 || cols <= 0 || cols % BlockSize(dtype) != 0) {
-    return Status::InvalidArgument(StrFormat("cannot make a %s tensor of %lld x %lld (rows of whole %d-value blocks)",
-                                             DTypeName(dtype), static_cast<long long>(rows),
-                                             static_cast<long long>(cols), BlockSize(dtype)));
+    return Status::InvalidArgument(StrFormat(
+        "cannot make a %s tensor of %lld x %lld (rows of whole %d-value blocks)", DTypeName(dtype),
+        static_cast<long long>(rows), static_cast<long long>(cols), BlockSize(dtype)));
   }
   OwnedTensor t;
   t.view.dtype = dtype;
   t.view.shape = Shape{rows, cols};
   if (!t.bytes.Reset(t.view.nbytes())) {
-    return Status::OutOfMemory(StrFormat("cannot allocate %zu bytes for a pruned tensor", t.view.nbytes()));
+    return Status::OutOfMemory(
+        StrFormat("cannot allocate %zu bytes for a pruned tensor", t.view.nbytes()));
   }
   t.view.data = t.bytes.data();
   return t;
@@ -57,11 +58,13 @@ void ZeroElements(DType dtype, uint8_t* row, std::span<const int32_t> cols) {
 }
 
 Result<OwnedTensor> SelectRows(const TensorView& w, std::span<const int64_t> rows) {
-  WEIR_ASSIGN_OR_RETURN(OwnedTensor t, AllocateTensor(w.dtype, static_cast<int64_t>(rows.size()), w.cols()));
+  WEIR_ASSIGN_OR_RETURN(OwnedTensor t,
+                        AllocateTensor(w.dtype, static_cast<int64_t>(rows.size()), w.cols()));
   const size_t rb = w.row_bytes();
   for (size_t i = 0; i < rows.size(); ++i) {
     if (rows[i] < 0 || rows[i] >= w.rows()) {
-      return Status::InvalidArgument(StrFormat("row %lld outside [0, %lld)", static_cast<long long>(rows[i]),
+      return Status::InvalidArgument(StrFormat("row %lld outside [0, %lld)",
+                                               static_cast<long long>(rows[i]),
                                                static_cast<long long>(w.rows())));
     }
     std::memcpy(t.mutable_row(static_cast<int64_t>(i)), w.row(rows[i]), rb);
@@ -69,12 +72,14 @@ Result<OwnedTensor> SelectRows(const TensorView& w, std::span<const int64_t> row
   return t;
 }
 
-Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> cols, ThreadPool* pool) {
+Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> cols,
+                                  ThreadPool* pool) {
   const int64_t n_in = w.cols(), n_out = static_cast<int64_t>(cols.size());
   for (size_t i = 0; i < cols.size(); ++i) {
     if (cols[i] < 0 || cols[i] >= n_in || (i > 0 && cols[i] <= cols[i - 1])) {
-      return Status::InvalidArgument(StrFormat("column list entry %zu = %lld is not ascending within [0, %lld)", i,
-                                               static_cast<long long>(cols[i]), static_cast<long long>(n_in)));
+      return Status::InvalidArgument(
+          StrFormat("column list entry %zu = %lld is not ascending within [0, %lld)", i,
+                    static_cast<long long>(cols[i]), static_cast<long long>(n_in)));
     }
   }
   WEIR_ASSIGN_OR_RETURN(OwnedTensor t, AllocateTensor(w.dtype, w.rows(), n_out));
@@ -83,22 +88,26 @@ Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> 
   bool whole_blocks = true;
   for (int64_t i = 0; i < n_out && whole_blocks; i += block) {
     const int64_t first = cols[static_cast<size_t>(i)];
-    whole_blocks = first % block == 0 && cols[static_cast<size_t>(i + block - 1)] == first + block - 1;
+    whole_blocks =
+        first % block == 0 && cols[static_cast<size_t>(i + block - 1)] == first + block - 1;
   }
   const size_t block_bytes = BlockBytes(w.dtype);
   ParallelFor(pool, static_cast<size_t>(w.rows()), [&](size_t begin, size_t end, int) {
-    std::vector<float> in(whole_blocks ? 0 : static_cast<size_t>(n_in)), out(whole_blocks ? 0 : static_cast<size_t>(n_out));
+    std::vector<float> in(whole_blocks ? 0 : static_cast<size_t>(n_in)),
+        out(whole_blocks ? 0 : static_cast<size_t>(n_out));
     for (size_t r = begin; r < end; ++r) {
       const uint8_t* src = w.row(static_cast<int64_t>(r));
       uint8_t* dst = t.mutable_row(static_cast<int64_t>(r));
       if (whole_blocks) {
         for (int64_t i = 0; i < n_out; i += block) {
           std::memcpy(dst + static_cast<size_t>(i / block) * block_bytes,
-                      src + static_cast<size_t>(cols[static_cast<size_t>(i)] / block) * block_bytes, block_bytes);
+                      src + static_cast<size_t>(cols[static_cast<size_t>(i)] / block) * block_bytes,
+                      block_bytes);
         }
       } else {
         DequantizeRow(w.dtype, src, in.data(), n_in);
-        for (int64_t i = 0; i < n_out; ++i) out[static_cast<size_t>(i)] = in[static_cast<size_t>(cols[static_cast<size_t>(i)])];
+        for (int64_t i = 0; i < n_out; ++i)
+          out[static_cast<size_t>(i)] = in[static_cast<size_t>(cols[static_cast<size_t>(i)])];
         QuantizeRow(w.dtype, out.data(), dst, n_out);
       }
     }

@@ -46,7 +46,8 @@ void ZeroElements(DType dtype, uint8_t* row, std::span<const int32_t> cols);
 Result<OwnedTensor> SelectRows(const TensorView& w, std::span<const int64_t> rows);
 // Columns `cols` (strictly ascending, in [0, w.cols())) of w: [rows, cols.size()].
 // cols.size() must be a whole number of the type's blocks.
-Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> cols, ThreadPool* pool);
+Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> cols,
+                                  ThreadPool* pool);
 
 // Elements of w that are not exactly zero (after dequantization).
 int64_t CountNonzero(const TensorView& w, ThreadPool* pool);

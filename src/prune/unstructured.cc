@@ -32,7 +32,8 @@ void PruneUnstructured(OwnedTensor* w, const float* norm, double sparsity, Threa
     };
     if (k < cols) std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), less);
     // Each row is written by the one thread scanning it.
-    ZeroElements(w->view.dtype, w->mutable_row(r), std::span<const int32_t>(idx.data(), static_cast<size_t>(k)));
+    ZeroElements(w->view.dtype, w->mutable_row(r),
+                 std::span<const int32_t>(idx.data(), static_cast<size_t>(k)));
   });
 }
 

@@ -42,7 +42,9 @@ void CheckAgainstReference(DType type, ThreadPool* pool, int64_t tolerance) {
       std::vector<float> row(static_cast<size_t>(w.cols()));
       for (int64_t r = 0; r < w.rows(); ++r) {
         DequantizeRow(w, r, row.data());
-        for (int64_t j = 0; j < w.cols(); ++j) omega[static_cast<size_t>(p)].push_back(norm[static_cast<size_t>(j)] * std::fabs(row[static_cast<size_t>(j)]));
+        for (int64_t j = 0; j < w.cols(); ++j)
+          omega[static_cast<size_t>(p)].push_back(norm[static_cast<size_t>(j)] *
+                                                  std::fabs(row[static_cast<size_t>(j)]));
       }
       for (float o : omega[static_cast<size_t>(p)]) layer_sum += o;
       layer_n += w.shape.numel();
@@ -51,7 +53,8 @@ void CheckAgainstReference(DType type, ThreadPool* pool, int64_t tolerance) {
       const auto& om = omega[static_cast<size_t>(p)];
       double sum = 0;
       for (float o : om) sum += o;
-      const double own = alpha * sum / static_cast<double>(om.size()), lay = alpha * layer_sum / static_cast<double>(layer_n);
+      const double own = alpha * sum / static_cast<double>(om.size()),
+                   lay = alpha * layer_sum / static_cast<double>(layer_n);
       int64_t a = 0, b = 0;
       for (float o : om) a += o > own, b += o > lay;
       const ProjectionOutliers& s = stats->at(l, p);
@@ -89,13 +92,15 @@ TEST(MetricTest, Errors) {
   f.tensors.erase("blk.1.ffn_gate.weight");
   auto missing = ComputeOutlierStats(f, norms, 5.0, nullptr);
   ASSERT_FALSE(missing.ok());
-  EXPECT_NE(missing.status().message().find("blk.1.ffn_gate.weight"), std::string::npos) << missing.status().ToString();
+  EXPECT_NE(missing.status().message().find("blk.1.ffn_gate.weight"), std::string::npos)
+      << missing.status().ToString();
   // A projection of the wrong shape.
   format::ModelFile g = model->file();
   g.tensors["blk.0.attn_k.weight"] = g.tensors["blk.0.attn_q.weight"];
   auto shape = BindProjections(g);
   ASSERT_FALSE(shape.ok());
-  EXPECT_NE(shape.status().message().find("attn_k"), std::string::npos) << shape.status().ToString();
+  EXPECT_NE(shape.status().message().find("attn_k"), std::string::npos)
+      << shape.status().ToString();
 }
 
 TEST(ActivationNormsTest, AccumulateAndErrors) {

@@ -29,14 +29,16 @@ Files MakeFiles() {
 }
 
 std::string Prune(const Files& f, const std::string& args) {
-  return testing::WeirBin() + " prune -m " + f.model + " -f " + f.text + " --no-progress --nsamples 4 --seqlen 64 " + args;
+  return testing::WeirBin() + " prune -m " + f.model + " -f " + f.text +
+         " --no-progress --nsamples 4 --seqlen 64 " + args;
 }
 
 TEST(PruneCliTest, StructuredModelWithPerLayerDims) {
   if (!HaveWeir()) GTEST_SKIP() << "no weir binary at " << testing::WeirBin();
   const Files f = MakeFiles();
   const std::string out = f.dir + "/out.gguf";
-  auto r = testing::RunCommand(Prune(f, "--target 0.5 --method projection --mode structured --json -o " + out));
+  auto r = testing::RunCommand(
+      Prune(f, "--target 0.5 --method projection --mode structured --json -o " + out));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   EXPECT_NEAR(j["mean_params"].get<double>(), 0.5, 0.005);
@@ -55,10 +57,12 @@ TEST(PruneCliTest, StructuredModelWithPerLayerDims) {
   }
   EXPECT_EQ(k["metadata"]["weir.prune.mode"], "structured");
   // The pruned model runs.
-  auto ppl = testing::RunCommand(testing::WeirBin() + " ppl --no-progress -c 64 -m " + out + " -f " + f.text);
+  auto ppl = testing::RunCommand(testing::WeirBin() + " ppl --no-progress -c 64 -m " + out +
+                                 " -f " + f.text);
   EXPECT_EQ(ppl.exit_code, 0) << ppl.err;
   // The text table.
-  auto txt = testing::RunCommand(Prune(f, "--target 0.3 --method layer --mode unstructured -o " + out));
+  auto txt =
+      testing::RunCommand(Prune(f, "--target 0.3 --method layer --mode unstructured -o " + out));
   ASSERT_EQ(txt.exit_code, 0) << txt.err;
   EXPECT_NE(txt.out.find("method layer, P = 0.3000"), std::string::npos) << txt.out;
   EXPECT_NE(txt.out.find("gate"), std::string::npos);
@@ -81,8 +85,8 @@ TEST(PruneCliTest, BadArgumentsAreClearErrors) {
   EXPECT_EQ(missing.exit_code, 1);
   EXPECT_NE(missing.err.find("nope.txt"), std::string::npos) << missing.err;
   testing::WriteFile(f.dir + "/empty.txt", "");
-  auto empty = testing::RunCommand(testing::WeirBin() + " prune --no-progress -m " + f.model + " -f " + f.dir +
-                                   "/empty.txt --target 0.2 -o " + out);
+  auto empty = testing::RunCommand(testing::WeirBin() + " prune --no-progress -m " + f.model +
+                                   " -f " + f.dir + "/empty.txt --target 0.2 -o " + out);
   EXPECT_EQ(empty.exit_code, 1);
   EXPECT_NE(empty.err.find("empty.txt"), std::string::npos) << empty.err;
   EXPECT_FALSE(testing::FileExists(out));
@@ -91,7 +95,9 @@ TEST(PruneCliTest, BadArgumentsAreClearErrors) {
   auto model = testutil::LoadOrDie(f.model);
   ASSERT_TRUE(model);
   format::GgufWriter w;
-  ASSERT_TRUE(format::AddLlamaGgufMetadata(model->config(), model->file().tokenizer, "no-gate", 0, &w).ok());
+  ASSERT_TRUE(
+      format::AddLlamaGgufMetadata(model->config(), model->file().tokenizer, "no-gate", 0, &w)
+          .ok());
   for (const std::string& name : format::LlamaTensorNames(model->config())) {
     if (name == "blk.1.ffn_gate.weight") continue;
     const TensorView& v = *model->file().Find(name);
@@ -99,8 +105,8 @@ TEST(PruneCliTest, BadArgumentsAreClearErrors) {
   }
   const std::string no_gate = f.dir + "/no_gate.gguf";
   ASSERT_TRUE(w.Write(no_gate).ok());
-  auto ng = testing::RunCommand(testing::WeirBin() + " prune --no-progress -m " + no_gate + " -f " + f.text +
-                                " --target 0.2 -o " + out);
+  auto ng = testing::RunCommand(testing::WeirBin() + " prune --no-progress -m " + no_gate + " -f " +
+                                f.text + " --target 0.2 -o " + out);
   EXPECT_EQ(ng.exit_code, 1);
   EXPECT_NE(ng.err.find("blk.1.ffn_gate.weight"), std::string::npos) << ng.err;
 }
@@ -108,9 +114,12 @@ TEST(PruneCliTest, BadArgumentsAreClearErrors) {
 TEST(PruneEvalCliTest, SmallGridAsJson) {
   if (!HaveWeir()) GTEST_SKIP() << "no weir binary at " << testing::WeirBin();
   const Files f = MakeFiles();
-  auto r = testing::RunCommand(testing::WeirBin() + " prune-eval --json --no-progress -c 64 --chunks 2 --decode 8 "
-                               "--nsamples 2 --seqlen 64 --targets 0.3,0.6 --methods global,projection "
-                               "--modes unstructured,composite -m " + f.model + " -f " + f.text + " --tmp " + f.dir);
+  auto r =
+      testing::RunCommand(testing::WeirBin() +
+                          " prune-eval --json --no-progress -c 64 --chunks 2 --decode 8 "
+                          "--nsamples 2 --seqlen 64 --targets 0.3,0.6 --methods global,projection "
+                          "--modes unstructured,composite -m " +
+                          f.model + " -f " + f.text + " --tmp " + f.dir);
   ASSERT_EQ(r.exit_code, 0) << r.err;
   const auto j = nlohmann::json::parse(r.out);
   ASSERT_EQ(j["rows"].size(), 1u + 2 * 2 * 2);
@@ -118,13 +127,19 @@ TEST(PruneEvalCliTest, SmallGridAsJson) {
   const uint64_t dense_bytes = j["rows"][0]["file_bytes"].get<uint64_t>();
   for (size_t i = 1; i < j["rows"].size(); ++i) {
     const auto& row = j["rows"][i];
-    EXPECT_NEAR(row["sparsity"].get<double>(), row["p"].get<double>(), row["mode"] == "unstructured" ? 0.005 : 0.1);
+    EXPECT_NEAR(row["sparsity"].get<double>(), row["p"].get<double>(),
+                row["mode"] == "unstructured" ? 0.005 : 0.1);
     // Unstructured pruning leaves the tensors' size alone (the file gains only the metadata).
-    if (row["mode"] == "unstructured") EXPECT_NEAR(static_cast<double>(row["file_bytes"].get<uint64_t>()), dense_bytes, 2048);
-    if (row["mode"] == "composite") EXPECT_LT(row["file_bytes"].get<uint64_t>(), dense_bytes);
+    if (row["mode"] == "unstructured") {
+      EXPECT_NEAR(static_cast<double>(row["file_bytes"].get<uint64_t>()), dense_bytes, 2048);
+    }
+    if (row["mode"] == "composite") {
+      EXPECT_LT(row["file_bytes"].get<uint64_t>(), dense_bytes);
+    }
     EXPECT_GT(row["ppl"]["calib.txt"].get<double>(), 1.0);
   }
-  auto bad = testing::RunCommand(testing::WeirBin() + " prune-eval --targets 0.2,1.2 -m " + f.model + " -f " + f.text);
+  auto bad = testing::RunCommand(testing::WeirBin() + " prune-eval --targets 0.2,1.2 -m " +
+                                 f.model + " -f " + f.text);
   EXPECT_EQ(bad.exit_code, 2);
   EXPECT_NE(bad.err.find("1.2"), std::string::npos) << bad.err;
 }

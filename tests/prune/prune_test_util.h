@@ -81,9 +81,10 @@ inline ActivationNorms RandomNorms(const format::LlamaConfig& c, uint32_t seed =
 
 // A calibration text of ordinary words (the tiny model's vocabulary tokenizes anything).
 inline std::string CalibrationText(int words = 3000) {
-  static const char* kWords[] = {"once", "upon", "a", "time", "there", "was", "little", "girl", "named",
-                                 "lily", "she", "loved", "to", "play", "in", "the", "park", "with", "her",
-                                 "ball", "one", "day", "saw", "big", "red", "dog", "and", "they", "ran"};
+  static const char* kWords[] = {"once",  "upon", "a",   "time",  "there", "was",  "little", "girl",
+                                 "named", "lily", "she", "loved", "to",    "play", "in",     "the",
+                                 "park",  "with", "her", "ball",  "one",   "day",  "saw",    "big",
+                                 "red",   "dog",  "and", "they",  "ran"};
   std::mt19937 rng(5);
   std::string s;
   for (int i = 0; i < words; ++i) {

@@ -81,7 +81,8 @@ TEST(CalibrationTest, FirstLayerNormsMatchADirectComputation) {
   ASSERT_TRUE(norms.ok()) << norms.status().ToString();
   EXPECT_EQ(calls, 3);
   for (int l = 0; l < 2; ++l) {
-    for (int s = 0; s < sparsity::kNumSites; ++s) EXPECT_EQ(norms->tokens(l, static_cast<sparsity::Site>(s)), 300);
+    for (int s = 0; s < sparsity::kNumSites; ++s)
+      EXPECT_EQ(norms->tokens(l, static_cast<sparsity::Site>(s)), 300);
   }
   // Layer 0's attention input is RMSNorm(embedding) * attn_norm: computable without the model.
   const auto& c = model->config();
@@ -102,7 +103,9 @@ TEST(CalibrationTest, FirstLayerNormsMatchADirectComputation) {
     }
   }
   const std::vector<float> got = norms->Norms(0, sparsity::Site::kAttnIn);
-  for (int j = 0; j < c.d_model; ++j) EXPECT_NEAR(got[static_cast<size_t>(j)], std::sqrt(want[static_cast<size_t>(j)]), 1e-4 * std::sqrt(want[static_cast<size_t>(j)]));
+  for (int j = 0; j < c.d_model; ++j)
+    EXPECT_NEAR(got[static_cast<size_t>(j)], std::sqrt(want[static_cast<size_t>(j)]),
+                1e-4 * std::sqrt(want[static_cast<size_t>(j)]));
   // Every site saw non-zero activations.
   for (int s = 0; s < sparsity::kNumSites; ++s) {
     const std::vector<float> n = norms->Norms(1, static_cast<sparsity::Site>(s));
@@ -135,17 +138,21 @@ TEST(PruneTest, ZeroTargetGivesIdenticalLogits) {
   for (TargetMethod m : {TargetMethod::kGlobal, TargetMethod::kLayer, TargetMethod::kProjection}) {
     auto t = ComputeTargets(m, 0.0, f.layers, &f.stats, TargetOptions{});
     ASSERT_TRUE(t.ok());
-    for (PruneMode mode : {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
+    for (PruneMode mode :
+         {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
       PruneOptions o;
       o.mode = mode;
       auto p = Prune(f.model->file(), f.norms, *t, o, nullptr);
       ASSERT_TRUE(p.ok()) << p.status().ToString();
       EXPECT_EQ(p->report.params_after, p->report.params_before);
       const std::string path = dir + "/p0.gguf";
-      ASSERT_TRUE(format::WriteLlamaGguf(p->file, path, std::nullopt, nullptr, PruneMetadata(*t, o, p->report, {})).ok());
+      ASSERT_TRUE(format::WriteLlamaGguf(p->file, path, std::nullopt, nullptr,
+                                         PruneMetadata(*t, o, p->report, {}))
+                      .ok());
       auto loaded = testutil::LoadOrDie(path);
       ASSERT_TRUE(loaded);
-      EXPECT_EQ(testutil::Logits(*loaded, tokens), want) << TargetMethodName(m) << "/" << PruneModeName(mode);
+      EXPECT_EQ(testutil::Logits(*loaded, tokens), want)
+          << TargetMethodName(m) << "/" << PruneModeName(mode);
     }
   }
 }
@@ -202,7 +209,9 @@ TEST(PruneTest, StructuredModelWithPerLayerDimsIsWrittenLoadedAndRun) {
   prov.calibration_file = "calib.txt";
   prov.calibration_sequences = 4;
   prov.calibration_seqlen = 64;
-  ASSERT_TRUE(format::WriteLlamaGguf(r->file, path, std::nullopt, nullptr, PruneMetadata(*t, o, r->report, prov)).ok());
+  ASSERT_TRUE(format::WriteLlamaGguf(r->file, path, std::nullopt, nullptr,
+                                     PruneMetadata(*t, o, r->report, prov))
+                  .ok());
   auto loaded = testutil::LoadOrDie(path);
   ASSERT_TRUE(loaded);
   ASSERT_EQ(loaded->config().layers.size(), 2u);
@@ -255,9 +264,12 @@ TEST(PruneTest, CompositeSitsBetweenItsParts) {
   EXPECT_NEAR(c->report.sparsity(), 0.5, 0.03);
   for (int l = 0; l < 2; ++l) {
     for (Projection p : {Projection::kO, Projection::kDown}) {
-      const ProjectionResult& r = c->report.projections[static_cast<size_t>(l)][static_cast<size_t>(p)];
-      const double kept = static_cast<double>(r.params_after) / static_cast<double>(r.params_before);
-      EXPECT_NEAR(r.sparsity(), std::max(t->at(l, p), 1 - kept), 0.01) << ProjectionName(p) << " layer " << l;
+      const ProjectionResult& r =
+          c->report.projections[static_cast<size_t>(l)][static_cast<size_t>(p)];
+      const double kept =
+          static_cast<double>(r.params_after) / static_cast<double>(r.params_before);
+      EXPECT_NEAR(r.sparsity(), std::max(t->at(l, p), 1 - kept), 0.01)
+          << ProjectionName(p) << " layer " << l;
     }
   }
   // Share 0 is unstructured pruning; share 1 is structured pruning.
@@ -284,7 +296,8 @@ TEST(PruneTest, QuantizedModelsKeepTheirTypeAndBlockAlignedWidths) {
     ASSERT_TRUE(f.model);
     auto t = ComputeTargets(TargetMethod::kProjection, 0.6, f.layers, &f.stats, TargetOptions{});
     ASSERT_TRUE(t.ok());
-    for (PruneMode mode : {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
+    for (PruneMode mode :
+         {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
       PruneOptions o;
       o.mode = mode;
       auto r = Prune(f.model->file(), f.norms, *t, o, nullptr);
@@ -294,14 +307,18 @@ TEST(PruneTest, QuantizedModelsKeepTheirTypeAndBlockAlignedWidths) {
         EXPECT_EQ((d.n_head * 16) % 32, 0);
       }
       for (int l = 0; l < 2; ++l) {
-        for (Projection p : kAllProjections) EXPECT_EQ(r->file.Find(ProjectionTensorName(l, p))->dtype, type);
+        for (Projection p : kAllProjections)
+          EXPECT_EQ(r->file.Find(ProjectionTensorName(l, p))->dtype, type);
       }
-      if (mode != PruneMode::kUnstructured) EXPECT_LT(r->report.params_after, r->report.params_before);
+      if (mode != PruneMode::kUnstructured) {
+        EXPECT_LT(r->report.params_after, r->report.params_before);
+      }
       const std::string path = testing::TempDir() + "/q.gguf";
       ASSERT_TRUE(format::WriteLlamaGguf(r->file, path, std::nullopt).ok());
       auto loaded = testutil::LoadOrDie(path);
       ASSERT_TRUE(loaded);
-      for (float v : testutil::Logits(*loaded, testutil::SomeTokens(8, 320))) ASSERT_TRUE(std::isfinite(v));
+      for (float v : testutil::Logits(*loaded, testutil::SomeTokens(8, 320)))
+        ASSERT_TRUE(std::isfinite(v));
     }
   }
 }
@@ -319,14 +336,16 @@ TEST(PruneTest, BadInputsAreErrors) {
   bad.sparsity[1][2] = 1.0;
   auto r = Prune(f.model->file(), f.norms, bad, PruneOptions{}, nullptr);
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("outside [0, 1)"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("outside [0, 1)"), std::string::npos)
+      << r.status().ToString();
   PruneTargets short_targets = *t;
   short_targets.sparsity.pop_back();
   short_targets.params.pop_back();
   EXPECT_FALSE(Prune(f.model->file(), f.norms, short_targets, PruneOptions{}, nullptr).ok());
   format::LlamaConfig other = f.model->config();
   other.layers[1].d_ff = 100;
-  EXPECT_FALSE(Prune(f.model->file(), ActivationNorms::ForConfig(other), *t, PruneOptions{}, nullptr).ok());
+  EXPECT_FALSE(
+      Prune(f.model->file(), ActivationNorms::ForConfig(other), *t, PruneOptions{}, nullptr).ok());
   format::ModelFile missing = f.model->file();
   missing.tensors.erase("blk.0.attn_v.weight");
   auto m = Prune(missing, f.norms, *t, PruneOptions{}, nullptr);
@@ -341,8 +360,9 @@ TEST(PruneTest, BadInputsAreErrors) {
 // is measured by `weir prune-eval`, docs/pruning.md, not asserted here.)
 TEST(PruneRealModelTest, RealModelsPruneAndRun) {
   const std::string text_path = testing::SharedPath("data/tinystories/tinystories_val_head.txt");
-  const std::vector<std::string> models = {testing::SharedPath("models/stories260K/stories260K.bin"),
-                                           testing::SharedPath("models/tinystories-656k/tinystories-656k-Q8_0.gguf")};
+  const std::vector<std::string> models = {
+      testing::SharedPath("models/stories260K/stories260K.bin"),
+      testing::SharedPath("models/tinystories-656k/tinystories-656k-Q8_0.gguf")};
   if (!testing::FileExists(text_path)) GTEST_SKIP() << "no " << text_path;
   auto text = format::ReadSmallFile(text_path, 1 << 24);
   ASSERT_TRUE(text.ok());
@@ -366,7 +386,8 @@ TEST(PruneRealModelTest, RealModelsPruneAndRun) {
     ASSERT_TRUE(t.ok());
     EXPECT_NEAR(t->Mean(TargetAverage::kParams), 0.4, 0.005);
     const std::vector<int32_t> ids = model->tokenizer()->Encode(eval, true);
-    for (PruneMode mode : {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
+    for (PruneMode mode :
+         {PruneMode::kUnstructured, PruneMode::kStructured, PruneMode::kComposite}) {
       PruneOptions o;
       o.mode = mode;
       auto r = Prune(model->file(), cal->norms, *t, o, &pool);

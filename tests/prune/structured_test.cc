@@ -44,7 +44,8 @@ TEST(NeuronCountTest, NearestAndBlockAligned) {
   EXPECT_EQ(ChooseNeuronCount(192, 0.0, 1), 192);
   EXPECT_EQ(ChooseNeuronCount(192, 0.25, 1), 144);
   EXPECT_EQ(ChooseNeuronCount(172, 0.5, 1), 86);
-  EXPECT_EQ(ChooseNeuronCount(192, 0.25, 32), 160);  // 144 -> nearest multiple of 32 (ties keep more)
+  EXPECT_EQ(ChooseNeuronCount(192, 0.25, 32),
+            160);  // 144 -> nearest multiple of 32 (ties keep more)
   EXPECT_EQ(ChooseNeuronCount(192, 0.99, 32), 32);
   EXPECT_EQ(ChooseNeuronCount(192, 0.99, 1), 2);
 }
@@ -99,7 +100,8 @@ class ZeroUnitTest : public ::testing::Test {
     auto t = ComputeTargets(TargetMethod::kGlobal, 0.0, *layers, nullptr, TargetOptions{});
     EXPECT_TRUE(t.ok());
     for (auto& row : t->sparsity) {
-      for (Projection p : kAllProjections) row[static_cast<size_t>(p)] = IsAttention(p) ? attn : mlp;
+      for (Projection p : kAllProjections)
+        row[static_cast<size_t>(p)] = IsAttention(p) ? attn : mlp;
     }
     PruneOptions o;
     o.mode = PruneMode::kStructured;
@@ -112,7 +114,8 @@ class ZeroUnitTest : public ::testing::Test {
     auto after = testutil::FromFileOrDie(pruned);
     ASSERT_TRUE(before && after);
     const std::vector<int32_t> tokens = testutil::SomeTokens(24, 320);
-    const std::vector<float> a = testutil::Logits(*before, tokens), b = testutil::Logits(*after, tokens);
+    const std::vector<float> a = testutil::Logits(*before, tokens),
+                             b = testutil::Logits(*after, tokens);
     ASSERT_EQ(a.size(), b.size());
     double max_diff = 0, max_abs = 0;
     for (size_t i = 0; i < a.size(); ++i) {
@@ -190,9 +193,11 @@ TEST_F(ZeroUnitTest, RemovingNonZeroUnitsChangesLogits) {
   auto after = testutil::FromFileOrDie(p.file);
   ASSERT_TRUE(before && after);
   const std::vector<int32_t> tokens = testutil::SomeTokens(24, 320);
-  const std::vector<float> a = testutil::Logits(*before, tokens), b = testutil::Logits(*after, tokens);
+  const std::vector<float> a = testutil::Logits(*before, tokens),
+                           b = testutil::Logits(*after, tokens);
   double max_diff = 0;
-  for (size_t i = 0; i < a.size(); ++i) max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
+  for (size_t i = 0; i < a.size(); ++i)
+    max_diff = std::max(max_diff, static_cast<double>(std::fabs(a[i] - b[i])));
   EXPECT_GT(max_diff, 1e-3);
 }
 

@@ -37,7 +37,9 @@ TEST(SpreadTest, WeightedMeanIsPMonotoneAndWithinLambda) {
       EXPECT_LE(*mx - *mn, 2 * lambda + 1e-12);
       for (size_t i = 0; i < n; ++i) {
         for (size_t j = 0; j < n; ++j) {
-          if (r[i] > r[j]) EXPECT_LE((*s)[i], (*s)[j] + 1e-12) << "more outliers must not mean more pruning";
+          if (r[i] > r[j]) {
+            EXPECT_LE((*s)[i], (*s)[j] + 1e-12) << "more outliers must not mean more pruning";
+          }
         }
       }
       // Unclamped, the most and least outlier-rich entries are exactly 2*lambda apart.
@@ -75,7 +77,8 @@ TEST(SpreadTest, BadArguments) {
   for (double p : {-0.1, 1.0, 1.5, std::nan("")}) {
     auto s = SpreadByOutlierRatio(r, w, p, 0.08, 0.99);
     ASSERT_FALSE(s.ok());
-    EXPECT_NE(s.status().message().find("outside [0, 1)"), std::string::npos) << s.status().ToString();
+    EXPECT_NE(s.status().message().find("outside [0, 1)"), std::string::npos)
+        << s.status().ToString();
   }
   EXPECT_FALSE(SpreadByOutlierRatio(r, w, 0.5, -0.1, 0.99).ok());
   EXPECT_FALSE(SpreadByOutlierRatio(r, std::vector<double>{1}, 0.5, 0.08, 0.99).ok());
@@ -170,7 +173,9 @@ TEST_F(ComputeTargetsTest, MethodsShapeTheTargets) {
   for (int l = 0; l < 2; ++l) {
     for (Projection a : kAllProjections) {
       for (Projection b : kAllProjections) {
-        if (stats_.ProjectionRatio(l, a) > stats_.ProjectionRatio(l, b)) EXPECT_LE(proj->at(l, a), proj->at(l, b) + 1e-12);
+        if (stats_.ProjectionRatio(l, a) > stats_.ProjectionRatio(l, b)) {
+          EXPECT_LE(proj->at(l, a), proj->at(l, b) + 1e-12);
+        }
       }
     }
   }

@@ -27,7 +27,8 @@ OwnedTensor MakeTensor(DType type, int64_t rows, int64_t cols, uint32_t seed) {
   auto t = AllocateTensor(type, rows, cols);
   EXPECT_TRUE(t.ok());
   const std::vector<float> v = RandomValues(rows * cols, seed);
-  for (int64_t r = 0; r < rows; ++r) QuantizeRow(type, v.data() + r * cols, t->mutable_row(r), cols);
+  for (int64_t r = 0; r < rows; ++r)
+    QuantizeRow(type, v.data() + r * cols, t->mutable_row(r), cols);
   return std::move(t).value();
 }
 
@@ -58,11 +59,13 @@ TEST_P(ZeroTest, ZeroesExactlyTheChosenElements) {
     }
   }
   EXPECT_EQ(CountNonzero(t.view, nullptr),
-            static_cast<int64_t>(std::count_if(after.begin(), after.end(), [](float v) { return v != 0.0f; })));
+            static_cast<int64_t>(
+                std::count_if(after.begin(), after.end(), [](float v) { return v != 0.0f; })));
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, ZeroTest,
-                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0));
+                         ::testing::Values(DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
+                                           DType::kQ4_0));
 
 TEST(SelectTest, RowsAreCopiedUnchanged) {
   OwnedTensor t = MakeTensor(DType::kQ4_0, 6, 64, 2);
@@ -71,7 +74,9 @@ TEST(SelectTest, RowsAreCopiedUnchanged) {
   ASSERT_TRUE(s.ok());
   ASSERT_EQ(s->view.rows(), 3);
   for (size_t i = 0; i < rows.size(); ++i) {
-    EXPECT_EQ(std::memcmp(s->view.row(static_cast<int64_t>(i)), t.view.row(rows[i]), t.view.row_bytes()), 0);
+    EXPECT_EQ(
+        std::memcmp(s->view.row(static_cast<int64_t>(i)), t.view.row(rows[i]), t.view.row_bytes()),
+        0);
   }
   const std::vector<int64_t> bad = {6};
   EXPECT_FALSE(SelectRows(t.view, bad).ok());
@@ -87,7 +92,9 @@ TEST(SelectTest, WholeBlockColumnsKeepTheirBytes) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   for (int64_t r = 0; r < 5; ++r) {
     EXPECT_EQ(std::memcmp(s->view.row(r), t.view.row(r) + sizeof(BlockQ8_0), sizeof(BlockQ8_0)), 0);
-    EXPECT_EQ(std::memcmp(s->view.row(r) + sizeof(BlockQ8_0), t.view.row(r) + 3 * sizeof(BlockQ8_0), sizeof(BlockQ8_0)), 0);
+    EXPECT_EQ(std::memcmp(s->view.row(r) + sizeof(BlockQ8_0), t.view.row(r) + 3 * sizeof(BlockQ8_0),
+                          sizeof(BlockQ8_0)),
+              0);
   }
 }
 

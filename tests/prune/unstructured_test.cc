@@ -44,7 +44,9 @@ TEST(UnstructuredTest, ZeroesTheLowestOmegaPerRowExactly) {
       std::vector<int> idx(static_cast<size_t>(cols));
       std::iota(idx.begin(), idx.end(), 0);
       const float* wr = w.data() + r * cols;
-      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) { return norm[a] * std::fabs(wr[a]) < norm[b] * std::fabs(wr[b]); });
+      std::stable_sort(idx.begin(), idx.end(), [&](int a, int b) {
+        return norm[a] * std::fabs(wr[a]) < norm[b] * std::fabs(wr[b]);
+      });
       const std::set<int> lowest(idx.begin(), idx.begin() + k);
       int64_t zeros = 0;
       for (int64_t j = 0; j < cols; ++j) {
@@ -69,7 +71,8 @@ TEST(UnstructuredTest, QuantizedRowsKeepTheirOtherValues) {
   for (auto& x : w) x = d(rng);
   auto t = AllocateTensor(DType::kQ8_0, rows, cols);
   ASSERT_TRUE(t.ok());
-  for (int64_t r = 0; r < rows; ++r) QuantizeRow(DType::kQ8_0, w.data() + r * cols, t->mutable_row(r), cols);
+  for (int64_t r = 0; r < rows; ++r)
+    QuantizeRow(DType::kQ8_0, w.data() + r * cols, t->mutable_row(r), cols);
   std::vector<float> before(static_cast<size_t>(cols)), after(static_cast<size_t>(cols));
   std::vector<std::vector<float>> orig;
   for (int64_t r = 0; r < rows; ++r) {
@@ -84,7 +87,8 @@ TEST(UnstructuredTest, QuantizedRowsKeepTheirOtherValues) {
       if (after[static_cast<size_t>(j)] == 0.0f) {
         ++zeros;
       } else {
-        EXPECT_EQ(after[static_cast<size_t>(j)], orig[static_cast<size_t>(r)][static_cast<size_t>(j)]);
+        EXPECT_EQ(after[static_cast<size_t>(j)],
+                  orig[static_cast<size_t>(r)][static_cast<size_t>(j)]);
       }
     }
     EXPECT_GE(zeros, 32);

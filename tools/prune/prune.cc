@@ -38,26 +38,37 @@ std::string BaseName(const std::string& path) {
 }  // namespace
 
 int PruneMain(int argc, char** argv) {
-  CLI::App app("Prune a model (Mosaic: projection outlier distribution, composite pruning).\n"
-               "Calibrates on a text file, derives a target per (layer, projection) averaging P\n"
-               "(weighted by parameters), prunes and writes a GGUF. See docs/pruning.md.", "prune");
+  CLI::App app(
+      "Prune a model (Mosaic: projection outlier distribution, composite pruning).\n"
+      "Calibrates on a text file, derives a target per (layer, projection) averaging P\n"
+      "(weighted by parameters), prunes and writes a GGUF. See docs/pruning.md.",
+      "prune");
   ModelFlags mf;
-  std::string text_path, out, method_name = "projection", mode_name = "unstructured", average_name = "params";
+  std::string text_path, out, method_name = "projection", mode_name = "unstructured",
+                              average_name = "params";
   double target = -1, alpha = 5, lambda = 0.08, share = 0.5;
   prune::CalibrationOptions co;
   bool json = false, no_progress = false;
   AddModelFlags(app, &mf, /*with_ctx=*/false);
   app.add_option("-f,--file", text_path, "calibration text")->required();
-  app.add_option("--target", target, "pruning target P in [0, 1): fraction of projection parameters")->required();
-  app.add_option("--method", method_name, "targets: global, layer (OWL) or projection (Mosaic; default)");
+  app.add_option("--target", target,
+                 "pruning target P in [0, 1): fraction of projection parameters")
+      ->required();
+  app.add_option("--method", method_name,
+                 "targets: global, layer (OWL) or projection (Mosaic; default)");
   app.add_option("--mode", mode_name, "unstructured (default), structured or composite");
   app.add_option("-o,--output", out, "output .gguf")->required();
   app.add_option("--alpha", alpha, "outlier threshold: omega > alpha * mean (default 5)");
-  app.add_option("--lambda", lambda, "spread of layer/projection targets: P +- lambda (default 0.08)");
-  app.add_option("--share", share, "composite: share of each target removed as whole heads/neurons (default 0.5)");
-  app.add_option("--average", average_name, "targets average to P weighted by 'params' (default) or 'uniform' (Eq. 1-2)");
-  app.add_option("--nsamples", co.nsamples, "calibration sequences (default 128, fewer if the text is short)");
-  app.add_option("--seqlen", co.seqlen, "tokens per calibration sequence (default: the model's context)");
+  app.add_option("--lambda", lambda,
+                 "spread of layer/projection targets: P +- lambda (default 0.08)");
+  app.add_option("--share", share,
+                 "composite: share of each target removed as whole heads/neurons (default 0.5)");
+  app.add_option("--average", average_name,
+                 "targets average to P weighted by 'params' (default) or 'uniform' (Eq. 1-2)");
+  app.add_option("--nsamples", co.nsamples,
+                 "calibration sequences (default 128, fewer if the text is short)");
+  app.add_option("--seqlen", co.seqlen,
+                 "tokens per calibration sequence (default: the model's context)");
   app.add_flag("--json", json, "print a JSON report");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
@@ -75,9 +86,13 @@ int PruneMain(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  if (!(alpha > 0) || !(lambda >= 0) || !(share >= 0 && share <= 1) || co.nsamples <= 0 || co.seqlen < 0) {
-    std::fprintf(stderr, "weir prune: need --alpha > 0 (got %g), --lambda >= 0 (got %g), --share in [0, 1] (got %g), "
-                 "--nsamples > 0 (got %d), --seqlen >= 0 (got %d)\n", alpha, lambda, share, co.nsamples, co.seqlen);
+  if (!(alpha > 0) || !(lambda >= 0) || !(share >= 0 && share <= 1) || co.nsamples <= 0 ||
+      co.seqlen < 0) {
+    std::fprintf(stderr,
+                 "weir prune: need --alpha > 0 (got %g), --lambda >= 0 (got %g), --share in [0, 1] "
+                 "(got %g), "
+                 "--nsamples > 0 (got %d), --seqlen >= 0 (got %d)\n",
+                 alpha, lambda, share, co.nsamples, co.seqlen);
     return kExitUsage;
   }
 
@@ -135,9 +150,10 @@ int PruneMain(int argc, char** argv) {
   prov.calibration_sequences = cal->sequences;
   prov.calibration_seqlen = cal->seqlen;
   ProgressBar wbar("write " + out, 1000, show);
-  Status st = format::WriteLlamaGguf(pruned->file, out, std::nullopt,
-                                     [&](double f) { wbar.Update(static_cast<uint64_t>(f * 1000)); },
-                                     prune::PruneMetadata(*targets, po, pruned->report, prov));
+  Status st = format::WriteLlamaGguf(
+      pruned->file, out, std::nullopt,
+      [&](double f) { wbar.Update(static_cast<uint64_t>(f * 1000)); },
+      prune::PruneMetadata(*targets, po, pruned->report, prov));
   wbar.Finish();
   if (!st.ok()) return Fail("prune", st);
   const double write_s = SecondsSince(t0);
@@ -153,27 +169,34 @@ int PruneMain(int argc, char** argv) {
     j["mode"] = std::string(prune::PruneModeName(*mode));
     j["alpha"] = alpha;
     if (*mode == prune::PruneMode::kComposite) j["share"] = share;
-    j["calibration"] = {{"file", text_path}, {"sequences", cal->sequences}, {"seqlen", cal->seqlen},
-                        {"tokens", cal->tokens}, {"text_tokens", cal->text_tokens}};
+    j["calibration"] = {{"file", text_path},
+                        {"sequences", cal->sequences},
+                        {"seqlen", cal->seqlen},
+                        {"tokens", cal->tokens},
+                        {"text_tokens", cal->text_tokens}};
     j["params_before"] = rep.params_before;
     j["params_after"] = rep.params_after;
     j["nonzero_after"] = rep.nonzero_after;
     j["sparsity"] = rep.sparsity();
     j["removed"] = rep.removed();
-    j["seconds"] = {{"calibrate", calibrate_s}, {"targets", stats_s}, {"prune", prune_s}, {"write", write_s},
+    j["seconds"] = {{"calibrate", calibrate_s},
+                    {"targets", stats_s},
+                    {"prune", prune_s},
+                    {"write", write_s},
                     {"total", SecondsSince(t_start)}};
     PrintJson(j);
     return kExitOk;
   }
-  std::printf("calibration: %d sequences x %d tokens from %s (%lld text tokens)\n", cal->sequences, cal->seqlen,
-              text_path.c_str(), static_cast<long long>(cal->text_tokens));
+  std::printf("calibration: %d sequences x %d tokens from %s (%lld text tokens)\n", cal->sequences,
+              cal->seqlen, text_path.c_str(), static_cast<long long>(cal->text_tokens));
   std::fputs(TargetsTable(*targets, rep).c_str(), stdout);
-  std::printf("projection params: %lld -> %lld stored (%.2f%% removed), %lld nonzero (sparsity %.2f%%)\n",
-              static_cast<long long>(rep.params_before), static_cast<long long>(rep.params_after), 100 * rep.removed(),
-              static_cast<long long>(rep.nonzero_after), 100 * rep.sparsity());
+  std::printf(
+      "projection params: %lld -> %lld stored (%.2f%% removed), %lld nonzero (sparsity %.2f%%)\n",
+      static_cast<long long>(rep.params_before), static_cast<long long>(rep.params_after),
+      100 * rep.removed(), static_cast<long long>(rep.nonzero_after), 100 * rep.sparsity());
   std::printf("wrote %s (%s)\n", out.c_str(), FormatBytes(out_bytes).c_str());
-  std::printf("time: calibrate %.2fs, targets %.2fs, prune %.2fs, write %.2fs, total %.2fs\n", calibrate_s, stats_s,
-              prune_s, write_s, SecondsSince(t_start));
+  std::printf("time: calibrate %.2fs, targets %.2fs, prune %.2fs, write %.2fs, total %.2fs\n",
+              calibrate_s, stats_s, prune_s, write_s, SecondsSince(t_start));
   return kExitOk;
 }
 

@@ -5,12 +5,14 @@
 namespace weir::tools {
 
 std::string TargetsTable(const prune::PruneTargets& t, const prune::PruneReport& r) {
-  std::string out = StrFormat("targets: method %s, P = %.4f; mean %.4f weighted by parameters, %.4f plain; "
-                              "(achieved sparsity = 1 - nonzero / original params)\n",
-                              std::string(prune::TargetMethodName(t.method)).c_str(), t.target,
-                              t.Mean(prune::TargetAverage::kParams), t.Mean(prune::TargetAverage::kUniform));
+  std::string out = StrFormat(
+      "targets: method %s, P = %.4f; mean %.4f weighted by parameters, %.4f plain; "
+      "(achieved sparsity = 1 - nonzero / original params)\n",
+      std::string(prune::TargetMethodName(t.method)).c_str(), t.target,
+      t.Mean(prune::TargetAverage::kParams), t.Mean(prune::TargetAverage::kUniform));
   out += StrFormat("%-5s %-17s %-11s", "layer", "heads (kv)", "d_ff");
-  for (prune::Projection p : prune::kAllProjections) out += StrFormat(" %-14s", std::string(prune::ProjectionName(p)).c_str());
+  for (prune::Projection p : prune::kAllProjections)
+    out += StrFormat(" %-14s", std::string(prune::ProjectionName(p)).c_str());
   out += "\n";
   for (int l = 0; l < t.n_layers(); ++l) {
     const size_t li = static_cast<size_t>(l);
@@ -23,7 +25,8 @@ std::string TargetsTable(const prune::PruneTargets& t, const prune::PruneReport&
     }
     out += StrFormat("%-5d %-17s %-11s", l, heads.c_str(), ff.c_str());
     for (prune::Projection p : prune::kAllProjections) {
-      const double achieved = li < r.projections.size() ? r.projections[li][static_cast<size_t>(p)].sparsity() : 0;
+      const double achieved =
+          li < r.projections.size() ? r.projections[li][static_cast<size_t>(p)].sparsity() : 0;
       out += StrFormat(" %.3f (%.3f)  ", t.at(l, p), achieved);
     }
     out += "\n";

@@ -77,8 +77,8 @@ std::string DimsString(const format::LlamaConfig& c) {
 // Writes `file` to `path`, loads it back and measures it.
 Status Measure(const format::ModelFile& file, const std::string& path,
                const std::vector<std::pair<std::string, format::GgufValue>>& metadata,
-               const std::vector<EvalText>& texts, int ctx, int chunks, int decode_tokens, ThreadPool* pool,
-               Cell* cell) {
+               const std::vector<EvalText>& texts, int ctx, int chunks, int decode_tokens,
+               ThreadPool* pool, Cell* cell) {
   WEIR_RETURN_IF_ERROR(format::WriteLlamaGguf(file, path, std::nullopt, nullptr, metadata));
   struct stat sb {};
   cell->file_bytes = ::stat(path.c_str(), &sb) == 0 ? static_cast<uint64_t>(sb.st_size) : 0;
@@ -131,12 +131,15 @@ bool Increasing(const std::vector<double>& v) {
 }  // namespace
 
 int PruneEvalMain(int argc, char** argv) {
-  CLI::App app("Pruning evaluation grid: perplexity, file size and decode speed for each target P,\n"
-               "target method and pruning mode (issue 7). Calibrates once per model.", "prune-eval");
+  CLI::App app(
+      "Pruning evaluation grid: perplexity, file size and decode speed for each target P,\n"
+      "target method and pruning mode (issue 7). Calibrates once per model.",
+      "prune-eval");
   ModelFlags mf;
   mf.ctx = 256;
   std::string calib, targets_s = "0.2,0.4,0.6,0.8", methods_s = "global,layer,projection",
-                     modes_s = "unstructured,structured,composite", tmp = "/tmp", plot, average_name = "params";
+                     modes_s = "unstructured,structured,composite", tmp = "/tmp", plot,
+                     average_name = "params";
   std::vector<std::string> eval_paths;
   int chunks = 8, decode_tokens = 64;
   double alpha = 5, lambda = 0.08, share = 0.5;
@@ -147,10 +150,13 @@ int PruneEvalMain(int argc, char** argv) {
   AddModelFlags(app, &mf);
   app.get_option("--ctx-size")->description("perplexity chunk length (default 256)");
   app.add_option("-f,--file", calib, "calibration text")->required();
-  app.add_option("--eval", eval_paths, "evaluation text (repeatable; default: the calibration text)");
+  app.add_option("--eval", eval_paths,
+                 "evaluation text (repeatable; default: the calibration text)");
   app.add_option("--targets", targets_s, "comma-separated targets P (default 0.2,0.4,0.6,0.8)");
-  app.add_option("--methods", methods_s, "comma-separated methods (default global,layer,projection)");
-  app.add_option("--modes", modes_s, "comma-separated modes (default unstructured,structured,composite)");
+  app.add_option("--methods", methods_s,
+                 "comma-separated methods (default global,layer,projection)");
+  app.add_option("--modes", modes_s,
+                 "comma-separated modes (default unstructured,structured,composite)");
   app.add_option("--nsamples", co.nsamples, "calibration sequences (default 16)");
   app.add_option("--seqlen", co.seqlen, "calibration sequence length (default 256)");
   app.add_option("--chunks", chunks, "perplexity chunks per text (default 8; 0 = all)");
@@ -179,16 +185,22 @@ int PruneEvalMain(int argc, char** argv) {
   std::vector<prune::PruneMode> modes;
   for (const std::string& s : SplitList(methods_s)) {
     auto m = prune::ParseTargetMethod(s);
-    if (!m.ok()) return std::fprintf(stderr, "weir prune-eval: %s\n", m.status().message().c_str()), kExitUsage;
+    if (!m.ok())
+      return std::fprintf(stderr, "weir prune-eval: %s\n", m.status().message().c_str()),
+             kExitUsage;
     methods.push_back(*m);
   }
   for (const std::string& s : SplitList(modes_s)) {
     auto m = prune::ParsePruneMode(s);
-    if (!m.ok()) return std::fprintf(stderr, "weir prune-eval: %s\n", m.status().message().c_str()), kExitUsage;
+    if (!m.ok())
+      return std::fprintf(stderr, "weir prune-eval: %s\n", m.status().message().c_str()),
+             kExitUsage;
     modes.push_back(*m);
   }
   auto average = prune::ParseTargetAverage(average_name);
-  if (!average.ok()) return std::fprintf(stderr, "weir prune-eval: %s\n", average.status().message().c_str()), kExitUsage;
+  if (!average.ok())
+    return std::fprintf(stderr, "weir prune-eval: %s\n", average.status().message().c_str()),
+           kExitUsage;
   if (ps.empty() || methods.empty() || modes.empty()) {
     std::fprintf(stderr, "weir prune-eval: --targets, --methods and --modes must not be empty\n");
     return kExitUsage;
@@ -199,10 +211,13 @@ int PruneEvalMain(int argc, char** argv) {
   if (!m.ok()) return Fail("prune-eval", m.status());
   const model::Model& model = **m;
   if (model.tokenizer() == nullptr) {
-    return Fail("prune-eval", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
+    return Fail("prune-eval",
+                Status::InvalidArgument(model.file().path +
+                                        ": the model has no tokenizer; pass --tokenizer"));
   }
   auto calib_text = format::ReadSmallFile(calib, 1ull << 30);
-  if (!calib_text.ok()) return Fail("prune-eval", calib_text.status().WithContext("calibration text"));
+  if (!calib_text.ok())
+    return Fail("prune-eval", calib_text.status().WithContext("calibration text"));
   if (eval_paths.empty()) eval_paths.push_back(calib);
   std::vector<EvalText> texts;
   for (const std::string& p : eval_paths) {
@@ -220,11 +235,14 @@ int PruneEvalMain(int argc, char** argv) {
   auto stats = prune::ComputeOutlierStats(model.file(), cal->norms, alpha, &pool);
   if (!stats.ok()) return Fail("prune-eval", stats.status());
 
-  const std::string tmp_path = StrFormat("%s/weir_prune_eval_%d.gguf", tmp.c_str(), static_cast<int>(::getpid()));
+  const std::string tmp_path =
+      StrFormat("%s/weir_prune_eval_%d.gguf", tmp.c_str(), static_cast<int>(::getpid()));
   std::vector<Cell> cells;
   Cell dense;
   dense.method = dense.mode = "dense";
-  if (Status st = Measure(model.file(), tmp_path, {}, texts, mf.ctx, chunks, decode_tokens, &pool, &dense); !st.ok()) {
+  if (Status st =
+          Measure(model.file(), tmp_path, {}, texts, mf.ctx, chunks, decode_tokens, &pool, &dense);
+      !st.ok()) {
     return Fail("prune-eval", st);
   }
   cells.push_back(dense);
@@ -252,9 +270,12 @@ int PruneEvalMain(int argc, char** argv) {
         c.removed = pruned->report.removed();
         c.sparsity = pruned->report.sparsity();
         prune::PruneProvenance prov{alpha, BaseName(calib), cal->sequences, cal->seqlen};
-        Status st = Measure(pruned->file, tmp_path, prune::PruneMetadata(*targets, po, pruned->report, prov), texts,
-                            mf.ctx, chunks, decode_tokens, &pool, &c);
-        if (!st.ok()) return Fail("prune-eval", st.WithContext(c.method + "/" + c.mode + StrFormat(" P=%g", p)));
+        Status st = Measure(pruned->file, tmp_path,
+                            prune::PruneMetadata(*targets, po, pruned->report, prov), texts, mf.ctx,
+                            chunks, decode_tokens, &pool, &c);
+        if (!st.ok())
+          return Fail("prune-eval",
+                      st.WithContext(c.method + "/" + c.mode + StrFormat(" P=%g", p)));
         cells.push_back(c);
         bar.Update(++done);
       }
@@ -275,22 +296,31 @@ int PruneEvalMain(int argc, char** argv) {
   for (size_t ti = 0; ti < texts.size(); ++ti) {
     for (double p : ps) {
       for (const char* mode : {"unstructured", "structured", "composite"}) {
-        const Cell *g = find(p, "global", mode), *l = find(p, "layer", mode), *pr = find(p, "projection", mode);
+        const Cell *g = find(p, "global", mode), *l = find(p, "layer", mode),
+                   *pr = find(p, "projection", mode);
         if (!g || !l || !pr) continue;
         const bool holds = Increasing({pr->ppl[ti], l->ppl[ti], g->ppl[ti]});
         const bool proj_best = pr->ppl[ti] <= std::min(l->ppl[ti], g->ppl[ti]);
-        orderings.push_back({{"text", texts[ti].name}, {"p", p}, {"mode", mode}, {"kind", "projection<layer<global"},
-                             {"holds", holds}, {"projection_lowest", proj_best}});
-        order_md += StrFormat("| %s | %.1f | %s | projection < layer < global | %s%s |\n", texts[ti].name.c_str(), p, mode,
-                              holds ? "yes" : "no", !holds && proj_best ? " (projection lowest)" : "");
+        orderings.push_back({{"text", texts[ti].name},
+                             {"p", p},
+                             {"mode", mode},
+                             {"kind", "projection<layer<global"},
+                             {"holds", holds},
+                             {"projection_lowest", proj_best}});
+        order_md += StrFormat("| %s | %.1f | %s | projection < layer < global | %s%s |\n",
+                              texts[ti].name.c_str(), p, mode, holds ? "yes" : "no",
+                              !holds && proj_best ? " (projection lowest)" : "");
       }
       for (const char* method : {"global", "layer", "projection"}) {
         const Cell *u = find(p, method, "unstructured"), *s = find(p, method, "structured"),
                    *c = find(p, method, "composite");
         if (!u || !s || !c) continue;
         const bool holds = u->ppl[ti] <= c->ppl[ti] && c->ppl[ti] <= s->ppl[ti];
-        orderings.push_back({{"text", texts[ti].name}, {"p", p}, {"method", method},
-                             {"kind", "unstructured<=composite<=structured"}, {"holds", holds}});
+        orderings.push_back({{"text", texts[ti].name},
+                             {"p", p},
+                             {"method", method},
+                             {"kind", "unstructured<=composite<=structured"},
+                             {"holds", holds}});
         order_md += StrFormat("| %s | %.1f | %s | unstructured <= composite <= structured | %s |\n",
                               texts[ti].name.c_str(), p, method, holds ? "yes" : "no");
       }
@@ -306,11 +336,13 @@ int PruneEvalMain(int argc, char** argv) {
     for (prune::TargetMethod method : methods) {
       for (prune::PruneMode mode : modes) {
         sim::PlotSeries s;
-        s.name = std::string(prune::TargetMethodName(method)) + "/" + std::string(prune::PruneModeName(mode));
+        s.name = std::string(prune::TargetMethodName(method)) + "/" +
+                 std::string(prune::PruneModeName(mode));
         s.x.push_back(0);
         s.y.push_back(std::log10(dense.ppl[0]));
         for (double p : ps) {
-          if (const Cell* c = find(p, s.name.substr(0, s.name.find('/')), std::string(prune::PruneModeName(mode)))) {
+          if (const Cell* c = find(p, s.name.substr(0, s.name.find('/')),
+                                   std::string(prune::PruneModeName(mode)))) {
             s.x.push_back(p);
             s.y.push_back(std::log10(c->ppl[0]));
           }
@@ -332,33 +364,51 @@ int PruneEvalMain(int argc, char** argv) {
     for (const Cell& c : cells) {
       nlohmann::json ppl;
       for (size_t i = 0; i < texts.size(); ++i) ppl[texts[i].name] = c.ppl[i];
-      rows.push_back({{"p", c.p}, {"method", c.method}, {"mode", c.mode}, {"removed", c.removed},
-                      {"sparsity", c.sparsity}, {"file_bytes", c.file_bytes}, {"decode_tok_s", c.decode_tok_s},
-                      {"prune_seconds", c.prune_s}, {"ppl", ppl}, {"dims", c.dims}});
+      rows.push_back({{"p", c.p},
+                      {"method", c.method},
+                      {"mode", c.mode},
+                      {"removed", c.removed},
+                      {"sparsity", c.sparsity},
+                      {"file_bytes", c.file_bytes},
+                      {"decode_tok_s", c.decode_tok_s},
+                      {"prune_seconds", c.prune_s},
+                      {"ppl", ppl},
+                      {"dims", c.dims}});
     }
-    PrintJson({{"model", model.file().path}, {"calibration", {{"file", calib}, {"sequences", cal->sequences},
-                                                                {"seqlen", cal->seqlen}}},
-               {"ctx", mf.ctx}, {"chunks", chunks}, {"alpha", alpha}, {"lambda", lambda}, {"share", share},
-               {"average", average_name}, {"rows", rows}, {"orderings", orderings}});
+    PrintJson(
+        {{"model", model.file().path},
+         {"calibration", {{"file", calib}, {"sequences", cal->sequences}, {"seqlen", cal->seqlen}}},
+         {"ctx", mf.ctx},
+         {"chunks", chunks},
+         {"alpha", alpha},
+         {"lambda", lambda},
+         {"share", share},
+         {"average", average_name},
+         {"rows", rows},
+         {"orderings", orderings}});
     return kExitOk;
   }
   std::printf("### %s\n\n", BaseName(model.file().path).c_str());
-  std::printf("calibration: %d x %d tokens of %s; perplexity: ctx %d, %d chunks; alpha %g, lambda %g, share %g, "
-              "targets averaged by %s\n\n",
-              cal->sequences, cal->seqlen, BaseName(calib).c_str(), mf.ctx, chunks, alpha, lambda, share,
-              average_name.c_str());
+  std::printf(
+      "calibration: %d x %d tokens of %s; perplexity: ctx %d, %d chunks; alpha %g, lambda %g, "
+      "share %g, "
+      "targets averaged by %s\n\n",
+      cal->sequences, cal->seqlen, BaseName(calib).c_str(), mf.ctx, chunks, alpha, lambda, share,
+      average_name.c_str());
   std::printf("| P | method | mode | removed | sparsity | file KiB | decode tok/s |");
   for (const EvalText& t : texts) std::printf(" ppl %s |", t.name.c_str());
   std::printf("\n|---|---|---|---:|---:|---:|---:|");
   for (size_t i = 0; i < texts.size(); ++i) std::printf("---:|");
   std::printf("\n");
   for (const Cell& c : cells) {
-    std::printf("| %.1f | %s | %s | %.1f%% | %.1f%% | %.1f | %.0f |", c.p, c.method.c_str(), c.mode.c_str(),
-                100 * c.removed, 100 * c.sparsity, c.file_bytes / 1024.0, c.decode_tok_s);
+    std::printf("| %.1f | %s | %s | %.1f%% | %.1f%% | %.1f | %.0f |", c.p, c.method.c_str(),
+                c.mode.c_str(), 100 * c.removed, 100 * c.sparsity, c.file_bytes / 1024.0,
+                c.decode_tok_s);
     for (double v : c.ppl) std::printf(" %.2f |", v);
     std::printf("\n");
   }
-  std::printf("\n| text | P | group | ordering | holds |\n|---|---|---|---|---|\n%s", order_md.c_str());
+  std::printf("\n| text | P | group | ordering | holds |\n|---|---|---|---|---|\n%s",
+              order_md.c_str());
   return kExitOk;
 }
 
