@@ -438,15 +438,14 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   auto oom = [](const Result<storage::CacheHandle>& h) {
     return !h.ok() && h.status().code() == Status::Code::kOutOfMemory;
   };
-  // No room in the partition: drop read-ahead, then finish earlier work, then try staging.
-  Result<storage::CacheHandle> h = prefetcher_->Get(r);
-  if (oom(h) && prefetcher_->CancelAll() > 0) h = prefetcher_->Get(r);
-  if (oom(h) && make_room && make_room()) h = prefetcher_->Get(r);
-  if (oom(h)) {
-    storage::UnitRead staged = r;
-    staged.partition = staging_partition_;
-    h = prefetcher_->Get(staged);
-  }
+  // A miss is read into staging and promoted below if the policy admits it. No room there:
+  // drop read-ahead, then finish earlier work, then reserve in the partition itself.
+  storage::UnitRead staged = r;
+  staged.partition = staging_partition_;
+  Result<storage::CacheHandle> h = prefetcher_->Get(staged);
+  if (oom(h) && prefetcher_->CancelAll() > 0) h = prefetcher_->Get(staged);
+  if (oom(h) && make_room && make_room()) h = prefetcher_->Get(staged);
+  if (oom(h)) h = prefetcher_->Get(r);
   if (h.ok()) {
     stall();
     take(std::move(h).value());

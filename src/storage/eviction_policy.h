@@ -74,6 +74,13 @@ class EvictionPolicy {
   // (budget shrink) it must return one whenever one is evictable.
   virtual PolicyHook* PickVictim(uint32_t partition, bool force) = 0;
 
+  // Admission (WeightCache::Move): may `incoming` take the place of `victim`? MRU says no: the
+  // incoming unit is the most recently used, so it is the one MRU would evict. Default yes.
+  virtual bool Admit(const PolicyHook& incoming, const PolicyHook& victim) const {
+    (void)incoming, (void)victim;
+    return true;
+  }
+
   // A new token starts; append evictable units the policy wants dropped now (window).
   virtual void BeginToken(std::vector<PolicyHook*>* expired) { (void)expired; }
   // A new sequence (prompt) starts: per-sequence statistics are forgotten (LFU).

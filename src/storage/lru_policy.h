@@ -32,6 +32,9 @@ class LruPolicy : public EvictionPolicy {
   PolicyHook* PickVictim(uint32_t partition, bool force) override {
     return most_recent_ ? lists_[partition].head : lists_[partition].tail;
   }
+  bool Admit(const PolicyHook& incoming, const PolicyHook& victim) const override {
+    return !most_recent_;
+  }
   size_t per_entry_bytes() const override { return 0; }
 
  private:

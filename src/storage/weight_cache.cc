@@ -338,7 +338,7 @@ Status WeightCache::Move(const CacheHandle& h, uint32_t partition) {
   }
   while (to.used + e->charge > to.budget) {
     PolicyHook* victim = policy_->PickVictim(partition, /*force=*/false);
-    if (victim == nullptr) {
+    if (victim == nullptr || !policy_->Admit(e->hook, *victim)) {
       return Status::OutOfMemory(StrFormat("weight cache: no room to move %s into partition %u: the policy keeps the rest",
                                            UnitName(e->hook.id).c_str(), partition));
     }

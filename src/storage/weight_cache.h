@@ -221,7 +221,8 @@ class WeightCache {
   // Moves the pinned, ready unit of `h` into `partition`, evicting unpinned units of that
   // partition (policy order) to make room; a staging area promotes what the compute used into
   // the cache proper this way. OutOfMemory (nothing changes) when no room can be made: the
-  // target's room is pinned or its policy refuses (ATU). Not an access.
+  // target's room is pinned, its policy refuses a victim (ATU) or will not admit the unit in
+  // its place (MRU: EvictionPolicy::Admit). Not an access.
   Status Move(const CacheHandle& h, uint32_t partition);
 
   // Changes the budget. Shrinking evicts unpinned units (policy order, per partition); it fails

@@ -146,7 +146,7 @@ TEST(WeightCachePlacementTest, AbortedLoadStillPinnedBlocksItsPlace) {
 }
 
 TEST(WeightCacheMoveTest, MovesIntoAPartitionEvictingThere) {
-  for (const char* policy : {"lru", "lfu", "mru", "window", "atu"}) {
+  for (const char* policy : {"lru", "lfu", "window", "atu"}) {
     SCOPED_TRACE(policy);
     auto c = MakeCache(0, nullptr, policy, {1, 1});
     const uint64_t charge = c->EntryCharge(4096);
@@ -175,6 +175,30 @@ TEST(WeightCacheMoveTest, MovesIntoAPartitionEvictingThere) {
     EXPECT_TRUE(c->Move(*h, 0).ok());
     EXPECT_EQ(c->Move(*h, 9).code(), Status::Code::kInvalidArgument);
   }
+}
+
+TEST(WeightCacheMoveTest, MruAdmitsOnlyIntoFreeRoom) {
+  // MRU would evict the incoming unit itself (it is the most recent): a move that needs an
+  // eviction is refused and the unit stays where it is; into free room it is admitted.
+  auto c = MakeCache(0, nullptr, "mru", {1, 1});
+  const uint64_t charge = c->EntryCharge(4096);
+  ASSERT_TRUE(c->SetBudget(2 * 2 * charge).ok());
+  auto load = [&](UnitId id, uint32_t part) {
+    auto r = c->Acquire(id, 4096, part);
+    EXPECT_TRUE(r.ok());
+    r->Publish();
+    return std::move(r).value();
+  };
+  CacheHandle a = load(1, 1);
+  EXPECT_TRUE(c->Move(a, 0).ok());  // free room
+  a.Reset();
+  load(2, 0).Reset();               // partition 0 is now full (1 and 2)
+  CacheHandle b = load(3, 1);
+  Status st = c->Move(b, 0);
+  EXPECT_EQ(st.code(), Status::Code::kOutOfMemory) << st.ToString();
+  EXPECT_EQ(b.partition(), 1u);
+  EXPECT_EQ(c->partition_stats(0).entries, 2u);
+  EXPECT_EQ(c->stats().evicted_entries, 0u);
 }
 
 TEST(WeightCacheMoveTest, RefusedWhenTheTargetIsPinned) {
