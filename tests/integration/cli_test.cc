@@ -1,0 +1,60 @@
+// End-to-end checks of build/bin/weir as a user runs it: the published stories260K greedy
+// output, exit codes for usage and runtime errors, and clean one-line errors on bad input.
+#include <gtest/gtest.h>
+
+#include <string>
+
+#include "testing/testing.h"
+
+namespace weir {
+namespace {
+
+using testing::RunCommand;
+using testing::SharedPath;
+using testing::WeirBin;
+
+std::string Quote(const std::string& s) { return "'" + s + "'"; }
+
+// llama2.c's doc/stories260K.md: greedy decoding of stories260K from BOS.
+TEST(CliTest, Stories260KGreedyReproducesPublishedText) {
+  const std::string model = SharedPath("models/stories260K/stories260K.bin");
+  if (!testing::FileExists(model)) GTEST_SKIP() << "no " << model;
+  auto r = RunCommand(Quote(WeirBin()) + " run -m " + Quote(model) + " -n 60 --temp 0 -t 1");
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out.rfind("Once upon a time, there was a little girl named Lily. She loved to play outside in "
+                        "the park. One day, she saw a big, red ball. She wanted to play with it, but it was too high",
+                        0),
+            0u)
+      << r.out;
+  EXPECT_NE(r.err.find("tok/s"), std::string::npos) << r.err;
+}
+
+TEST(CliTest, UsageErrorsExitTwo) {
+  EXPECT_EQ(RunCommand(Quote(WeirBin()) + " no-such-command").exit_code, 2);
+  EXPECT_EQ(RunCommand(Quote(WeirBin()) + " run --no-such-flag").exit_code, 2);
+  EXPECT_EQ(RunCommand(Quote(WeirBin()) + " run").exit_code, 2);  // -m is required
+  EXPECT_EQ(RunCommand(Quote(WeirBin()) + " run --help").exit_code, 0);
+}
+
+TEST(CliTest, BadModelFilesFailWithOneLineError) {
+  const std::string dir = testing::TempDir();
+  testing::WriteFile(dir + "/junk.bin", "this is not a model at all, just some text bytes");
+  testing::WriteFile(dir + "/trunc.gguf", std::string("GGUF\x03\x00\x00\x00\x05", 9));
+  for (const std::string& f : {dir + "/junk.bin", dir + "/trunc.gguf", dir + "/missing.gguf"}) {
+    auto r = RunCommand(Quote(WeirBin()) + " run -m " + Quote(f) + " -n 4");
+    EXPECT_EQ(r.exit_code, 1) << f << ": " << r.err;
+    EXPECT_NE(r.err.find("error"), std::string::npos) << r.err;
+    EXPECT_EQ(r.err.find('\n'), r.err.size() - 1) << "not one line: " << r.err;
+  }
+}
+
+TEST(CliTest, SparsityFlagErrorsAreClear) {
+  const std::string model = SharedPath("models/stories260K/stories260K.bin");
+  if (!testing::FileExists(model)) GTEST_SKIP() << "no " << model;
+  auto r = RunCommand(Quote(WeirBin()) + " run -m " + Quote(model) + " -n 4 --sparsity nosuch:0.5");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("nosuch"), std::string::npos) << r.err;
+}
+
+}  // namespace
+}  // namespace weir
