@@ -71,7 +71,7 @@ struct StreamingOptions {
   // "uniform": one cache partition per layer group, equal shares (DIP's split);
   // "proportional": shares by group size; "shared": one pool for all groups.
   std::string partitions = "uniform";
-  size_t block_bytes = 1 << 20;   // cached unit; a multiple of 4096 (large reads are fast)
+  size_t block_bytes = 2 << 20;   // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
   int lane_channels = 0;          // channels per partial sum of W_down (a multiple of 4);
                                   // 0 = about 512 KiB of bundles
   int prefetch_layers = 1;        // layers ahead the I/O thread reads (0 = only the current)

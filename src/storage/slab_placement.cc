@@ -11,6 +11,10 @@
 
 namespace weir::storage {
 
+namespace {
+constexpr uint64_t kHugePage = uint64_t{2} << 20;
+}  // namespace
+
 size_t SlabPlacement::PageSize() {
   static const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
   return page;
@@ -33,20 +37,27 @@ Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<S
                                                static_cast<unsigned long long>(in.bytes)));
     }
     mapped = mapped / page * page;
-    void* base = mmap(nullptr, mapped, PROT_READ | PROT_WRITE,
-                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (base == MAP_FAILED) {
+    // Units of whole huge pages get huge pages (one fault and one zeroing per 2 MiB instead of
+    // 512: reading into freshly released memory is otherwise limited by page faults), at a
+    // 2 MiB-aligned base; smaller units get none, so that a unit commits only its own pages.
+    const bool huge = in.unit_bytes % kHugePage == 0;
+    const uint64_t reserve = mapped + (huge ? kHugePage : 0);
+    void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    if (raw == MAP_FAILED) {
       return Status::OutOfMemory(StrFormat("slab placement: cannot reserve %llu bytes of address space: %s",
-                                           static_cast<unsigned long long>(mapped), std::strerror(errno)));
+                                           static_cast<unsigned long long>(reserve), std::strerror(errno)));
     }
-    (void)madvise(base, mapped, MADV_NOHUGEPAGE);  // best effort: not every kernel has THP
-    p->slabs_.push_back(Region{static_cast<std::byte*>(base), mapped, in.unit_bytes});
+    std::byte* base = static_cast<std::byte*>(raw);
+    if (huge) base += (kHugePage - reinterpret_cast<uintptr_t>(base) % kHugePage) % kHugePage;
+    (void)madvise(base, mapped, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);  // best effort
+    p->slabs_.push_back(Region{base, mapped, in.unit_bytes, static_cast<std::byte*>(raw), reserve});
   }
   return p;
 }
 
 SlabPlacement::~SlabPlacement() {
-  for (const Region& r : slabs_) munmap(r.base, r.mapped);
+  for (const Region& r : slabs_) munmap(r.mapping, r.reserved);
 }
 
 std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {

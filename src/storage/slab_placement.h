@@ -8,8 +8,11 @@
 //   where s = UnitLayer(id) and i = UnitIndex(id) (unit_id.h; the kind is not used).
 //
 // Each slab is an anonymous private mapping reserved up front with MAP_NORESERVE: it costs
-// address space, not memory, until a unit's bytes are written. Transparent huge pages are
-// turned off for it (MADV_NOHUGEPAGE) so that writing one unit commits only that unit's pages.
+// address space, not memory, until a unit's bytes are written. When units are whole 2 MiB huge
+// pages, the slab is 2 MiB-aligned and asks for transparent huge pages (MADV_HUGEPAGE): filling
+// a unit then costs one page fault instead of 512, which otherwise limits how fast storage can
+// be read into freshly released memory. Otherwise huge pages are turned off for it
+// (MADV_NOHUGEPAGE), so that writing one unit commits only that unit's pages.
 // Release (and Discard, for bytes read outside the cache) returns a unit's pages to the OS with
 // MADV_DONTNEED, after which they read as zeros; so resident memory follows what is cached. The
 // page tables of committed pages (8 bytes per 4 KiB) are the only cost outside the cache budget.
@@ -58,6 +61,8 @@ class SlabPlacement : public UnitPlacement {
     std::byte* base = nullptr;
     uint64_t mapped = 0;
     size_t unit_bytes = 0;
+    std::byte* mapping = nullptr;  // what mmap returned (base may be aligned up within it)
+    uint64_t reserved = 0;
   };
   SlabPlacement() = default;
   std::vector<Region> slabs_;

@@ -95,6 +95,25 @@ TEST(SlabPlacementTest, DiscardReturnsPagesAndZeroes) {
   for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], std::byte{0});
 }
 
+TEST(SlabPlacementTest, HugePageUnitsAreAlignedAndReleased) {
+  const size_t unit = 2 << 20;
+  auto s = SlabPlacement::Create({{24 * unit + 5000, unit}});
+  ASSERT_TRUE(s.ok());
+  std::byte* base = (*s)->base(0);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(base) % unit, 0u);  // huge-page aligned
+  std::byte* p = (*s)->Place(MakeUnitId(0, 1, 3), unit);
+  ASSERT_EQ(p, base + 3 * unit);
+  const uint64_t before = RssBytes();
+  for (int u = 0; u < 24; ++u) std::memset(base + u * unit, 0x11, unit);
+  const uint64_t touched = RssBytes();
+  EXPECT_GT(touched, before + 20 * unit);
+  for (int u = 0; u < 24; ++u) (*s)->Release(MakeUnitId(0, 1, u), base + u * unit, unit);
+  EXPECT_LT(RssBytes(), touched - 20 * unit);
+  EXPECT_EQ(base[5 * unit + 77], std::byte{0});
+  // The short tail past the last whole unit.
+  EXPECT_EQ((*s)->Place(MakeUnitId(0, 1, 24), 8192), base + 24 * unit);
+}
+
 TEST(WeightCachePlacementTest, EntriesLiveAtTheirPlaceAndAreReleased) {
   auto slabs = SlabPlacement::Create({{16 * kUnit, kUnit}, {16 * kUnit, kUnit}}).value();
   RecordingPlacement rec(slabs.get());

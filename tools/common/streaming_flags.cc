@@ -21,7 +21,7 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
   app.add_option("--policy", f->policy, "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default lru)");
   app.add_option("--prefetch", f->prefetch, "layers read ahead by the I/O thread (default 1)")->check(CLI::Range(0, 64));
   app.add_option("--partitions", f->partitions, "cache split: uniform (per layer group), proportional, shared (default uniform)");
-  app.add_option("--block", f->block, "cached unit of the bundle tensors, a multiple of 4 KiB (default 1MiB)");
+  app.add_option("--block", f->block, "cached unit of the bundle tensors, a multiple of 4 KiB (default 2MiB)");
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")->check(CLI::Range(1, 4096));
 }
 
