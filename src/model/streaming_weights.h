@@ -23,17 +23,19 @@
 // streamed run gives bit for bit the logits of a run with everything resident.
 //
 // Cache. One partition per layer group (uniform or proportional shares, or one shared pool)
-// under the eviction policy, plus a staging partition that prefetched blocks are read into, so
-// that reading ahead never evicts what the policy keeps. A block the compute used is moved
-// from staging into its group's partition when the policy makes room for it there.
+// under the eviction policy, plus a staging partition that every read lands in, so that reading
+// ahead never evicts what the policy keeps. A block the compute used is moved from staging into
+// its group's partition when the policy makes room for it and admits it (MRU admits only into
+// free room: in a dense scan that keeps a fixed part of every layer and streams the rest).
 //
-// I/O. At each layer the I/O thread is given the blocks of this layer and of the next
-// prefetch_layers layers (dense mode: whole layers, M2Cache's layer-wise preloading), read in
-// batches (io_uring: all in flight), as far as the staging partition has room. A block the
-// compute thread needs is taken from the cache, waited for, or read on demand. When no
+// I/O. A read-ahead cursor walks the blocks of this layer and the next prefetch_layers layers
+// (attention, then bundles; on into the next token's first layers: M2Cache's layer-wise
+// preloading) and hands the I/O thread what is not cached while staging has room; it is topped
+// up as the compute frees room. The I/O thread merges contiguous blocks into large reads. A
+// block the compute needs is taken from the cache, waited for, or read on demand. When no
 // partition can take a block (its room is pinned, or the policy refuses as ATU does), it is read
-// into its slab place outside the cache and dropped after its lane ran (a transient read: at
-// most one lane's blocks at a time).
+// into its slab place outside the cache and dropped after use (a transient read: at most one
+// lane's blocks or one layer's attention at a time).
 //
 // Resident mode. When the cache budget holds every block, each extent is loaded once and its
 // blocks stay pinned: later tokens compute straight from the slabs with no cache traffic, which
