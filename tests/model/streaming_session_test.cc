@@ -157,6 +157,49 @@ TEST(StreamingSessionTest, EveryPolicyBudgetAndDeviceMatchesResident) {
   }
 }
 
+TEST(StreamingSessionTest, BudgetChangesWhileGenerating) {
+  const Files f = MakeFiles(DType::kQ8_0, 1);
+  ThreadPool pool(2);
+  const int steps = 8;
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, steps);
+  ASSERT_TRUE(resident.ok());
+  auto sm = StreamingModel::Open(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"));
+  ASSERT_TRUE(sm.ok()) << sm.status().ToString();
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = 4;
+  so.streamed = &(*sm)->streamer();
+  auto s = Session::Create((*sm)->model(), &pool, so);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
+  const uint64_t minimum = (*sm)->plan().minimum(), streamed = (*sm)->plan().streamed_bytes;
+  const uint64_t budgets[] = {minimum + streamed / 2, minimum, minimum + 2 * streamed, minimum + streamed / 5};
+  const int vocab = (*sm)->model().config().vocab_size;
+  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+  auto l = (*s)->Prefill(prompt);
+  ASSERT_TRUE(l.ok());
+  Trace t;
+  for (int i = 0; i < steps; ++i) {
+    // A new budget every other token; below the minimum is refused and changes nothing.
+    if (i % 2 == 0) {
+      ASSERT_TRUE((*sm)->SetMemoryBudget(budgets[i / 2]).ok());
+      EXPECT_EQ((*sm)->plan().budget, budgets[i / 2]);
+      const storage::CacheStats cs = (*sm)->streamer().cache_stats();
+      EXPECT_LE(cs.current_bytes, (*sm)->plan().cache_bytes);
+      Status below = (*sm)->SetMemoryBudget(minimum - 1);
+      EXPECT_EQ(below.code(), Status::Code::kOutOfMemory);
+      EXPECT_EQ((*sm)->plan().budget, budgets[i / 2]);
+    }
+    t.logits.insert(t.logits.end(), *l, *l + vocab);
+    const int32_t tok = Sampler::Argmax(*l, vocab);
+    t.tokens.push_back(tok);
+    l = (*s)->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast);
+    ASSERT_TRUE(l.ok()) << l.status().ToString();
+  }
+  t.logits.insert(t.logits.end(), *l, *l + vocab);
+  EXPECT_TRUE(Same(t, *resident));
+}
+
 TEST(StreamingSessionTest, AttentionStreamedOrStatic) {
   const Files f = MakeFiles(DType::kQ4_0, 2, 4);
   ThreadPool pool(2);
