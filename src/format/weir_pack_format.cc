@@ -49,8 +49,8 @@ Status FinishPackGroup(PackGroup* g) {
 std::vector<std::string> PackStaticTensorNames(const LlamaConfig& c) {
   std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
   if (!c.tied_output) names.push_back("output.weight");
-  static const char* kPerLayer[] = {"attn_norm", "attn_q", "attn_k", "attn_v", "attn_output",
-                                    "ffn_norm"};
+  static const char* kPerLayer[] = {"attn_norm", "attn_q",      "attn_k",
+                                    "attn_v",    "attn_output", "ffn_norm"};
   for (int l = 0; l < c.n_layers; ++l) {
     for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
   }

@@ -80,8 +80,8 @@ inline constexpr int kBundleOps = 3;
 struct PackGroup {
   int index = 0;
   int first_layer = 0;
-  int n_layers = 0;   // layers in this group
-  int d_ff = 0;       // channels (equal for every layer of the group)
+  int n_layers = 0;  // layers in this group
+  int d_ff = 0;      // channels (equal for every layer of the group)
   int d_model = 0;
   DType dtype = DType::kF32;
   uint64_t offset = 0;      // absolute file offset of the tensor's first byte (page-aligned)

@@ -40,9 +40,9 @@ Status PackFile::Parse() {
   const GgufFile& f = gguf_;
   const char* p = f.path().c_str();
   if (!IsPack(f)) {
-    return Status::InvalidArgument(StrFormat(
-        "%s: not a weir pack (no %s key); make one with `weir pack -m MODEL -o OUT.weir`", p,
-        kPackVersionKey));
+    return Status::InvalidArgument(
+        StrFormat("%s: not a weir pack (no %s key); make one with `weir pack -m MODEL -o OUT.weir`",
+                  p, kPackVersionKey));
   }
   WEIR_ASSIGN_OR_RETURN(uint32_t version, f.GetU32(kPackVersionKey));
   if (version != kPackVersion) {
@@ -70,8 +70,8 @@ Status PackFile::Parse() {
   // Groups: arrays of equal length that tile the layers in order.
   WEIR_ASSIGN_OR_RETURN(uint32_t gsize, f.GetU32(kPackGroupSizeKey));
   if (gsize < 1 || gsize > static_cast<uint32_t>(kMaxPackGroupSize)) {
-    return Status::Corrupt(StrFormat("%s: %s = %u is outside 1..%d", p, kPackGroupSizeKey, gsize,
-                                     kMaxPackGroupSize));
+    return Status::Corrupt(
+        StrFormat("%s: %s = %u is outside 1..%d", p, kPackGroupSizeKey, gsize, kMaxPackGroupSize));
   }
   group_size_ = static_cast<int>(gsize);
   WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> firsts, f.GetI64Array(kPackGroupFirstKey));
@@ -88,7 +88,8 @@ Status PackFile::Parse() {
   group_of_.assign(static_cast<size_t>(n_layers), -1);
   int64_t next = 0;
   for (size_t g = 0; g < firsts.size(); ++g) {
-    if (firsts[g] != next || counts[g] < 1 || counts[g] > gsize || firsts[g] + counts[g] > n_layers) {
+    if (firsts[g] != next || counts[g] < 1 || counts[g] > gsize ||
+        firsts[g] + counts[g] > n_layers) {
       return Status::Corrupt(StrFormat(
           "%s: layer group %zu starts at layer %lld with %lld layers; expected to start at %lld "
           "with 1..%u layers inside the %d layers",
@@ -104,9 +105,9 @@ Status PackFile::Parse() {
     for (int j = 0; j < grp.n_layers; ++j) {
       const int l = grp.first_layer + j;
       if (config_.layers[static_cast<size_t>(l)].d_ff != grp.d_ff) {
-        return Status::Corrupt(StrFormat("%s: layer group %zu mixes d_ff %d (layer %d) and %d (layer %d)",
-                                         p, g, grp.d_ff, grp.first_layer,
-                                         config_.layers[static_cast<size_t>(l)].d_ff, l));
+        return Status::Corrupt(
+            StrFormat("%s: layer group %zu mixes d_ff %d (layer %d) and %d (layer %d)", p, g,
+                      grp.d_ff, grp.first_layer, config_.layers[static_cast<size_t>(l)].d_ff, l));
       }
       group_of_[static_cast<size_t>(l)] = grp.index;
     }
@@ -114,26 +115,33 @@ Status PackFile::Parse() {
     const GgufTensorInfo* info = f.FindTensor(name);
     if (info == nullptr) {
       return Status::Corrupt(StrFormat("%s: bundle tensor %s of layers %d..%d is missing", p,
-                                       name.c_str(), grp.first_layer, grp.first_layer + grp.n_layers - 1));
+                                       name.c_str(), grp.first_layer,
+                                       grp.first_layer + grp.n_layers - 1));
     }
     if (!info->dtype) {
-      return Status::Unsupported(StrFormat("%s: bundle tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)",
-                                           p, name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
+      return Status::Unsupported(StrFormat(
+          "%s: bundle tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)", p,
+          name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
     }
     grp.dtype = *info->dtype;
     uint64_t rows = 0;
-    if (!CheckedMul(static_cast<uint64_t>(grp.d_ff), static_cast<uint64_t>(grp.n_layers) * kBundleOps, &rows) ||
+    if (!CheckedMul(static_cast<uint64_t>(grp.d_ff),
+                    static_cast<uint64_t>(grp.n_layers) * kBundleOps, &rows) ||
         !(info->shape == Shape{static_cast<int64_t>(rows), config_.d_model})) {
-      return Status::Corrupt(StrFormat("%s: bundle tensor %s has shape %s, expected [d_ff * layers * 3, d_model] = [%d * %d * 3, %d]",
-                                       p, name.c_str(), info->shape.ToString().c_str(), grp.d_ff,
-                                       grp.n_layers, config_.d_model));
+      return Status::Corrupt(
+          StrFormat("%s: bundle tensor %s has shape %s, expected [d_ff * layers * 3, d_model] = "
+                    "[%d * %d * 3, %d]",
+                    p, name.c_str(), info->shape.ToString().c_str(), grp.d_ff, grp.n_layers,
+                    config_.d_model));
     }
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&grp).WithContext(f.path()));
     if (grp.nbytes != info->nbytes || info->offset % kPackAlignment != 0) {
-      return Status::Corrupt(StrFormat("%s: bundle tensor %s: %llu bytes at offset %llu; expected %llu bytes at a multiple of %u",
-                                       p, name.c_str(), static_cast<unsigned long long>(info->nbytes),
-                                       static_cast<unsigned long long>(info->offset),
-                                       static_cast<unsigned long long>(grp.nbytes), kPackAlignment));
+      return Status::Corrupt(
+          StrFormat("%s: bundle tensor %s: %llu bytes at offset %llu; expected %llu bytes at a "
+                    "multiple of %u",
+                    p, name.c_str(), static_cast<unsigned long long>(info->nbytes),
+                    static_cast<unsigned long long>(info->offset),
+                    static_cast<unsigned long long>(grp.nbytes), kPackAlignment));
     }
     grp.offset = info->offset;
     groups_.push_back(grp);
@@ -156,8 +164,9 @@ Status PackFile::Parse() {
       return Status::Corrupt(StrFormat("%s: static tensor %s is missing", p, name.c_str()));
     }
     if (!info->dtype) {
-      return Status::Unsupported(StrFormat("%s: tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)",
-                                           p, name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
+      return Status::Unsupported(
+          StrFormat("%s: tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)",
+                    p, name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
     }
     if (info->offset % kPackAlignment != 0) {
       return Status::Corrupt(StrFormat("%s: tensor %s at offset %llu is not %u-aligned", p,

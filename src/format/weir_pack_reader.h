@@ -54,12 +54,16 @@ class PackFile {
   const PackTensor* FindStatic(const std::string& name) const;
   const std::vector<PackGroup>& groups() const { return groups_; }
   // The group holding `layer`'s MLP.
-  const PackGroup& GroupOf(int layer) const { return groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])]; }
-  int group_size() const { return group_size_; }  // --group as asked
+  const PackGroup& GroupOf(int layer) const {
+    return groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
+  }
+  int group_size() const { return group_size_; }         // --group as asked
   const std::string& down_t() const { return down_t_; }  // "exact" or "requantized"
   const std::string& source() const { return source_; }
   // (key, value as text) for every metadata entry, for `weir inspect --metadata`.
-  std::vector<std::pair<std::string, std::string>> RenderMetadata() const { return gguf_.RenderMetadata(); }
+  std::vector<std::pair<std::string, std::string>> RenderMetadata() const {
+    return gguf_.RenderMetadata();
+  }
 
   uint64_t static_bytes() const;  // sum of the static tensors' bytes
   uint64_t bundle_bytes() const;  // sum of the bundle tensors' bytes

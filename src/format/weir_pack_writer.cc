@@ -39,7 +39,7 @@ void ConvertRow(const TensorView& src, int64_t src_row, DType out, uint8_t* dst,
 // What one layer group's bundle tensor is made of, and its ffn_down^T rows once built.
 struct GroupSource {
   PackGroup group;
-  std::vector<TensorView> gate, up, down;  // per layer of the group
+  std::vector<TensorView> gate, up, down;    // per layer of the group
   std::vector<std::vector<uint8_t>> down_t;  // per layer: [d_ff, row_bytes], built lazily
 };
 
@@ -49,8 +49,8 @@ Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
     s->down_t.resize(static_cast<size_t>(g.n_layers));
     for (int j = 0; j < g.n_layers; ++j) {
       s->down_t[static_cast<size_t>(j)].resize(static_cast<size_t>(g.d_ff) * g.row_bytes);
-      WEIR_RETURN_IF_ERROR(
-          TransposeWeight(s->down[static_cast<size_t>(j)], g.dtype, s->down_t[static_cast<size_t>(j)].data()));
+      WEIR_RETURN_IF_ERROR(TransposeWeight(s->down[static_cast<size_t>(j)], g.dtype,
+                                           s->down_t[static_cast<size_t>(j)].data()));
     }
   }
   std::vector<float> tmp;
@@ -67,7 +67,8 @@ Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
         ConvertRow(s->up[static_cast<size_t>(j)], c, g.dtype, d, &tmp);
         break;
       case BundleOp::kDownT:
-        std::memcpy(d, s->down_t[static_cast<size_t>(j)].data() + static_cast<size_t>(c) * g.row_bytes,
+        std::memcpy(d,
+                    s->down_t[static_cast<size_t>(j)].data() + static_cast<size_t>(c) * g.row_bytes,
                     g.row_bytes);
         break;
     }
@@ -107,7 +108,8 @@ Status TransposeWeight(const TensorView& w, DType out, uint8_t* dst) {
     for (int64_t r = 0; r < rows; ++r) {
       // c0 is a multiple of 32, so for Q8_0/Q4_0 this is one whole block.
       DequantizeRow(w.dtype, w.row(r) + RowBytes(w.dtype, c0), piece.data(), width);
-      for (int64_t k = 0; k < width; ++k) tile[static_cast<size_t>(k * rows + r)] = piece[static_cast<size_t>(k)];
+      for (int64_t k = 0; k < width; ++k)
+        tile[static_cast<size_t>(k * rows + r)] = piece[static_cast<size_t>(k)];
     }
     for (int64_t k = 0; k < width; ++k) {
       QuantizeRow(out, tile.data() + k * rows, dst + static_cast<size_t>(c0 + k) * out_row, rows);
@@ -149,7 +151,8 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
                                                path.c_str(), n.c_str(),
                                                p.src.shape.ToString().c_str(), c.head_dim));
     }
-    if (p.src.shape.ndim == 2) bytes_by_type[p.out] += RowBytes(p.out, p.src.cols()) * static_cast<uint64_t>(p.src.rows());
+    if (p.src.shape.ndim == 2)
+      bytes_by_type[p.out] += RowBytes(p.out, p.src.cols()) * static_cast<uint64_t>(p.src.rows());
     statics.push_back(std::move(p));
   }
 
@@ -173,8 +176,9 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     g.dtype = options.type ? *options.type : s->gate[0].dtype;
     if (!options.type) {
       for (int j = 0; j < g.n_layers; ++j) {
-        for (const TensorView* v : {&s->gate[static_cast<size_t>(j)], &s->up[static_cast<size_t>(j)],
-                                    &s->down[static_cast<size_t>(j)]}) {
+        for (const TensorView* v :
+             {&s->gate[static_cast<size_t>(j)], &s->up[static_cast<size_t>(j)],
+              &s->down[static_cast<size_t>(j)]}) {
           if (v->dtype != g.dtype) {
             return Status::InvalidArgument(StrFormat(
                 "%s: layer group %d mixes MLP weight types (%s in blk.%d.ffn_gate, %s in another "
@@ -210,7 +214,8 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   LlamaConfig written = c;
   written.rope_style = RopeStyle::kAdjacentPairs;
   WEIR_RETURN_IF_ERROR(
-      AddLlamaGgufMetadata(written, model.tokenizer, name, LlamaFileType(main_type), &w).WithContext(path));
+      AddLlamaGgufMetadata(written, model.tokenizer, name, LlamaFileType(main_type), &w)
+          .WithContext(path));
   std::vector<uint32_t> firsts, counts;
   bool requantized = false;
   for (const auto& s : groups) {
@@ -239,7 +244,8 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
                   std::vector<float> tmp;
                   for (int64_t r = begin; r < end; ++r) {
                     const int64_t s = p.permute ? AdjacentPairSourceRow(r, head_dim, rope_dim) : r;
-                    ConvertRow(p.src, s, p.out, dst + static_cast<size_t>(r - begin) * out_row, &tmp);
+                    ConvertRow(p.src, s, p.out, dst + static_cast<size_t>(r - begin) * out_row,
+                               &tmp);
                   }
                   return Status::Ok();
                 });
@@ -247,7 +253,9 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   for (const auto& s : groups) {
     const PackGroup& g = s->group;
     w.AddTensor(PackBundleTensorName(g.index), g.dtype, Shape{g.rows(), g.d_model},
-                [s](int64_t begin, int64_t end, uint8_t* dst) { return FillBundles(s.get(), begin, end, dst); });
+                [s](int64_t begin, int64_t end, uint8_t* dst) {
+                  return FillBundles(s.get(), begin, end, dst);
+                });
   }
   return w.Write(path, progress);
 }

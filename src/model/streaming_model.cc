@@ -22,18 +22,19 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 
 std::string MemoryPlan::ToString() const {
   const bool unlimited = budget == UINT64_MAX;
-  return StrFormat("static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s (streamed %s)",
-                   FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
-                   FormatBytes(streamer_bytes).c_str(), FormatBytes(io_bytes).c_str(),
-                   FormatBytes(policy_bytes).c_str(),
-                   unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
-                   unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
-                   FormatBytes(streamed_bytes).c_str());
+  return StrFormat(
+      "static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s (streamed %s)",
+      FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
+      FormatBytes(streamer_bytes).c_str(), FormatBytes(io_bytes).c_str(),
+      FormatBytes(policy_bytes).c_str(), unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
+      unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
+      FormatBytes(streamed_bytes).c_str());
 }
 
 Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
                                                              const StreamingConfig& config) {
-  WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::BlockDevice> device, storage::OpenDevice(path, config.device));
+  WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::BlockDevice> device,
+                        storage::OpenDevice(path, config.device));
   return Open(path, std::move(device), config);
 }
 
@@ -41,9 +42,9 @@ StreamingModel::~StreamingModel() {
   streamer_.reset();  // its cache and I/O thread go before the device
 }
 
-Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& path,
-                                                             std::unique_ptr<storage::BlockDevice> device,
-                                                             const StreamingConfig& config) {
+Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
+    const std::string& path, std::unique_ptr<storage::BlockDevice> device,
+    const StreamingConfig& config) {
   std::unique_ptr<StreamingModel> m(new StreamingModel());
   m->path_ = path;
   m->config_ = config;
@@ -57,7 +58,8 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
   }
   m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
   for (const format::PackTensor& t : pack.static_tensors()) {
-    if (m->streamer_->TensorAddress(t.name) == nullptr) m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
+    if (m->streamer_->TensorAddress(t.name) == nullptr)
+      m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
   }
   // What can be checked before the session exists.
   MemoryPlan early;
@@ -84,8 +86,8 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
       return Status::OutOfMemory(StrFormat("%s: cannot allocate %s for %s", path.c_str(),
                                            FormatBytes(capacity).c_str(), t.name.c_str()));
     }
-    const size_t len = storage::RoundedReadLength(*m->device_, t.offset, static_cast<size_t>(t.nbytes),
-                                                  buf.data(), capacity);
+    const size_t len = storage::RoundedReadLength(
+        *m->device_, t.offset, static_cast<size_t>(t.nbytes), buf.data(), capacity);
     if (Status st = m->device_->ReadAt(t.offset, len, buf.data()); !st.ok()) {
       return st.WithContext(StrFormat("%s: reading %s", path.c_str(), t.name.c_str()));
     }
@@ -97,9 +99,12 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
   for (const format::PackGroup& g : pack.groups()) {
     for (int j = 0; j < g.n_layers; ++j) {
       const std::string b = StrFormat("blk.%d.", g.first_layer + j);
-      file.tensors.emplace(b + "ffn_gate.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-      file.tensors.emplace(b + "ffn_up.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-      file.tensors.emplace(b + "ffn_down.weight", TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
+      file.tensors.emplace(b + "ffn_gate.weight",
+                           TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+      file.tensors.emplace(b + "ffn_up.weight",
+                           TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+      file.tensors.emplace(b + "ffn_down.weight",
+                           TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
     }
   }
   file.backing.push_back(std::move(statics));
@@ -120,19 +125,23 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
   // covers at most the unaligned tail of the file, within one block),
   // io_uring rings (64-byte submission and 16-byte completion entries, both sides doubled), and
   // about 256 bytes of queue bookkeeping per block that can be in flight.
-  p.io_bytes = (direct ? 2 * std::min<uint64_t>(d.bounce_bytes, config_.stream.block_bytes) : 0) + (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
+  p.io_bytes = (direct ? 2 * std::min<uint64_t>(d.bounce_bytes, config_.stream.block_bytes) : 0) +
+               (uring ? uint64_t{d.max_rings} * d.queue_depth * 160 : 0) +
                256 * std::min<uint64_t>(total_blocks_, 4096);
   const std::string& policy = config_.stream.policy;
   p.policy_bytes = policy == "lfu" ? 64 * total_blocks_ : 4096;
-  if (policy == "belady") p.policy_bytes += 16 * config_.stream.policy_options.belady_trace.size() + 64 * total_blocks_;
+  if (policy == "belady")
+    p.policy_bytes += 16 * config_.stream.policy_options.belady_trace.size() + 64 * total_blocks_;
   if (budget < p.minimum()) {
     return Status::OutOfMemory(StrFormat(
-        "%s: memory budget %s is below the minimum %s (static tensors %s, KV cache and activations %s, "
+        "%s: memory budget %s is below the minimum %s (static tensors %s, KV cache and activations "
+        "%s, "
         "streaming scratch and transient reads %s, I/O buffers %s, policy %s; the cache of "
         "streamed weights gets what is left above that)",
         path_.c_str(), FormatBytes(budget).c_str(), FormatBytes(p.minimum()).c_str(),
         FormatBytes(p.static_bytes).c_str(), FormatBytes(p.session_bytes).c_str(),
-        FormatBytes(p.streamer_bytes).c_str(), FormatBytes(p.io_bytes).c_str(), FormatBytes(p.policy_bytes).c_str()));
+        FormatBytes(p.streamer_bytes).c_str(), FormatBytes(p.io_bytes).c_str(),
+        FormatBytes(p.policy_bytes).c_str()));
   }
   p.cache_bytes = budget - p.minimum();
   *plan = p;

@@ -43,7 +43,7 @@ namespace weir::model {
 struct StreamingConfig {
   uint64_t memory_budget = UINT64_MAX;  // --memory; UINT64_MAX = no limit (everything resident)
   storage::DeviceOptions device;        // --storage, --profile (kind "direct", "io_uring", ...)
-  StreamingOptions stream;           // --policy, --prefetch, ...; cache_budget is planned here
+  StreamingOptions stream;              // --policy, --prefetch, ...; cache_budget is planned here
 };
 
 struct MemoryPlan {
@@ -56,7 +56,9 @@ struct MemoryPlan {
   uint64_t cache_bytes = 0;
   uint64_t streamed_bytes = 0;  // the streamed tensors, for scale
   // Everything but the cache: the smallest budget that runs at all.
-  uint64_t minimum() const { return static_bytes + session_bytes + streamer_bytes + io_bytes + policy_bytes; }
+  uint64_t minimum() const {
+    return static_bytes + session_bytes + streamer_bytes + io_bytes + policy_bytes;
+  }
   // "static 95.1 MiB + session 12.0 MiB + ... + cache 40.0 MiB = 155.0 MiB".
   std::string ToString() const;
 };

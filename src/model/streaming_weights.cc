@@ -14,7 +14,9 @@ namespace weir::model {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double Since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double Since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 // Unit kinds (storage/unit_id.h; the layer field is the extent's slab).
 constexpr uint32_t kBundleBlockKind = 1;
@@ -42,21 +44,21 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   return d;
 }
 
-Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format::PackFile& pack,
-                                                                   storage::BlockDevice* device,
-                                                                   const StreamingOptions& options) {
+Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
+    const format::PackFile& pack, storage::BlockDevice* device, const StreamingOptions& options) {
   const std::string& path = pack.path();
   if (device == nullptr) return Status::InvalidArgument("streaming: no device for " + path);
   if (options.block_bytes == 0 || options.block_bytes % kPage != 0) {
-    return Status::InvalidArgument(
-        StrFormat("streaming: block size %zu is not a positive multiple of 4096", options.block_bytes));
+    return Status::InvalidArgument(StrFormat(
+        "streaming: block size %zu is not a positive multiple of 4096", options.block_bytes));
   }
   if (options.lane_channels < 0 || options.lane_channels % 4 != 0) {
-    return Status::InvalidArgument(
-        StrFormat("streaming: lane size %d is not a positive multiple of 4", options.lane_channels));
+    return Status::InvalidArgument(StrFormat(
+        "streaming: lane size %d is not a positive multiple of 4", options.lane_channels));
   }
   if (options.prefetch_layers < 0) {
-    return Status::InvalidArgument(StrFormat("streaming: prefetch of %d layers", options.prefetch_layers));
+    return Status::InvalidArgument(
+        StrFormat("streaming: prefetch of %d layers", options.prefetch_layers));
   }
   if (options.partitions != "uniform" && options.partitions != "proportional" &&
       options.partitions != "shared") {
@@ -64,10 +66,10 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
                                    "' (known: uniform, proportional, shared)");
   }
   if (device->size() < pack.file_size()) {
-    return Status::InvalidArgument(StrFormat("streaming: device %s holds %llu bytes, the pack %s has %llu",
-                                             device->name().c_str(),
-                                             static_cast<unsigned long long>(device->size()), path.c_str(),
-                                             static_cast<unsigned long long>(pack.file_size())));
+    return Status::InvalidArgument(
+        StrFormat("streaming: device %s holds %llu bytes, the pack %s has %llu",
+                  device->name().c_str(), static_cast<unsigned long long>(device->size()),
+                  path.c_str(), static_cast<unsigned long long>(pack.file_size())));
   }
   std::unique_ptr<StreamingWeights> s(new StreamingWeights());
   s->options_ = options;
@@ -97,9 +99,11 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
     e.nbytes = pg.nbytes;
     e.n_blocks = (pg.nbytes + B - 1) / B;
     if (pg.rows() > INT32_MAX) {
-      return Status::Unsupported(StrFormat("streaming: %s: group %d is too large to stream", path.c_str(), pg.index));
+      return Status::Unsupported(
+          StrFormat("streaming: %s: group %d is too large to stream", path.c_str(), pg.index));
     }
-    for (int j = 0; j < pg.n_layers; ++j) s->group_of_[static_cast<size_t>(pg.first_layer + j)] = pg.index;
+    for (int j = 0; j < pg.n_layers; ++j)
+      s->group_of_[static_cast<size_t>(pg.first_layer + j)] = pg.index;
     slabs.push_back({pg.nbytes, B});
     max_rows = std::max(max_rows, pg.rows());
     max_ff = std::max<int64_t>(max_ff, pg.d_ff);
@@ -114,7 +118,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
       uint64_t begin = UINT64_MAX, end = 0;
       for (const char* t : kAttentionTensors) {
         const format::PackTensor* pt = pack.FindStatic(StrFormat("blk.%d.%s.weight", l, t));
-        if (pt == nullptr) return Status::Corrupt(StrFormat("%s: layer %d has no %s", path.c_str(), l, t));
+        if (pt == nullptr)
+          return Status::Corrupt(StrFormat("%s: layer %d has no %s", path.c_str(), l, t));
         begin = std::min(begin, pt->offset);
         end = std::max(end, pt->offset + pt->nbytes);
       }
@@ -132,7 +137,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
     if (!storage::UnitIdFits(i, kAttentionBlockKind, (slabs[i].bytes + B - 1) / B)) {
-      return Status::Unsupported(StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
+      return Status::Unsupported(
+          StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
     }
   }
   WEIR_ASSIGN_OR_RETURN(s->slabs_, storage::SlabPlacement::Create(slabs));
@@ -147,19 +153,22 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
   }
 
   // Cache: group partitions and the staging partition, weighted in bytes.
-  WEIR_ASSIGN_OR_RETURN(auto policy, storage::MakeEvictionPolicy(options.policy, options.policy_options));
+  WEIR_ASSIGN_OR_RETURN(auto policy,
+                        storage::MakeEvictionPolicy(options.policy, options.policy_options));
   storage::CacheOptions co;
   co.budget_bytes = options.cache_budget;
   co.alignment = kPage;
   co.record_trace = options.record_trace;
   co.placement = s->slabs_.get();
   // Charges need the policy's per-entry bytes; a throwaway cache computes them.
-  WEIR_ASSIGN_OR_RETURN(auto probe_policy, storage::MakeEvictionPolicy(options.policy, options.policy_options));
+  WEIR_ASSIGN_OR_RETURN(auto probe_policy,
+                        storage::MakeEvictionPolicy(options.policy, options.policy_options));
   WEIR_ASSIGN_OR_RETURN(auto probe, storage::WeightCache::Create(co, std::move(probe_policy)));
   const size_t n_parts = options.partitions == "shared" ? 1 : s->groups_.size();
   s->partition_charge_.assign(n_parts, 0);
   auto charge = [&](Extent& e) {
-    for (uint64_t b = 0; b < e.n_blocks; ++b) e.charge += probe->EntryCharge(s->BlockRead(e, b).length);
+    for (uint64_t b = 0; b < e.n_blocks; ++b)
+      e.charge += probe->EntryCharge(s->BlockRead(e, b).length);
     s->partition_charge_[e.partition] += e.charge;
     s->all_blocks_charge_ += e.charge;
   };
@@ -167,7 +176,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
     charge(g.extent);
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * s->lane_channels_;
-      const auto [b0, b1] = s->BlocksOf(g, c0, std::min<int64_t>(c0 + s->lane_channels_, g.pack.d_ff));
+      const auto [b0, b1] =
+          s->BlocksOf(g, c0, std::min<int64_t>(c0 + s->lane_channels_, g.pack.d_ff));
       s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, (b1 - b0 + 1) * B);
     }
   }
@@ -182,8 +192,10 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(const format:
   s->resident_mode_ = s->CheckResidentMode();
 
   const size_t f = sizeof(float);
-  if (!s->rows_y_.Reset(static_cast<size_t>(max_rows) * f) || !s->rows_x_.Reset(static_cast<size_t>(max_rows) * f) ||
-      !s->gate_.Reset(static_cast<size_t>(max_ff) * f) || !s->up_.Reset(static_cast<size_t>(max_ff) * f) ||
+  if (!s->rows_y_.Reset(static_cast<size_t>(max_rows) * f) ||
+      !s->rows_x_.Reset(static_cast<size_t>(max_rows) * f) ||
+      !s->gate_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !s->up_.Reset(static_cast<size_t>(max_ff) * f) ||
       !s->partials_.Reset(static_cast<size_t>(max_lanes) * s->d_model_ * f)) {
     return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
   }
@@ -225,8 +237,10 @@ std::vector<uint64_t> StreamingWeights::PartitionWeights(uint64_t budget) const 
   // most the layers being read ahead; everything beyond the blocks when the whole model fits.
   const uint64_t lo = 2 * std::max(max_lane_bytes_, max_attention_bytes_);
   const uint64_t layer = max_group_bytes_ + max_attention_bytes_;
-  const uint64_t hi = std::max<uint64_t>(lo, static_cast<uint64_t>(options_.prefetch_layers + 1) * layer);
-  uint64_t staging = options_.staging_bytes > 0 ? options_.staging_bytes : std::clamp<uint64_t>(budget / 4, lo, hi);
+  const uint64_t hi =
+      std::max<uint64_t>(lo, static_cast<uint64_t>(options_.prefetch_layers + 1) * layer);
+  uint64_t staging = options_.staging_bytes > 0 ? options_.staging_bytes
+                                                : std::clamp<uint64_t>(budget / 4, lo, hi);
   const bool fits = budget >= all_blocks_charge_ && budget - all_blocks_charge_ >= lo;
   if (fits) staging = budget - all_blocks_charge_;
   staging = std::min(staging, budget);
@@ -237,7 +251,8 @@ std::vector<uint64_t> StreamingWeights::PartitionWeights(uint64_t budget) const 
     if (fits) {
       w = partition_charge_[p];
     } else if (options_.partitions == "proportional" && all_blocks_charge_ > 0) {
-      w = static_cast<uint64_t>(static_cast<unsigned __int128>(rest) * partition_charge_[p] / all_blocks_charge_);
+      w = static_cast<uint64_t>(static_cast<unsigned __int128>(rest) * partition_charge_[p] /
+                                all_blocks_charge_);
     }
     weights.push_back(w);
   }
@@ -248,7 +263,8 @@ std::vector<uint64_t> StreamingWeights::PartitionWeights(uint64_t budget) const 
 
 bool StreamingWeights::CheckResidentMode() const {
   for (size_t p = 0; p < partition_charge_.size(); ++p) {
-    if (cache_->partition_stats(static_cast<uint32_t>(p)).budget_bytes < partition_charge_[p]) return false;
+    if (cache_->partition_stats(static_cast<uint32_t>(p)).budget_bytes < partition_charge_[p])
+      return false;
   }
   return true;
 }
@@ -264,7 +280,8 @@ storage::UnitRead StreamingWeights::BlockRead(const Extent& e, uint64_t block) c
   return r;
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::BlocksOf(const Group& g, int64_t c0, int64_t c1) const {
+std::pair<uint64_t, uint64_t> StreamingWeights::BlocksOf(const Group& g, int64_t c0,
+                                                         int64_t c1) const {
   const uint64_t b = g.pack.bundle_bytes;
   return {static_cast<uint64_t>(c0) * b / options_.block_bytes,
           (static_cast<uint64_t>(c1) * b - 1) / options_.block_bytes};
@@ -290,7 +307,8 @@ void StreamingWeights::Prefetch(int layer) {
   const int64_t limit = now + options_.prefetch_layers;
   // Prefetched blocks wait in staging, pinned, until the compute claims them.
   const storage::PartitionStats staging = cache_->partition_stats(staging_partition_);
-  uint64_t room = staging.budget_bytes > staging.pinned_bytes ? staging.budget_bytes - staging.pinned_bytes : 0;
+  uint64_t room =
+      staging.budget_bytes > staging.pinned_bytes ? staging.budget_bytes - staging.pinned_bytes : 0;
   // Wait for a worthwhile amount of room: the I/O thread merges what it is given at once into
   // large reads, and storage is several times faster in MiB-sized reads than in single blocks.
   const uint64_t worthwhile = std::min<uint64_t>(staging.budget_bytes / 4, uint64_t{8} << 20);
@@ -391,7 +409,9 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
       std::max<uint64_t>(max_lane_bytes_, cache_->partition_stats(e.partition).budget_bytes / 2);
   Batch batch;
   int lane = 0;  // the lane whose blocks are being acquired
-  auto first_block = [&](int k) { return BlocksOf(g, int64_t{k} * lane_channels_, int64_t{k} * lane_channels_ + 1).first; };
+  auto first_block = [&](int k) {
+    return BlocksOf(g, int64_t{k} * lane_channels_, int64_t{k} * lane_channels_ + 1).first;
+  };
   // Frees pinned room by finishing the lanes already acquired (blocks shared with `lane` stay).
   auto make_room = [&]() {
     if (batch.lane_begin >= lane) return false;
@@ -458,7 +478,8 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   if (!oom(h)) return h.status();
   // Transient: read into the slab place without a cache entry; dropped after use.
   std::byte* dst = e.base + block * options_.block_bytes;
-  const size_t len = storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
+  const size_t len =
+      storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
   const Clock::time_point io0 = Clock::now();
   Status st = device_->ReadAt(r.offset, len, dst);
   const double io = Since(io0);
@@ -473,7 +494,8 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   batch->blocks.push_back(block);
   batch->handles.emplace_back();  // keeps blocks and handles index-aligned
   if (!st.ok()) {
-    return st.WithContext(StrFormat("reading block %llu of extent %u", static_cast<unsigned long long>(block), e.slab));
+    return st.WithContext(StrFormat("reading block %llu of extent %u",
+                                    static_cast<unsigned long long>(block), e.slab));
   }
   return Status::Ok();
 }
@@ -499,11 +521,12 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
   }
   batch->transient = std::move(still);
   batch->blocks.erase(batch->blocks.begin(), batch->blocks.begin() + static_cast<ptrdiff_t>(keep));
-  batch->handles.erase(batch->handles.begin(), batch->handles.begin() + static_cast<ptrdiff_t>(keep));
+  batch->handles.erase(batch->handles.begin(),
+                       batch->handles.begin() + static_cast<ptrdiff_t>(keep));
 }
 
 void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
-                                float* out, ThreadPool* pool) {
+                                    float* out, ThreadPool* pool) {
   if (k0 >= k1) return;
   const format::PackGroup& pg = g.pack;
   const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]

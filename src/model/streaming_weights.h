@@ -67,20 +67,20 @@
 namespace weir::model {
 
 struct StreamingOptions {
-  uint64_t cache_budget = 0;             // bytes for cached blocks (WeightCache charges)
-  std::string policy = "lru";            // eviction policy (storage/eviction_policy.h)
+  uint64_t cache_budget = 0;   // bytes for cached blocks (WeightCache charges)
+  std::string policy = "lru";  // eviction policy (storage/eviction_policy.h)
   storage::PolicyOptions policy_options;
   // "uniform": one cache partition per layer group, equal shares (DIP's split);
   // "proportional": shares by group size; "shared": one pool for all groups.
   std::string partitions = "uniform";
-  size_t block_bytes = 2 << 20;   // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
-  int lane_channels = 0;          // channels per partial sum of W_down (a multiple of 4);
-                                  // 0 = about 512 KiB of bundles
-  int prefetch_layers = 1;        // layers ahead the I/O thread reads (0 = only the current)
-  size_t io_batch = 64;           // blocks per device read batch
-  uint64_t staging_bytes = 0;     // staging partition; 0 = a quarter of the budget, within
-                                  // [2 lanes, (prefetch_layers + 1) groups]
-  bool record_trace = false;      // record block accesses for a later belady run
+  size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
+  int lane_channels = 0;         // channels per partial sum of W_down (a multiple of 4);
+                                 // 0 = about 512 KiB of bundles
+  int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current)
+  size_t io_batch = 64;          // blocks per device read batch
+  uint64_t staging_bytes = 0;    // staging partition; 0 = a quarter of the budget, within
+                                 // [2 lanes, (prefetch_layers + 1) groups]
+  bool record_trace = false;     // record block accesses for a later belady run
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;
@@ -88,17 +88,19 @@ struct StreamingOptions {
 
 // Cumulative counters; per-token figures are differences between two readings.
 struct StreamStats {
-  uint64_t tokens = 0;          // BeginToken calls
-  uint64_t block_accesses = 0;  // blocks the compute needed
-  uint64_t block_hits = 0;      // ... that were resident before this token asked (no I/O)
-  uint64_t accessed_bytes = 0;  // bytes of the blocks needed
-  uint64_t cache_bytes = 0;     // ... served from DRAM without a read for this access
-  uint64_t storage_bytes = 0;   // bytes read from the device (prefetch + demand + transient)
-  uint64_t prefetched_bytes = 0;   // of storage_bytes: read by the I/O thread ahead of use
-  uint64_t transient_bytes = 0;    // of storage_bytes: read outside the cache
-  double stall_seconds = 0;     // compute thread waiting for blocks (demand reads included)
-  double io_seconds = 0;        // wall time of device reads (I/O thread and demand)
-  double hit_rate() const { return block_accesses ? static_cast<double>(block_hits) / block_accesses : 1.0; }
+  uint64_t tokens = 0;            // BeginToken calls
+  uint64_t block_accesses = 0;    // blocks the compute needed
+  uint64_t block_hits = 0;        // ... that were resident before this token asked (no I/O)
+  uint64_t accessed_bytes = 0;    // bytes of the blocks needed
+  uint64_t cache_bytes = 0;       // ... served from DRAM without a read for this access
+  uint64_t storage_bytes = 0;     // bytes read from the device (prefetch + demand + transient)
+  uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
+  uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
+  double stall_seconds = 0;       // compute thread waiting for blocks (demand reads included)
+  double io_seconds = 0;          // wall time of device reads (I/O thread and demand)
+  double hit_rate() const {
+    return block_accesses ? static_cast<double>(block_hits) / block_accesses : 1.0;
+  }
   // Share of the read time the compute thread did not wait for.
   double overlap() const {
     if (io_seconds <= 0) return 1.0;
@@ -112,8 +114,8 @@ class StreamingWeights {
  public:
   // `pack` gives the geometry (only read here); `device` reads the pack's bytes.
   static Result<std::unique_ptr<StreamingWeights>> Create(const format::PackFile& pack,
-                                                      storage::BlockDevice* device,
-                                                      const StreamingOptions& options);
+                                                          storage::BlockDevice* device,
+                                                          const StreamingOptions& options);
   ~StreamingWeights();
   StreamingWeights(const StreamingWeights&) = delete;
   StreamingWeights& operator=(const StreamingWeights&) = delete;
@@ -212,8 +214,8 @@ class StreamingWeights {
   std::unique_ptr<storage::WeightCache> cache_;
   std::unique_ptr<storage::Prefetcher> prefetcher_;
   std::vector<Group> groups_;
-  std::vector<int> group_of_;  // per layer
-  std::vector<Extent> attention_;  // per layer (stream_attention)
+  std::vector<int> group_of_;                               // per layer
+  std::vector<Extent> attention_;                           // per layer (stream_attention)
   std::map<std::string, const std::byte*> tensor_address_;  // streamed static tensors
   Batch attention_batch_;  // the pinned attention of the layer being computed
   int d_model_ = 0;
@@ -233,15 +235,15 @@ class StreamingWeights {
     uint64_t block = 0;
   };
   Cursor ahead_;
-  int64_t lap_ = 0;      // tokens seen, counted by the layer order
+  int64_t lap_ = 0;  // tokens seen, counted by the layer order
   int last_layer_ = -1;
 
   // Scratch, allocated once (sizes for the largest group).
-  AlignedBuffer rows_y_;    // [rows] gate/up outputs at their bundle rows
-  AlignedBuffer rows_x_;    // [rows] h at the down^T rows (the column form's input)
-  AlignedBuffer gate_;      // [d_ff] per channel, then h
-  AlignedBuffer up_;        // [d_ff]
-  AlignedBuffer partials_;  // [n_lanes, d_model]
+  AlignedBuffer rows_y_;           // [rows] gate/up outputs at their bundle rows
+  AlignedBuffer rows_x_;           // [rows] h at the down^T rows (the column form's input)
+  AlignedBuffer gate_;             // [d_ff] per channel, then h
+  AlignedBuffer up_;               // [d_ff]
+  AlignedBuffer partials_;         // [n_lanes, d_model]
   std::vector<int32_t> idx_rows_;  // [2 d_ff] gate/up rows per channel
   std::vector<int32_t> idx_down_;  // [d_ff] down^T row per channel
 

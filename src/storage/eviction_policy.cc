@@ -7,7 +7,9 @@
 
 namespace weir::storage {
 
-std::vector<std::string> EvictionPolicyNames() { return {"lru", "lfu", "belady", "atu", "window", "mru"}; }
+std::vector<std::string> EvictionPolicyNames() {
+  return {"lru", "lfu", "belady", "atu", "window", "mru"};
+}
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            PolicyOptions options) {

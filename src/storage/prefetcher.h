@@ -70,7 +70,7 @@ class Prefetcher {
     uint64_t bytes_read = 0;  // bytes asked of devices (after rounding up to their alignment)
     uint64_t bytes_prefetched = 0;  // of bytes_read: by the I/O thread, ahead of use
     uint64_t bytes_on_demand = 0;   // of bytes_read: by Get on the calling thread
-    double read_seconds = 0;  // wall time inside device reads, I/O thread and Get together
+    double read_seconds = 0;        // wall time inside device reads, I/O thread and Get together
   };
 
   // Starts the I/O thread. InvalidArgument for a null cache or max_batch == 0.

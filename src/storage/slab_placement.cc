@@ -45,8 +45,9 @@ Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<S
     void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE,
                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
     if (raw == MAP_FAILED) {
-      return Status::OutOfMemory(StrFormat("slab placement: cannot reserve %llu bytes of address space: %s",
-                                           static_cast<unsigned long long>(reserve), std::strerror(errno)));
+      return Status::OutOfMemory(
+          StrFormat("slab placement: cannot reserve %llu bytes of address space: %s",
+                    static_cast<unsigned long long>(reserve), std::strerror(errno)));
     }
     std::byte* base = static_cast<std::byte*>(raw);
     if (huge) base += (kHugePage - reinterpret_cast<uintptr_t>(base) % kHugePage) % kHugePage;
@@ -72,7 +73,9 @@ std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
   return r.base + offset;
 }
 
-void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) { Discard(data, capacity); }
+void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {
+  Discard(data, capacity);
+}
 
 void SlabPlacement::Discard(std::byte* p, size_t bytes) {
   const size_t page = PageSize();

@@ -121,7 +121,8 @@ WeightCache::~WeightCache() {
 }
 
 void WeightCache::FreeEntry(Entry* e) {
-  if (placement_ != nullptr && e->data != nullptr) placement_->Release(e->hook.id, e->data, e->capacity);
+  if (placement_ != nullptr && e->data != nullptr)
+    placement_->Release(e->hook.id, e->data, e->capacity);
   delete e;
 }
 
@@ -279,8 +280,9 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
     for (const auto& [old, owner] : aborted_) {
       if (old->hook.id == id) {
         ++counters_.reserve_failures;
-        return Status::OutOfMemory(StrFormat(
-            "weight cache: %s: the bytes of its aborted load are still pinned", UnitName(id).c_str()));
+        return Status::OutOfMemory(
+            StrFormat("weight cache: %s: the bytes of its aborted load are still pinned",
+                      UnitName(id).c_str()));
       }
     }
   }
@@ -289,8 +291,8 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
   if (placement_ != nullptr) {
     e->data = placement_->Place(id, capacity);
     if (e->data == nullptr) {
-      return Status::InvalidArgument(StrFormat("weight cache: %s (%zu bytes) has no place",
-                                               UnitName(id).c_str(), bytes));
+      return Status::InvalidArgument(
+          StrFormat("weight cache: %s (%zu bytes) has no place", UnitName(id).c_str(), bytes));
     }
   } else {
     if (!e->owned.Reset(capacity, alignment_)) {
@@ -321,8 +323,9 @@ Status WeightCache::Move(const CacheHandle& h, uint32_t partition) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = h.entry_;
   if (partition >= parts_.size()) {
-    return Status::InvalidArgument(StrFormat("weight cache: move of %s to partition %u, but the cache has %zu",
-                                             UnitName(e->hook.id).c_str(), partition, parts_.size()));
+    return Status::InvalidArgument(
+        StrFormat("weight cache: move of %s to partition %u, but the cache has %zu",
+                  UnitName(e->hook.id).c_str(), partition, parts_.size()));
   }
   if (!e->indexed || e->state.load(std::memory_order_relaxed) != Entry::kReady) {
     return Status::InvalidArgument(
@@ -332,15 +335,17 @@ Status WeightCache::Move(const CacheHandle& h, uint32_t partition) {
   if (from == partition) return Status::Ok();
   Partition& to = parts_[partition];
   if (to.pinned + e->charge > to.budget) {
-    return Status::OutOfMemory(StrFormat("weight cache: no room to move %s into partition %u: %s of its %s is pinned",
-                                         UnitName(e->hook.id).c_str(), partition,
-                                         FormatBytes(to.pinned).c_str(), FormatBytes(to.budget).c_str()));
+    return Status::OutOfMemory(
+        StrFormat("weight cache: no room to move %s into partition %u: %s of its %s is pinned",
+                  UnitName(e->hook.id).c_str(), partition, FormatBytes(to.pinned).c_str(),
+                  FormatBytes(to.budget).c_str()));
   }
   while (to.used + e->charge > to.budget) {
     PolicyHook* victim = policy_->PickVictim(partition, /*force=*/false);
     if (victim == nullptr || !policy_->Admit(e->hook, *victim)) {
-      return Status::OutOfMemory(StrFormat("weight cache: no room to move %s into partition %u: the policy keeps the rest",
-                                           UnitName(e->hook.id).c_str(), partition));
+      return Status::OutOfMemory(
+          StrFormat("weight cache: no room to move %s into partition %u: the policy keeps the rest",
+                    UnitName(e->hook.id).c_str(), partition));
     }
     EvictLocked(victim);
   }
@@ -443,11 +448,13 @@ Status WeightCache::SetBudget(uint64_t budget_bytes) {
   return SetBudget(budget_bytes, weights);
 }
 
-Status WeightCache::SetBudget(uint64_t budget_bytes, const std::vector<uint64_t>& partition_weights) {
+Status WeightCache::SetBudget(uint64_t budget_bytes,
+                              const std::vector<uint64_t>& partition_weights) {
   std::lock_guard<std::mutex> lock(mu_);
   if (partition_weights.size() != parts_.size()) {
-    return Status::InvalidArgument(StrFormat("weight cache: %zu partition weights for %zu partitions",
-                                             partition_weights.size(), parts_.size()));
+    return Status::InvalidArgument(
+        StrFormat("weight cache: %zu partition weights for %zu partitions",
+                  partition_weights.size(), parts_.size()));
   }
   for (size_t i = 0; i < partition_weights.size(); ++i) {
     if (partition_weights[i] == 0) {

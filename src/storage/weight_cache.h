@@ -83,7 +83,7 @@ struct CacheEntry {
   size_t capacity = 0;        // payload rounded up to the cache alignment
   AlignedBuffer owned;        // the bytes when the cache has no placement
   size_t bytes = 0;           // payload
-  uint64_t charge = 0;  // bytes counted against the budget
+  uint64_t charge = 0;        // bytes counted against the budget
   uint32_t pins = 0;
   std::atomic<uint8_t> state{kLoading};
   bool indexed = true;      // false once aborted (then freed at the last unpin)

@@ -1,5 +1,7 @@
 // PackFile: a valid pack opens; damaged packs (wrong version, layout, alignment, group arrays,
 // bundle shape, a missing tensor, a plain GGUF) give errors that name the file and the field.
+#include "format/weir_pack_reader.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -8,7 +10,6 @@
 #include "format/gguf_writer.h"
 #include "format/model_file.h"
 #include "format/synth_llama.h"
-#include "format/weir_pack_reader.h"
 #include "format/weir_pack_writer.h"
 #include "testing/testing.h"
 
@@ -75,7 +76,8 @@ TEST_F(PackReader, PlainGgufIsNotAPack) {
   EXPECT_FALSE(PackFile::IsPack(*g));
   auto p = PackFile::Open(gguf_);
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("not a weir pack"), std::string::npos) << p.status().ToString();
+  EXPECT_NE(p.status().message().find("not a weir pack"), std::string::npos)
+      << p.status().ToString();
   EXPECT_NE(p.status().message().find(gguf_), std::string::npos);
 }
 
@@ -92,7 +94,8 @@ TEST_F(PackReader, WrongLayout) {
     (*b)[at] = 'X';
   });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("weir.pack.layout is 'Xfn_bundles"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("weir.pack.layout is 'Xfn_bundles"), std::string::npos)
+      << st.ToString();
 }
 
 TEST_F(PackReader, GroupArrays) {
@@ -100,15 +103,18 @@ TEST_F(PackReader, GroupArrays) {
   const size_t counts = ValueOffset("weir.pack.group_layer_count") + 4 + 8;
   Status st = OpenEdited([&](std::string* b) { PutU32(b, counts, 3); });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("layer group 0 starts at layer 0 with 3 layers"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("layer group 0 starts at layer 0 with 3 layers"), std::string::npos)
+      << st.ToString();
   st = OpenEdited([&](std::string* b) { PutU32(b, counts + 4, 1); });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("weir.ffn_bundles.1 has shape [384, 64], expected"), std::string::npos)
+  EXPECT_NE(st.message().find("weir.ffn_bundles.1 has shape [384, 64], expected"),
+            std::string::npos)
       << st.ToString();  // group 1 now claims 1 layer: its tensor is checked first
   const size_t firsts = ValueOffset("weir.pack.group_first_layer") + 4 + 8;
   st = OpenEdited([&](std::string* b) { PutU32(b, firsts + 4, 1); });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("layer group 1 starts at layer 1"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("layer group 1 starts at layer 1"), std::string::npos)
+      << st.ToString();
   st = OpenEdited([&](std::string* b) { PutU32(b, ValueOffset("weir.pack.group_size"), 1); });
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("with 1..1 layers"), std::string::npos) << st.ToString();
@@ -121,7 +127,8 @@ TEST_F(PackReader, BundleTensorMissingOrMisshaped) {
     (*b)[at + 17] = '7';  // renamed to weir.ffn_bundles.7
   });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("bundle tensor weir.ffn_bundles.1 of layers 2..3 is missing"), std::string::npos)
+  EXPECT_NE(st.message().find("bundle tensor weir.ffn_bundles.1 of layers 2..3 is missing"),
+            std::string::npos)
       << st.ToString();
   st = OpenEdited([&](std::string* b) {
     // ne[0] (d_model) of weir.ffn_bundles.0: name, u32 n_dims, then u64 dims innermost first.
@@ -132,12 +139,14 @@ TEST_F(PackReader, BundleTensorMissingOrMisshaped) {
     std::memcpy(b->data() + at + 8, &ne1, 8);
   });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("weir.ffn_bundles.0 has shape [768, 32]"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("weir.ffn_bundles.0 has shape [768, 32]"), std::string::npos)
+      << st.ToString();
 }
 
 TEST_F(PackReader, Alignment) {
   // general.alignment is not written by weir's default writer, so a pack names it explicitly.
-  Status st = OpenEdited([&](std::string* b) { PutU32(b, ValueOffset("general.alignment"), 8192); });
+  Status st =
+      OpenEdited([&](std::string* b) { PutU32(b, ValueOffset("general.alignment"), 8192); });
   ASSERT_FALSE(st.ok());  // tensors are no longer multiples of 8192 (or the header moves)
 }
 
@@ -148,7 +157,8 @@ TEST_F(PackReader, StaticTensorMissing) {
     (*b)[at + 9] = 'w';  // attn_w
   });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("static tensor blk.3.attn_v.weight is missing"), std::string::npos) << st.ToString();
+  EXPECT_NE(st.message().find("static tensor blk.3.attn_v.weight is missing"), std::string::npos)
+      << st.ToString();
 }
 
 TEST_F(PackReader, TruncatedFile) {

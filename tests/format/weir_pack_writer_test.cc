@@ -1,6 +1,8 @@
 // weir pack writer: every bundle row holds what the layout says (gate/up rows bit for bit,
 // ffn_down^T exact for float types and within half a new quantization step for Q8_0/Q4_0),
 // static tensors are copied, every tensor is page-aligned, and packing twice gives the same bytes.
+#include "format/weir_pack_writer.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -13,7 +15,6 @@
 #include "format/synth_llama.h"
 #include "format/weir_pack_format.h"
 #include "format/weir_pack_reader.h"
-#include "format/weir_pack_writer.h"
 #include "tensor/quantize.h"
 #include "testing/testing.h"
 
@@ -68,9 +69,11 @@ void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
         EXPECT_EQ(bundles.row(g.Row(c, j, BundleOp::kGate)),
                   base + c * g.bundle_bytes + (j * 3 + 0) * g.row_bytes);
         if (gate.dtype == type) {
-          ASSERT_EQ(0, std::memcmp(bundles.row(g.Row(c, j, BundleOp::kGate)), gate.row(c), g.row_bytes))
+          ASSERT_EQ(
+              0, std::memcmp(bundles.row(g.Row(c, j, BundleOp::kGate)), gate.row(c), g.row_bytes))
               << "group " << g.index << " layer " << j << " channel " << c;
-          ASSERT_EQ(0, std::memcmp(bundles.row(g.Row(c, j, BundleOp::kUp)), up.row(c), g.row_bytes));
+          ASSERT_EQ(0,
+                    std::memcmp(bundles.row(g.Row(c, j, BundleOp::kUp)), up.row(c), g.row_bytes));
         }
         std::vector<float> want = Column(down, c), got(static_cast<size_t>(g.d_model));
         DequantizeRow(bundles, g.Row(c, j, BundleOp::kDownT), got.data());
@@ -83,7 +86,8 @@ void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
             // which moves |q| * d by up to 127 (or 8) * 2^-11 * d.
             const int64_t b0 = r / 32 * 32;
             float amax = 0;
-            for (int64_t k = b0; k < b0 + 32; ++k) amax = std::max(amax, std::fabs(want[static_cast<size_t>(k)]));
+            for (int64_t k = b0; k < b0 + 32; ++k)
+              amax = std::max(amax, std::fabs(want[static_cast<size_t>(k)]));
             tol = type == DType::kQ8_0 ? amax / 127 * 0.57f : amax / 8 * 1.01f;
             tol += 1e-7f;
           }
@@ -119,7 +123,8 @@ TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
       next += g.n_layers;
     }
     EXPECT_EQ(pack->group_size(), group);
-    EXPECT_EQ(pack->down_t(), type == DType::kQ8_0 || type == DType::kQ4_0 ? "requantized" : "exact");
+    EXPECT_EQ(pack->down_t(),
+              type == DType::kQ8_0 || type == DType::kQ4_0 ? "requantized" : "exact");
     EXPECT_EQ(pack->source(), "m.gguf");
     EXPECT_EQ(pack->config().n_layers, 5);
     EXPECT_EQ(pack->config().d_ff, 96);
@@ -135,8 +140,11 @@ TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
       ASSERT_EQ(t.nbytes, s->nbytes());
       EXPECT_EQ(0, std::memcmp(pack->gguf().data() + t.offset, s->data, t.nbytes)) << t.name;
     }
-    EXPECT_EQ(pack->static_bytes() + pack->bundle_bytes(),
-              [&] { uint64_t n = 0; for (auto& [k, v] : src.tensors) n += v.nbytes(); return n; }());
+    EXPECT_EQ(pack->static_bytes() + pack->bundle_bytes(), [&] {
+      uint64_t n = 0;
+      for (auto& [k, v] : src.tensors) n += v.nbytes();
+      return n;
+    }());
     CheckBundles(src, *pack, type);
   }
 }
@@ -188,13 +196,15 @@ TEST(WeirPack, TransposeWeightMatchesDefinition) {
   // 40 x 64 F32 -> [64, 40] F16 exactly (F16 values survive the round trip).
   const int64_t rows = 40, cols = 64;
   std::vector<uint16_t> w(static_cast<size_t>(rows * cols));
-  for (size_t i = 0; i < w.size(); ++i) w[i] = F32ToF16(static_cast<float>(static_cast<int>(i % 97) - 48) / 16.0f);
+  for (size_t i = 0; i < w.size(); ++i)
+    w[i] = F32ToF16(static_cast<float>(static_cast<int>(i % 97) - 48) / 16.0f);
   TensorView v{DType::kF16, Shape{rows, cols}, w.data()};
   std::vector<uint8_t> t(static_cast<size_t>(cols) * RowBytes(DType::kF16, rows));
   ASSERT_TRUE(TransposeWeight(v, DType::kF16, t.data()).ok());
   const auto* th = reinterpret_cast<const uint16_t*>(t.data());
   for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) ASSERT_EQ(th[c * rows + r], w[static_cast<size_t>(r * cols + c)]);
+    for (int64_t c = 0; c < cols; ++c)
+      ASSERT_EQ(th[c * rows + r], w[static_cast<size_t>(r * cols + c)]);
   }
   // Rows that are not whole output blocks are refused.
   EXPECT_FALSE(TransposeWeight(v, DType::kQ8_0, t.data()).ok());
@@ -224,13 +234,15 @@ TEST(WeirPack, RefusesBadOptionsAndMixedTypes) {
 }
 
 TEST(WeirPack, RealModels) {
-  for (const char* rel : {"models/stories260K/stories260K.bin", "models/tinystories-656k/tinystories-656k-Q8_0.gguf",
-                          "models/tinystories-656k"}) {
+  for (const char* rel :
+       {"models/stories260K/stories260K.bin", "models/tinystories-656k/tinystories-656k-Q8_0.gguf",
+        "models/tinystories-656k"}) {
     SCOPED_TRACE(rel);
     const std::string path = testing::SharedPath(rel);
     if (!testing::FileExists(path)) continue;
     LoadOptions lo;
-    if (std::string(rel).ends_with(".bin")) lo.tokenizer_path = testing::SharedPath("models/stories260K/tok512.bin");
+    if (std::string(rel).ends_with(".bin"))
+      lo.tokenizer_path = testing::SharedPath("models/stories260K/tok512.bin");
     auto src = LoadModel(path, lo);
     ASSERT_TRUE(src.ok()) << src.status().ToString();
     const std::string out = testing::TempDir() + "/real.weir";
@@ -242,7 +254,8 @@ TEST(WeirPack, RealModels) {
     ASSERT_TRUE(pack.ok()) << pack.status().ToString();
     EXPECT_EQ(pack->config().n_layers, src->config.n_layers);
     EXPECT_EQ(pack->tokenizer().tokens, src->tokenizer.tokens);
-    CheckBundles(*src, *pack, src->Find("blk.0.ffn_gate.weight")->dtype);  // RoPE permutes only q, k
+    CheckBundles(*src, *pack,
+                 src->Find("blk.0.ffn_gate.weight")->dtype);  // RoPE permutes only q, k
   }
 }
 

@@ -10,7 +10,6 @@
 
 #include "base/units.h"
 #include "format/model_file.h"
-#include "storage/open_device.h"
 #include "format/synth_llama.h"
 #include "format/weir_pack_reader.h"
 #include "format/weir_pack_writer.h"
@@ -19,6 +18,7 @@
 #include "model/streaming_model.h"
 #include "storage/fault_injecting_device.h"
 #include "storage/memory_device.h"
+#include "storage/open_device.h"
 #include "testing/testing.h"
 
 namespace weir::model {
@@ -91,7 +91,8 @@ std::unique_ptr<storage::BlockDevice> Memory(const std::string& path) {
 
 // Runs the pack under `c` (opened over `device`), planning with the session's bytes.
 Result<Trace> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
-                      const StreamingConfig& c, ThreadPool* pool, int steps, MemoryPlan* plan = nullptr) {
+                      const StreamingConfig& c, ThreadPool* pool, int steps,
+                      MemoryPlan* plan = nullptr) {
   WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
   // The plan needs the session's allocations; a first session measures them.
   {
@@ -124,17 +125,20 @@ TEST(StreamingSessionTest, EveryPolicyBudgetAndDeviceMatchesResident) {
   auto refused = StreamingModel::Open(f.pack, Memory(f.pack), Config(1, "lru"));
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), Status::Code::kOutOfMemory);
-  EXPECT_NE(refused.status().message().find("is below the minimum"), std::string::npos) << refused.status().ToString();
+  EXPECT_NE(refused.status().message().find("is below the minimum"), std::string::npos)
+      << refused.status().ToString();
   MemoryPlan plan;
   ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
   const uint64_t minimum = plan.minimum(), model_bytes = plan.streamed_bytes + plan.static_bytes;
   // Below the minimum (with the session counted) is refused by Fit, naming the minimum.
   auto below = RunPack(f.pack, Memory(f.pack), Config(minimum - 1, "lru"), &pool, 1);
   ASSERT_FALSE(below.ok());
-  EXPECT_NE(below.status().message().find(StrFormat("minimum %s", FormatBytes(minimum).c_str())), std::string::npos)
+  EXPECT_NE(below.status().message().find(StrFormat("minimum %s", FormatBytes(minimum).c_str())),
+            std::string::npos)
       << below.status().ToString();
   for (const char* policy : {"lru", "lfu", "atu", "window", "mru"}) {
-    for (uint64_t budget : {minimum, minimum + model_bytes / 8, minimum + model_bytes / 2, minimum + 2 * model_bytes}) {
+    for (uint64_t budget : {minimum, minimum + model_bytes / 8, minimum + model_bytes / 2,
+                            minimum + 2 * model_bytes}) {
       SCOPED_TRACE(std::string(policy) + " budget " + std::to_string(budget));
       auto got = RunPack(f.pack, Memory(f.pack), Config(budget, policy), &pool, steps);
       ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -173,7 +177,8 @@ TEST(StreamingSessionTest, BudgetChangesWhileGenerating) {
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
   const uint64_t minimum = (*sm)->plan().minimum(), streamed = (*sm)->plan().streamed_bytes;
-  const uint64_t budgets[] = {minimum + streamed / 2, minimum, minimum + 2 * streamed, minimum + streamed / 5};
+  const uint64_t budgets[] = {minimum + streamed / 2, minimum, minimum + 2 * streamed,
+                              minimum + streamed / 5};
   const int vocab = (*sm)->model().config().vocab_size;
   std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
   auto l = (*s)->Prefill(prompt);
@@ -289,7 +294,8 @@ TEST(StreamingSessionTest, RealTinyModelGeneratesTheSameText) {
   ASSERT_TRUE(want.ok());
   MemoryPlan plan;
   ASSERT_TRUE(RunPack(pack, Memory(pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
-  auto got = RunPack(pack, Memory(pack), Config(plan.minimum() + plan.streamed_bytes / 3, "lfu"), &pool, 20);
+  auto got = RunPack(pack, Memory(pack), Config(plan.minimum() + plan.streamed_bytes / 3, "lfu"),
+                     &pool, 20);
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->tokens, want->tokens);
 }

@@ -63,7 +63,7 @@ std::vector<float> Inputs(int count, int d, uint64_t seed) {
 
 // Runs `steps` token steps; step s feeds n_of(s) tokens to every layer and records outputs.
 Result<std::vector<float>> RunSteps(StreamingWeights& mlp, const format::PackFile& pack, int steps,
-                               ThreadPool* pool) {
+                                    ThreadPool* pool) {
   const int d = pack.config().d_model, L = pack.config().n_layers;
   std::vector<float> outs;
   for (int s = 0; s < steps; ++s) {
@@ -120,7 +120,8 @@ TEST(StreamingWeightsTest, MatchesDoublePrecisionMlpOfTheSource) {
         std::vector<float> x = Inputs(1, d, 7 + static_cast<uint64_t>(l)), out(d);
         ASSERT_TRUE(mlp->Forward(l, x.data(), 1, out.data(), nullptr).ok());
         const std::string b = StrFormat("blk.%d.", l);
-        const TensorView gate = *p.src.Find(b + "ffn_gate.weight"), up = *p.src.Find(b + "ffn_up.weight"),
+        const TensorView gate = *p.src.Find(b + "ffn_gate.weight"),
+                         up = *p.src.Find(b + "ffn_up.weight"),
                          down = *p.src.Find(b + "ffn_down.weight");
         std::vector<float> row(d), drow(ff);
         std::vector<double> h(ff), want(d, 0.0);
@@ -143,7 +144,9 @@ TEST(StreamingWeightsTest, MatchesDoublePrecisionMlpOfTheSource) {
         }
         // F32/F16: summation order only. Q8_0/Q4_0: the activation's 8-bit rounding, the
         // requantized W_down^T and the column form's 8-bit coefficients.
-        const double tol = type == DType::kF32 || type == DType::kF16 ? 1e-5 : (type == DType::kQ8_0 ? 0.03 : 0.15);
+        const double tol = type == DType::kF32 || type == DType::kF16
+                               ? 1e-5
+                               : (type == DType::kQ8_0 ? 0.03 : 0.15);
         EXPECT_LT(std::sqrt(err / norm), tol) << "layer " << l;
       }
     }
@@ -194,7 +197,8 @@ TEST(StreamingWeightsTest, BitIdenticalToResidentForEveryPolicyAndBudget) {
           if (budget > all) {
             EXPECT_TRUE((*m)->resident_mode());
             // Read once, then everything from DRAM.
-            EXPECT_LE(st.storage_bytes, (*m)->streamed_bytes() + 4096 * (p.file->groups().size() + 3));
+            EXPECT_LE(st.storage_bytes,
+                      (*m)->streamed_bytes() + 4096 * (p.file->groups().size() + 3));
           }
         }
       }
@@ -207,7 +211,8 @@ TEST(StreamingWeightsTest, BitIdenticalAcrossLanesGroupsTypesAndThreads) {
     for (int group : {1, 2, 3}) {
       Packed p = MakePacked(type, group, 4);
       for (int lane : {4, 16, 96, 256}) {
-        SCOPED_TRACE(std::string(DTypeName(type)) + " group " + std::to_string(group) + " lane " + std::to_string(lane));
+        SCOPED_TRACE(std::string(DTypeName(type)) + " group " + std::to_string(group) + " lane " +
+                     std::to_string(lane));
         const std::vector<float> want = Resident(p, 3, lane);
         auto dev = MemoryOf(p.pack);
         for (int threads : {1, 2, 3}) {
@@ -337,7 +342,8 @@ TEST(StreamingWeightsTest, RejectsBadOptions) {
   storage::MemoryDevice small("small", std::string(100, 'x'));
   auto r = StreamingWeights::Create(*p.file, &small, Opts(0, "lru"));
   ASSERT_FALSE(r.ok());
-  EXPECT_NE(r.status().message().find("holds 100 bytes"), std::string::npos) << r.status().ToString();
+  EXPECT_NE(r.status().message().find("holds 100 bytes"), std::string::npos)
+      << r.status().ToString();
 }
 
 }  // namespace

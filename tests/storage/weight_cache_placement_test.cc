@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cstring>
 #include <fstream>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <set>
 #include <string>
 
@@ -43,7 +43,8 @@ class RecordingPlacement : public UnitPlacement {
   SlabPlacement* inner_;
 };
 
-std::unique_ptr<WeightCache> MakeCache(uint64_t budget, UnitPlacement* placement, const char* policy = "lru",
+std::unique_ptr<WeightCache> MakeCache(uint64_t budget, UnitPlacement* placement,
+                                       const char* policy = "lru",
                                        std::vector<uint64_t> weights = {}) {
   CacheOptions o;
   o.budget_bytes = budget;
@@ -69,7 +70,7 @@ TEST(SlabPlacementTest, AddressesAndRefusals) {
   SlabPlacement& p = **s;
   EXPECT_EQ(p.slab_bytes(0), 102400u);  // whole pages
   EXPECT_EQ(p.Place(MakeUnitId(0, 1, 0), kUnit), p.base(0));
-  EXPECT_EQ(p.Place(MakeUnitId(0, 7, 3), kUnit), p.base(0) + 3 * kUnit);  // kind is not used
+  EXPECT_EQ(p.Place(MakeUnitId(0, 7, 3), kUnit), p.base(0) + 3 * kUnit);   // kind is not used
   EXPECT_EQ(p.Place(MakeUnitId(0, 1, 12), 4096), p.base(0) + 12 * kUnit);  // the short tail
   EXPECT_EQ(p.Place(MakeUnitId(0, 1, 12), kUnit), nullptr);                // past the slab
   EXPECT_EQ(p.Place(MakeUnitId(0, 1, 0), 2 * kUnit), nullptr);             // larger than a unit
@@ -140,7 +141,8 @@ TEST(WeightCachePlacementTest, EntriesLiveAtTheirPlaceAndAreReleased) {
     r->Abort(Status::IoError("test"));
   }
   EXPECT_EQ(rec.live.count(MakeUnitId(0, 1, 14)), 0u);
-  EXPECT_EQ(c->Acquire(MakeUnitId(5, 1, 0), kUnit, 0).status().code(), Status::Code::kInvalidArgument);
+  EXPECT_EQ(c->Acquire(MakeUnitId(5, 1, 0), kUnit, 0).status().code(),
+            Status::Code::kInvalidArgument);
   c->EvictAll();
   EXPECT_TRUE(rec.live.empty());
 }
@@ -211,7 +213,7 @@ TEST(WeightCacheMoveTest, MruAdmitsOnlyIntoFreeRoom) {
   CacheHandle a = load(1, 1);
   EXPECT_TRUE(c->Move(a, 0).ok());  // free room
   a.Reset();
-  load(2, 0).Reset();               // partition 0 is now full (1 and 2)
+  load(2, 0).Reset();  // partition 0 is now full (1 and 2)
   CacheHandle b = load(3, 1);
   Status st = c->Move(b, 0);
   EXPECT_EQ(st.code(), Status::Code::kOutOfMemory) << st.ToString();
@@ -287,7 +289,8 @@ TEST(PrefetcherMergeTest, ContiguousUnitsAreOneRead) {
   // 12 units of 8 KiB placed back to back in a slab, enqueued in order with a gap after unit 5:
   // the I/O thread reads them as (at most) two merged requests, and every unit gets its bytes.
   std::string bytes(12 * kUnit + 4096, '\0');
-  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<char>((i * 31 + i / 4096) & 0xff);
+  for (size_t i = 0; i < bytes.size(); ++i)
+    bytes[i] = static_cast<char>((i * 31 + i / 4096) & 0xff);
   RecordingDevice dev("merge", bytes);
   auto slabs = SlabPlacement::Create({{12 * kUnit, kUnit}}).value();
   auto c = MakeCache(1 << 20, slabs.get());

@@ -12,17 +12,26 @@
 namespace weir::tools {
 
 void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
-  app.add_option("--memory", f->memory,
-                 "memory budget for everything weir allocates when running a weir pack (e.g. 300MiB, "
-                 "1.5GiB; default: no limit); docs/streaming.md");
-  app.add_option("--storage", f->storage, "how a pack is read: pread, direct (O_DIRECT), io_uring, "
-                                          "io_uring+direct, mmap (default pread)");
-  app.add_option("--profile", f->profile, "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
-  app.add_option("--policy", f->policy, "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default lru)");
-  app.add_option("--prefetch", f->prefetch, "layers read ahead by the I/O thread (default 1)")->check(CLI::Range(0, 64));
-  app.add_option("--partitions", f->partitions, "cache split: uniform (per layer group), proportional, shared (default uniform)");
-  app.add_option("--block", f->block, "cached unit of the bundle tensors, a multiple of 4 KiB (default 2MiB)");
-  app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")->check(CLI::Range(1, 4096));
+  app.add_option(
+      "--memory", f->memory,
+      "memory budget for everything weir allocates when running a weir pack (e.g. 300MiB, "
+      "1.5GiB; default: no limit); docs/streaming.md");
+  app.add_option("--storage", f->storage,
+                 "how a pack is read: pread, direct (O_DIRECT), io_uring, "
+                 "io_uring+direct, mmap (default pread)");
+  app.add_option(
+      "--profile", f->profile,
+      "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
+  app.add_option("--policy", f->policy,
+                 "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default lru)");
+  app.add_option("--prefetch", f->prefetch, "layers read ahead by the I/O thread (default 1)")
+      ->check(CLI::Range(0, 64));
+  app.add_option("--partitions", f->partitions,
+                 "cache split: uniform (per layer group), proportional, shared (default uniform)");
+  app.add_option("--block", f->block,
+                 "cached unit of the bundle tensors, a multiple of 4 KiB (default 2MiB)");
+  app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
+      ->check(CLI::Range(1, 4096));
 }
 
 bool IsPackFile(const std::string& path) {
@@ -43,9 +52,10 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   RunModel r;
   if (!IsPackFile(mf.model)) {
     if (!f.memory.empty()) {
-      return Status::InvalidArgument(StrFormat(
-          "--memory needs a weir pack; %s is not one (make one with `weir pack -m %s -o MODEL.weir`)",
-          mf.model.c_str(), mf.model.c_str()));
+      return Status::InvalidArgument(
+          StrFormat("--memory needs a weir pack; %s is not one (make one with `weir pack -m %s -o "
+                    "MODEL.weir`)",
+                    mf.model.c_str(), mf.model.c_str()));
     }
     WEIR_ASSIGN_OR_RETURN(r.resident, LoadModel(mf));
     return r;
@@ -96,9 +106,10 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
 }
 
 nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
-  return {{"budget", p.budget},          {"minimum", p.minimum()},       {"static", p.static_bytes},
-          {"session", p.session_bytes},  {"streamer", p.streamer_bytes},   {"io", p.io_bytes},
-          {"policy", p.policy_bytes},    {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}};
+  return {
+      {"budget", p.budget},         {"minimum", p.minimum()},       {"static", p.static_bytes},
+      {"session", p.session_bytes}, {"streamer", p.streamer_bytes}, {"io", p.io_bytes},
+      {"policy", p.policy_bytes},   {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}};
 }
 
 uint64_t PeakRssBytes() {

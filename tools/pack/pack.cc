@@ -20,12 +20,15 @@ int PackMain(int argc, char** argv) {
   format::PackOptions options;
   bool json = false, no_progress = false;
   app.add_option("-m,--model", in, "input model (GGUF, safetensors or llama2.c)")->required();
-  app.add_option("--tokenizer", tokenizer, "tokenizer file to use instead of the one beside the model");
+  app.add_option("--tokenizer", tokenizer,
+                 "tokenizer file to use instead of the one beside the model");
   app.add_option("-o,--output", out, "output pack (by convention MODEL.weir)")->required();
-  app.add_option("--group", options.group_size,
-                 "layers per group: one read fetches a neuron's bundle for this many layers (default 1)")
+  app.add_option(
+         "--group", options.group_size,
+         "layers per group: one read fetches a neuron's bundle for this many layers (default 1)")
       ->check(CLI::Range(1, format::kMaxPackGroupSize));
-  app.add_option("--type", type, "convert weights to f32, f16, bf16, q8_0 or q4_0 first (default: keep)");
+  app.add_option("--type", type,
+                 "convert weights to f32, f16, bf16, q8_0 or q4_0 first (default: keep)");
   app.add_flag("--json", json, "print a JSON summary");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
@@ -42,10 +45,12 @@ int PackMain(int argc, char** argv) {
   if (!mf.ok()) return Fail("pack", mf.status());
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec)) {
-    return Fail("pack", Status::InvalidArgument("output " + out + " is the input file; refusing to overwrite it"));
+    return Fail("pack", Status::InvalidArgument("output " + out +
+                                                " is the input file; refusing to overwrite it"));
   }
   ProgressBar bar("pack", 1000, !json && !no_progress);
-  Status st = format::WritePack(*mf, out, options, [&](double f) { bar.Update(static_cast<uint64_t>(f * 1000)); });
+  Status st = format::WritePack(*mf, out, options,
+                                [&](double f) { bar.Update(static_cast<uint64_t>(f * 1000)); });
   bar.Finish();
   if (!st.ok()) return Fail("pack", st);
   auto pack = format::PackFile::Open(out);  // read back: what was written is a valid pack
@@ -60,10 +65,12 @@ int PackMain(int argc, char** argv) {
                {"file_bytes", pack->file_size()},
                {"down_t", pack->down_t()}});
   } else {
-    std::printf("wrote %s: %zu layer groups of up to %d layers, %s static + %s bundles (%s file), ffn_down^T %s\n",
-                out.c_str(), pack->groups().size(), options.group_size,
-                FormatBytes(pack->static_bytes()).c_str(), FormatBytes(pack->bundle_bytes()).c_str(),
-                FormatBytes(pack->file_size()).c_str(), pack->down_t().c_str());
+    std::printf(
+        "wrote %s: %zu layer groups of up to %d layers, %s static + %s bundles (%s file), "
+        "ffn_down^T %s\n",
+        out.c_str(), pack->groups().size(), options.group_size,
+        FormatBytes(pack->static_bytes()).c_str(), FormatBytes(pack->bundle_bytes()).c_str(),
+        FormatBytes(pack->file_size()).c_str(), pack->down_t().c_str());
   }
   return kExitOk;
 }
