@@ -280,17 +280,21 @@ TEST(StreamingSessionTest, ReadFailureIsAnErrorNotWrongTokens) {
   }
 }
 
-TEST(StreamingSessionTest, RealTinyModelGeneratesTheSameText) {
-  const std::string path = testing::SharedPath("models/stories260K/stories260K-F32.gguf");
+class RealModels : public ::testing::TestWithParam<const char*> {};
+
+// stories260K (GGUF, adjacent-pair RoPE) and TinyStories-656K as safetensors (rotate-half RoPE:
+// the pack permutes q and k rows as the GGUF writer does) give the same greedy tokens packed.
+TEST_P(RealModels, GenerateTheSameText) {
+  const std::string path = testing::SharedPath(GetParam());
   if (!testing::FileExists(path)) GTEST_SKIP() << path << " absent";
   auto src = format::LoadModel(path);
   ASSERT_TRUE(src.ok());
   const std::string pack = testing::TempDir() + "/s.weir";
   ASSERT_TRUE(format::WritePack(*src, pack, format::PackOptions{}).ok());
   ThreadPool pool(2);
-  auto gguf = Model::Load(path);
-  ASSERT_TRUE(gguf.ok());
-  auto want = Generate(**gguf, nullptr, &pool, 20);
+  auto source = Model::Load(path);  // as the source file runs (GGUF or safetensors)
+  ASSERT_TRUE(source.ok());
+  auto want = Generate(**source, nullptr, &pool, 20);
   ASSERT_TRUE(want.ok());
   MemoryPlan plan;
   ASSERT_TRUE(RunPack(pack, Memory(pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
@@ -299,6 +303,10 @@ TEST(StreamingSessionTest, RealTinyModelGeneratesTheSameText) {
   ASSERT_TRUE(got.ok()) << got.status().ToString();
   EXPECT_EQ(got->tokens, want->tokens);
 }
+
+INSTANTIATE_TEST_SUITE_P(Shared, RealModels,
+                         ::testing::Values("models/stories260K/stories260K-F32.gguf",
+                                           "models/tinystories-656k"));
 
 }  // namespace
 }  // namespace weir::model
