@@ -6,6 +6,12 @@
 namespace weir::format {
 
 std::string PackBundleTensorName(int group) { return StrFormat("weir.ffn_bundles.%d", group); }
+std::string PackInputTensorName(int group) { return StrFormat("weir.ffn_in.%d", group); }
+std::string PackDownTensorName(int group) { return StrFormat("weir.ffn_down.%d", group); }
+
+const char* PackLayoutName(PackLayout layout) {
+  return layout == PackLayout::kColumns ? "columns" : "bundles";
+}
 
 std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int group_size) {
   WEIR_CHECK(group_size >= 1 && group_size <= kMaxPackGroupSize);
@@ -36,13 +42,31 @@ Status FinishPackGroup(PackGroup* g) {
                   DTypeName(g->dtype), BlockSize(g->dtype)));
   }
   g->row_bytes = RowBytes(g->dtype, g->d_model);
+  const bool columns = g->layout == PackLayout::kColumns;
+  if (columns && g->d_ff % BlockSize(g->dtype) != 0) {
+    return Status::InvalidArgument(
+        StrFormat("pack group %d: d_ff %d is not whole %s blocks of %d", g->index, g->d_ff,
+                  DTypeName(g->dtype), BlockSize(g->dtype)));
+  }
+  const uint64_t ops = columns ? 1 : kBundleOps;
   uint64_t bundle = 0, total = 0;
-  if (!CheckedMul(g->row_bytes, static_cast<uint64_t>(g->n_layers) * kBundleOps, &bundle) ||
+  if (!CheckedMul(g->row_bytes, static_cast<uint64_t>(g->n_layers) * ops, &bundle) ||
       !CheckedMul(bundle, static_cast<uint64_t>(g->d_ff), &total)) {
     return Status::InvalidArgument(StrFormat("pack group %d: bundle sizes overflow", g->index));
   }
   g->bundle_bytes = static_cast<size_t>(bundle);
   g->nbytes = total;
+  g->in_row_bytes = 0;
+  g->in_nbytes = 0;
+  if (columns) {
+    g->in_row_bytes = RowBytes(g->dtype, g->d_ff);
+    uint64_t in = 0;
+    if (!CheckedMul(static_cast<uint64_t>(g->in_row_bytes), static_cast<uint64_t>(g->in_rows()),
+                    &in)) {
+      return Status::InvalidArgument(StrFormat("pack group %d: input sizes overflow", g->index));
+    }
+    g->in_nbytes = in;
+  }
   return Status::Ok();
 }
 

@@ -9,7 +9,8 @@
 // Metadata: every llama.* and tokenizer.ggml.* key of a normal weir GGUF
 // (AddLlamaGgufMetadata), then
 //   weir.pack.version            u32        1
-//   weir.pack.layout             string     "ffn_bundles:gate,up,down_t"
+//   weir.pack.layout             string     "ffn_bundles:gate,up,down_t" or
+//                                           "ffn_columns:gate_t,up_t;down_t" (see below)
 //   weir.pack.group_size         u32        N asked for with --group
 //   weir.pack.group_first_layer  u32[G]     first layer of each layer group
 //   weir.pack.group_layer_count  u32[G]     layers in each group (1..N)
@@ -34,6 +35,20 @@
 // the file because the tensor starts page-aligned and the GGUF padding after it (or the end of
 // the file) completes its last page.
 //
+// Column layout (`weir pack --layout columns`, for dynamic sparsity: DIP, DIP-CA, GLU pruning).
+// Instead of one bundle tensor, each layer group g has two:
+//     weir.ffn_in.<g>     type T   shape [d_model * n * 2, d_ff]
+//   whose row (i * n + j) * 2 + op holds column i of blk.L.ffn_gate.weight (op 0) or of
+//   blk.L.ffn_up.weight (op 1), L = first + j, i.e. row i of ffn_gate^T / ffn_up^T: the weights
+//   that input channel i of the MLP feeds, for n layers back to back (channel, layer, operator);
+//     weir.ffn_down.<g>   type T   shape [d_ff * n, d_model]
+//   whose row c * n + j is row c of blk.L.ffn_down^T (the weights neuron c feeds).
+// A policy that keeps input channel i reads only its 2 rows of ffn_in for that layer, and one
+// that keeps neuron c only its row of ffn_down: bytes read are proportional to the kept
+// columns. ffn_down comes first in the file, then ffn_in. Both transposes follow the numerics of
+// ffn_down^T below (requantized for Q8_0/Q4_0: the same rounding as the session's transposed
+// copies, model/transposed_weights.h), so d_ff must also be whole blocks of T.
+//
 // Numerics of ffn_down^T: for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
 // row, so a column of ffn_down is not made of whole blocks: the packer dequantizes the column
 // (d_model values) and quantizes it again with the reference QuantizeRow, i.e. 32 consecutive
@@ -57,6 +72,7 @@ namespace weir::format {
 inline constexpr uint32_t kPackVersion = 1;
 inline constexpr uint32_t kPackAlignment = 4096;
 inline constexpr char kPackLayout[] = "ffn_bundles:gate,up,down_t";
+inline constexpr char kPackLayoutColumns[] = "ffn_columns:gate_t,up_t;down_t";
 
 inline constexpr char kPackVersionKey[] = "weir.pack.version";
 inline constexpr char kPackLayoutKey[] = "weir.pack.layout";
@@ -69,14 +85,24 @@ inline constexpr char kPackSourceKey[] = "weir.pack.source";
 // Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
 inline constexpr int kMaxPackGroupSize = 64;
 
-// "weir.ffn_bundles.<g>".
+// "weir.ffn_bundles.<g>"; the column layout's "weir.ffn_in.<g>" and "weir.ffn_down.<g>".
 std::string PackBundleTensorName(int group);
+std::string PackInputTensorName(int group);
+std::string PackDownTensorName(int group);
+
+// How the MLP weights of a pack are laid out (the weir.pack.layout key).
+enum class PackLayout : int { kBundles = 0, kColumns = 1 };
+const char* PackLayoutName(PackLayout layout);  // "bundles" or "columns" (the --layout names)
+
+// The operators of a column-layout input record, in storage order.
+enum class ColumnOp : int { kGateT = 0, kUpT = 1 };
 
 // The operators inside a bundle, in storage order.
 enum class BundleOp : int { kGate = 0, kUp = 1, kDownT = 2 };
 inline constexpr int kBundleOps = 3;
 
-// One layer group's bundle tensor.
+// One layer group's MLP tensors: the bundle tensor (kBundles), or the down and input tensors
+// (kColumns; offset/nbytes/row_bytes then describe weir.ffn_down.<g> and in_* weir.ffn_in.<g>).
 struct PackGroup {
   int index = 0;
   int first_layer = 0;
@@ -88,6 +114,22 @@ struct PackGroup {
   uint64_t nbytes = 0;      // d_ff * bundle_bytes
   size_t row_bytes = 0;     // RowBytes(dtype, d_model)
   size_t bundle_bytes = 0;  // n_layers * 3 * row_bytes: channel c starts at offset + c * this
+                            // (kColumns: n_layers * row_bytes, channel c of ffn_down)
+  PackLayout layout = PackLayout::kBundles;
+  // kColumns only: weir.ffn_in.<g>.
+  uint64_t in_offset = 0;
+  uint64_t in_nbytes = 0;     // d_model * n_layers * 2 * in_row_bytes
+  size_t in_row_bytes = 0;    // RowBytes(dtype, d_ff)
+
+  // Every streamed MLP byte of the group.
+  uint64_t mlp_bytes() const { return nbytes + in_nbytes; }
+  // kColumns: rows of weir.ffn_in.<g> and weir.ffn_down.<g>, and where a layer's rows are.
+  int64_t in_rows() const { return int64_t{d_model} * n_layers * 2; }
+  int64_t down_rows() const { return int64_t{d_ff} * n_layers; }
+  int64_t InRow(int64_t i, int j, ColumnOp op) const {
+    return (i * n_layers + j) * 2 + static_cast<int>(op);
+  }
+  int64_t DownRow(int64_t c, int j) const { return c * n_layers + j; }
 
   int64_t rows() const { return int64_t{d_ff} * n_layers * kBundleOps; }
   // Row of the bundle tensor holding `op` of layer first_layer + j for channel c.
@@ -102,8 +144,9 @@ struct PackGroup {
 // (first_layer, n_layers) pairs. group_size must be in [1, kMaxPackGroupSize].
 std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int group_size);
 
-// Fills the derived fields of a group (row_bytes, bundle_bytes, nbytes) from its dims and
-// dtype; InvalidArgument when d_model is not whole blocks of dtype or the sizes overflow.
+// Fills the derived fields of a group (row_bytes, bundle_bytes, nbytes; in_* for kColumns) from
+// its dims, layout and dtype; InvalidArgument when d_model (kColumns: or d_ff) is not whole
+// blocks of dtype or the sizes overflow.
 Status FinishPackGroup(PackGroup* group);
 
 // The canonical static tensor names in pack order (see above).

@@ -32,7 +32,7 @@ uint64_t PackFile::static_bytes() const {
 
 uint64_t PackFile::bundle_bytes() const {
   uint64_t n = 0;
-  for (const PackGroup& g : groups_) n += g.nbytes;
+  for (const PackGroup& g : groups_) n += g.mlp_bytes();
   return n;
 }
 
@@ -50,9 +50,12 @@ Status PackFile::Parse() {
                                          kPackVersionKey, version, kPackVersion));
   }
   WEIR_ASSIGN_OR_RETURN(std::string layout, f.GetString(kPackLayoutKey));
-  if (layout != kPackLayout) {
-    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s'", p, kPackLayoutKey,
-                                         layout.substr(0, 64).c_str(), kPackLayout));
+  if (layout == kPackLayoutColumns) {
+    layout_ = PackLayout::kColumns;
+  } else if (layout != kPackLayout) {
+    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s' and '%s'", p,
+                                         kPackLayoutKey, layout.substr(0, 64).c_str(), kPackLayout,
+                                         kPackLayoutColumns));
   }
   if (f.alignment() != kPackAlignment) {
     return Status::Corrupt(StrFormat("%s: general.alignment is %u; a weir pack needs %u", p,
@@ -111,39 +114,64 @@ Status PackFile::Parse() {
       }
       group_of_[static_cast<size_t>(l)] = grp.index;
     }
-    const std::string name = PackBundleTensorName(grp.index);
-    const GgufTensorInfo* info = f.FindTensor(name);
-    if (info == nullptr) {
-      return Status::Corrupt(StrFormat("%s: bundle tensor %s of layers %d..%d is missing", p,
-                                       name.c_str(), grp.first_layer,
-                                       grp.first_layer + grp.n_layers - 1));
+    grp.layout = layout_;
+    // The group's tensors: (name, expected rows, expected columns, where its offset goes).
+    struct Part {
+      std::string name;
+      int64_t rows, cols;
+      uint64_t* offset;
+    };
+    std::vector<Part> parts;
+    if (layout_ == PackLayout::kBundles) {
+      parts.push_back({PackBundleTensorName(grp.index),
+                       int64_t{grp.d_ff} * grp.n_layers * kBundleOps, config_.d_model, &grp.offset});
+    } else {
+      parts.push_back({PackDownTensorName(grp.index), int64_t{grp.d_ff} * grp.n_layers,
+                       config_.d_model, &grp.offset});
+      parts.push_back({PackInputTensorName(grp.index), int64_t{config_.d_model} * grp.n_layers * 2,
+                       grp.d_ff, &grp.in_offset});
     }
-    if (!info->dtype) {
-      return Status::Unsupported(StrFormat(
-          "%s: bundle tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)", p,
-          name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
-    }
-    grp.dtype = *info->dtype;
-    uint64_t rows = 0;
-    if (!CheckedMul(static_cast<uint64_t>(grp.d_ff),
-                    static_cast<uint64_t>(grp.n_layers) * kBundleOps, &rows) ||
-        !(info->shape == Shape{static_cast<int64_t>(rows), config_.d_model})) {
-      return Status::Corrupt(
-          StrFormat("%s: bundle tensor %s has shape %s, expected [d_ff * layers * 3, d_model] = "
-                    "[%d * %d * 3, %d]",
-                    p, name.c_str(), info->shape.ToString().c_str(), grp.d_ff, grp.n_layers,
-                    config_.d_model));
+    std::vector<const GgufTensorInfo*> infos;
+    for (const Part& part : parts) {
+      const GgufTensorInfo* info = f.FindTensor(part.name);
+      if (info == nullptr) {
+        return Status::Corrupt(StrFormat("%s: MLP tensor %s of layers %d..%d is missing", p,
+                                         part.name.c_str(), grp.first_layer,
+                                         grp.first_layer + grp.n_layers - 1));
+      }
+      if (!info->dtype) {
+        return Status::Unsupported(StrFormat(
+            "%s: MLP tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)", p,
+            part.name.c_str(), GgmlTypeName(info->ggml_type).c_str()));
+      }
+      if (!infos.empty() && *info->dtype != grp.dtype) {
+        return Status::Corrupt(StrFormat("%s: MLP tensors of layer group %zu differ in type", p, g));
+      }
+      grp.dtype = *info->dtype;
+      if (grp.n_layers > INT32_MAX / 4 || !(info->shape == Shape{part.rows, part.cols})) {
+        return Status::Corrupt(StrFormat(
+            "%s: MLP tensor %s has shape %s, expected [%lld, %lld] (layout %s, %d layers, d_ff %d, "
+            "d_model %d)",
+            p, part.name.c_str(), info->shape.ToString().c_str(),
+            static_cast<long long>(part.rows), static_cast<long long>(part.cols),
+            PackLayoutName(layout_), grp.n_layers, grp.d_ff, config_.d_model));
+      }
+      infos.push_back(info);
     }
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&grp).WithContext(f.path()));
-    if (grp.nbytes != info->nbytes || info->offset % kPackAlignment != 0) {
-      return Status::Corrupt(
-          StrFormat("%s: bundle tensor %s: %llu bytes at offset %llu; expected %llu bytes at a "
-                    "multiple of %u",
-                    p, name.c_str(), static_cast<unsigned long long>(info->nbytes),
-                    static_cast<unsigned long long>(info->offset),
-                    static_cast<unsigned long long>(grp.nbytes), kPackAlignment));
+    for (size_t k = 0; k < parts.size(); ++k) {
+      const GgufTensorInfo* info = infos[k];
+      const uint64_t want = k == 0 ? grp.nbytes : grp.in_nbytes;
+      if (want != info->nbytes || info->offset % kPackAlignment != 0) {
+        return Status::Corrupt(
+            StrFormat("%s: MLP tensor %s: %llu bytes at offset %llu; expected %llu bytes at a "
+                      "multiple of %u",
+                      p, parts[k].name.c_str(), static_cast<unsigned long long>(info->nbytes),
+                      static_cast<unsigned long long>(info->offset),
+                      static_cast<unsigned long long>(want), kPackAlignment));
+      }
+      *parts[k].offset = info->offset;
     }
-    grp.offset = info->offset;
     groups_.push_back(grp);
     next = firsts[g] + counts[g];
   }

@@ -7,7 +7,8 @@
 // weir.pack.* keys (version, layout, group arrays of equal length covering layers 0..n-1 in
 // order, each group within --group's size and of one d_ff); general.alignment 4096 and every
 // tensor page-aligned; each bundle tensor present with a supported type and shape
-// [d_ff * n * 3, d_model]; the static tensors with ValidateLlama's shape and type rules.
+// [d_ff * n * 3, d_model] (column layout: ffn_down [d_ff * n, d_model] and ffn_in
+// [d_model * n * 2, d_ff] of one type); the static tensors with ValidateLlama's shape and type rules.
 //
 // Thread safety: immutable after Open.
 #pragma once
@@ -58,6 +59,7 @@ class PackFile {
     return groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
   }
   int group_size() const { return group_size_; }         // --group as asked
+  PackLayout layout() const { return layout_; }
   const std::string& down_t() const { return down_t_; }  // "exact" or "requantized"
   const std::string& source() const { return source_; }
   // (key, value as text) for every metadata entry, for `weir inspect --metadata`.
@@ -66,7 +68,7 @@ class PackFile {
   }
 
   uint64_t static_bytes() const;  // sum of the static tensors' bytes
-  uint64_t bundle_bytes() const;  // sum of the bundle tensors' bytes
+  uint64_t bundle_bytes() const;  // sum of the MLP tensors' bytes (bundles, or in + down)
   const GgufFile& gguf() const { return gguf_; }
 
  private:
@@ -80,6 +82,7 @@ class PackFile {
   std::vector<PackGroup> groups_;
   std::vector<int> group_of_;  // per layer
   int group_size_ = 0;
+  PackLayout layout_ = PackLayout::kBundles;
   std::string down_t_, source_;
 };
 

@@ -41,18 +41,59 @@ struct GroupSource {
   PackGroup group;
   std::vector<TensorView> gate, up, down;    // per layer of the group
   std::vector<std::vector<uint8_t>> down_t;  // per layer: [d_ff, row_bytes], built lazily
+  std::vector<std::vector<uint8_t>> gate_t, up_t;  // per layer: [d_model, in_row_bytes]
 };
+
+// Fills *out (once) with the transposes of `ws` in the group's type.
+Status Transposes(const std::vector<TensorView>& ws, DType type,
+                  std::vector<std::vector<uint8_t>>* out) {
+  if (!out->empty()) return Status::Ok();
+  out->resize(ws.size());
+  for (size_t j = 0; j < ws.size(); ++j) {
+    (*out)[j].resize(static_cast<size_t>(ws[j].cols()) * RowBytes(type, ws[j].rows()));
+    WEIR_RETURN_IF_ERROR(TransposeWeight(ws[j], type, (*out)[j].data()));
+  }
+  return Status::Ok();
+}
+
+// Column layout: rows [begin, end) of weir.ffn_down.<g> (row c * n + j = row c of down_j^T).
+Status FillDown(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
+  const PackGroup& g = s->group;
+  WEIR_RETURN_IF_ERROR(Transposes(s->down, g.dtype, &s->down_t));
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t c = r / g.n_layers;
+    const size_t j = static_cast<size_t>(r % g.n_layers);
+    std::memcpy(dst + static_cast<size_t>(r - begin) * g.row_bytes,
+                s->down_t[j].data() + static_cast<size_t>(c) * g.row_bytes, g.row_bytes);
+  }
+  if (end == g.down_rows()) s->down_t.clear();
+  return Status::Ok();
+}
+
+// Column layout: rows [begin, end) of weir.ffn_in.<g> (row (i * n + j) * 2 + op = row i of
+// gate_j^T or up_j^T).
+Status FillInput(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
+  const PackGroup& g = s->group;
+  WEIR_RETURN_IF_ERROR(Transposes(s->gate, g.dtype, &s->gate_t));
+  WEIR_RETURN_IF_ERROR(Transposes(s->up, g.dtype, &s->up_t));
+  const size_t rb = g.in_row_bytes;
+  for (int64_t r = begin; r < end; ++r) {
+    const int64_t i = r / (int64_t{g.n_layers} * 2);
+    const size_t j = static_cast<size_t>((r / 2) % g.n_layers);
+    const auto& src = (r % 2 == 0) ? s->gate_t[j] : s->up_t[j];
+    std::memcpy(dst + static_cast<size_t>(r - begin) * rb, src.data() + static_cast<size_t>(i) * rb,
+                rb);
+  }
+  if (end == g.in_rows()) {
+    s->gate_t.clear();
+    s->up_t.clear();
+  }
+  return Status::Ok();
+}
 
 Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   const PackGroup& g = s->group;
-  if (s->down_t.empty()) {
-    s->down_t.resize(static_cast<size_t>(g.n_layers));
-    for (int j = 0; j < g.n_layers; ++j) {
-      s->down_t[static_cast<size_t>(j)].resize(static_cast<size_t>(g.d_ff) * g.row_bytes);
-      WEIR_RETURN_IF_ERROR(TransposeWeight(s->down[static_cast<size_t>(j)], g.dtype,
-                                           s->down_t[static_cast<size_t>(j)].data()));
-    }
-  }
+  WEIR_RETURN_IF_ERROR(Transposes(s->down, g.dtype, &s->down_t));
   std::vector<float> tmp;
   for (int64_t r = begin; r < end; ++r) {
     const int64_t c = r / (int64_t{g.n_layers} * kBundleOps);
@@ -167,6 +208,7 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     g.n_layers = plan[gi].second;
     g.d_ff = c.layers[static_cast<size_t>(g.first_layer)].d_ff;
     g.d_model = c.d_model;
+    g.layout = options.layout;
     for (int j = 0; j < g.n_layers; ++j) {
       const std::string b = StrFormat("blk.%d.", g.first_layer + j);
       s->gate.push_back(tensor(b + "ffn_gate.weight"));
@@ -195,7 +237,7 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
                                                DTypeName(g.dtype)));
     }
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&g).WithContext(path));
-    bytes_by_type[g.dtype] += g.nbytes;
+    bytes_by_type[g.dtype] += g.mlp_bytes();
     groups.push_back(std::move(s));
   }
   DType main_type = DType::kF32;
@@ -224,7 +266,8 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     requantized = requantized || s->group.dtype == DType::kQ8_0 || s->group.dtype == DType::kQ4_0;
   }
   w.AddU32(kPackVersionKey, kPackVersion);
-  w.AddString(kPackLayoutKey, kPackLayout);
+  w.AddString(kPackLayoutKey,
+              options.layout == PackLayout::kColumns ? kPackLayoutColumns : kPackLayout);
   w.AddU32(kPackGroupSizeKey, static_cast<uint32_t>(options.group_size));
   w.Add(kPackGroupFirstKey, GgufValue::U32Array(firsts));
   w.Add(kPackGroupCountKey, GgufValue::U32Array(counts));
@@ -252,6 +295,17 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   }
   for (const auto& s : groups) {
     const PackGroup& g = s->group;
+    if (g.layout == PackLayout::kColumns) {
+      w.AddTensor(PackDownTensorName(g.index), g.dtype, Shape{g.down_rows(), g.d_model},
+                  [s](int64_t begin, int64_t end, uint8_t* dst) {
+                    return FillDown(s.get(), begin, end, dst);
+                  });
+      w.AddTensor(PackInputTensorName(g.index), g.dtype, Shape{g.in_rows(), g.d_ff},
+                  [s](int64_t begin, int64_t end, uint8_t* dst) {
+                    return FillInput(s.get(), begin, end, dst);
+                  });
+      continue;
+    }
     w.AddTensor(PackBundleTensorName(g.index), g.dtype, Shape{g.rows(), g.d_model},
                 [s](int64_t begin, int64_t end, uint8_t* dst) {
                   return FillBundles(s.get(), begin, end, dst);

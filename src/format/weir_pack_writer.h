@@ -1,6 +1,7 @@
 // WritePack: writes any loaded Llama model as a weir pack (layout in weir_pack_format.h): the
 // static tensors whole, the MLP weights as neuron bundles interleaved by (channel, layer,
-// operator) within layer groups, every tensor 4 KiB-aligned. Streams through GgufWriter (a few
+// operator) within layer groups (or, with layout kColumns, as input-channel and neuron columns
+// for sparse streaming), every tensor 4 KiB-aligned. Streams through GgufWriter (a few
 // MiB of buffers plus one layer group's ffn_down^T rows), writes path.tmp and renames it.
 // Deterministic: the same model and options always give the same bytes (no time stamps, no
 // directories in the metadata, no threads deciding any order).
@@ -14,6 +15,7 @@
 
 #include "base/status.h"
 #include "format/model_file.h"
+#include "format/weir_pack_format.h"
 #include "tensor/dtype.h"
 
 namespace weir::format {
@@ -21,6 +23,7 @@ namespace weir::format {
 struct PackOptions {
   int group_size = 1;         // layers per group (--group), 1..kMaxPackGroupSize
   std::optional<DType> type;  // convert every 2-D weight to this type first (--type)
+  PackLayout layout = PackLayout::kBundles;  // --layout bundles|columns
 };
 
 // Errors: the model's own validation, a bad group size, MLP tensors of one group in different

@@ -87,9 +87,25 @@ void GatherMatVecCols(const TensorView& wt, const int32_t* idx, int64_t n_idx, c
     std::memset(partials, 0, bytes);
   }
   ColsJob job{&k, &wt, idx, x, y, partials};
-  ParallelForDynamic(
-      pool, static_cast<size_t>(n_idx),
-      [&job](size_t b, size_t e, int thread) { job.Run(b, e, thread); }, IndexChunk(n_idx, pool));
+  // A static split: slice s of the index list (whole groups of kGatherGroup) always goes into
+  // accumulator s and the accumulators are added in slice order, so the result depends on the
+  // pool's size only, never on which thread ran what (a streamed run then matches a resident one
+  // bit for bit).
+  const size_t slices = static_cast<size_t>(n_threads);
+  const size_t G = internal::kGatherGroup;
+  const size_t groups = (static_cast<size_t>(n_idx) + G - 1) / G;
+  auto slice_begin = [&](size_t sl) {
+    return std::min(static_cast<size_t>(n_idx), groups * sl / slices * G);
+  };
+  ParallelFor(
+      pool, slices,
+      [&](size_t b, size_t e, int) {
+        for (size_t sl = b; sl < e; ++sl) {
+          const size_t lo = slice_begin(sl), hi = slice_begin(sl + 1);
+          if (lo < hi) job.Run(lo, hi, static_cast<int>(sl));
+        }
+      },
+      1);
   for (int t = 1; t < n_threads; ++t) {
     const float* p = partials + static_cast<size_t>(t - 1) * n_out;
     for (int64_t j = 0; j < n_out; ++j) y[j] += p[j];

@@ -24,9 +24,11 @@
 // not be sorted, but ascending order reads memory more sequentially.
 //
 // Work is split over the index list on the pool (at multiples of 4, so the column form's groups
-// and so its results do not depend on the pool). The column form keeps one partial y per thread
-// in a grow-only thread_local buffer of the calling thread (rows_out floats per pool thread), so
-// steady-state calls do not allocate.
+// and so its results do not depend on the pool). The column form cuts the list into one slice
+// per pool thread, each summed into its own partial y (a grow-only thread_local buffer of the
+// calling thread, rows_out floats per pool thread, so steady-state calls do not allocate), and
+// adds the partials in slice order: its result is the same on every call with the same pool
+// size, whatever the scheduling.
 //
 // Thread safety: free functions; concurrent calls are fine if outputs do not alias.
 #pragma once

@@ -107,10 +107,12 @@ Status Session::Mlp(int layer, int n) {
   Observe(layer, Site::kMlpIn, xb, d, n);
   if (streamed_) {
     // A weir pack: the same product from neuron bundles read from storage (streaming_weights.h).
+    // With a policy (column layout) it selects the columns, as SparseMlpToken does below.
     float* y = gate;  // [n, d]
-    WEIR_RETURN_IF_ERROR(streamed_->Forward(layer, xb, n, y, pool_));
+    uint64_t used = 0;
+    WEIR_RETURN_IF_ERROR(streamed_->Forward(layer, xb, n, y, pool_, policy_.get(), &used));
     const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
-    traffic_.mlp_used += bytes * static_cast<uint64_t>(n);
+    traffic_.mlp_used += used;
     traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
     for (int i = 0; i < n * d; ++i) x[i] += y[i];
     return Status::Ok();

@@ -1,6 +1,7 @@
 #include "model/session.h"
 
 #include <algorithm>
+#include <string>
 
 namespace weir::model {
 
@@ -28,10 +29,7 @@ Status Session::Allocate(const SessionOptions& options) {
   streamed_ = options.streamed;
   if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
-    if (options.sparsity != nullptr) {
-      return Status::Unsupported(
-          "sparsity with a streamed pack is not supported yet: run the pack dense, or the GGUF with --sparsity");
-    }
+    streamed_->set_sparse(false);  // until a pruning policy says otherwise (below)
   }
   const size_t B = static_cast<size_t>(n_batch_), f = sizeof(float);
   const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
@@ -55,7 +53,24 @@ Status Session::Allocate(const SessionOptions& options) {
       sites[s] = policy_->MayPrune(static_cast<sparsity::Site>(s));
       any = any || sites[s];
     }
-    if (any || policy_->unit_predictor() != sparsity::UnitPredictor::kNone) {
+    const bool prunes = any || policy_->unit_predictor() != sparsity::UnitPredictor::kNone;
+    if (prunes && streamed_ != nullptr) {
+      // A streamed pack computes its MLP from the pack's own columns (streaming_weights.h).
+      const std::string name = policy_->info().name;
+      if (!streamed_->columns()) {
+        return Status::Unsupported(
+            "--sparsity " + name + " with a streamed pack needs the column layout: write the "
+            "pack with `weir pack --layout columns`");
+      }
+      if (sites[static_cast<int>(sparsity::Site::kAttnIn)] ||
+          sites[static_cast<int>(sparsity::Site::kAttnOut)] ||
+          policy_->unit_predictor() != sparsity::UnitPredictor::kNone) {
+        return Status::Unsupported(
+            "--sparsity " + name + " is not supported with a streamed pack: streaming applies "
+            "sparsity to MLP columns only (dense, glu, dip, dip-ca); run the GGUF for " + name);
+      }
+      streamed_->set_sparse(true);
+    } else if (prunes) {
       WEIR_ASSIGN_OR_RETURN(transposed_, TransposedWeights::Build(model_.weights(), sites, pool_));
     } else {
       policy_.reset();  // never prunes: the dense path is the same computation

@@ -52,9 +52,16 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
   WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(path));
   StreamingOptions mo = config.stream;
   mo.cache_budget = 0;  // planned by Fit
+  if (mo.block_bytes == 0) {
+    // Dense bundles are read whole: large blocks. Sparse columns are read one by one: the
+    // smallest block O_DIRECT allows, so that bytes read follow the kept columns.
+    mo.block_bytes = pack.layout() == format::PackLayout::kColumns ? 4096 : size_t{2} << 20;
+  }
+  m->config_.stream.block_bytes = mo.block_bytes;
   WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));
   for (const format::PackGroup& g : pack.groups()) {
-    m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes;
+    m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes +
+                        (g.in_nbytes + mo.block_bytes - 1) / mo.block_bytes;
   }
   m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
   for (const format::PackTensor& t : pack.static_tensors()) {

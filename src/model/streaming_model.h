@@ -43,7 +43,8 @@ namespace weir::model {
 struct StreamingConfig {
   uint64_t memory_budget = UINT64_MAX;  // --memory; UINT64_MAX = no limit (everything resident)
   storage::DeviceOptions device;        // --storage, --profile (kind "direct", "io_uring", ...)
-  StreamingOptions stream;              // --policy, --prefetch, ...; cache_budget is planned here
+  StreamingOptions stream;              // --policy, --prefetch, ...; cache_budget is planned here;
+                                        // block_bytes 0 = by layout (2 MiB bundles, 4 KiB columns)
 };
 
 struct MemoryPlan {

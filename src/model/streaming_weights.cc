@@ -21,6 +21,7 @@ double Since(Clock::time_point t0) {
 // Unit kinds (storage/unit_id.h; the layer field is the extent's slab).
 constexpr uint32_t kBundleBlockKind = 1;
 constexpr uint32_t kAttentionBlockKind = 2;
+constexpr uint32_t kInputBlockKind = 3;  // column layout: the input columns
 constexpr uint64_t kPage = 4096;
 
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
@@ -90,25 +91,30 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   for (const format::PackGroup& pg : pack.groups()) {
     Group g;
     g.pack = pg;
-    g.n_lanes = (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
-    Extent& e = g.extent;
-    e.slab = static_cast<uint32_t>(slabs.size());
-    e.kind = kBundleBlockKind;
-    e.partition = s->PartitionOf(pg.index);
-    e.offset = pg.offset;
-    e.nbytes = pg.nbytes;
-    e.n_blocks = (pg.nbytes + B - 1) / B;
-    if (pg.rows() > INT32_MAX) {
+    g.columns = pg.layout == format::PackLayout::kColumns;
+    g.n_lanes = g.columns ? 0 : (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
+    auto add_extent = [&](Extent& e, uint32_t kind, uint64_t offset, uint64_t nbytes) {
+      e.slab = static_cast<uint32_t>(slabs.size());
+      e.kind = kind;
+      e.partition = s->PartitionOf(pg.index);
+      e.offset = offset;
+      e.nbytes = nbytes;
+      e.n_blocks = (nbytes + B - 1) / B;
+      slabs.push_back({nbytes, B});
+    };
+    add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes);
+    if (g.columns) add_extent(g.in, kInputBlockKind, pg.in_offset, pg.in_nbytes);
+    const int64_t rows = g.columns ? std::max(pg.in_rows(), pg.down_rows()) : pg.rows();
+    if (rows > INT32_MAX) {
       return Status::Unsupported(
           StrFormat("streaming: %s: group %d is too large to stream", path.c_str(), pg.index));
     }
     for (int j = 0; j < pg.n_layers; ++j)
       s->group_of_[static_cast<size_t>(pg.first_layer + j)] = pg.index;
-    slabs.push_back({pg.nbytes, B});
-    max_rows = std::max(max_rows, pg.rows());
-    max_ff = std::max<int64_t>(max_ff, pg.d_ff);
+    max_rows = std::max(max_rows, rows);
+    max_ff = std::max<int64_t>(max_ff, std::max(pg.d_ff, pg.d_model));
     max_lanes = std::max<int64_t>(max_lanes, g.n_lanes);
-    s->max_group_bytes_ = std::max(s->max_group_bytes_, pg.nbytes);
+    s->max_group_bytes_ = std::max(s->max_group_bytes_, pg.mlp_bytes());
     s->groups_.push_back(std::move(g));
   }
   if (options.stream_attention) {
@@ -136,13 +142,16 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     }
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
-    if (!storage::UnitIdFits(i, kAttentionBlockKind, (slabs[i].bytes + B - 1) / B)) {
+    if (!storage::UnitIdFits(i, kInputBlockKind, (slabs[i].bytes + B - 1) / B)) {
       return Status::Unsupported(
           StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
     }
   }
   WEIR_ASSIGN_OR_RETURN(s->slabs_, storage::SlabPlacement::Create(slabs));
-  for (Group& g : s->groups_) g.extent.base = s->slabs_->base(g.extent.slab);
+  for (Group& g : s->groups_) {
+    g.extent.base = s->slabs_->base(g.extent.slab);
+    if (g.columns) g.in.base = s->slabs_->base(g.in.slab);
+  }
   for (Extent& e : s->attention_) e.base = s->slabs_->base(e.slab);
   for (int l = 0; l < static_cast<int>(s->attention_.size()); ++l) {
     const Extent& e = s->attention_[static_cast<size_t>(l)];
@@ -174,6 +183,12 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   };
   for (Group& g : s->groups_) {
     charge(g.extent);
+    if (g.columns) {
+      // A layer's columns are pinned together: the transient reserve and staging hold them.
+      charge(g.in);
+      s->max_lane_bytes_ = std::max(
+          s->max_lane_bytes_, std::max(s->MaxLayerBlocks(g, true), s->MaxLayerBlocks(g, false)) * B);
+    }
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * s->lane_channels_;
       const auto [b0, b1] =
@@ -201,28 +216,48 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   }
   s->idx_rows_.resize(static_cast<size_t>(2 * max_ff));
   s->idx_down_.resize(static_cast<size_t>(max_ff));
+  if (s->columns()) {
+    s->idx_up_.resize(static_cast<size_t>(max_ff));
+    s->sel_in_.Reserve(max_ff);
+    s->sel_down_.Reserve(max_ff);
+    s->all_units_.Reserve(max_ff);
+    uint64_t max_blocks = 0;
+    for (const Group& g : s->groups_) max_blocks = std::max({max_blocks, g.in.n_blocks, g.extent.n_blocks});
+    s->blocks_.reserve(static_cast<size_t>(max_blocks));
+    s->next_blocks_.reserve(static_cast<size_t>(max_blocks));
+    s->block_words_.resize(static_cast<size_t>((max_blocks + 63) / 64));
+    s->cache_words_.resize(static_cast<size_t>((max_ff + 63) / 64));
+  }
   return s;
 }
 
 StreamingWeights::~StreamingWeights() {
   if (prefetcher_) prefetcher_->Shutdown();
   attention_batch_ = Batch();
-  for (Group& g : groups_) g.extent.pins.clear();
+  for (Group& g : groups_) {
+    g.extent.pins.clear();
+    g.in.pins.clear();
+  }
   for (Extent& e : attention_) e.pins.clear();
   prefetcher_.reset();
   cache_.reset();  // before the slabs its entries live in
 }
 
 uint64_t StreamingWeights::fixed_bytes() const {
-  // Scratch, plus the transient reserve: one lane of blocks (MLP) or one layer's attention.
+  // Scratch, plus the transient reserve: one lane of blocks (MLP; column layout: one layer's
+  // columns of a matrix) or one layer's attention.
   return rows_y_.size() + rows_x_.size() + gate_.size() + up_.size() + partials_.size() +
          idx_rows_.capacity() * sizeof(int32_t) + idx_down_.capacity() * sizeof(int32_t) +
+         idx_up_.capacity() * sizeof(int32_t) +
+         (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
+         (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
+         3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t) +
          std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_);
 }
 
 uint64_t StreamingWeights::streamed_bytes() const {
   uint64_t n = 0;
-  for (const Group& g : groups_) n += g.extent.nbytes;
+  for (const Group& g : groups_) n += g.extent.nbytes + g.in.nbytes;
   for (const Extent& e : attention_) n += e.nbytes;
   return n;
 }
@@ -317,9 +352,17 @@ void StreamingWeights::Prefetch(int layer) {
     const int l = static_cast<int>(ahead_.position % n_layers_);
     Extent* e = nullptr;
     if (ahead_.phase == 0 && !attention_.empty()) e = &attention_[static_cast<size_t>(l)];
-    if (ahead_.phase == 1) {
+    if (ahead_.phase >= 1 && !sparse_mlp_) {
+      // A group's MLP tensors serve all its layers: bundles, or the input columns then the
+      // down columns. Sparse mode reads MLP columns by prediction instead (PredictNextLayer).
       Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(l)])];
-      if (g.pack.first_layer == l) e = &g.extent;  // a group's bundles serve all its layers
+      if (g.pack.first_layer == l) {
+        if (g.columns) {
+          e = ahead_.phase == 1 ? &g.in : &g.extent;
+        } else if (ahead_.phase == 1) {
+          e = &g.extent;
+        }
+      }
     }
     if (e != nullptr && !e->held) {
       for (; ahead_.block < e->n_blocks; ++ahead_.block) {
@@ -333,7 +376,7 @@ void StreamingWeights::Prefetch(int layer) {
       }
     }
     ahead_.block = 0;
-    if (++ahead_.phase == 2) {
+    if (++ahead_.phase == 3) {
       ahead_.phase = 0;
       ++ahead_.position;
     }
@@ -392,11 +435,26 @@ void StreamingWeights::ReleaseAttention() {
   attention_batch_ = Batch();
 }
 
-Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool) {
+Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
+                                 sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
   WEIR_CHECK(layer >= 0 && layer < n_layers_ && n > 0);
   Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
   Extent& e = g.extent;
   const int j = layer - g.pack.first_layer;
+  if (weight_bytes != nullptr) *weight_bytes = 0;
+  if (g.columns) {
+    Prefetch(layer);
+    for (int t = 0; t < n; ++t) {
+      const size_t at = static_cast<size_t>(t) * d_model_;
+      WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));
+    }
+    return Status::Ok();
+  }
+  WEIR_CHECK(policy == nullptr);  // bundles: dense only (Session checks)
+  if (weight_bytes != nullptr) {
+    *weight_bytes = static_cast<uint64_t>(n) * g.pack.bundle_bytes / g.pack.n_layers *
+                    static_cast<uint64_t>(g.pack.d_ff);
+  }
   std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * d_model_);
   Prefetch(layer);
   if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
@@ -442,7 +500,7 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
 }
 
 Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
-                                      const std::function<bool()>& make_room) {
+                                      const std::function<bool()>& make_room, bool claim_queued) {
   storage::UnitRead r = BlockRead(e, block);
   const uint64_t charge = cache_->EntryCharge(r.length);
   CountAccess(r.length, false);
@@ -466,6 +524,16 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   // drop read-ahead, then finish earlier work, then reserve in the partition itself.
   storage::UnitRead staged = r;
   staged.partition = staging_partition_;
+  if (claim_queued && cache_->Contains(r.id)) {
+    // Queued, loading or cached: wait for it (NotFound if it was evicted meanwhile).
+    Result<storage::CacheHandle> w = prefetcher_->Wait(r.id);
+    if (w.ok()) {
+      stall();
+      take(std::move(w).value());
+      return Status::Ok();
+    }
+    if (w.status().code() != Status::Code::kNotFound) return w.status();
+  }
   Result<storage::CacheHandle> h = prefetcher_->Get(staged);
   if (oom(h) && prefetcher_->CancelAll() > 0) h = prefetcher_->Get(staged);
   if (oom(h) && make_room && make_room()) h = prefetcher_->Get(staged);
@@ -509,12 +577,14 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
       batch->handles[i].Reset();
     }
   }
-  // Transient blocks of the released prefix give their pages back.
+  // Transient blocks of the released prefix give their pages back -- unless the block has been
+  // reserved in the cache since (read-ahead): its entry owns the place now, and holds the same
+  // bytes. Reservations are made on this thread only, so the check cannot race with one.
   std::vector<std::pair<std::byte*, size_t>> still;
   for (const auto& [p, bytes] : batch->transient) {
     const uint64_t block = static_cast<uint64_t>(p - e.base) / options_.block_bytes;
     if (block < keep_from_block) {
-      slabs_->Discard(p, bytes);
+      if (!cache_->Contains(storage::MakeUnitId(e.slab, e.kind, block))) slabs_->Discard(p, bytes);
     } else {
       still.emplace_back(p, bytes);
     }
@@ -592,9 +662,12 @@ void StreamingWeights::ResetSequence() { cache_->ResetSequence(); }
 Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
   // Leaving resident mode: unpin everything so the cache can evict.
   for (Group& g : groups_) {
-    g.extent.pins.clear();
-    g.extent.held = false;
+    for (Extent* e : {&g.extent, &g.in}) {
+      e->pins.clear();
+      e->held = false;
+    }
   }
+  predicted_.clear();
   for (Extent& e : attention_) {
     e.pins.clear();
     e.held = false;

@@ -37,6 +37,21 @@
 // into its slab place outside the cache and dropped after use (a transient read: at most one
 // lane's blocks or one layer's attention at a time).
 //
+// Column layout (weir pack --layout columns; streaming_columns.cc). A group then has two
+// extents, its MLP input columns (gate^T and up^T rows per input channel) and its down columns
+// (down^T rows per neuron), and a token runs DIP's dataflow (paper 000 §3) over them:
+//   in   = SelectInput(x) (cache-aware for DIP-CA: the blocks resident now give the mask);
+//   g, u = sum over i in `in` of x[i] * (gate^T, up^T)[i]    (the blocks of `in`, pinned);
+//   h    = silu(g) * u;  down = SelectDown(h);  out = sum over c in `down` of h[c] * down^T[c].
+// The blocks a layer needs are handed to the I/O thread at once (merged into large reads) and
+// claimed in order. Sparse mode also reads ahead by prediction (ActiveFlow's cross-layer
+// preloading): the channels layer L keeps are read for layer L + 1 while L computes, and what
+// L + 1 then does not use is released. With no policy every column is kept (dense), and the
+// read-ahead cursor reads whole extents as for bundles. Each product is one gathered kernel
+// call over the layer's kept columns in ascending order, whatever was cached, so streamed
+// results equal the resident ones bit for bit (and equal the GGUF session's sparse path, which
+// makes the same calls on the same transposed bytes).
+//
 // Resident mode. When the cache budget holds every block, each extent is loaded once and its
 // blocks stay pinned: later tokens compute straight from the slabs with no cache traffic, which
 // is what makes streaming cost nothing when the model fits.
@@ -63,6 +78,8 @@
 #include "storage/prefetcher.h"
 #include "storage/slab_placement.h"
 #include "storage/weight_cache.h"
+#include "sparsity/index_list.h"
+#include "sparsity/policy.h"
 
 namespace weir::model {
 
@@ -122,7 +139,15 @@ class StreamingWeights {
 
   // out[t] = W_down · (silu(W_gate · x[t]) ⊙ (W_up · x[t])) of `layer`, t < n.
   // x, out: [n, d_model]. An I/O error comes back as the Status (out is then unspecified).
-  Status Forward(int layer, const float* x, int n, float* out, ThreadPool* pool);
+  // `policy` (column layout only; nullptr = dense) selects the columns per token; it must not
+  // predict units (UnitPredictor::kNone). `weight_bytes`, when set, receives the MLP weight
+  // bytes the products used (summed over the n tokens).
+  Status Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
+                 sparsity::SparsityPolicy* policy = nullptr, uint64_t* weight_bytes = nullptr);
+  // True when the pack has the column layout (sparsity can be applied).
+  bool columns() const { return !groups_.empty() && groups_[0].columns; }
+  // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
+  void set_sparse(bool sparse) { sparse_mlp_ = sparse; }
 
   // Attention (stream_attention): pins every block of `layer`'s attention tensors, reading what
   // is missing, until ReleaseAttention(); meanwhile their bytes are at TensorAddress(name).
@@ -168,7 +193,9 @@ class StreamingWeights {
   };
   struct Group {
     format::PackGroup pack;
-    Extent extent;  // the bundle tensor
+    Extent extent;  // the bundle tensor (column layout: the down columns)
+    Extent in;      // column layout: the input columns
+    bool columns = false;
     int n_lanes = 0;
   };
   // Blocks acquired for the work at hand, and transient reads to drop afterwards.
@@ -190,9 +217,31 @@ class StreamingWeights {
   void Prefetch(int layer);
   // Pins `block` of `e` into the batch, or reads it transiently when no partition can take it.
   // `make_room`, when set, finishes and releases earlier work of the batch to free pinned room;
-  // it returns false when there was none.
+  // it returns false when there was none. `claim_queued`: a block the I/O thread has queued is
+  // waited for rather than read here (so that it stays part of a merged read).
   Status AcquireBlock(Extent& e, uint64_t block, Batch* batch,
-                      const std::function<bool()>& make_room);
+                      const std::function<bool()>& make_room, bool claim_queued = false);
+  // Column layout (streaming_columns.cc).
+  Status ForwardColumns(Group& g, int j, const float* x, float* out, ThreadPool* pool,
+                        sparsity::SparsityPolicy* policy, uint64_t* weight_bytes);
+  // Pins the ascending `blocks` of `e`: the missing ones are queued at once, then each claimed.
+  Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, Batch* batch);
+  // Appends the blocks of e holding bytes [begin, end) of it (calls in ascending order).
+  void AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const;
+  // Byte ranges of a column-layout group: input channel i / neuron c of its layer j.
+  static std::pair<uint64_t, uint64_t> InputColumn(const format::PackGroup& g, int64_t i, int j);
+  static std::pair<uint64_t, uint64_t> DownColumn(const format::PackGroup& g, int64_t c, int j);
+  // DIP-CA's cache state of `channels` columns of e (column k resident when all its blocks
+  // are); nullptr when everything is resident.
+  const sparsity::CacheStateView* ColumnCacheState(
+      const Extent& e, int64_t channels,
+      const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range);
+  // Queues the blocks of layer + 1's input columns `in` (cross-layer preloading).
+  void PredictNextLayer(int layer, const sparsity::IndexList& in);
+  // Releases the predicted blocks that were not used.
+  void DropPredictions();
+  // Blocks of e the columns of one layer can need at most (the transient reserve).
+  uint64_t MaxLayerBlocks(const Group& g, bool input) const;
   // Resident mode: reads the whole extent and keeps it pinned.
   Status LoadResident(Extent& e);
   // Computes lanes [k0, k1) of layer first + j for every token, adding to out in lane order.
@@ -225,6 +274,7 @@ class StreamingWeights {
   uint64_t max_lane_bytes_ = 0;
   uint64_t max_group_bytes_ = 0;
   std::atomic<bool> resident_mode_{false};
+  bool sparse_mlp_ = false;
   uint32_t staging_partition_ = 0;
   std::vector<uint64_t> partition_charge_;  // per group partition: all blocks it may hold
   uint64_t max_attention_bytes_ = 0;
@@ -246,6 +296,15 @@ class StreamingWeights {
   AlignedBuffer partials_;         // [n_lanes, d_model]
   std::vector<int32_t> idx_rows_;  // [2 d_ff] gate/up rows per channel
   std::vector<int32_t> idx_down_;  // [d_ff] down^T row per channel
+  // Column layout scratch.
+  std::vector<int32_t> idx_up_;            // [d_model] up^T rows
+  std::vector<uint64_t> blocks_;           // blocks a product needs
+  std::vector<uint64_t> next_blocks_;      // blocks PredictNextLayer queues
+  sparsity::IndexList sel_in_, sel_down_;  // kept columns
+  sparsity::IndexList all_units_;          // every neuron (SelectDown's `units`)
+  std::vector<uint64_t> block_words_, cache_words_;
+  sparsity::CacheStateView cache_view_;
+  std::vector<storage::UnitId> predicted_;  // blocks queued by PredictNextLayer
 
   mutable std::mutex stats_mu_;
   StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)

@@ -402,6 +402,13 @@ void WeightCache::AbortEntry(Entry* e, Status why) {
     e->indexed = false;
     Entry* erased = index_.Erase(e->hook.id);
     WEIR_CHECK(erased == e);
+    // Its place goes back now, not at the last unpin: nobody reads an aborted entry's bytes,
+    // and a new entry of the same unit may take the same place (UnitPlacement) before the
+    // last pin of this one goes; releasing then would wipe the new entry's bytes.
+    if (placement_ != nullptr && e->data != nullptr) {
+      placement_->Release(e->hook.id, e->data, e->capacity);
+      e->data = nullptr;
+    }
     aborted_.emplace(e, std::unique_ptr<Entry>(e));
     index_.Compact();
   }

@@ -127,7 +127,7 @@ TEST_F(PackReader, BundleTensorMissingOrMisshaped) {
     (*b)[at + 17] = '7';  // renamed to weir.ffn_bundles.7
   });
   ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("bundle tensor weir.ffn_bundles.1 of layers 2..3 is missing"),
+  EXPECT_NE(st.message().find("MLP tensor weir.ffn_bundles.1 of layers 2..3 is missing"),
             std::string::npos)
       << st.ToString();
   st = OpenEdited([&](std::string* b) {

@@ -261,3 +261,70 @@ TEST(WeirPack, RealModels) {
 
 }  // namespace
 }  // namespace weir::format
+
+namespace weir::format {
+namespace {
+
+// Column layout: ffn_in row (i * n + j) * 2 + op is row i of gate_j^T / up_j^T and ffn_down row
+// c * n + j is row c of down_j^T, each as TransposeWeight writes it; deterministic; the reader
+// names the layout; every cut of the file is an error, never a crash.
+TEST(WeirPack, ColumnLayout) {
+  for (DType type : {DType::kF32, DType::kQ8_0, DType::kQ4_0}) {
+    for (int group : {1, 2}) {
+      SCOPED_TRACE(std::string(DTypeName(type)) + " group " + std::to_string(group));
+      const std::string dir = testing::TempDir();
+      ModelFile src = Synth(type, dir, 3);
+      PackOptions o;
+      o.group_size = group;
+      o.layout = PackLayout::kColumns;
+      ASSERT_TRUE(WritePack(src, dir + "/a.weir", o).ok());
+      ASSERT_TRUE(WritePack(src, dir + "/b.weir", o).ok());
+      EXPECT_TRUE(testing::ReadFile(dir + "/a.weir") == testing::ReadFile(dir + "/b.weir"));
+      auto pack = PackFile::Open(dir + "/a.weir");
+      ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+      EXPECT_EQ(pack->layout(), PackLayout::kColumns);
+      const GgufFile& f = pack->gguf();
+      uint64_t mlp = 0;
+      for (const PackGroup& g : pack->groups()) {
+        EXPECT_EQ(g.layout, PackLayout::kColumns);
+        EXPECT_EQ(g.offset % kPackAlignment, 0u);
+        EXPECT_EQ(g.in_offset % kPackAlignment, 0u);
+        mlp += g.mlp_bytes();
+        const uint8_t* down = f.data() + g.offset;
+        const uint8_t* in = f.data() + g.in_offset;
+        for (int j = 0; j < g.n_layers; ++j) {
+          const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+          std::vector<uint8_t> gate_t(static_cast<size_t>(g.d_model) * g.in_row_bytes);
+          std::vector<uint8_t> up_t(gate_t.size());
+          std::vector<uint8_t> down_t(static_cast<size_t>(g.d_ff) * g.row_bytes);
+          ASSERT_TRUE(TransposeWeight(*src.Find(b + "ffn_gate.weight"), type, gate_t.data()).ok());
+          ASSERT_TRUE(TransposeWeight(*src.Find(b + "ffn_up.weight"), type, up_t.data()).ok());
+          ASSERT_TRUE(TransposeWeight(*src.Find(b + "ffn_down.weight"), type, down_t.data()).ok());
+          for (int64_t i = 0; i < g.d_model; ++i) {
+            const size_t rb = g.in_row_bytes;
+            ASSERT_EQ(0, std::memcmp(in + g.InRow(i, j, ColumnOp::kGateT) * rb,
+                                     gate_t.data() + i * rb, rb));
+            ASSERT_EQ(0, std::memcmp(in + g.InRow(i, j, ColumnOp::kUpT) * rb,
+                                     up_t.data() + i * rb, rb));
+          }
+          for (int64_t c = 0; c < g.d_ff; ++c) {
+            ASSERT_EQ(0, std::memcmp(down + g.DownRow(c, j) * g.row_bytes,
+                                     down_t.data() + c * g.row_bytes, g.row_bytes));
+          }
+        }
+      }
+      EXPECT_EQ(pack->bundle_bytes(), mlp);
+      if (type != DType::kQ4_0 || group != 2) continue;
+      // Hostile cuts of a column pack.
+      const std::string bytes = testing::ReadFile(dir + "/a.weir");
+      for (size_t cut : {size_t{100}, bytes.size() / 3, bytes.size() / 2, bytes.size() - 4097}) {
+        const std::string path = dir + "/cut.weir";
+        testing::WriteFile(path, bytes.substr(0, cut));
+        EXPECT_FALSE(PackFile::Open(path).ok()) << cut;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weir::format

@@ -29,7 +29,8 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
   app.add_option("--partitions", f->partitions,
                  "cache split: uniform (per layer group), proportional, shared (default uniform)");
   app.add_option("--block", f->block,
-                 "cached unit of the bundle tensors, a multiple of 4 KiB (default 2MiB)");
+                 "cached unit of the streamed MLP tensors, a multiple of 4 KiB (default 2MiB for bundle "
+                 "packs, 4KiB for column packs)");
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
       ->check(CLI::Range(1, 4096));
 }
@@ -72,9 +73,13 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.stream.policy = f.policy;
   c.stream.prefetch_layers = f.prefetch;
   c.stream.partitions = f.partitions;
-  auto block = ParseBytes(f.block);
-  if (!block.ok()) return block.status().WithContext("--block");
-  c.stream.block_bytes = static_cast<size_t>(*block);
+  c.stream.block_bytes = 0;  // auto: by the pack's layout (StreamingModel::Open)
+  if (!f.block.empty()) {
+    auto block = ParseBytes(f.block);
+    if (!block.ok()) return block.status().WithContext("--block");
+    if (*block == 0) return Status::InvalidArgument("--block 0: the cached unit must be 4 KiB or more");
+    c.stream.block_bytes = static_cast<size_t>(*block);
+  }
   if (f.policy == "belady") {
     return Status::InvalidArgument(
         "--policy belady replays a recorded trace of block accesses; it is available to the "

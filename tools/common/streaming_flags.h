@@ -24,7 +24,7 @@ struct StreamingFlags {
   std::string policy = "lru";     // --policy
   int prefetch = 1;               // --prefetch: layers read ahead
   std::string partitions = "uniform";
-  std::string block = "2MiB";
+  std::string block;  // --block; "" = 2 MiB for bundle packs, 4 KiB for column packs
   int queue_depth = 32;
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);

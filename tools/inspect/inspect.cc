@@ -34,7 +34,8 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     for (const auto& g : p.groups()) {
       groups.push_back({{"group", g.index}, {"first_layer", g.first_layer}, {"layers", g.n_layers},
                         {"d_ff", g.d_ff}, {"type", DTypeName(g.dtype)}, {"bundle_bytes", g.bundle_bytes},
-                        {"offset", g.offset}, {"bytes", g.nbytes}});
+                        {"offset", g.offset}, {"bytes", g.nbytes}, {"in_offset", g.in_offset},
+                        {"in_bytes", g.in_nbytes}});
     }
     nlohmann::json statics = nlohmann::json::array();
     for (const auto& t : p.static_tensors()) {
@@ -42,7 +43,9 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
       statics.push_back({{"name", t.name}, {"type", DTypeName(t.dtype)}, {"shape", shape},
                          {"offset", t.offset}, {"bytes", t.nbytes}});
     }
-    j["pack"] = {{"version", format::kPackVersion}, {"layout", format::kPackLayout},
+    const bool columns = p.layout() == format::PackLayout::kColumns;
+    j["pack"] = {{"version", format::kPackVersion},
+                 {"layout", columns ? format::kPackLayoutColumns : format::kPackLayout},
                  {"group_size", p.group_size()}, {"down_t", p.down_t()}, {"source", p.source()},
                  {"alignment", format::kPackAlignment}, {"groups", groups}, {"static_tensors", statics},
                  {"static_bytes", p.static_bytes()}, {"bundle_bytes", p.bundle_bytes()},
@@ -65,14 +68,23 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     std::printf("\nmetadata:\n");
     for (const auto& [k, v] : p.RenderMetadata()) std::printf("  %-40s %s\n", k.c_str(), v.c_str());
   }
-  std::printf("\nlayout:     %s; layer groups of up to %d layers; ffn_down^T %s\n", format::kPackLayout,
-              p.group_size(), p.down_t().c_str());
-  std::printf("            channel c of a group = rows (c*n + j)*3 + {gate, up, down^T} for its n layers j\n");
-  std::printf("\n| group | layers | d_ff | type | bundle bytes | offset | bytes |\n|---:|---|---:|---|---:|---:|---:|\n");
+  const bool columns = p.layout() == format::PackLayout::kColumns;
+  std::printf("\nlayout:     %s; layer groups of up to %d layers; ffn_down^T %s\n",
+              columns ? format::kPackLayoutColumns : format::kPackLayout, p.group_size(),
+              p.down_t().c_str());
+  if (columns) {
+    std::printf("            ffn_in: input channel i = rows (i*n + j)*2 + {gate^T, up^T}; "
+                "ffn_down: neuron c = row c*n + j (down^T), for its n layers j\n");
+  } else {
+    std::printf("            channel c of a group = rows (c*n + j)*3 + {gate, up, down^T} for its n layers j\n");
+  }
+  std::printf("\n| group | layers | d_ff | type | bundle bytes | offset | bytes | in offset | in bytes |\n"
+              "|---:|---|---:|---|---:|---:|---:|---:|---:|\n");
   for (const auto& g : p.groups()) {
-    std::printf("| %d | %d..%d | %d | %s | %zu | %llu | %s |\n", g.index, g.first_layer,
+    std::printf("| %d | %d..%d | %d | %s | %zu | %llu | %s | %llu | %s |\n", g.index, g.first_layer,
                 g.first_layer + g.n_layers - 1, g.d_ff, DTypeName(g.dtype), g.bundle_bytes,
-                static_cast<unsigned long long>(g.offset), FormatBytes(g.nbytes).c_str());
+                static_cast<unsigned long long>(g.offset), FormatBytes(g.nbytes).c_str(),
+                static_cast<unsigned long long>(g.in_offset), FormatBytes(g.in_nbytes).c_str());
   }
   std::printf("\n| %-28s | %-5s | %-16s | %12s | %12s |\n|%s|%s|%s|%s|%s|\n", "static tensor", "type", "shape",
               "offset", "bytes", std::string(30, '-').c_str(), std::string(7, '-').c_str(),
@@ -82,7 +94,7 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
                 t.shape.ToString().c_str(), static_cast<unsigned long long>(t.offset),
                 static_cast<unsigned long long>(t.nbytes));
   }
-  std::printf("\n%zu static tensors %s, %zu bundle tensors %s, file %s\n", p.static_tensors().size(),
+  std::printf("\n%zu static tensors %s, %zu layer groups of MLP tensors %s, file %s\n", p.static_tensors().size(),
               FormatBytes(p.static_bytes()).c_str(), p.groups().size(), FormatBytes(p.bundle_bytes()).c_str(),
               FormatBytes(p.file_size()).c_str());
   return kExitOk;

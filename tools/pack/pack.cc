@@ -29,9 +29,16 @@ int PackMain(int argc, char** argv) {
       ->check(CLI::Range(1, format::kMaxPackGroupSize));
   app.add_option("--type", type,
                  "convert weights to f32, f16, bf16, q8_0 or q4_0 first (default: keep)");
+  std::string layout = "bundles";
+  app.add_option("--layout", layout,
+                 "MLP layout: bundles (dense streaming: one read per neuron's gate, up and down) "
+                 "or columns (sparse streaming with --sparsity dip/dip-ca/glu: input-channel and "
+                 "neuron columns)")
+      ->check(CLI::IsMember({"bundles", "columns"}));
   app.add_flag("--json", json, "print a JSON summary");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+  options.layout = layout == "columns" ? format::PackLayout::kColumns : format::PackLayout::kBundles;
   if (!type.empty()) {
     options.type = DTypeFromName(type);
     if (!options.type) {
@@ -59,6 +66,7 @@ int PackMain(int argc, char** argv) {
     PrintJson({{"input", in},
                {"output", out},
                {"group_size", options.group_size},
+               {"layout", format::PackLayoutName(pack->layout())},
                {"groups", pack->groups().size()},
                {"static_bytes", pack->static_bytes()},
                {"bundle_bytes", pack->bundle_bytes()},
@@ -66,11 +74,11 @@ int PackMain(int argc, char** argv) {
                {"down_t", pack->down_t()}});
   } else {
     std::printf(
-        "wrote %s: %zu layer groups of up to %d layers, %s static + %s bundles (%s file), "
+        "wrote %s: %zu layer groups of up to %d layers, %s static + %s MLP %s (%s file), "
         "ffn_down^T %s\n",
         out.c_str(), pack->groups().size(), options.group_size,
         FormatBytes(pack->static_bytes()).c_str(), FormatBytes(pack->bundle_bytes()).c_str(),
-        FormatBytes(pack->file_size()).c_str(), pack->down_t().c_str());
+        format::PackLayoutName(pack->layout()), FormatBytes(pack->file_size()).c_str(), pack->down_t().c_str());
   }
   return kExitOk;
 }

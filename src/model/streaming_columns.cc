@@ -1,0 +1,224 @@
+// StreamingWeights for a column-layout pack: the MLP of one token as DIP computes it (paper 000
+// §3, Algorithm 1), over columns streamed from storage. The layout is in
+// format/weir_pack_format.h; the memory, cache and I/O machinery in streaming_weights.cc.
+#include <algorithm>
+#include <cstring>
+
+#include "kernels/gather.h"
+#include "kernels/ops.h"
+#include "model/streaming_weights.h"
+#include "storage/unit_id.h"
+
+namespace weir::model {
+
+using format::ColumnOp;
+using sparsity::Site;
+
+std::pair<uint64_t, uint64_t> StreamingWeights::InputColumn(const format::PackGroup& g, int64_t i,
+                                                            int j) {
+  // gate^T and up^T rows of channel i for layer j are adjacent.
+  const uint64_t begin = static_cast<uint64_t>(g.InRow(i, j, ColumnOp::kGateT)) * g.in_row_bytes;
+  return {begin, begin + 2 * g.in_row_bytes};
+}
+
+std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const format::PackGroup& g, int64_t c,
+                                                           int j) {
+  const uint64_t begin = static_cast<uint64_t>(g.DownRow(c, j)) * g.row_bytes;
+  return {begin, begin + g.row_bytes};
+}
+
+void StreamingWeights::AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const {
+  const uint64_t B = options_.block_bytes;
+  uint64_t b0 = begin / B;
+  const uint64_t b1 = (end - 1) / B;
+  if (!blocks->empty() && blocks->back() >= b0) b0 = blocks->back() + 1;
+  for (uint64_t b = b0; b <= b1; ++b) blocks->push_back(b);
+}
+
+uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
+  uint64_t most = 0;
+  std::vector<uint64_t> blocks;
+  for (int j = 0; j < g.pack.n_layers; ++j) {
+    blocks.clear();
+    const int64_t n = input ? g.pack.d_model : g.pack.d_ff;
+    for (int64_t k = 0; k < n; ++k) {
+      const auto [b, e] = input ? InputColumn(g.pack, k, j) : DownColumn(g.pack, k, j);
+      AddBlocks(b, e, &blocks);
+    }
+    most = std::max<uint64_t>(most, blocks.size());
+  }
+  return most;
+}
+
+const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
+    const Extent& e, int64_t channels,
+    const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range) {
+  if (e.held) return nullptr;  // resident mode: everything is cached
+  cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, block_words_.data());
+  auto resident = [&](uint64_t b) { return (block_words_[b / 64] >> (b % 64)) & 1; };
+  std::fill(cache_words_.begin(), cache_words_.end(), 0);
+  const uint64_t B = options_.block_bytes;
+  for (int64_t k = 0; k < channels; ++k) {
+    const auto [begin, end] = range(k);
+    bool all = true;
+    for (uint64_t b = begin / B; all && b <= (end - 1) / B; ++b) all = resident(b);
+    if (all) cache_words_[static_cast<size_t>(k / 64)] |= uint64_t{1} << (k % 64);
+  }
+  cache_view_ = sparsity::CacheStateView(
+      std::span<const uint64_t>(cache_words_.data(), static_cast<size_t>((channels + 63) / 64)),
+      channels);
+  return &cache_view_;
+}
+
+Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks,
+                                       Batch* batch) {
+  if (e.held) {
+    for (uint64_t b : blocks) CountAccess(BlockRead(e, b).length, true);
+    return Status::Ok();
+  }
+  // The missing blocks go to the I/O thread at once, so that it merges neighbours into large
+  // reads; when staging is full the rest is read on demand below.
+  for (uint64_t b : blocks) {
+    storage::UnitRead r = BlockRead(e, b);
+    if (cache_->Contains(r.id)) continue;
+    r.partition = staging_partition_;
+    if (!prefetcher_->Enqueue(r).ok()) break;
+  }
+  for (uint64_t b : blocks) {
+    if (Status st = AcquireBlock(e, b, batch, nullptr, /*claim_queued=*/true); !st.ok()) {
+      Release(batch, UINT64_MAX, e);
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in) {
+  if (layer + 1 >= n_layers_) return;
+  Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer + 1)])];
+  if (!g.columns || g.in.held) return;
+  const int j = layer + 1 - g.pack.first_layer;
+  std::vector<uint64_t>& blocks = next_blocks_;
+  blocks.clear();
+  for (int64_t k = 0; k < in.size(); ++k) {
+    const auto [b, e] = InputColumn(g.pack, in[k], j);
+    AddBlocks(b, e, &blocks);
+  }
+  for (uint64_t b : blocks) {
+    storage::UnitRead r = BlockRead(g.in, b);
+    if (cache_->Contains(r.id)) continue;
+    r.partition = staging_partition_;
+    if (!prefetcher_->Enqueue(r).ok()) break;  // no room in staging: the rest on demand
+    predicted_.push_back(r.id);
+  }
+}
+
+void StreamingWeights::DropPredictions() {
+  // Claimed blocks are the compute's now; the rest is cancelled or left evictable.
+  for (storage::UnitId id : predicted_) prefetcher_->Cancel(id);
+  predicted_.clear();
+}
+
+// One token of layer first + j:
+//   in   = SelectInput(x)                       input columns (all without a policy)
+//   g, u = gate^T[in] · x[in], up^T[in] · x[in]  gathered over the pinned input columns
+//   h    = silu(g) ⊙ u
+//   down = SelectDown(h)                         neurons (all without a policy)
+//   out  = down^T[down] · h[down]
+Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* out,
+                                        ThreadPool* pool, sparsity::SparsityPolicy* policy,
+                                        uint64_t* weight_bytes) {
+  const format::PackGroup& pg = g.pack;
+  const int layer = pg.first_layer + j;
+  const int d = pg.d_model, d_ff = pg.d_ff;
+  float* xr = rows_x_.data<float>();  // x (then h) at the rows the gathered kernel reads
+  float* gate = gate_.data<float>();
+  float* up = up_.data<float>();
+  if (resident_mode_ && !g.in.held) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
+  if (resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
+
+  // Input columns, cache-aware for DIP-CA.
+  if (policy != nullptr && policy->MayPrune(Site::kMlpIn)) {
+    const sparsity::CacheStateView* cache =
+        policy->info().cache_aware
+            ? ColumnCacheState(g.in, d, [&](int64_t i) { return InputColumn(pg, i, j); })
+            : nullptr;
+    policy->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
+                        cache, &sel_in_);
+  } else {
+    sel_in_.SetAll(d);
+  }
+  const int64_t n_in = sel_in_.size();
+  int32_t* idx_gate = idx_rows_.data();
+  int32_t* idx_up = idx_up_.data();
+  blocks_.clear();
+  for (int64_t k = 0; k < n_in; ++k) {
+    const int32_t i = sel_in_[k];
+    idx_gate[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kGateT));
+    idx_up[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kUpT));
+    xr[idx_gate[k]] = x[i];
+    xr[idx_up[k]] = x[i];
+    const auto [b, e] = InputColumn(pg, i, j);
+    AddBlocks(b, e, &blocks_);
+  }
+  {
+    Batch batch;
+    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, &batch));
+    DropPredictions();  // this layer's predicted blocks are claimed; the rest was mispredicted
+    const TensorView in_view{pg.dtype, Shape{pg.in_rows(), d_ff}, g.in.base};
+    kernels::GatherMatVecCols(in_view, idx_gate, n_in, xr, gate, pool);
+    kernels::GatherMatVecCols(in_view, idx_up, n_in, xr, up, pool);
+    Release(&batch, UINT64_MAX, g.in);
+  }
+  kernels::SiluMul(gate, up, d_ff);  // h, in gate
+  const float* h = gate;
+
+  // Down columns.
+  if (policy != nullptr && policy->MayPrune(Site::kMlpDown)) {
+    all_units_.SetAll(d_ff);
+    const sparsity::CacheStateView* cache =
+        policy->info().cache_aware
+            ? ColumnCacheState(g.extent, d_ff, [&](int64_t c) { return DownColumn(pg, c, j); })
+            : nullptr;
+    policy->SelectDown(layer, std::span<const float>(h, static_cast<size_t>(d_ff)), all_units_,
+                       cache, &sel_down_);
+  } else {
+    sel_down_.SetAll(d_ff);
+  }
+  const int64_t n_down = sel_down_.size();
+  int32_t* idx_down = idx_down_.data();
+  blocks_.clear();
+  for (int64_t k = 0; k < n_down; ++k) {
+    const int32_t c = sel_down_[k];
+    idx_down[k] = static_cast<int32_t>(pg.DownRow(c, j));
+    xr[idx_down[k]] = h[c];
+    const auto [b, e] = DownColumn(pg, c, j);
+    AddBlocks(b, e, &blocks_);
+  }
+  {
+    Batch batch;
+    // Queue this layer's missing down columns first, then the next layer's predicted input
+    // columns, so that the I/O thread reads in the order the compute needs them.
+    if (!g.extent.held) {
+      for (uint64_t b : blocks_) {
+        storage::UnitRead r = BlockRead(g.extent, b);
+        if (cache_->Contains(r.id)) continue;
+        r.partition = staging_partition_;
+        if (!prefetcher_->Enqueue(r).ok()) break;
+      }
+    }
+    if (policy != nullptr && sparse_mlp_) PredictNextLayer(layer, sel_in_);
+    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, &batch));
+    const TensorView down_view{pg.dtype, Shape{pg.down_rows(), d}, g.extent.base};
+    kernels::GatherMatVecCols(down_view, idx_down, n_down, xr, out, pool);
+    Release(&batch, UINT64_MAX, g.extent);
+  }
+  if (weight_bytes != nullptr) {
+    *weight_bytes += static_cast<uint64_t>(n_in) * 2 * pg.in_row_bytes +
+                     static_cast<uint64_t>(n_down) * pg.row_bytes;
+  }
+  Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
+  return Status::Ok();
+}
+
+}  // namespace weir::model

@@ -1,0 +1,293 @@
+// Sparse streaming: a column-layout pack (weir pack --layout columns) run through Session with a
+// DIP / DIP-CA / GLU policy and its MLP streamed. Generated tokens and logits are bit for bit
+// those of the same pack with everything resident, for every cache policy and budget from the
+// minimum up; they equal the GGUF session's sparse path (the same gathered calls on the same
+// transposed bytes); bytes read from storage fall with the density; DIP-CA with everything
+// cached selects as DIP does, and under a small budget it hits the cache more often; policies
+// that streaming cannot serve are refused; read failures are errors.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "format/model_file.h"
+#include "format/synth_llama.h"
+#include "format/weir_pack_writer.h"
+#include "model/sampler.h"
+#include "model/session.h"
+#include "model/streaming_model.h"
+#include "sparsity/policy.h"
+#include "storage/fault_injecting_device.h"
+#include "storage/memory_device.h"
+#include "testing/testing.h"
+
+namespace weir::model {
+namespace {
+
+struct Files {
+  std::string gguf, pack, bundles;
+};
+
+Files MakeFiles(DType type, int group = 1) {
+  Files f;
+  const std::string dir = testing::TempDir();
+  format::SynthSpec s;
+  s.d_model = 64;
+  s.n_layers = 3;
+  s.n_head = 4;
+  s.n_head_kv = 2;
+  s.d_ff = 160;
+  s.vocab_size = 300;
+  s.ctx_len = 64;
+  f.gguf = dir + "/m.gguf";
+  EXPECT_TRUE(format::WriteRandomLlamaGguf(s, type, 9, f.gguf, nullptr).ok());
+  auto m = format::LoadModel(f.gguf).value();
+  format::PackOptions o;
+  o.group_size = group;
+  o.layout = format::PackLayout::kColumns;
+  f.pack = dir + "/m.weir";
+  EXPECT_TRUE(format::WritePack(m, f.pack, o).ok());
+  o.layout = format::PackLayout::kBundles;
+  f.bundles = dir + "/b.weir";
+  EXPECT_TRUE(format::WritePack(m, f.bundles, o).ok());
+  return f;
+}
+
+std::unique_ptr<sparsity::SparsityPolicy> Policy(const std::string& spec) {
+  if (spec.empty()) return nullptr;
+  auto p = sparsity::ParseSparsity(spec, nullptr);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+struct Trace {
+  std::vector<int32_t> tokens;
+  std::vector<float> logits;
+  WeightTraffic traffic;
+};
+
+Result<Trace> Generate(const Model& model, StreamingWeights* mlp,
+                       const sparsity::SparsityPolicy* policy, ThreadPool* pool, int steps) {
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = 4;
+  so.streamed = mlp;
+  so.sparsity = policy;
+  WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(model, pool, so));
+  const int vocab = model.config().vocab_size;
+  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+  Trace t;
+  WEIR_ASSIGN_OR_RETURN(const float* l, s->Prefill(prompt));
+  for (int i = 0; i < steps; ++i) {
+    t.logits.insert(t.logits.end(), l, l + vocab);
+    const int32_t tok = Sampler::Argmax(l, vocab);
+    t.tokens.push_back(tok);
+    WEIR_ASSIGN_OR_RETURN(l, s->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast));
+  }
+  t.logits.insert(t.logits.end(), l, l + vocab);
+  t.traffic = s->traffic();
+  return t;
+}
+
+StreamingConfig Config(uint64_t budget, const std::string& policy) {
+  StreamingConfig c;
+  c.memory_budget = budget;
+  c.stream.policy = policy;
+  c.stream.block_bytes = 4096;
+  c.stream.policy_options.window_tokens = 2;
+  return c;
+}
+
+std::unique_ptr<storage::BlockDevice> Memory(const std::string& path) {
+  return std::make_unique<storage::MemoryDevice>("pack", testing::ReadFile(path));
+}
+
+struct Run {
+  Trace trace;
+  MemoryPlan plan;
+  StreamStats stats;
+};
+
+Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
+                    const StreamingConfig& c, const std::string& spec, ThreadPool* pool,
+                    int steps) {
+  auto policy = Policy(spec);
+  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
+  {
+    SessionOptions so;
+    so.ctx = 64;
+    so.n_batch = 4;
+    so.streamed = &sm->streamer();
+    so.sparsity = policy.get();
+    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
+    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
+  }
+  Run r;
+  r.plan = sm->plan();
+  WEIR_ASSIGN_OR_RETURN(r.trace, Generate(sm->model(), &sm->streamer(), policy.get(), pool, steps));
+  r.stats = sm->streamer().stats();
+  const storage::CacheStats cs = sm->streamer().cache_stats();
+  EXPECT_LE(cs.current_bytes, cs.budget_bytes);
+  return r;
+}
+
+Result<Trace> RunGguf(const std::string& gguf, const std::string& spec, ThreadPool* pool,
+                      int steps) {
+  WEIR_ASSIGN_OR_RETURN(auto file, format::LoadModel(gguf));
+  WEIR_ASSIGN_OR_RETURN(auto model, Model::FromFile(std::move(file)));
+  auto policy = Policy(spec);
+  return Generate(*model, nullptr, policy.get(), pool, steps);
+}
+
+bool Same(const Trace& a, const Trace& b) {
+  return a.tokens == b.tokens && a.logits.size() == b.logits.size() &&
+         std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
+}
+
+TEST(StreamingColumnsTest, SparseStreamedEqualsResidentAndTheGgufSparsePath) {
+  ThreadPool pool(2);
+  const int steps = 5;
+  for (DType type : {DType::kF32, DType::kQ8_0, DType::kQ4_0}) {
+    const Files f = MakeFiles(type);
+    for (const char* spec : {"dip:0.5", "glu:0.4", "dip:0.3,up=0.6,down=0.2"}) {
+      SCOPED_TRACE(std::string(DTypeName(type)) + " " + spec);
+      auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), spec, &pool, steps);
+      ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+      // The GGUF session computes the same gathered products on the same transposed bytes.
+      auto gguf = RunGguf(f.gguf, spec, &pool, steps);
+      ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+      if (std::string(spec).starts_with("dip")) {
+        EXPECT_TRUE(Same(resident->trace, *gguf));
+      } else {  // glu keeps every input column: the GGUF runs its dense kernel there
+        double err = 0, ref = 0;
+        for (size_t i = 0; i < gguf->logits.size(); ++i) {
+          err = std::max<double>(err, std::fabs(gguf->logits[i] - resident->trace.logits[i]));
+          ref = std::max<double>(ref, std::fabs(gguf->logits[i]));
+        }
+        EXPECT_LT(err / ref, type == DType::kF32 ? 1e-5 : 0.05);
+      }
+      EXPECT_EQ(resident->trace.traffic.mlp_used, gguf->traffic.mlp_used);
+      const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
+      for (const char* policy : {"lru", "lfu", "atu", "window", "mru"}) {
+        // The minimum depends on the policy's own bookkeeping.
+        auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, policy), spec, &pool, 0);
+        ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+        const uint64_t minimum = probe->plan.minimum();
+        for (uint64_t budget : {minimum, minimum + model_bytes / 8, minimum + model_bytes / 2}) {
+          SCOPED_TRACE(std::string(policy) + " budget " + std::to_string(budget));
+          auto got = RunPack(f.pack, Memory(f.pack), Config(budget, policy), spec, &pool, steps);
+          ASSERT_TRUE(got.ok()) << got.status().ToString();
+          EXPECT_TRUE(Same(got->trace, resident->trace));
+        }
+      }
+    }
+  }
+}
+
+TEST(StreamingColumnsTest, DenseColumnPackEqualsResidentAndIsCloseToTheSource) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles(DType::kF32, 2);
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), "", &pool, 5);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  const uint64_t minimum = resident->plan.minimum();
+  for (uint64_t budget : {minimum, minimum + resident->plan.streamed_bytes / 3}) {
+    auto got = RunPack(f.pack, Memory(f.pack), Config(budget, "lfu"), "", &pool, 5);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(Same(got->trace, resident->trace));
+  }
+  auto gguf = RunGguf(f.gguf, "", &pool, 5);
+  ASSERT_TRUE(gguf.ok());
+  EXPECT_EQ(gguf->tokens, resident->trace.tokens);
+  double err = 0, ref = 0;
+  for (size_t i = 0; i < gguf->logits.size(); ++i) {
+    err = std::max<double>(err, std::fabs(gguf->logits[i] - resident->trace.logits[i]));
+    ref = std::max<double>(ref, std::fabs(gguf->logits[i]));
+  }
+  EXPECT_LT(err / ref, 1e-5);  // F32: only the order of the sums differs
+}
+
+TEST(StreamingColumnsTest, BytesReadFollowTheDensity) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles(DType::kF32);
+  auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "", &pool, 1);
+  ASSERT_TRUE(probe.ok());
+  const uint64_t budget = probe->plan.minimum();  // next to nothing cached: reads follow masks
+  uint64_t previous = UINT64_MAX;
+  for (const char* spec : {"", "dip:0.7", "dip:0.5", "dip:0.25"}) {
+    SCOPED_TRACE(spec);
+    auto got = RunPack(f.pack, Memory(f.pack), Config(budget, "lru"), spec, &pool, 6);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_LT(got->stats.storage_bytes, previous);
+    previous = got->stats.storage_bytes;
+    const double density = got->trace.traffic.mlp_density();
+    if (*spec == '\0') EXPECT_EQ(density, 1.0);
+  }
+}
+
+TEST(StreamingColumnsTest, DipCaReadsTheCacheState) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles(DType::kF32);
+  // Everything cached: DIP-CA's scores are DIP's.
+  auto dip = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "dip:0.5", &pool, 6);
+  auto ca = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "dip-ca:0.5", &pool, 6);
+  ASSERT_TRUE(dip.ok() && ca.ok());
+  EXPECT_TRUE(Same(dip->trace, ca->trace));
+  // A cache of about half the streamed bytes: DIP-CA prefers what is resident, so it hits more
+  // often and reads less, at the same number of columns.
+  auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), "dip:0.5", &pool, 0);
+  ASSERT_TRUE(probe.ok());
+  const uint64_t budget = probe->plan.minimum() + probe->plan.streamed_bytes / 2;
+  auto dip_small = RunPack(f.pack, Memory(f.pack), Config(budget, "lfu"), "dip:0.5", &pool, 12);
+  auto ca_small =
+      RunPack(f.pack, Memory(f.pack), Config(budget, "lfu"), "dip-ca:0.5,gamma=0.2", &pool, 12);
+  ASSERT_TRUE(dip_small.ok() && ca_small.ok());
+  EXPECT_GT(ca_small->stats.hit_rate(), dip_small->stats.hit_rate());
+  EXPECT_LT(ca_small->stats.storage_bytes, dip_small->stats.storage_bytes);
+  EXPECT_EQ(ca_small->trace.traffic.mlp_used, dip_small->trace.traffic.mlp_used);
+  for (float v : ca_small->trace.logits) ASSERT_TRUE(std::isfinite(v));
+}
+
+TEST(StreamingColumnsTest, RefusesWhatStreamingCannotServe) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles(DType::kQ8_0);
+  auto attention = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "topk-all:0.5",
+                           &pool, 1);
+  ASSERT_FALSE(attention.ok());
+  EXPECT_EQ(attention.status().code(), Status::Code::kUnsupported);
+  EXPECT_NE(attention.status().message().find("MLP columns only"), std::string::npos)
+      << attention.status().ToString();
+  auto gate = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "gate:0.5", &pool, 1);
+  ASSERT_FALSE(gate.ok());
+  auto bundles =
+      RunPack(f.bundles, Memory(f.bundles), Config(UINT64_MAX, "lru"), "dip:0.5", &pool, 1);
+  ASSERT_FALSE(bundles.ok());
+  EXPECT_NE(bundles.status().message().find("--layout columns"), std::string::npos)
+      << bundles.status().ToString();
+}
+
+TEST(StreamingColumnsTest, ReadFailureIsAnErrorNotWrongTokens) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles(DType::kQ4_0);
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "dip:0.5", &pool, 6);
+  ASSERT_TRUE(resident.ok());
+  bool failed = false;
+  for (uint64_t after : {0, 5, 40, 200, 600}) {
+    SCOPED_TRACE(after);
+    storage::FaultOptions fo;
+    fo.fail_after_reads = after;
+    auto dev = std::make_unique<storage::FaultInjectingDevice>(Memory(f.pack), fo);
+    auto got = RunPack(f.pack, std::move(dev), Config(resident->plan.minimum() + 30000, "lru"),
+                       "dip:0.5", &pool, 6);
+    if (got.ok()) {
+      EXPECT_TRUE(Same(got->trace, resident->trace));
+    } else {
+      failed = true;
+      EXPECT_EQ(got.status().code(), Status::Code::kIoError) << got.status().ToString();
+    }
+  }
+  EXPECT_TRUE(failed);
+}
+
+}  // namespace
+}  // namespace weir::model
