@@ -97,8 +97,8 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
   }
   TraceHeader& h = r->header_;
   h.version = LoadU32(fixed + 8);
-  if (h.version != kTraceVersion) {
-    return Status::Unsupported(StrFormat("%s: trace version %u, this weir reads version %u",
+  if (h.version != 1 && h.version != kTraceVersion) {
+    return Status::Unsupported(StrFormat("%s: trace version %u, this weir reads versions 1 and %u",
                                          path.c_str(), h.version, kTraceVersion));
   }
   uint32_t header_bytes = LoadU32(fixed + 12);
@@ -106,10 +106,16 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
   uint32_t n_kinds = LoadU32(fixed + 20);
   uint32_t flags = LoadU32(fixed + 24);
   h.n_tokens = LoadU64(fixed + 32);
-  if (flags & ~kTraceFlagCacheEvents) {
-    return Status::Unsupported(StrFormat("%s: unknown trace flags 0x%x", path.c_str(), flags));
+  const uint32_t known = h.version == 1 ? kTraceFlagCacheEvents
+                                         : kTraceFlagCacheEvents | kTraceFlagStepTokens |
+                                               kTraceFlagMetadata;
+  if (flags & ~known) {
+    return Status::Unsupported(
+        StrFormat("%s: unknown trace flags 0x%x for version %u", path.c_str(), flags, h.version));
   }
   h.has_cache_events = (flags & kTraceFlagCacheEvents) != 0;
+  h.has_step_tokens = (flags & kTraceFlagStepTokens) != 0;
+  const bool has_metadata = (flags & kTraceFlagMetadata) != 0;
   if (h.n_layers == 0 || h.n_layers > kMaxTraceLayers || n_kinds == 0 || n_kinds > kMaxTraceKinds) {
     return Status::Corrupt(StrFormat("%s: n_layers %u / n_kinds %u outside 1..%u / 1..%u",
                                      path.c_str(), h.n_layers, n_kinds, kMaxTraceLayers,
@@ -117,7 +123,8 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
   }
   // The largest possible header for these counts bounds header_bytes before any allocation.
   uint64_t max_header =
-      44 + static_cast<uint64_t>(n_kinds) * (2 + kMaxKindName + 8 + 4ull * h.n_layers);
+      44 + static_cast<uint64_t>(n_kinds) * (2 + kMaxKindName + 8 + 4ull * h.n_layers) +
+      (has_metadata ? 4 + kMaxTraceMetadata : 0);
   if (header_bytes < 44 || header_bytes > max_header ||
       !RangeInside(0, header_bytes, r->file_size_)) {
     return Status::Corrupt(
@@ -158,6 +165,23 @@ Result<std::unique_ptr<TraceReader>> TraceReader::Open(const std::string& path) 
     kind.units.resize(h.n_layers);
     for (uint32_t l = 0; l < h.n_layers; ++l, off += 4) kind.units[l] = LoadU32(hdr.data() + off);
     h.kinds.push_back(std::move(kind));
+  }
+  if (has_metadata) {
+    if (!RangeInside(off, 4, end)) {
+      return Status::Corrupt(StrFormat("%s: metadata length runs past the header", path.c_str()));
+    }
+    const uint32_t meta_len = LoadU32(hdr.data() + off);
+    off += 4;
+    if (meta_len == 0 || meta_len > kMaxTraceMetadata || !RangeInside(off, meta_len, end)) {
+      return Status::Corrupt(StrFormat(
+          "%s: metadata of %u bytes at offset %llu runs past the header or the limit %u",
+          path.c_str(), meta_len, static_cast<unsigned long long>(off), kMaxTraceMetadata));
+    }
+    WEIR_ASSIGN_OR_RETURN(
+        h.metadata,
+        DecodeTraceMetadata(
+            std::string_view(reinterpret_cast<const char*>(hdr.data() + off), meta_len), path));
+    off += meta_len;
   }
   if (off != end) {
     return Status::Corrupt(StrFormat("%s: header_bytes %u but the descriptors end at %llu",
@@ -238,6 +262,15 @@ Result<bool> TraceReader::Next(TraceToken* token) {
       }
     }
   }
+  uint32_t step = 1;
+  if (layout_.step_tokens_offset != 0) {
+    step = LoadU32(p + layout_.step_tokens_offset);
+    if (step == 0) {
+      return Status::Corrupt(StrFormat("%s: %s at offset %llu covers 0 tokens", path_.c_str(),
+                                       what.c_str(), static_cast<unsigned long long>(offset)));
+    }
+  }
+  token->n_tokens_ = step;
   token->token_index_ = index;
   ++next_index_;
   return true;

@@ -21,6 +21,8 @@ namespace weir::format {
 class TraceToken {
  public:
   uint64_t token_index() const { return token_index_; }
+  // Tokens this record covers: its step size (traces with step sizes), else 1.
+  uint32_t n_tokens() const { return n_tokens_; }
   // Packed mask bits of (layer, kind): MaskBytes(units) bytes, LSB first; null when the kind
   // has no units in that layer.
   const uint8_t* mask(uint32_t layer, uint32_t kind) const;
@@ -34,6 +36,7 @@ class TraceToken {
   const TraceLayout* layout_ = nullptr;
   std::vector<uint8_t> bytes_;  // the record
   uint64_t token_index_ = 0;
+  uint32_t n_tokens_ = 1;
 };
 
 class TraceReader {

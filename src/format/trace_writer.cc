@@ -70,6 +70,7 @@ Status TraceWriter::BeginToken() {
   }
   std::fill(record_.begin(), record_.end(), 0);
   std::fill(mask_set_.begin(), mask_set_.end(), 0);
+  step_tokens_ = 1;
   in_token_ = true;
   return Status::Ok();
 }
@@ -152,6 +153,19 @@ Status TraceWriter::SetMaskBytes(uint32_t layer, uint32_t kind, std::span<const 
   return Status::Ok();
 }
 
+Status TraceWriter::SetStepTokens(uint32_t n_tokens) {
+  if (!in_token_) {
+    return Status::InvalidArgument(
+        StrFormat("%s: SetStepTokens outside BeginToken/EndToken", path_.c_str()));
+  }
+  if (layout_.step_tokens_offset == 0 || n_tokens == 0) {
+    return Status::InvalidArgument(StrFormat(
+        "%s: SetStepTokens(%u) needs a header with step sizes and n >= 1", path_.c_str(), n_tokens));
+  }
+  step_tokens_ = n_tokens;
+  return Status::Ok();
+}
+
 Status TraceWriter::SetEvents(uint32_t layer, uint32_t kind, const CacheEvents& e) {
   WEIR_RETURN_IF_ERROR(CheckBlock(layer, kind, "SetEvents"));
   if (!layout_.has_cache_events) {
@@ -185,6 +199,9 @@ Status TraceWriter::EndToken() {
   StoreU32(record_.data(), kRecordTag);
   StoreU32(record_.data() + 4, static_cast<uint32_t>(layout_.record_bytes));
   StoreU64(record_.data() + 8, n_tokens_);
+  if (layout_.step_tokens_offset != 0) {
+    StoreU32(record_.data() + layout_.step_tokens_offset, step_tokens_);
+  }
   size_t body = record_.size() - 4;
   StoreU32(record_.data() + body, Crc32c(record_.data(), body));
   if (std::fwrite(record_.data(), 1, record_.size(), file_) != record_.size()) {

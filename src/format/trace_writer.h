@@ -27,7 +27,8 @@ TraceHeader GluNeuronTraceHeader(const LlamaConfig& config, bool cache_events);
 
 class TraceWriter {
  public:
-  // Creates (truncates) `path` and writes the header. header.n_tokens is ignored.
+  // Creates (truncates) `path` and writes the header (version 2 unless header.version is 1).
+  // header.n_tokens is ignored.
   static Result<std::unique_ptr<TraceWriter>> Create(const std::string& path,
                                                      const TraceHeader& header);
   ~TraceWriter();  // closes the file without patching the count if Close() was not called
@@ -46,6 +47,8 @@ class TraceWriter {
   Status SetMaskIndices(uint32_t layer, uint32_t kind, std::span<const uint32_t> active);
   // The mask as one byte per unit (non-zero = active).
   Status SetMaskBytes(uint32_t layer, uint32_t kind, std::span<const uint8_t> active);
+  // Tokens this record covers (default 1); only for headers with has_step_tokens.
+  Status SetStepTokens(uint32_t n_tokens);
   // Cache counters; only for headers with has_cache_events (else an error). Default zeros.
   Status SetEvents(uint32_t layer, uint32_t kind, const CacheEvents& events);
   // Checks every mask was set and appends the record.
@@ -64,6 +67,7 @@ class TraceWriter {
   std::vector<uint8_t> record_;
   std::vector<uint8_t> mask_set_;  // [n_layers * n_kinds], for the token in progress
   bool in_token_ = false;
+  uint32_t step_tokens_ = 1;
   uint64_t n_tokens_ = 0;
 };
 

@@ -7,10 +7,16 @@
 //   site kMlpIn  : x [d_model]           input of W_gate, W_up (after the MLP RMSNorm)
 //   site kMlpDown: x [d_ff]              input of W_down, h = silu(g) * u
 //   OnGate       : g [d_ff]              W_gate · x, before SiLU (CATS calibrates on |SiLU(g)|)
+//   OnLayerBegin : a layer starts for a step of n tokens, before any of its weights is touched
+//                  (a streamed pack's attention blocks are acquired right after): `--trace`
+//                  cuts its per-layer cache windows here
+//   OnMlpUnits   : per token, under a sparsity policy: the columns of W_down (neurons) read,
+//                  as the policy chose them (`all()` when the whole MLP was read)
 #pragma once
 
 #include <cstdint>
 
+#include "sparsity/index_list.h"
 #include "sparsity/site.h"
 
 namespace weir::model {
@@ -20,6 +26,8 @@ class ActivationObserver {
   virtual ~ActivationObserver() = default;
   virtual void OnInput(int layer, sparsity::Site site, const float* x, int64_t dim) = 0;
   virtual void OnGate(int layer, const float* g, int64_t d_ff) { (void)layer, (void)g, (void)d_ff; }
+  virtual void OnLayerBegin(int layer, int n_tokens) { (void)layer, (void)n_tokens; }
+  virtual void OnMlpUnits(int layer, const sparsity::IndexList& down) { (void)layer, (void)down; }
 };
 
 }  // namespace weir::model

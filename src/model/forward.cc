@@ -43,6 +43,7 @@ Status Session::Attention(int layer, int n) {
   float* v = v_.data<float>();     // [n, kv_dim]
   float* att = att_.data<float>(); // [n, q_dim]
 
+  if (observer_) observer_->OnLayerBegin(layer, n);
   // A streamed pack pins this layer's attention weights (w.wq .. w.wo point into them) until
   // the end of the block.
   if (streamed_) WEIR_RETURN_IF_ERROR(streamed_->AcquireAttention(layer));
@@ -254,6 +255,7 @@ void Session::SparseMlpToken(int layer, const float* xm, float* out) {
   const std::span<const float> h(g, static_cast<size_t>(d_ff));
   if (observer_) observer_->OnInput(layer, Site::kMlpDown, g, d_ff);
   policy_->SelectDown(layer, h, sel_units_, nullptr, &sel_down_);
+  if (observer_) observer_->OnMlpUnits(layer, sel_down_);
   if (sel_down_.all()) {
     kernels::MatVec(w.w_down, g, out, pool_);
     used += w.w_down.nbytes();

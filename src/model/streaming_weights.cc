@@ -57,7 +57,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     return Status::InvalidArgument(StrFormat(
         "streaming: lane size %d is not a positive multiple of 4", options.lane_channels));
   }
-  if (options.prefetch_layers < 0) {
+  if (options.prefetch_layers < -1) {
     return Status::InvalidArgument(
         StrFormat("streaming: prefetch of %d layers", options.prefetch_layers));
   }
@@ -333,6 +333,7 @@ void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
 }
 
 void StreamingWeights::Prefetch(int layer) {
+  if (options_.prefetch_layers < 0) return;  // no read-ahead
   // Positions count layers across tokens (lap * n_layers + layer), so reading ahead runs on
   // from the last layers of one token into the first layers of the next.
   if (layer < last_layer_) ++lap_;
@@ -597,7 +598,7 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
 
 void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
                                     float* out, ThreadPool* pool) {
-  if (k0 >= k1) return;
+  if (k0 >= k1 || !options_.compute) return;
   const format::PackGroup& pg = g.pack;
   const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
   const int L = lane_channels_;
@@ -677,6 +678,20 @@ Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
   options_.cache_budget = bytes;
   resident_mode_ = CheckResidentMode();
   return Status::Ok();
+}
+
+StreamingWeights::LayerBlocks StreamingWeights::layer_blocks(int layer) const {
+  WEIR_CHECK(layer >= 0 && layer < n_layers_);
+  LayerBlocks b;
+  const Extent& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])].extent;
+  b.bundle_slab = g.slab;
+  b.bundle_blocks = static_cast<uint32_t>(g.n_blocks);
+  if (!attention_.empty()) {
+    const Extent& a = attention_[static_cast<size_t>(layer)];
+    b.attention_slab = a.slab;
+    b.attention_blocks = static_cast<uint32_t>(a.n_blocks);
+  }
+  return b;
 }
 
 StreamStats StreamingWeights::stats() const {

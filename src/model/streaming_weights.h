@@ -93,7 +93,9 @@ struct StreamingOptions {
   size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
   int lane_channels = 0;         // channels per partial sum of W_down (a multiple of 4);
                                  // 0 = about 512 KiB of bundles
-  int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current)
+  int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current;
+                                 // -1 = no read-ahead: every block is read on demand, so the
+                                 // cache's counters are deterministic and a trace replays exactly)
   size_t io_batch = 64;          // blocks per device read batch
   uint64_t staging_bytes = 0;    // staging partition; 0 = a quarter of the budget, within
                                  // [2 lanes, (prefetch_layers + 1) groups]
@@ -101,6 +103,9 @@ struct StreamingOptions {
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;
+  // False skips the arithmetic: the cache, its policy and the reads run exactly as they would,
+  // which is how `weir sim` replays a trace of a streamed run (model/stream_replay.h).
+  bool compute = true;
 };
 
 // Cumulative counters; per-token figures are differences between two readings.
@@ -176,6 +181,12 @@ class StreamingWeights {
   storage::CacheStats cache_stats() const { return cache_->stats(); }
   std::vector<storage::UnitId> TakeTrace() { return cache_->TakeTrace(); }
   const StreamingOptions& options() const { return options_; }
+  // Where layer `layer`'s blocks are, for traces: the unit-id layer field (slab) and block count
+  // of its attention extent (blocks 0 when attention is static) and of its group's bundles.
+  struct LayerBlocks {
+    uint32_t attention_slab = 0, attention_blocks = 0, bundle_slab = 0, bundle_blocks = 0;
+  };
+  LayerBlocks layer_blocks(int layer) const;
 
  private:
   // A streamed byte range of the pack with its slab: blocks [0, n_blocks) of block_bytes.

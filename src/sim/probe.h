@@ -36,8 +36,10 @@ struct ProbeOptions {
   std::string name = "this-machine";
 };
 
+// base/memory_bandwidth.h's STREAM reading (read, copy, triad), in bytes/s: best of the
+// repetitions; the profile's memory bandwidth is the triad.
 struct StreamRates {
-  double copy = 0, scale = 0, add = 0, triad = 0;  // bytes/s, best of the repetitions
+  double read = 0, copy = 0, triad = 0;
 };
 
 struct ProbeResult {

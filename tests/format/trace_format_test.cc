@@ -241,7 +241,7 @@ TEST(TraceFormatTest, CorruptionIsDetected) {
     }
   };
   EXPECT_NE(first_error(0, 'X').find("bad magic"), std::string::npos);
-  EXPECT_NE(first_error(8, 2).find("version 2"), std::string::npos);
+  EXPECT_NE(first_error(8, 3).find("version 3"), std::string::npos);
   EXPECT_NE(first_error(45, 'Z').find("header checksum"), std::string::npos);
   // A flipped mask bit inside record 1 fails its checksum.
   EXPECT_NE(first_error(header + record + 17, good[header + record + 17] ^ 0x10)
@@ -303,6 +303,101 @@ TEST(TraceFormatTest, WriterRejectsMisuse) {
   ASSERT_FALSE(st.ok());
   EXPECT_NE(st.message().find("no mask for layer 0 kind 'attn_q'"), std::string::npos)
       << st.ToString();
+}
+
+}  // namespace
+}  // namespace weir::format
+
+namespace weir::format {
+namespace {
+
+// Version 2: step sizes per record and header metadata round-trip; version 1 files (neither)
+// are still read; a version 1 header with version 2 flags is refused.
+TEST(TraceFormatTest, StepSizesAndMetadataRoundTrip) {
+  const std::string dir = testing::TempDir();
+  TraceHeader h;
+  h.n_layers = 2;
+  h.has_cache_events = true;
+  h.has_step_tokens = true;
+  h.kinds.push_back({"ffn_bundles", 0, {3, 5}});
+  h.metadata = {{"trace.source", "streaming"}, {"memory.budget", "123"}, {"empty", ""}};
+  const std::string path = dir + "/v2.wtrace";
+  {
+    auto w = TraceWriter::Create(path, h);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    for (uint32_t step : {7u, 1u, 1u}) {
+      ASSERT_TRUE((*w)->BeginToken().ok());
+      ASSERT_TRUE((*w)->SetStepTokens(step).ok());
+      EXPECT_FALSE((*w)->SetStepTokens(0).ok());
+      const uint32_t a[] = {0, 2};
+      ASSERT_TRUE((*w)->SetMaskIndices(0, 0, a).ok());
+      const uint32_t b[] = {4};
+      ASSERT_TRUE((*w)->SetMaskIndices(1, 0, b).ok());
+      ASSERT_TRUE((*w)->SetEvents(1, 0, {step, 2, 3, 4096ull * step}).ok());
+      ASSERT_TRUE((*w)->EndToken().ok());
+    }
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  auto r = TraceReader::Open(path);
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ((*r)->header().version, 2u);
+  EXPECT_TRUE((*r)->header().has_step_tokens);
+  ASSERT_EQ((*r)->header().metadata.size(), 3u);
+  EXPECT_EQ(*(*r)->header().FindMetadata("memory.budget"), "123");
+  EXPECT_EQ(*(*r)->header().FindMetadata("empty"), "");
+  EXPECT_EQ((*r)->header().FindMetadata("missing"), nullptr);
+  TraceToken t;
+  std::vector<uint32_t> steps;
+  while (*(*r)->Next(&t)) {
+    steps.push_back(t.n_tokens());
+    EXPECT_TRUE(t.active(0, 0, 2));
+    EXPECT_FALSE(t.active(0, 0, 1));
+    EXPECT_EQ(t.CountActive(1, 0), 1u);
+    EXPECT_EQ(t.events(1, 0).bytes_read, 4096ull * t.n_tokens());
+  }
+  EXPECT_EQ(steps, (std::vector<uint32_t>{7, 1, 1}));
+
+  // Bad metadata is refused when writing.
+  TraceHeader bad = h;
+  bad.metadata = {{"a=b", "c"}};
+  EXPECT_FALSE(TraceWriter::Create(dir + "/bad.wtrace", bad).ok());
+  bad.metadata = {{"k", "line\nbreak"}};
+  EXPECT_FALSE(TraceWriter::Create(dir + "/bad.wtrace", bad).ok());
+  // Version 1 cannot carry them; plain version 1 files still read, one token per record.
+  TraceHeader v1 = h;
+  v1.version = 1;
+  EXPECT_FALSE(TraceWriter::Create(dir + "/v1bad.wtrace", v1).ok());
+  v1.has_step_tokens = false;
+  v1.metadata.clear();
+  {
+    auto w = TraceWriter::Create(dir + "/v1.wtrace", v1);
+    ASSERT_TRUE(w.ok()) << w.status().ToString();
+    ASSERT_TRUE((*w)->BeginToken().ok());
+    EXPECT_FALSE((*w)->SetStepTokens(2).ok());
+    const uint32_t a[] = {1};
+    ASSERT_TRUE((*w)->SetMaskIndices(0, 0, a).ok());
+    ASSERT_TRUE((*w)->SetMaskIndices(1, 0, a).ok());
+    ASSERT_TRUE((*w)->EndToken().ok());
+    ASSERT_TRUE((*w)->Close().ok());
+  }
+  auto r1 = TraceReader::Open(dir + "/v1.wtrace");
+  ASSERT_TRUE(r1.ok()) << r1.status().ToString();
+  EXPECT_EQ((*r1)->header().version, 1u);
+  ASSERT_TRUE(*(*r1)->Next(&t));
+  EXPECT_EQ(t.n_tokens(), 1u);
+  // A version 1 header claiming the metadata flag is refused.
+  std::string bytes = testing::ReadFile(dir + "/v1.wtrace");
+  bytes[24] = static_cast<char>(bytes[24] | 4);
+  testing::WriteFile(dir + "/v1flag.wtrace", bytes);
+  auto r2 = TraceReader::Open(dir + "/v1flag.wtrace");
+  ASSERT_FALSE(r2.ok());
+  EXPECT_NE(r2.status().message().find("flags"), std::string::npos);
+  // Truncated metadata in a version 2 header is Corrupt, not a crash.
+  std::string v2 = testing::ReadFile(path);
+  for (size_t cut : {60u, 90u, 110u}) {
+    testing::WriteFile(dir + "/cut.wtrace", v2.substr(0, cut));
+    EXPECT_FALSE(TraceReader::Open(dir + "/cut.wtrace").ok());
+  }
 }
 
 }  // namespace

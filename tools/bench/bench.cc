@@ -12,6 +12,7 @@
 #include "common/commands.h"
 #include "common/model_flags.h"
 #include "common/streaming_flags.h"
+#include "common/trace_flags.h"
 #include "model/sampler.h"
 #include "model/session.h"
 
@@ -34,6 +35,8 @@ int BenchMain(int argc, char** argv) {
   AddSparsityFlags(app, &spf);
   StreamingFlags stf;
   AddStreamingFlags(app, &stf);
+  TraceFlags tf;
+  AddTraceFlags(app, &tf);
   app.add_option("-n,--n-gen", n_gen, "tokens to decode per repetition (default 128)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per repetition; 0 = skip (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", reps, "repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
@@ -42,6 +45,7 @@ int BenchMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("bench", st);
+  ConfigureTrace(tf, &stf);
   auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("bench", m.status());
   const model::Model& model = m->model();
@@ -55,6 +59,8 @@ int BenchMain(int argc, char** argv) {
   if (!session.ok()) return Fail("bench", session.status());
   model::Session& s = **session;
   if (Status st = m->Fit(s); !st.ok()) return Fail("bench", st);
+  auto trace = StartTrace(tf, s, &*m, spf.policy ? spf.policy->info().spec : "dense");
+  if (!trace.ok()) return Fail("bench", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
   model::StreamStats stream_before, stream_decode;  // the decode steps of the last repetition
   const int vocab = model.config().vocab_size;
@@ -84,6 +90,9 @@ int BenchMain(int argc, char** argv) {
     }
     tg.push_back(n_gen / std::chrono::duration<double>(Clock::now() - t0).count());
     if (streamed) stream_decode = streamed->stats() - stream_before;
+  }
+  if (*trace) {
+    if (Status st = (*trace)->Finish(); !st.ok()) return Fail("bench", st);
   }
   const uint64_t peak_rss = PeakRssBytes();  // before STREAM's arrays
   MemoryBandwidth bw;

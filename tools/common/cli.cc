@@ -27,7 +27,9 @@ int Fail(const std::string& command, const Status& status) {
 }
 
 void PrintJson(const nlohmann::json& doc) {
-  std::string s = doc.dump(2);
+  // Generated text may hold invalid UTF-8 (a random model, a piece cut mid-character): replace
+  // such bytes with U+FFFD instead of throwing.
+  std::string s = doc.dump(2, ' ', false, nlohmann::json::error_handler_t::replace);
   std::fwrite(s.data(), 1, s.size(), stdout);
   std::fputc('\n', stdout);
   std::fflush(stdout);

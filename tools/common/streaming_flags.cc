@@ -24,8 +24,10 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
       "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
   app.add_option("--policy", f->policy,
                  "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default lru)");
-  app.add_option("--prefetch", f->prefetch, "layers read ahead by the I/O thread (default 1)")
-      ->check(CLI::Range(0, 64));
+  app.add_option("--prefetch", f->prefetch,
+                 "layers read ahead by the I/O thread (default 1; 0 = the current layer only; "
+                 "-1 = no read-ahead, every block read on demand: deterministic cache counts)")
+      ->check(CLI::Range(-1, 64));
   app.add_option("--partitions", f->partitions,
                  "cache split: uniform (per layer group), proportional, shared (default uniform)");
   app.add_option("--block", f->block,
@@ -72,6 +74,7 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.device.queue_depth = static_cast<uint32_t>(f.queue_depth);
   c.stream.policy = f.policy;
   c.stream.prefetch_layers = f.prefetch;
+  c.stream.record_trace = f.record_trace;
   c.stream.partitions = f.partitions;
   c.stream.block_bytes = 0;  // auto: by the pack's layout (StreamingModel::Open)
   if (!f.block.empty()) {
@@ -108,6 +111,16 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
           {"stall_seconds_per_token", s.stall_seconds / n},
           {"io_seconds_per_token", s.io_seconds / n},
           {"overlap", s.overlap()}};
+}
+
+nlohmann::json StreamTotalsJson(const model::StreamStats& s) {
+  return {{"tokens", s.tokens},
+          {"block_accesses", s.block_accesses},
+          {"block_hits", s.block_hits},
+          {"accessed_bytes", s.accessed_bytes},
+          {"storage_bytes", s.storage_bytes},
+          {"prefetched_bytes", s.prefetched_bytes},
+          {"transient_bytes", s.transient_bytes}};
 }
 
 nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {

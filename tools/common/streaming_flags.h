@@ -22,10 +22,11 @@ struct StreamingFlags {
   std::string storage = "pread";  // --storage: pread, direct, io_uring, io_uring+direct, mmap
   std::string profile;            // --profile: throttle to a storage profile
   std::string policy = "lru";     // --policy
-  int prefetch = 1;               // --prefetch: layers read ahead
+  int prefetch = 1;               // --prefetch: layers read ahead (-1: none)
   std::string partitions = "uniform";
   std::string block;  // --block; "" = 2 MiB for bundle packs, 4 KiB for column packs
   int queue_depth = 32;
+  bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
 
@@ -50,6 +51,8 @@ Result<RunModel> LoadRunModel(const ModelFlags& model_flags, const StreamingFlag
 std::string FormatStreamStats(const model::StreamStats& s);
 // The same as JSON, per token (`tokens` divides the byte and time counters).
 nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens);
+// Exact counters since the streamer was created (block accesses and hits, bytes read).
+nlohmann::json StreamTotalsJson(const model::StreamStats& s);
 nlohmann::json MemoryPlanJson(const model::MemoryPlan& p);
 // Peak resident set size of this process so far (VmHWM), in bytes; 0 if unknown.
 uint64_t PeakRssBytes();

@@ -5,6 +5,7 @@
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
+#include "common/trace_flags.h"
 #include "format/mapped_file.h"
 #include "model/perplexity.h"
 
@@ -23,6 +24,8 @@ int PplMain(int argc, char** argv) {
   AddModelFlags(app, &mf);
   SparsityFlags spf;
   AddSparsityFlags(app, &spf);
+  TraceFlags tf;
+  AddTraceFlags(app, &tf);
   app.get_option("--ctx-size")->description("tokens per chunk (default 512)");
   app.add_option("-f,--file", file, "text file")->required();
   app.add_option("--score", score, "which predictions to score: half (default) or all")
@@ -50,6 +53,8 @@ int PplMain(int argc, char** argv) {
   so.sparsity = spf.policy.get();
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("ppl", session.status());
+  auto trace = StartTrace(tf, **session, nullptr, spf.policy ? spf.policy->info().spec : "dense");
+  if (!trace.ok()) return Fail("ppl", trace.status());
   model::PerplexityOptions po;
   po.score = score == "all" ? model::PerplexityOptions::Score::kAll : model::PerplexityOptions::Score::kSecondHalf;
   po.max_chunks = chunks;
@@ -58,6 +63,9 @@ int PplMain(int argc, char** argv) {
   ProgressBar bar("ppl", static_cast<uint64_t>(total), !json && !no_progress);
   auto r = model::Perplexity(**session, ids, tok->bos_id(), po, [&](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
   bar.Finish();
+  if (*trace) {
+    if (Status st = (*trace)->Finish(); !st.ok() && r.ok()) return Fail("ppl", st);
+  }
   if (!r.ok()) return Fail("ppl", r.status());
   if (json) {
     PrintJson({{"model", model.file().path}, {"file", file}, {"ctx", mf.ctx}, {"score", score},

@@ -99,9 +99,8 @@ int ProbeMain(int argc, char** argv) {
     }
     PrintJson({{"profile_path", out},
                {"stream_bytes_per_s",
-                {{"copy", res->stream.copy},
-                 {"scale", res->stream.scale},
-                 {"add", res->stream.add},
+                {{"read", res->stream.read},
+                 {"copy", res->stream.copy},
                  {"triad", res->stream.triad}}},
                {"write_bytes_per_s", res->file_write_bytes_per_s},
                {"reads", reads},
@@ -109,9 +108,8 @@ int ProbeMain(int argc, char** argv) {
                {"profile", nlohmann::json::parse(text)}});
     return kExitOk;
   }
-  std::printf("STREAM (GB/s): copy %.2f | scale %.2f | add %.2f | triad %.2f\n",
-              res->stream.copy / 1e9, res->stream.scale / 1e9, res->stream.add / 1e9,
-              res->stream.triad / 1e9);
+  std::printf("STREAM (GB/s): read %.2f | copy %.2f | triad %.2f\n", res->stream.read / 1e9,
+              res->stream.copy / 1e9, res->stream.triad / 1e9);
   std::printf("test file write: %.2f GB/s\n\n| request | GB/s | mean latency |\n|---|---|---|\n",
               res->file_write_bytes_per_s / 1e9);
   for (size_t i = 0; i < res->reads.size(); ++i) {

@@ -6,7 +6,9 @@
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
+#include "common/plan_flags.h"
 #include "common/streaming_flags.h"
+#include "common/trace_flags.h"
 #include "model/generate.h"
 #include "model/session.h"
 
@@ -25,6 +27,10 @@ int RunMain(int argc, char** argv) {
   AddSparsityFlags(app, &spf);
   StreamingFlags stf;
   AddStreamingFlags(app, &stf);
+  TraceFlags tf;
+  AddTraceFlags(app, &tf);
+  PlanFlags pf;
+  AddPlanFlags(app, &pf);
   bool stats_flag = false;
   app.add_flag("--stats", stats_flag,
                "print weight traffic per token (bytes, densities) on stderr; for a streamed pack also "
@@ -35,7 +41,13 @@ int RunMain(int argc, char** argv) {
   app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
+  if (Status st = ApplyPlan(pf, mf, &spf, &stf, app.count("--prefetch") > 0,
+                            app.count("--sparsity") > 0);
+      !st.ok()) {
+    return Fail("run", st);
+  }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
+  ConfigureTrace(tf, &stf);
   auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("run", m.status());
   const model::Model& model = m->model();
@@ -52,6 +64,8 @@ int RunMain(int argc, char** argv) {
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
+  auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
+  if (!trace.ok()) return Fail("run", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
   if (streamed && stats_flag && !json) {
     std::fprintf(stderr, "memory plan: %s\n", m->streaming->plan().ToString().c_str());
@@ -96,6 +110,9 @@ int RunMain(int argc, char** argv) {
     }
     return true;
   });
+  if (*trace) {
+    if (Status st = (*trace)->Finish(); !st.ok() && stats.ok()) return Fail("run", st);
+  }
   if (!stats.ok()) {
     if (!json) std::fputc('\n', stdout);
     return Fail("run", stats.status());
@@ -121,6 +138,7 @@ int RunMain(int argc, char** argv) {
                {"threads", pool.size()},
                {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"per_token", stream_tokens},
+                                                       {"total", StreamTotalsJson(streamed->stats())},
                                                        {"peak_rss", PeakRssBytes()}}
                                       : nlohmann::json()}});
   } else {

@@ -10,6 +10,7 @@
 #include "common/cli.h"
 #include "common/commands.h"
 #include "sim/sim_report.h"
+#include "sim/stream_replay_report.h"
 #include "sim/simulator.h"
 #include "sim/svg_plot.h"
 #include "sim/synthetic_masks.h"
@@ -140,6 +141,28 @@ int SimMain(int argc, char** argv) {
   app.add_flag("--layers", layers, "per-layer table (JSON always has it without --sweep)");
   app.add_flag("--json", json, "print JSON");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+
+  if (masks.rfind("trace:", 0) == 0) {
+    // A trace of a streamed pack replays through the engine's own cache, not the model below.
+    auto is_stream = IsStreamTrace(masks.substr(6));
+    if (!is_stream.ok()) return Fail("sim", is_stream.status());
+    if (*is_stream) {
+      auto dev = ResolveDevice(device);
+      if (!dev.ok()) return Fail("sim", dev.status());
+      StreamReplayFlags rf;
+      rf.pack = model;
+      rf.trace = masks.substr(6);
+      if (app.count("--policy") > 0) rf.policy = policies;
+      if (!dram_text.empty()) {
+        auto b = ParseBytes(dram_text);
+        if (!b.ok()) return Fail("sim", b.status().WithContext("--dram"));
+        rf.memory_budget = *b;
+      }
+      rf.warmup = warmup;
+      rf.json = json;
+      return StreamReplayMain(rf, *dev);
+    }
+  }
 
   auto m = ResolveModel(model);
   if (!m.ok()) return Fail("sim", m.status());
