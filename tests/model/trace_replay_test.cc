@@ -92,6 +92,7 @@ Result<StreamStats> RecordRun(const std::string& pack, const StreamingConfig& c,
 }
 
 TEST(TraceReplayTest, ReplayWithoutReadAheadIsExactForEveryPolicyAndBudget) {
+  int partial = 0;
   for (int group : {1, 2}) {
     const Files f = MakeFiles(group);
     MemoryPlan plan;
@@ -122,9 +123,14 @@ TEST(TraceReplayTest, ReplayWithoutReadAheadIsExactForEveryPolicyAndBudget) {
         EXPECT_EQ(r->recorded.hits + r->recorded.misses, totals->block_accesses);
         EXPECT_EQ(r->recorded.bytes_read, totals->storage_bytes);
         EXPECT_GT(r->recorded.hits + r->recorded.misses, 0u);
+        if (r->recorded.hits > 0 && r->recorded.misses > 0 && r->recorded.evictions > 0) {
+          ++partial;
+        }
       }
     }
   }
+  // Several runs cache part of the model: hits, misses and evictions all happen.
+  EXPECT_GE(partial, 5);
 }
 
 TEST(TraceReplayTest, WhatIfBudgetChangesTheCounts) {
