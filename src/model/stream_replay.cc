@@ -69,6 +69,12 @@ Result<StreamReplayResult> ReplayStreamTrace(const std::string& trace_path,
         StrFormat("%s: a trace of '%s' is not a block trace of a streamed pack", trace_path.c_str(),
                   source.c_str()));
   }
+  if (const std::string* sp = h.FindMetadata("sparsity"); sp != nullptr && *sp != "dense") {
+    return Status::Unsupported(StrFormat(
+        "%s: a sparse streamed run (%s) chose its blocks from the activations, which a replay "
+        "does not compute; only dense streamed runs replay",
+        trace_path.c_str(), sp->c_str()));
+  }
   WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(pack_path));
   WEIR_ASSIGN_OR_RETURN(uint64_t pack_bytes, MetaU64(h, "pack.bytes", trace_path));
   if (pack.file_size() != pack_bytes) {

@@ -11,6 +11,9 @@
 // read-ahead on, which blocks the I/O thread has read, or could still cancel, when the compute
 // asks depends on timing: hits and bytes then agree only approximately.
 //
+// Sparse streamed runs (a column pack with --sparsity) are refused: their blocks depend on the
+// activations, which a replay does not compute.
+//
 // What-if. A different policy or memory budget replays the same steps under it; the cache gets
 // the new budget minus what the run's plan gave everything else (the same model and options need
 // the same static, session and I/O shares).

@@ -683,9 +683,14 @@ Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
 StreamingWeights::LayerBlocks StreamingWeights::layer_blocks(int layer) const {
   WEIR_CHECK(layer >= 0 && layer < n_layers_);
   LayerBlocks b;
-  const Extent& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])].extent;
+  const Group& group = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
+  const Extent& g = group.extent;
   b.bundle_slab = g.slab;
   b.bundle_blocks = static_cast<uint32_t>(g.n_blocks);
+  if (group.columns) {
+    b.input_slab = group.in.slab;
+    b.input_blocks = static_cast<uint32_t>(group.in.n_blocks);
+  }
   if (!attention_.empty()) {
     const Extent& a = attention_[static_cast<size_t>(layer)];
     b.attention_slab = a.slab;

@@ -182,9 +182,11 @@ class StreamingWeights {
   std::vector<storage::UnitId> TakeTrace() { return cache_->TakeTrace(); }
   const StreamingOptions& options() const { return options_; }
   // Where layer `layer`'s blocks are, for traces: the unit-id layer field (slab) and block count
-  // of its attention extent (blocks 0 when attention is static) and of its group's bundles.
+  // of its attention extent (blocks 0 when attention is static), of its group's bundles (column
+  // layout: down columns) and, column layout only, of its group's input columns (else 0).
   struct LayerBlocks {
     uint32_t attention_slab = 0, attention_blocks = 0, bundle_slab = 0, bundle_blocks = 0;
+    uint32_t input_slab = 0, input_blocks = 0;
   };
   LayerBlocks layer_blocks(int layer) const;
 

@@ -61,19 +61,24 @@ Result<format::TraceHeader> StreamTraceHeader(
   h.metadata = std::move(metadata);
   format::TraceKind attention{kAttentionBlocksKind, 0, {}};
   format::TraceKind bundles{kBundleBlocksKind, 0, {}};
-  bool any_attention = false;
+  format::TraceKind inputs{kInputColumnBlocksKind, 0, {}};
+  bool any_attention = false, any_input = false;
   for (int l = 0; l < config.n_layers; ++l) {
     const StreamingWeights::LayerBlocks b = streamed.layer_blocks(l);
-    if (b.attention_blocks > format::kMaxTraceUnits || b.bundle_blocks > format::kMaxTraceUnits) {
+    if (b.attention_blocks > format::kMaxTraceUnits || b.bundle_blocks > format::kMaxTraceUnits ||
+        b.input_blocks > format::kMaxTraceUnits) {
       return Status::Unsupported(
           StrFormat("trace: layer %d has more than %u blocks", l, format::kMaxTraceUnits));
     }
     attention.units.push_back(b.attention_blocks);
     bundles.units.push_back(b.bundle_blocks);
+    inputs.units.push_back(b.input_blocks);
     any_attention = any_attention || b.attention_blocks > 0;
+    any_input = any_input || b.input_blocks > 0;
   }
   if (any_attention) h.kinds.push_back(std::move(attention));
   h.kinds.push_back(std::move(bundles));
+  if (any_input) h.kinds.push_back(std::move(inputs));
   return h;
 }
 
@@ -114,6 +119,7 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::Create(const format::Trace
   for (size_t k = 0; k < header.kinds.size(); ++k) {
     if (header.kinds[k].name == kAttentionBlocksKind) r->attention_kind_ = static_cast<int>(k);
     if (header.kinds[k].name == kBundleBlocksKind) r->bundle_kind_ = static_cast<int>(k);
+    if (header.kinds[k].name == kInputColumnBlocksKind) r->input_kind_ = static_cast<int>(k);
   }
   if (r->bundle_kind_ < 0) return Status::InvalidArgument("trace: no ffn_bundles kind");
   for (int l = 0; l < config.n_layers; ++l) {
@@ -123,9 +129,13 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::Create(const format::Trace
         r->attention_kind_ < 0 ? 0
                                : header.kinds[static_cast<size_t>(r->attention_kind_)]
                                      .units[static_cast<size_t>(l)];
+    const uint32_t want_input =
+        r->input_kind_ < 0
+            ? 0
+            : header.kinds[static_cast<size_t>(r->input_kind_)].units[static_cast<size_t>(l)];
     if (b.bundle_blocks !=
             header.kinds[static_cast<size_t>(r->bundle_kind_)].units[static_cast<size_t>(l)] ||
-        b.attention_blocks != want_attention) {
+        b.attention_blocks != want_attention || b.input_blocks != want_input) {
       return Status::InvalidArgument(
           StrFormat("trace: layer %d: the header's block counts differ from the engine's", l));
     }
@@ -258,8 +268,12 @@ void TraceRecorder::CloseWindow() {
       k = attention_kind_;
     } else if (slab == b.bundle_slab && block < b.bundle_blocks) {
       k = bundle_kind_;
+    } else if (input_kind_ >= 0 && slab == b.input_slab && block < b.input_blocks) {
+      k = input_kind_;
     }
-    if (k != kind) {
+    // The MLP window holds both MLP kinds of a column pack.
+    const bool fits = k == kind || (kind == bundle_kind_ && k >= 0 && k == input_kind_);
+    if (!fits) {
       Fail(Status::Internal(StrFormat(
           "trace: layer %d, kind '%s': an access to block %llu of extent %u belongs elsewhere",
           layer, header_.kinds[static_cast<size_t>(kind)].name.c_str(),
@@ -271,7 +285,13 @@ void TraceRecorder::CloseWindow() {
     m[block / 8] |= static_cast<uint8_t>(1u << (block % 8));
   }
   const size_t i = layout_.Index(static_cast<uint32_t>(layer), static_cast<uint32_t>(kind));
-  if (streamed_->resident_mode()) step.masks[i] = AllSet(layout_.units[i]);
+  if (streamed_->resident_mode()) {
+    step.masks[i] = AllSet(layout_.units[i]);
+    if (kind == bundle_kind_ && input_kind_ >= 0) {
+      const size_t in = layout_.Index(static_cast<uint32_t>(layer), static_cast<uint32_t>(input_kind_));
+      step.masks[in] = AllSet(layout_.units[in]);
+    }
+  }
   format::CacheEvents& e = step.events[i];
   e.hits = static_cast<uint32_t>(d.block_hits);
   e.misses = static_cast<uint32_t>(d.block_accesses - d.block_hits);

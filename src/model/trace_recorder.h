@@ -11,7 +11,8 @@
 //     step size is stored: a prompt batch goes through the streamed weights once), two kinds:
 //     "attn_q+attn_k+attn_v+attn_output" (the blocks of a layer's attention extent, when
 //     attention is streamed) and "ffn_bundles" (the blocks of the layer's group bundle tensor,
-//     one unit per block of StreamingOptions::block_bytes). A block is active when the engine
+//     one unit per block of StreamingOptions::block_bytes; for a column-layout pack its down
+//     columns, plus a third kind "ffn_gate_t+ffn_up_t" for its input columns). A block is active when the engine
 //     accessed it for that layer (every block while the model is held resident). Cache events
 //     per (layer, kind) are the engine's own counters over the part of the step in which that
 //     kind of that layer ran: from OnLayerBegin to the MLP input (attention), and from there to
@@ -19,7 +20,8 @@
 //     begins (so the next step's token-boundary evictions count there) or at Finish():
 //       hits = StreamStats::block_hits, misses = accesses - hits, evictions =
 //       CacheStats::evicted_entries, bytes_read = StreamStats::storage_bytes (read-ahead of later
-//       blocks included: the I/O thread's reads are counted when they happen).
+//       blocks included: the I/O thread's reads are counted when they happen). A column pack's
+//       MLP window covers both of its kinds; its events are stored on "ffn_bundles".
 //     The header's metadata holds the engine settings a replay needs (StreamTraceMetadata).
 //
 // Observers cannot fail, so the first error (an I/O error writing the file, an access the
@@ -47,7 +49,8 @@ namespace weir::model {
 
 // The kind names of block traces.
 inline constexpr char kAttentionBlocksKind[] = "attn_q+attn_k+attn_v+attn_output";
-inline constexpr char kBundleBlocksKind[] = "ffn_bundles";
+inline constexpr char kBundleBlocksKind[] = "ffn_bundles";          // column packs: down^T
+inline constexpr char kInputColumnBlocksKind[] = "ffn_gate_t+ffn_up_t";  // column packs only
 
 // One record as the recorder produced it: packed mask bits and events per (layer, kind), index
 // layer * n_kinds + kind (empty masks where the kind has no units).
@@ -126,7 +129,7 @@ class TraceRecorder : public ActivationObserver {
   int window_layer_ = -1, window_kind_ = -1;
   StreamStats window_stats_;
   uint64_t window_evictions_ = 0;
-  int attention_kind_ = -1, bundle_kind_ = -1;
+  int attention_kind_ = -1, bundle_kind_ = -1, input_kind_ = -1;
   std::vector<StreamingWeights::LayerBlocks> blocks_;  // [n_layers]
 };
 

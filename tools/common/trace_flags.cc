@@ -18,9 +18,10 @@ Result<std::unique_ptr<model::TraceRecorder>> StartTrace(const TraceFlags& tf,
   std::unique_ptr<model::TraceRecorder> r;
   if (run != nullptr && run->streaming) {
     model::StreamingWeights& streamed = run->streaming->streamer();
-    WEIR_ASSIGN_OR_RETURN(
-        format::TraceHeader h,
-        model::StreamTraceHeader(config, streamed, model::StreamTraceMetadata(*run->streaming)));
+    auto metadata = model::StreamTraceMetadata(*run->streaming);
+    metadata.emplace_back("sparsity", sparsity);
+    WEIR_ASSIGN_OR_RETURN(format::TraceHeader h,
+                          model::StreamTraceHeader(config, streamed, std::move(metadata)));
     WEIR_ASSIGN_OR_RETURN(r, model::TraceRecorder::CreateFile(tf.path, h, config, &streamed));
   } else {
     format::TraceHeader h = model::NeuronTraceHeader(config, {{"sparsity", sparsity}});
