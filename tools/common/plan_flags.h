@@ -7,8 +7,8 @@
 //             while one computes, ActiveFlow's cross-layer preloading);
 //   cache     the engine's memory plan gives the cache what the budget leaves (the planner's
 //             M_cache is printed for comparison).
-// A weir pack streams dense (sparse streaming is not implemented), so for a pack the planner is
-// asked for sp = 0 (max_sparsity 0) and the budget is --memory; a model run resident has no
+// For a weir pack the planner is asked for sp = 0 (max_sparsity 0: choosing a column pack's
+// sparse-streaming density is not wired yet) and the budget is --memory; a model run resident has no
 // budget flag, so the budget is the profile's memory capacity.
 #pragma once
 
