@@ -14,6 +14,7 @@ namespace weir::format {
 inline constexpr uint32_t kGgufMagic = 0x46554747;  // "GGUF" read as a little-endian u32
 inline constexpr uint32_t kGgufVersion = 3;         // what GgufWriter writes
 inline constexpr uint32_t kGgufDefaultAlignment = 32;
+inline constexpr uint32_t kGgmlTypeI8 = 24;         // raw bytes (weir pack sparse records)
 inline constexpr int kGgufMaxDims = 4;
 // Longest tensor name llama.cpp accepts (GGML_MAX_NAME is 64 including the terminator).
 inline constexpr int kGgufMaxTensorName = 63;

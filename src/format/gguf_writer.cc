@@ -209,6 +209,16 @@ void GgufWriter::AddTensor(std::string name, DType dtype, Shape shape, const voi
   tensors_.push_back(Tensor{std::move(name), dtype, shape, data, nullptr});
 }
 
+void GgufWriter::AddByteTensor(std::string name, int64_t rows, int64_t row_bytes,
+                               RowFiller fill) {
+  tensors_.push_back(
+      Tensor{std::move(name), DType::kF32, Shape{rows, row_bytes}, nullptr, std::move(fill), true});
+}
+
+uint64_t GgufWriter::RowBytesOf(const Tensor& t) {
+  return t.bytes ? static_cast<uint64_t>(t.shape.cols()) : RowBytes(t.dtype, t.shape.cols());
+}
+
 void GgufWriter::AddTensor(std::string name, DType dtype, Shape shape, RowFiller fill) {
   tensors_.push_back(Tensor{std::move(name), dtype, shape, nullptr, std::move(fill)});
 }
@@ -260,15 +270,14 @@ Status GgufWriter::Validate() const {
                                                  t.shape.ToString().c_str()));
       }
     }
-    if (t.shape.cols() % BlockSize(t.dtype) != 0) {
+    if (!t.bytes && t.shape.cols() % BlockSize(t.dtype) != 0) {
       return Status::InvalidArgument(StrFormat(
           "GGUF writer: tensor '%s' %s: row length %lld is not a multiple of the %s block size %d",
           n, t.shape.ToString().c_str(), static_cast<long long>(t.shape.cols()), DTypeName(t.dtype),
           BlockSize(t.dtype)));
     }
     uint64_t nbytes;
-    if (!CheckedMul(RowBytes(t.dtype, t.shape.cols()), static_cast<uint64_t>(t.shape.rows()),
-                    &nbytes)) {
+    if (!CheckedMul(RowBytesOf(t), static_cast<uint64_t>(t.shape.rows()), &nbytes)) {
       return Status::InvalidArgument(StrFormat("GGUF writer: tensor '%s' byte size overflows", n));
     }
     if (!t.data && !t.fill) {
@@ -304,12 +313,12 @@ Status GgufWriter::Write(const std::string& path,
   std::vector<uint64_t> nbytes(tensors_.size());
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const Tensor& t = tensors_[i];
-    nbytes[i] = RowBytes(t.dtype, t.shape.cols()) * static_cast<uint64_t>(t.shape.rows());
+    nbytes[i] = RowBytesOf(t) * static_cast<uint64_t>(t.shape.rows());
     PutStr(&head, t.name);
     Put<uint32_t>(&head, static_cast<uint32_t>(t.shape.ndim));
     for (int d = t.shape.ndim - 1; d >= 0; --d)
       Put<uint64_t>(&head, static_cast<uint64_t>(t.shape.dims[d]));
-    Put<uint32_t>(&head, static_cast<uint32_t>(t.dtype));
+    Put<uint32_t>(&head, t.bytes ? kGgmlTypeI8 : static_cast<uint32_t>(t.dtype));
     Put<uint64_t>(&head, offset);
     uint64_t padded;
     if (!CheckedAdd(nbytes[i], PadTo(nbytes[i], alignment_), &padded) ||
@@ -327,7 +336,7 @@ Status GgufWriter::Write(const std::string& path,
   uint64_t buf_bytes = 0;
   for (size_t i = 0; i < tensors_.size(); ++i) {
     if (!tensors_[i].fill) continue;
-    uint64_t row = RowBytes(tensors_[i].dtype, tensors_[i].shape.cols());
+    uint64_t row = RowBytesOf(tensors_[i]);
     buf_bytes = std::max(buf_bytes, std::min(nbytes[i], std::max(row, kChunkBytes / row * row)));
   }
   AlignedBuffer buf;
@@ -337,7 +346,7 @@ Status GgufWriter::Write(const std::string& path,
   }
   for (size_t i = 0; i < tensors_.size(); ++i) {
     const Tensor& t = tensors_[i];
-    const uint64_t row_bytes = RowBytes(t.dtype, t.shape.cols());
+    const uint64_t row_bytes = RowBytesOf(t);
     const int64_t rows = t.shape.rows();
     const int64_t rows_per_chunk =
         static_cast<int64_t>(std::max<uint64_t>(1, kChunkBytes / row_bytes));

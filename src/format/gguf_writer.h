@@ -85,6 +85,9 @@ class GgufWriter {
   // `data` (RowBytes * rows bytes) must stay valid until Write returns.
   void AddTensor(std::string name, DType dtype, Shape shape, const void* data);
   void AddTensor(std::string name, DType dtype, Shape shape, RowFiller fill);
+  // A tensor of raw bytes, ggml type I8, shape [rows, row_bytes] (weir's own encodings, e.g. the
+  // sparse column records of a weir pack); `fill` writes whole rows as for AddTensor.
+  void AddByteTensor(std::string name, int64_t rows, int64_t row_bytes, RowFiller fill);
 
   // Writes the file. `progress`, when set, is called with the fraction of bytes written.
   Status Write(const std::string& path,
@@ -101,7 +104,9 @@ class GgufWriter {
     Shape shape;
     const void* data = nullptr;
     RowFiller fill;
+    bool bytes = false;  // ggml I8: one byte per value, dtype unused
   };
+  static uint64_t RowBytesOf(const Tensor& t);
   Status Validate() const;
 
   uint32_t alignment_;

@@ -1,7 +1,12 @@
 #include "format/weir_pack_format.h"
 
+#include <cstring>
+#include <vector>
+
 #include "base/check.h"
 #include "base/checked_math.h"
+#include "kernels/sparse_column.h"
+#include "tensor/quantize.h"
 
 namespace weir::format {
 
@@ -10,7 +15,33 @@ std::string PackInputTensorName(int group) { return StrFormat("weir.ffn_in.%d", 
 std::string PackDownTensorName(int group) { return StrFormat("weir.ffn_down.%d", group); }
 
 const char* PackLayoutName(PackLayout layout) {
-  return layout == PackLayout::kColumns ? "columns" : "bundles";
+  switch (layout) {
+    case PackLayout::kColumns:
+      return "columns";
+    case PackLayout::kSparseColumns:
+      return "sparse-columns";
+    case PackLayout::kBundles:
+      break;
+  }
+  return "bundles";
+}
+
+void EncodeSparseRecord(DType t, const float* row, int64_t len, uint8_t* out) {
+  const uint64_t bitmap_bytes = kernels::SparseBitmapBytes(len);
+  std::memset(out, 0, bitmap_bytes);
+  std::vector<float> values;
+  for (int64_t k = 0; k < len; ++k) {
+    if (row[k] == 0.0f) continue;
+    uint64_t word;
+    std::memcpy(&word, out + 8 * (k / 64), 8);
+    word |= uint64_t{1} << (k % 64);
+    std::memcpy(out + 8 * (k / 64), &word, 8);
+    values.push_back(row[k]);
+  }
+  const int64_t bs = BlockSize(t);
+  values.resize((values.size() + bs - 1) / bs * bs, 0.0f);
+  if (!values.empty())
+    QuantizeRow(t, values.data(), out + bitmap_bytes, static_cast<int64_t>(values.size()));
 }
 
 std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int group_size) {
@@ -42,7 +73,7 @@ Status FinishPackGroup(PackGroup* g) {
                   DTypeName(g->dtype), BlockSize(g->dtype)));
   }
   g->row_bytes = RowBytes(g->dtype, g->d_model);
-  const bool columns = g->layout == PackLayout::kColumns;
+  const bool columns = IsColumnLayout(g->layout);
   if (columns && g->d_ff % BlockSize(g->dtype) != 0) {
     return Status::InvalidArgument(
         StrFormat("pack group %d: d_ff %d is not whole %s blocks of %d", g->index, g->d_ff,

@@ -49,6 +49,19 @@
 // ffn_down^T below (requantized for Q8_0/Q4_0: the same rounding as the session's transposed
 // copies, model/transposed_weights.h), so d_ff must also be whole blocks of T.
 //
+// Sparse column layout (`weir pack --layout sparse-columns`, for models pruned without
+// structure: `weir prune --mode unstructured`, Mosaic §3.1). The two tensors of the column
+// layout, same names and row order, are byte tensors (ggml I8, shape [pages, 4096]) holding
+//   u64 offsets[rows + 1]      byte offset of each record from the tensor's first byte:
+//                              offsets[0] = 8 * (rows + 1), ascending, offsets[rows] <= size
+//   record r:  u64 bitmap[ceil(len / 64)]   bit k (word k / 64, bit k % 64) set when value k
+//                                           of the row is not zero
+//              the row's non-zero values in order, zero-padded to whole blocks of T, in T
+// with len = d_ff for ffn_in rows and d_model for ffn_down rows, and T = weir.pack.sparse_type.
+// A row with no non-zero value is its bitmap alone. The values are quantized once, from the
+// source weights (dequantized); a pruned model streams (and caches) only its non-zero weights
+// plus one bit per weight.
+//
 // Numerics of ffn_down^T: for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
 // row, so a column of ffn_down is not made of whole blocks: the packer dequantizes the column
 // (d_model values) and quantizes it again with the reference QuantizeRow, i.e. 32 consecutive
@@ -73,6 +86,9 @@ inline constexpr uint32_t kPackVersion = 1;
 inline constexpr uint32_t kPackAlignment = 4096;
 inline constexpr char kPackLayout[] = "ffn_bundles:gate,up,down_t";
 inline constexpr char kPackLayoutColumns[] = "ffn_columns:gate_t,up_t;down_t";
+inline constexpr char kPackLayoutSparseColumns[] = "ffn_sparse_columns:gate_t,up_t;down_t";
+inline constexpr char kPackSparseTypeKey[] = "weir.pack.sparse_type";
+inline constexpr int64_t kSparseTensorRowBytes = 4096;  // byte tensors are [pages, 4096]
 
 inline constexpr char kPackVersionKey[] = "weir.pack.version";
 inline constexpr char kPackLayoutKey[] = "weir.pack.layout";
@@ -91,8 +107,17 @@ std::string PackInputTensorName(int group);
 std::string PackDownTensorName(int group);
 
 // How the MLP weights of a pack are laid out (the weir.pack.layout key).
-enum class PackLayout : int { kBundles = 0, kColumns = 1 };
-const char* PackLayoutName(PackLayout layout);  // "bundles" or "columns" (the --layout names)
+enum class PackLayout : int { kBundles = 0, kColumns = 1, kSparseColumns = 2 };
+// "bundles", "columns" or "sparse-columns" (the --layout names).
+const char* PackLayoutName(PackLayout layout);
+// True for the two column layouts.
+inline bool IsColumnLayout(PackLayout l) {
+  return l == PackLayout::kColumns || l == PackLayout::kSparseColumns;
+}
+
+// Encodes row[0..len) as a sparse column record (kernels/sparse_column.h gives its size,
+// SparseRecordBytes(t, len, nnz) with nnz the number of non-zero values) into out.
+void EncodeSparseRecord(DType t, const float* row, int64_t len, uint8_t* out);
 
 // The operators of a column-layout input record, in storage order.
 enum class ColumnOp : int { kGateT = 0, kUpT = 1 };
@@ -116,7 +141,8 @@ struct PackGroup {
   size_t bundle_bytes = 0;  // n_layers * 3 * row_bytes: channel c starts at offset + c * this
                             // (kColumns: n_layers * row_bytes, channel c of ffn_down)
   PackLayout layout = PackLayout::kBundles;
-  // kColumns only: weir.ffn_in.<g>.
+  // Column layouts only: weir.ffn_in.<g> (kSparseColumns: offsets and nbytes are those of the
+  // byte tensors; row_bytes and in_row_bytes stay the dense rows' sizes).
   uint64_t in_offset = 0;
   uint64_t in_nbytes = 0;     // d_model * n_layers * 2 * in_row_bytes
   size_t in_row_bytes = 0;    // RowBytes(dtype, d_ff)

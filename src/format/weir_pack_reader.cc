@@ -1,6 +1,10 @@
 #include "format/weir_pack_reader.h"
 
+#include <cstring>
+#include <optional>
+
 #include "base/checked_math.h"
+#include "kernels/sparse_column.h"
 
 namespace weir::format {
 
@@ -50,12 +54,21 @@ Status PackFile::Parse() {
                                          kPackVersionKey, version, kPackVersion));
   }
   WEIR_ASSIGN_OR_RETURN(std::string layout, f.GetString(kPackLayoutKey));
+  std::optional<DType> sparse_type;
   if (layout == kPackLayoutColumns) {
     layout_ = PackLayout::kColumns;
+  } else if (layout == kPackLayoutSparseColumns) {
+    layout_ = PackLayout::kSparseColumns;
+    WEIR_ASSIGN_OR_RETURN(std::string t, f.GetString(kPackSparseTypeKey));
+    sparse_type = DTypeFromName(t);
+    if (!sparse_type) {
+      return Status::Corrupt(StrFormat("%s: %s is '%s', not a type weir computes with", p,
+                                       kPackSparseTypeKey, t.substr(0, 32).c_str()));
+    }
   } else if (layout != kPackLayout) {
-    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s' and '%s'", p,
+    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s', '%s' and '%s'", p,
                                          kPackLayoutKey, layout.substr(0, 64).c_str(), kPackLayout,
-                                         kPackLayoutColumns));
+                                         kPackLayoutColumns, kPackLayoutSparseColumns));
   }
   if (f.alignment() != kPackAlignment) {
     return Status::Corrupt(StrFormat("%s: general.alignment is %u; a weir pack needs %u", p,
@@ -139,6 +152,19 @@ Status PackFile::Parse() {
                                          part.name.c_str(), grp.first_layer,
                                          grp.first_layer + grp.n_layers - 1));
       }
+      if (sparse_type) {
+        // A byte tensor of sparse column records: [pages, 4096] of ggml I8.
+        if (info->ggml_type != kGgmlTypeI8 || info->shape.ndim != 2 ||
+            info->shape.dims[1] != kSparseTensorRowBytes || grp.n_layers > INT32_MAX / 4) {
+          return Status::Corrupt(StrFormat(
+              "%s: MLP tensor %s is %s %s; a sparse column pack has I8 [pages, %lld] tensors", p,
+              part.name.c_str(), GgmlTypeName(info->ggml_type).c_str(),
+              info->shape.ToString().c_str(), static_cast<long long>(kSparseTensorRowBytes)));
+        }
+        grp.dtype = *sparse_type;
+        infos.push_back(info);
+        continue;
+      }
       if (!info->dtype) {
         return Status::Unsupported(StrFormat(
             "%s: MLP tensor %s has type %s (weir computes with F32, F16, BF16, Q8_0 and Q4_0)", p,
@@ -159,6 +185,38 @@ Status PackFile::Parse() {
       infos.push_back(info);
     }
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&grp).WithContext(f.path()));
+    if (sparse_type) {
+      // Sizes are the byte tensors'; their offset tables must be well formed (records are
+      // checked against their bitmaps when they are used).
+      grp.nbytes = infos[0]->nbytes;
+      grp.in_nbytes = infos[1]->nbytes;
+      for (size_t k = 0; k < 2; ++k) {
+        const uint64_t rows = static_cast<uint64_t>(parts[k].rows);
+        const int64_t len = parts[k].cols;
+        const uint64_t table = 8 * (rows + 1);
+        if (table > infos[k]->nbytes) {
+          return Status::Corrupt(StrFormat("%s: MLP tensor %s is too small for its %llu offsets", p,
+                                           parts[k].name.c_str(),
+                                           static_cast<unsigned long long>(rows + 1)));
+        }
+        const uint8_t* base = f.TensorData(*infos[k]);
+        uint64_t prev = 0;
+        for (uint64_t r = 0; r <= rows; ++r) {
+          uint64_t o;
+          std::memcpy(&o, base + 8 * r, 8);
+          const bool ok = r == 0 ? o == table
+                                 : (o >= prev + kernels::SparseBitmapBytes(len) && o <= infos[k]->nbytes);
+          if (!ok) {
+            return Status::Corrupt(StrFormat("%s: MLP tensor %s: record offset %llu = %llu is out "
+                                             "of order or outside the tensor",
+                                             p, parts[k].name.c_str(),
+                                             static_cast<unsigned long long>(r),
+                                             static_cast<unsigned long long>(o)));
+          }
+          prev = o;
+        }
+      }
+    }
     for (size_t k = 0; k < parts.size(); ++k) {
       const GgufTensorInfo* info = infos[k];
       const uint64_t want = k == 0 ? grp.nbytes : grp.in_nbytes;

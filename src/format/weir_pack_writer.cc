@@ -1,6 +1,7 @@
 #include "format/weir_pack_writer.h"
 
 #include <cstring>
+#include <functional>
 #include <map>
 #include <memory>
 #include <vector>
@@ -8,6 +9,7 @@
 #include "format/gguf_writer.h"
 #include "format/llama_gguf_writer.h"
 #include "format/weir_pack_format.h"
+#include "kernels/sparse_column.h"
 #include "tensor/quantize.h"
 
 namespace weir::format {
@@ -36,12 +38,15 @@ void ConvertRow(const TensorView& src, int64_t src_row, DType out, uint8_t* dst,
   QuantizeRow(out, tmp->data(), dst, cols);
 }
 
+struct SparseTensor;
+
 // What one layer group's bundle tensor is made of, and its ffn_down^T rows once built.
 struct GroupSource {
   PackGroup group;
   std::vector<TensorView> gate, up, down;    // per layer of the group
   std::vector<std::vector<uint8_t>> down_t;  // per layer: [d_ff, row_bytes], built lazily
   std::vector<std::vector<uint8_t>> gate_t, up_t;  // per layer: [d_model, in_row_bytes]
+  std::shared_ptr<SparseTensor> sparse_down, sparse_in;  // sparse column layout
 };
 
 // Fills *out (once) with the transposes of `ws` in the group's type.
@@ -90,6 +95,71 @@ Status FillInput(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   }
   return Status::Ok();
 }
+
+// w^T as floats: row c = column c of w [rows, cols] (dequantized).
+std::vector<float> FloatTranspose(const TensorView& w) {
+  const int64_t rows = w.rows(), cols = w.cols();
+  std::vector<float> t(static_cast<size_t>(rows * cols)), row(static_cast<size_t>(cols));
+  for (int64_t r = 0; r < rows; ++r) {
+    DequantizeRow(w, r, row.data());
+    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = row[c];
+  }
+  return t;
+}
+
+// Non-zero values of each column of w.
+std::vector<int64_t> ColumnNonZeros(const TensorView& w) {
+  std::vector<int64_t> nnz(static_cast<size_t>(w.cols()), 0);
+  std::vector<float> row(static_cast<size_t>(w.cols()));
+  for (int64_t r = 0; r < w.rows(); ++r) {
+    DequantizeRow(w, r, row.data());
+    for (int64_t c = 0; c < w.cols(); ++c) nnz[static_cast<size_t>(c)] += row[c] != 0.0f;
+  }
+  return nnz;
+}
+
+// Sparse column layout: one byte tensor (offsets, then records) whose record r is the row
+// column_of(r) (a column of one of `ws`, see weir_pack_format.h). Sizes are planned first from
+// the non-zero counts; the bytes are encoded when the writer asks for them.
+struct SparseTensor {
+  DType type = DType::kF32;
+  int64_t len = 0;                                     // values per record
+  std::vector<TensorView> ws;                          // the matrices whose columns are records
+  std::function<std::pair<size_t, int64_t>(int64_t)> column_of;  // record -> (matrix, column)
+  std::vector<uint64_t> offsets;                       // rows + 1
+  uint64_t pages = 0;
+  std::vector<uint8_t> blob;                           // built on the first fill
+
+  void Plan(int64_t rows) {
+    std::vector<std::vector<int64_t>> nnz;
+    for (const TensorView& w : ws) nnz.push_back(ColumnNonZeros(w));
+    offsets.assign(static_cast<size_t>(rows) + 1, 0);
+    offsets[0] = 8 * (static_cast<uint64_t>(rows) + 1);
+    for (int64_t r = 0; r < rows; ++r) {
+      const auto [m, c] = column_of(r);
+      offsets[static_cast<size_t>(r) + 1] =
+          offsets[static_cast<size_t>(r)] + kernels::SparseRecordBytes(type, len, nnz[m][static_cast<size_t>(c)]);
+    }
+    pages = (offsets.back() + kSparseTensorRowBytes - 1) / kSparseTensorRowBytes;
+  }
+  Status Fill(int64_t page_begin, int64_t page_end, uint8_t* dst) {
+    if (blob.empty()) {
+      blob.assign(pages * kSparseTensorRowBytes, 0);
+      std::memcpy(blob.data(), offsets.data(), 8 * offsets.size());
+      std::vector<std::vector<float>> t;
+      for (const TensorView& w : ws) t.push_back(FloatTranspose(w));
+      const int64_t rows = static_cast<int64_t>(offsets.size()) - 1;
+      for (int64_t r = 0; r < rows; ++r) {
+        const auto [m, c] = column_of(r);
+        EncodeSparseRecord(type, t[m].data() + c * len, len, blob.data() + offsets[static_cast<size_t>(r)]);
+      }
+    }
+    const size_t at = static_cast<size_t>(page_begin) * kSparseTensorRowBytes;
+    std::memcpy(dst, blob.data() + at, static_cast<size_t>(page_end - page_begin) * kSparseTensorRowBytes);
+    if (static_cast<uint64_t>(page_end) == pages) blob = {};
+    return Status::Ok();
+  }
+};
 
 Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   const PackGroup& g = s->group;
@@ -237,6 +307,34 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
                                                DTypeName(g.dtype)));
     }
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&g).WithContext(path));
+    if (g.layout == PackLayout::kSparseColumns) {
+      const int n = g.n_layers;
+      auto down = std::make_shared<SparseTensor>();
+      down->type = g.dtype;
+      down->len = g.d_model;
+      down->ws = s->down;
+      down->column_of = [n](int64_t r) {
+        return std::pair<size_t, int64_t>(static_cast<size_t>(r % n), r / n);
+      };
+      down->Plan(g.down_rows());
+      auto in = std::make_shared<SparseTensor>();
+      in->type = g.dtype;
+      in->len = g.d_ff;
+      for (int j = 0; j < n; ++j) {
+        in->ws.push_back(s->gate[static_cast<size_t>(j)]);
+        in->ws.push_back(s->up[static_cast<size_t>(j)]);
+      }
+      in->column_of = [n](int64_t r) {
+        // row (i * n + j) * 2 + op -> matrix 2 j + op, column i
+        return std::pair<size_t, int64_t>(static_cast<size_t>((r / 2) % n * 2 + r % 2),
+                                          r / (2 * int64_t{n}));
+      };
+      in->Plan(g.in_rows());
+      g.nbytes = down->pages * kSparseTensorRowBytes;
+      g.in_nbytes = in->pages * kSparseTensorRowBytes;
+      s->sparse_down = std::move(down);
+      s->sparse_in = std::move(in);
+    }
     bytes_by_type[g.dtype] += g.mlp_bytes();
     groups.push_back(std::move(s));
   }
@@ -266,8 +364,18 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     requantized = requantized || s->group.dtype == DType::kQ8_0 || s->group.dtype == DType::kQ4_0;
   }
   w.AddU32(kPackVersionKey, kPackVersion);
-  w.AddString(kPackLayoutKey,
-              options.layout == PackLayout::kColumns ? kPackLayoutColumns : kPackLayout);
+  w.AddString(kPackLayoutKey, options.layout == PackLayout::kColumns         ? kPackLayoutColumns
+                             : options.layout == PackLayout::kSparseColumns ? kPackLayoutSparseColumns
+                                                                            : kPackLayout);
+  if (options.layout == PackLayout::kSparseColumns) {
+    w.AddString(kPackSparseTypeKey, DTypeName(groups.empty() ? main_type : groups[0]->group.dtype));
+    for (const auto& s : groups) {
+      if (s->group.dtype != groups[0]->group.dtype) {
+        return Status::InvalidArgument(path + ": a sparse column pack needs one MLP weight type; "
+                                              "pass --type");
+      }
+    }
+  }
   w.AddU32(kPackGroupSizeKey, static_cast<uint32_t>(options.group_size));
   w.Add(kPackGroupFirstKey, GgufValue::U32Array(firsts));
   w.Add(kPackGroupCountKey, GgufValue::U32Array(counts));
@@ -295,6 +403,16 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   }
   for (const auto& s : groups) {
     const PackGroup& g = s->group;
+    if (g.layout == PackLayout::kSparseColumns) {
+      auto down = s->sparse_down, in = s->sparse_in;
+      w.AddByteTensor(PackDownTensorName(g.index), static_cast<int64_t>(down->pages),
+                      kSparseTensorRowBytes,
+                      [down](int64_t b, int64_t e, uint8_t* dst) { return down->Fill(b, e, dst); });
+      w.AddByteTensor(PackInputTensorName(g.index), static_cast<int64_t>(in->pages),
+                      kSparseTensorRowBytes,
+                      [in](int64_t b, int64_t e, uint8_t* dst) { return in->Fill(b, e, dst); });
+      continue;
+    }
     if (g.layout == PackLayout::kColumns) {
       w.AddTensor(PackDownTensorName(g.index), g.dtype, Shape{g.down_rows(), g.d_model},
                   [s](int64_t begin, int64_t end, uint8_t* dst) {

@@ -6,6 +6,7 @@
 
 #include "kernels/gather.h"
 #include "kernels/ops.h"
+#include "kernels/sparse_column.h"
 #include "model/streaming_weights.h"
 #include "storage/unit_id.h"
 
@@ -14,17 +15,45 @@ namespace weir::model {
 using format::ColumnOp;
 using sparsity::Site;
 
-std::pair<uint64_t, uint64_t> StreamingWeights::InputColumn(const format::PackGroup& g, int64_t i,
-                                                            int j) {
+std::pair<uint64_t, uint64_t> StreamingWeights::InputColumn(const Group& g, int64_t i,
+                                                            int j) const {
   // gate^T and up^T rows of channel i for layer j are adjacent.
-  const uint64_t begin = static_cast<uint64_t>(g.InRow(i, j, ColumnOp::kGateT)) * g.in_row_bytes;
-  return {begin, begin + 2 * g.in_row_bytes};
+  const int64_t r = g.pack.InRow(i, j, ColumnOp::kGateT);
+  if (g.sparse) {
+    return {g.in_offsets[static_cast<size_t>(r)], g.in_offsets[static_cast<size_t>(r) + 2]};
+  }
+  const uint64_t begin = static_cast<uint64_t>(r) * g.pack.in_row_bytes;
+  return {begin, begin + 2 * g.pack.in_row_bytes};
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const format::PackGroup& g, int64_t c,
-                                                           int j) {
-  const uint64_t begin = static_cast<uint64_t>(g.DownRow(c, j)) * g.row_bytes;
-  return {begin, begin + g.row_bytes};
+std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const Group& g, int64_t c,
+                                                           int j) const {
+  const int64_t r = g.pack.DownRow(c, j);
+  if (g.sparse) {
+    return {g.down_offsets[static_cast<size_t>(r)], g.down_offsets[static_cast<size_t>(r) + 1]};
+  }
+  const uint64_t begin = static_cast<uint64_t>(r) * g.pack.row_bytes;
+  return {begin, begin + g.pack.row_bytes};
+}
+
+Status StreamingWeights::SparseProduct(const Extent& e, const std::vector<uint64_t>& offsets,
+                                       DType t, int64_t len, const int32_t* rows,
+                                       const float* coef, int64_t n, float* y,
+                                       uint64_t* bytes) const {
+  std::memset(y, 0, sizeof(float) * static_cast<size_t>(len));
+  for (int64_t k = 0; k < n; ++k) {
+    const size_t r = static_cast<size_t>(rows[k]);
+    const std::byte* rec = e.base + offsets[r];
+    const uint64_t size = offsets[r + 1] - offsets[r];
+    if (size != kernels::SparseRecordBytes(t, len, kernels::SparseRecordCount(rec, len))) {
+      return Status::Corrupt(StrFormat("sparse column record %zu of extent %u has %llu bytes, "
+                                       "which its bitmap does not account for",
+                                       r, e.slab, static_cast<unsigned long long>(size)));
+    }
+    kernels::SparseColumnAxpy(t, rec, len, coef[k], y);
+    *bytes += size;
+  }
+  return Status::Ok();
 }
 
 void StreamingWeights::AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const {
@@ -42,7 +71,7 @@ uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
     blocks.clear();
     const int64_t n = input ? g.pack.d_model : g.pack.d_ff;
     for (int64_t k = 0; k < n; ++k) {
-      const auto [b, e] = input ? InputColumn(g.pack, k, j) : DownColumn(g.pack, k, j);
+      const auto [b, e] = input ? InputColumn(g, k, j) : DownColumn(g, k, j);
       AddBlocks(b, e, &blocks);
     }
     most = std::max<uint64_t>(most, blocks.size());
@@ -77,14 +106,21 @@ Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& b
     return Status::Ok();
   }
   // The missing blocks go to the I/O thread at once, so that it merges neighbours into large
-  // reads; when staging is full the rest is read on demand below.
-  for (uint64_t b : blocks) {
-    storage::UnitRead r = BlockRead(e, b);
-    if (cache_->Contains(r.id)) continue;
-    r.partition = staging_partition_;
-    if (!prefetcher_->Enqueue(r).ok()) break;
-  }
-  for (uint64_t b : blocks) {
+  // reads. When staging is full, queueing stops; it is tried again from the first block found
+  // missing (claiming frees staging room as blocks move to their partitions), so that blocks
+  // are read on demand one by one only when no room can be had.
+  auto enqueue_from = [&](size_t k) {
+    for (; k < blocks.size(); ++k) {
+      storage::UnitRead r = BlockRead(e, blocks[k]);
+      if (cache_->Contains(r.id)) continue;
+      r.partition = staging_partition_;
+      if (!prefetcher_->Enqueue(r).ok()) return;
+    }
+  };
+  enqueue_from(0);
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const uint64_t b = blocks[k];
+    if (!cache_->Contains(BlockRead(e, b).id)) enqueue_from(k);
     if (Status st = AcquireBlock(e, b, batch, nullptr, /*claim_queued=*/true); !st.ok()) {
       Release(batch, UINT64_MAX, e);
       return st;
@@ -101,7 +137,7 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
   for (int64_t k = 0; k < in.size(); ++k) {
-    const auto [b, e] = InputColumn(g.pack, in[k], j);
+    const auto [b, e] = InputColumn(g, in[k], j);
     AddBlocks(b, e, &blocks);
   }
   for (uint64_t b : blocks) {
@@ -134,6 +170,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   float* xr = rows_x_.data<float>();  // x (then h) at the rows the gathered kernel reads
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();
+  uint64_t sparse_bytes = 0;  // sparse layout: bytes of the records used
   if (resident_mode_ && !g.in.held) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
   if (resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
 
@@ -141,7 +178,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   if (policy != nullptr && policy->MayPrune(Site::kMlpIn)) {
     const sparsity::CacheStateView* cache =
         policy->info().cache_aware
-            ? ColumnCacheState(g.in, d, [&](int64_t i) { return InputColumn(pg, i, j); })
+            ? ColumnCacheState(g.in, d, [&](int64_t i) { return InputColumn(g, i, j); })
             : nullptr;
     policy->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
                         cache, &sel_in_);
@@ -158,16 +195,27 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     idx_up[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kUpT));
     xr[idx_gate[k]] = x[i];
     xr[idx_up[k]] = x[i];
-    const auto [b, e] = InputColumn(pg, i, j);
+    const auto [b, e] = InputColumn(g, i, j);
     AddBlocks(b, e, &blocks_);
   }
   {
     Batch batch;
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, &batch));
     DropPredictions();  // this layer's predicted blocks are claimed; the rest was mispredicted
-    const TensorView in_view{pg.dtype, Shape{pg.in_rows(), d_ff}, g.in.base};
-    kernels::GatherMatVecCols(in_view, idx_gate, n_in, xr, gate, pool);
-    kernels::GatherMatVecCols(in_view, idx_up, n_in, xr, up, pool);
+    if (g.sparse) {
+      float* coef = coef_.data();
+      for (int64_t k = 0; k < n_in; ++k) coef[k] = x[sel_in_[k]];
+      Status st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_gate, coef, n_in, gate, &sparse_bytes);
+      if (st.ok()) st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_up, coef, n_in, up, &sparse_bytes);
+      if (!st.ok()) {
+        Release(&batch, UINT64_MAX, g.in);
+        return st;
+      }
+    } else {
+      const TensorView in_view{pg.dtype, Shape{pg.in_rows(), d_ff}, g.in.base};
+      kernels::GatherMatVecCols(in_view, idx_gate, n_in, xr, gate, pool);
+      kernels::GatherMatVecCols(in_view, idx_up, n_in, xr, up, pool);
+    }
     Release(&batch, UINT64_MAX, g.in);
   }
   kernels::SiluMul(gate, up, d_ff);  // h, in gate
@@ -178,7 +226,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     all_units_.SetAll(d_ff);
     const sparsity::CacheStateView* cache =
         policy->info().cache_aware
-            ? ColumnCacheState(g.extent, d_ff, [&](int64_t c) { return DownColumn(pg, c, j); })
+            ? ColumnCacheState(g.extent, d_ff, [&](int64_t c) { return DownColumn(g, c, j); })
             : nullptr;
     policy->SelectDown(layer, std::span<const float>(h, static_cast<size_t>(d_ff)), all_units_,
                        cache, &sel_down_);
@@ -192,7 +240,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     const int32_t c = sel_down_[k];
     idx_down[k] = static_cast<int32_t>(pg.DownRow(c, j));
     xr[idx_down[k]] = h[c];
-    const auto [b, e] = DownColumn(pg, c, j);
+    const auto [b, e] = DownColumn(g, c, j);
     AddBlocks(b, e, &blocks_);
   }
   {
@@ -209,13 +257,25 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     }
     if (policy != nullptr && sparse_mlp_) PredictNextLayer(layer, sel_in_);
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, &batch));
-    const TensorView down_view{pg.dtype, Shape{pg.down_rows(), d}, g.extent.base};
-    kernels::GatherMatVecCols(down_view, idx_down, n_down, xr, out, pool);
+    if (g.sparse) {
+      float* coef = coef_.data();
+      for (int64_t k = 0; k < n_down; ++k) coef[k] = h[sel_down_[k]];
+      Status st = SparseProduct(g.extent, g.down_offsets, pg.dtype, d, idx_down, coef, n_down, out,
+                                &sparse_bytes);
+      if (!st.ok()) {
+        Release(&batch, UINT64_MAX, g.extent);
+        return st;
+      }
+    } else {
+      const TensorView down_view{pg.dtype, Shape{pg.down_rows(), d}, g.extent.base};
+      kernels::GatherMatVecCols(down_view, idx_down, n_down, xr, out, pool);
+    }
     Release(&batch, UINT64_MAX, g.extent);
   }
   if (weight_bytes != nullptr) {
-    *weight_bytes += static_cast<uint64_t>(n_in) * 2 * pg.in_row_bytes +
-                     static_cast<uint64_t>(n_down) * pg.row_bytes;
+    *weight_bytes += g.sparse ? sparse_bytes
+                              : static_cast<uint64_t>(n_in) * 2 * pg.in_row_bytes +
+                                    static_cast<uint64_t>(n_down) * pg.row_bytes;
   }
   Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
   return Status::Ok();

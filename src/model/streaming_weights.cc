@@ -7,6 +7,7 @@
 #include "base/checked_math.h"
 #include "kernels/gather.h"
 #include "kernels/ops.h"
+#include "kernels/sparse_column.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
@@ -91,7 +92,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   for (const format::PackGroup& pg : pack.groups()) {
     Group g;
     g.pack = pg;
-    g.columns = pg.layout == format::PackLayout::kColumns;
+    g.columns = format::IsColumnLayout(pg.layout);
+    g.sparse = pg.layout == format::PackLayout::kSparseColumns;
     g.n_lanes = g.columns ? 0 : (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
     auto add_extent = [&](Extent& e, uint32_t kind, uint64_t offset, uint64_t nbytes) {
       e.slab = static_cast<uint32_t>(slabs.size());
@@ -151,6 +153,33 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   for (Group& g : s->groups_) {
     g.extent.base = s->slabs_->base(g.extent.slab);
     if (g.columns) g.in.base = s->slabs_->base(g.in.slab);
+    if (!g.sparse) continue;
+    // The offset tables of the sparse records, read once (they are part of fixed_bytes).
+    auto table = [&](const Extent& e, int64_t rows, int64_t len,
+                     std::vector<uint64_t>* out) -> Status {
+      const size_t bytes = 8 * (static_cast<size_t>(rows) + 1);
+      const size_t capacity = static_cast<size_t>(RoundUp(bytes, kPage));
+      AlignedBuffer buf;
+      if (!buf.Reset(capacity, kPage))
+        return Status::OutOfMemory("streaming: cannot allocate a record offset table");
+      const size_t n = storage::RoundedReadLength(*device, e.offset, bytes, buf.data(), capacity);
+      WEIR_RETURN_IF_ERROR(device->ReadAt(e.offset, n, buf.data()));
+      out->resize(static_cast<size_t>(rows) + 1);
+      std::memcpy(out->data(), buf.data(), bytes);
+      for (size_t r = 0; r < out->size(); ++r) {
+        const uint64_t o = (*out)[r];
+        const bool ok = r == 0 ? o == bytes
+                               : o >= (*out)[r - 1] + kernels::SparseBitmapBytes(len) && o <= e.nbytes;
+        if (!ok) {
+          return Status::Corrupt(StrFormat("%s: group %d: sparse record offset %zu is %llu",
+                                           path.c_str(), g.pack.index, r,
+                                           static_cast<unsigned long long>(o)));
+        }
+      }
+      return Status::Ok();
+    };
+    WEIR_RETURN_IF_ERROR(table(g.extent, g.pack.down_rows(), g.pack.d_model, &g.down_offsets));
+    WEIR_RETURN_IF_ERROR(table(g.in, g.pack.in_rows(), g.pack.d_ff, &g.in_offsets));
   }
   for (Extent& e : s->attention_) e.base = s->slabs_->base(e.slab);
   for (int l = 0; l < static_cast<int>(s->attention_.size()); ++l) {
@@ -202,7 +231,9 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   co.partition_weights = s->PartitionWeights(options.cache_budget);
   WEIR_ASSIGN_OR_RETURN(s->cache_, storage::WeightCache::Create(co, std::move(policy)));
   storage::Prefetcher::Options po;
-  po.max_batch = std::max<size_t>(1, options.io_batch);
+  // At least 8 MiB per device read when blocks are small (column packs: 4 KiB blocks whose
+  // neighbours the I/O thread merges).
+  po.max_batch = std::max<size_t>({1, options.io_batch, (size_t{8} << 20) / options.block_bytes});
   WEIR_ASSIGN_OR_RETURN(s->prefetcher_, storage::Prefetcher::Create(s->cache_.get(), po));
   s->resident_mode_ = s->CheckResidentMode();
 
@@ -218,6 +249,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   s->idx_down_.resize(static_cast<size_t>(max_ff));
   if (s->columns()) {
     s->idx_up_.resize(static_cast<size_t>(max_ff));
+    if (s->groups_[0].sparse) s->coef_.resize(static_cast<size_t>(max_ff));
     s->sel_in_.Reserve(max_ff);
     s->sel_down_.Reserve(max_ff);
     s->all_units_.Reserve(max_ff);
@@ -248,7 +280,13 @@ uint64_t StreamingWeights::fixed_bytes() const {
   // columns of a matrix) or one layer's attention.
   return rows_y_.size() + rows_x_.size() + gate_.size() + up_.size() + partials_.size() +
          idx_rows_.capacity() * sizeof(int32_t) + idx_down_.capacity() * sizeof(int32_t) +
-         idx_up_.capacity() * sizeof(int32_t) +
+         idx_up_.capacity() * sizeof(int32_t) + coef_.capacity() * sizeof(float) +
+         [this] {
+           uint64_t n = 0;
+           for (const Group& g : groups_)
+             n += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
+           return n;
+         }() +
          (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
          (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
          3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t) +

@@ -209,6 +209,8 @@ class StreamingWeights {
     Extent extent;  // the bundle tensor (column layout: the down columns)
     Extent in;      // column layout: the input columns
     bool columns = false;
+    bool sparse = false;  // sparse column layout: records located by the offset tables
+    std::vector<uint64_t> in_offsets, down_offsets;
     int n_lanes = 0;
   };
   // Blocks acquired for the work at hand, and transient reads to drop afterwards.
@@ -241,9 +243,15 @@ class StreamingWeights {
   Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, Batch* batch);
   // Appends the blocks of e holding bytes [begin, end) of it (calls in ascending order).
   void AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const;
-  // Byte ranges of a column-layout group: input channel i / neuron c of its layer j.
-  static std::pair<uint64_t, uint64_t> InputColumn(const format::PackGroup& g, int64_t i, int j);
-  static std::pair<uint64_t, uint64_t> DownColumn(const format::PackGroup& g, int64_t c, int j);
+  // Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
+  // up^T rows) / neuron c of its layer j.
+  std::pair<uint64_t, uint64_t> InputColumn(const Group& g, int64_t i, int j) const;
+  std::pair<uint64_t, uint64_t> DownColumn(const Group& g, int64_t c, int j) const;
+  // Sparse column layout: y[0..len) = sum over k < n of coef[k] * record rows[k] of e; Corrupt
+  // when a record's size disagrees with its bitmap.
+  Status SparseProduct(const Extent& e, const std::vector<uint64_t>& offsets, DType t, int64_t len,
+                       const int32_t* rows, const float* coef, int64_t n, float* y,
+                       uint64_t* bytes) const;
   // DIP-CA's cache state of `channels` columns of e (column k resident when all its blocks
   // are); nullptr when everything is resident.
   const sparsity::CacheStateView* ColumnCacheState(
@@ -311,6 +319,7 @@ class StreamingWeights {
   std::vector<int32_t> idx_down_;  // [d_ff] down^T row per channel
   // Column layout scratch.
   std::vector<int32_t> idx_up_;            // [d_model] up^T rows
+  std::vector<float> coef_;                // [max(d_model, d_ff)] sparse layout coefficients
   std::vector<uint64_t> blocks_;           // blocks a product needs
   std::vector<uint64_t> next_blocks_;      // blocks PredictNextLayer queues
   sparsity::IndexList sel_in_, sel_down_;  // kept columns

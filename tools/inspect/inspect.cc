@@ -43,9 +43,12 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
       statics.push_back({{"name", t.name}, {"type", DTypeName(t.dtype)}, {"shape", shape},
                          {"offset", t.offset}, {"bytes", t.nbytes}});
     }
-    const bool columns = p.layout() == format::PackLayout::kColumns;
+    const char* layout_name = p.layout() == format::PackLayout::kColumns ? format::kPackLayoutColumns
+                              : p.layout() == format::PackLayout::kSparseColumns
+                                  ? format::kPackLayoutSparseColumns
+                                  : format::kPackLayout;
     j["pack"] = {{"version", format::kPackVersion},
-                 {"layout", columns ? format::kPackLayoutColumns : format::kPackLayout},
+                 {"layout", layout_name},
                  {"group_size", p.group_size()}, {"down_t", p.down_t()}, {"source", p.source()},
                  {"alignment", format::kPackAlignment}, {"groups", groups}, {"static_tensors", statics},
                  {"static_bytes", p.static_bytes()}, {"bundle_bytes", p.bundle_bytes()},
@@ -68,10 +71,17 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     std::printf("\nmetadata:\n");
     for (const auto& [k, v] : p.RenderMetadata()) std::printf("  %-40s %s\n", k.c_str(), v.c_str());
   }
-  const bool columns = p.layout() == format::PackLayout::kColumns;
-  std::printf("\nlayout:     %s; layer groups of up to %d layers; ffn_down^T %s\n",
-              columns ? format::kPackLayoutColumns : format::kPackLayout, p.group_size(),
-              p.down_t().c_str());
+  const bool columns = format::IsColumnLayout(p.layout());
+  const char* layout_name = p.layout() == format::PackLayout::kColumns ? format::kPackLayoutColumns
+                            : p.layout() == format::PackLayout::kSparseColumns
+                                ? format::kPackLayoutSparseColumns
+                                : format::kPackLayout;
+  std::printf("\nlayout:     %s; layer groups of up to %d layers; ffn_down^T %s\n", layout_name,
+              p.group_size(), p.down_t().c_str());
+  if (p.layout() == format::PackLayout::kSparseColumns) {
+    std::printf("            as ffn_columns, each row stored as a bitmap of its non-zero values "
+                "and those values (%s)\n", DTypeName(p.groups().front().dtype));
+  }
   if (columns) {
     std::printf("            ffn_in: input channel i = rows (i*n + j)*2 + {gate^T, up^T}; "
                 "ffn_down: neuron c = row c*n + j (down^T), for its n layers j\n");

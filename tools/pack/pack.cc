@@ -33,12 +33,15 @@ int PackMain(int argc, char** argv) {
   app.add_option("--layout", layout,
                  "MLP layout: bundles (dense streaming: one read per neuron's gate, up and down) "
                  "or columns (sparse streaming with --sparsity dip/dip-ca/glu: input-channel and "
-                 "neuron columns)")
-      ->check(CLI::IsMember({"bundles", "columns"}));
+                 "neuron columns), or sparse-columns (columns stored as bitmap + non-zero values: "
+                 "for models pruned with `weir prune --mode unstructured`)")
+      ->check(CLI::IsMember({"bundles", "columns", "sparse-columns"}));
   app.add_flag("--json", json, "print a JSON summary");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
-  options.layout = layout == "columns" ? format::PackLayout::kColumns : format::PackLayout::kBundles;
+  options.layout = layout == "columns"          ? format::PackLayout::kColumns
+                   : layout == "sparse-columns" ? format::PackLayout::kSparseColumns
+                                                : format::PackLayout::kBundles;
   if (!type.empty()) {
     options.type = DTypeFromName(type);
     if (!options.type) {
