@@ -57,6 +57,11 @@ struct RowsJob {
 
   void Run(size_t b, size_t e) const {
     const size_t row_bytes = w->row_bytes();
+    if (k->dot_gather != nullptr) {
+      k->dot_gather(w->dtype, w->row(0), row_bytes, w->cols(), idx + b, static_cast<int64_t>(e - b),
+                    xp, y);
+      return;
+    }
     // Each row is requested while the row this many positions before it is computed (the
     // kernel streams the requests at its reading pace): about 2 KiB of lead, at least one row.
     const size_t ahead = (kGatherAheadBytes + row_bytes - 1) / row_bytes;

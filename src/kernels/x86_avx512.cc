@@ -360,6 +360,168 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 }
 
 // ---------------------------------------------------------------------------------------------
+// Row form of the gathered product: R gathered rows per pass against one token. Each row goes
+// through exactly the operations of DotQuantRow<kQ4, 1> / DotFloatRow<T, 1> in the same order
+// (so the same bits as MatVec); what changes is that the activation is loaded once for R rows,
+// R independent rows are in flight at once, and there is one call for the whole index list.
+// pf: R rows of a later group (or nullptr), requested line by line at the offsets being read.
+
+template <bool kQ4, int R>
+void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t* xp,
+                          float* const* y, const uint8_t* const* pf) {
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  const float* dx =
+      reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
+  __m512 acc0[R], acc1[R], s[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  for (int64_t c = 0; c < nb; c += 16) {
+    const int64_t n = Min64(16, nb - c);
+    const __mmask16 m = TailMask(n);
+    const __m512 dxc = _mm512_loadu_ps(dx + c);
+    for (int i = 0; i < R; ++i) s[i] = _mm512_mul_ps(BlockScales16<bb>(rows[i] + c * bb, m), dxc);
+    const uint8_t* xc = xp + static_cast<size_t>(c / 2) * kPairBytes;
+    if (pf != nullptr) {
+      for (size_t off = 0; off < static_cast<size_t>(n) * bb; off += 64) {
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(pf[i] + c * bb + off), _MM_HINT_T0);
+        }
+      }
+    }
+    int k = 0;
+    for (; 2 * k + 1 < n; ++k) {
+      const __m512i lanes = _mm512_load_si512(kQ4 ? kPairLanesQ4[k] : kPairLanesQ8[k]);
+      const uint8_t* r = xc + k * kPairBytes;
+      const __m512i xq = _mm512_loadu_si512(r);
+      const __m512i bias = _mm512_loadu_si512(r + 64);
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* a = rows[i] + c * bb;
+        const __m512i wv = LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb);
+        const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
+        if (k & 1) {
+          acc1[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc1[i]);
+        } else {
+          acc0[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc0[i]);
+        }
+      }
+    }
+    if (n & 1) {
+      const __m512i lanes = _mm512_load_si512(kQ4 ? kPairLanesQ4[k] : kPairLanesQ8[k]);
+      const uint8_t* r = xc + k * kPairBytes;
+      const __m512i xq = _mm512_loadu_si512(r);
+      const __m512i bias = _mm512_loadu_si512(r + 64);
+      for (int i = 0; i < R; ++i) {
+        const __m512i wv = LoadSingle<kQ4>(rows[i] + c * bb + 2 * k * bb);
+        const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
+        acc1[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc1[i]);
+      }
+    }
+  }
+  for (int i = 0; i < R; ++i) *y[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
+template <DType T, int R>
+void DotFloatRowsGathered(const uint8_t* const* rows, int64_t cols, const float* x,
+                          float* const* y, const uint8_t* const* pf) {
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
+  __m512 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  int64_t j = 0;
+  for (; j + 32 <= cols; j += 32) {
+    if (pf != nullptr) {
+      for (int64_t off = 0; off < 32 * kBpe; off += 64) {
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(pf[i] + j * kBpe + off), _MM_HINT_T0);
+        }
+      }
+    }
+    const __m512 x0 = _mm512_loadu_ps(x + j);
+    const __m512 x1 = _mm512_loadu_ps(x + j + 16);
+    for (int i = 0; i < R; ++i) {
+      acc0[i] = _mm512_fmadd_ps(Load16<T>(rows[i], j), x0, acc0[i]);
+      acc1[i] = _mm512_fmadd_ps(Load16<T>(rows[i], j + 16), x1, acc1[i]);
+    }
+  }
+  for (; j < cols; j += 16) {
+    const __mmask16 m = TailMask(cols - j);
+    const __m512 x0 = _mm512_maskz_loadu_ps(m, x + j);
+    for (int i = 0; i < R; ++i) {
+      acc0[i] = _mm512_fmadd_ps(Load16Masked<T>(rows[i], j, m), x0, acc0[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) *y[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+}
+
+template <int R>
+void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const void* xp,
+                     float* const* y, const uint8_t* const* pf) {
+  const auto* xb = static_cast<const uint8_t*>(xp);
+  const auto* xf = static_cast<const float*>(xp);
+  switch (t) {
+    case DType::kQ8_0:
+      DotQuantRowsGathered<false, R>(rows, cols / kQ, xb, y, pf);
+      return;
+    case DType::kQ4_0:
+      DotQuantRowsGathered<true, R>(rows, cols / kQ, xb, y, pf);
+      return;
+    case DType::kF32:
+      DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
+      return;
+    case DType::kF16:
+      DotFloatRowsGathered<DType::kF16, R>(rows, cols, xf, y, pf);
+      return;
+    case DType::kBF16:
+      DotFloatRowsGathered<DType::kBF16, R>(rows, cols, xf, y, pf);
+      return;
+  }
+}
+
+// Rows of a later group are requested while this group runs: far enough ahead that about 4 KiB
+// is in flight (rows of a gather start at unrelated addresses, where the hardware prefetchers
+// need a few misses of their own to lock on), at least one group.
+constexpr size_t kGatherLeadBytes = 4096;
+
+void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+               int64_t n_idx, const void* xp, float* y) {
+  constexpr int R = 4;
+  const int64_t groups_ahead =
+      static_cast<int64_t>((kGatherLeadBytes + R * row_stride - 1) / (R * row_stride));
+  const uint8_t* rows[R];
+  const uint8_t* ahead[R];
+  float* out[R];
+  for (int64_t i = 0; i < Min64(groups_ahead * R, n_idx); ++i) {
+    const uint8_t* p = w + static_cast<size_t>(idx[i]) * row_stride;
+    for (size_t off = 0; off < row_stride; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
+    }
+  }
+  int64_t k = 0;
+  for (; k + R <= n_idx; k += R) {
+    for (int i = 0; i < R; ++i) {
+      rows[i] = w + static_cast<size_t>(idx[k + i]) * row_stride;
+      out[i] = y + idx[k + i];
+    }
+    // The group groups_ahead later (near the end: its rows that exist, the last one repeated).
+    const int64_t next = k + groups_ahead * R;
+    const bool stream = next < n_idx;
+    if (stream) {
+      for (int i = 0; i < R; ++i) {
+        const int64_t j = Min64(next + i, n_idx - 1);
+        ahead[i] = w + static_cast<size_t>(idx[j]) * row_stride;
+      }
+    }
+    DotRowsGathered<R>(t, rows, cols, xp, out, stream ? ahead : nullptr);
+  }
+  const int rest = static_cast<int>(n_idx - k);
+  for (int i = 0; i < rest; ++i) {
+    rows[i] = w + static_cast<size_t>(idx[k + i]) * row_stride;
+    out[i] = y + idx[k + i];
+  }
+  if (rest == 3) DotRowsGathered<3>(t, rows, cols, xp, out, nullptr);
+  if (rest == 2) DotRowsGathered<2>(t, rows, cols, xp, out, nullptr);
+  if (rest == 1) DotRowsGathered<1>(t, rows, cols, xp, out, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Column form of the gathered product: acc += x[i] * wt[i, :] for the rows i in idx, R rows per
 // pass so each accumulator vector is loaded and stored once per R rows.
 
@@ -606,7 +768,7 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   }
 }
 
-const IsaKernels kTable = {PrepBytes, Prep, Dot, AxpyGather, RmsNorm, Softmax, SiluMul};
+const IsaKernels kTable = {PrepBytes, Prep, Dot, DotGather, AxpyGather, RmsNorm, Softmax, SiluMul};
 
 }  // namespace
 
