@@ -230,5 +230,37 @@ TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
   }
 }
 
+// Long index lists (many groups of gathered rows, so the kernels' read-ahead of later rows and
+// the shorter last group are exercised), unsorted, on pools of 1 to 3 threads: still bitwise
+// MatVec's result for every active row, inactive rows untouched.
+TEST(GatherRowsTest, LongShuffledListsOnPoolsEqualMatVec) {
+  std::mt19937 rng(15);
+  ThreadPool pool2(2), pool3(3);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      const int64_t rows = 517, cols = IsQuantized(t) ? 1056 : 1063;
+      Weights w = RandomWeights(rng, t, rows, cols);
+      std::vector<float> x = RandomFloats(rng, cols, -2, 2);
+      std::vector<float> dense(static_cast<size_t>(rows));
+      MatVec(w.view(), x.data(), dense.data(), nullptr);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+        for (double density : {0.37, 0.93}) {
+          std::vector<int32_t> idx = RandomIndices(rng, rows, density, true);
+          std::vector<float> y(static_cast<size_t>(rows), -12345.0f);
+          GatherMatVecRows(w.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
+                           y.data(), pool);
+          std::vector<bool> active(static_cast<size_t>(rows), false);
+          for (int32_t i : idx) active[i] = true;
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(y[r], active[r] ? dense[r] : -12345.0f)
+                << testing::Describe(isa, t, rows, cols) << " row " << r << " density " << density;
+          }
+        }
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace weir::kernels
