@@ -452,8 +452,8 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n);
 }
 
-const IsaKernels kTable = {DispatchPrepBytes, DispatchPrep,    DispatchDot,    nullptr, DispatchAxpyGather,
-                           DispatchRmsNorm,   DispatchSoftmax, DispatchSiluMul};
+const IsaKernels kTable = {DispatchPrepBytes,  DispatchPrep,    DispatchDot,     nullptr,
+                           DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul};
 
 }  // namespace
 

@@ -429,8 +429,8 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
 }
 
 template <DType T, int R>
-void DotFloatRowsGathered(const uint8_t* const* rows, int64_t cols, const float* x,
-                          float* const* y, const uint8_t* const* pf) {
+void DotFloatRowsGathered(const uint8_t* const* rows, int64_t cols, const float* x, float* const* y,
+                          const uint8_t* const* pf) {
   constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
   __m512 acc0[R], acc1[R];
   for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();

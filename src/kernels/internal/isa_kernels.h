@@ -50,8 +50,8 @@ struct IsaKernels {
   // each bitwise what dot gives for that row alone with n_tok = 1. Several rows are computed per
   // pass (one load of the activation for all of them, one call for the whole list) and the
   // kernel requests the rows it will read next itself.
-  void (*dot_gather)(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
-                     const int32_t* idx, int64_t n_idx, const void* xp, float* y);
+  void (*dot_gather)(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+                     int64_t n_idx, const void* xp, float* y);
 
   // Column form of the gathered product: acc[j] += sum_k x[idx[k]] * wt[idx[k], j] for j < n_out,
   // where row i of wt is at wt + i * row_stride (n_out values; blocks of quantized types run
