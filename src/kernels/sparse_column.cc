@@ -37,29 +37,23 @@ int64_t SparseRecordCount(const std::byte* record, int64_t len) {
 }
 
 void SparseColumnAxpy(DType t, const std::byte* record, int64_t len, float x, float* y) {
-  // Values are decoded a chunk of 32 at a time (whole blocks of every type) as the set bits
-  // reach them.
-  constexpr int64_t kChunk = 32;
-  const std::byte* packed = record + SparseBitmapBytes(len);
+  // The packed values are decoded in one call into a per-thread buffer (grown once), then
+  // scattered in bitmap order.
+  thread_local std::vector<float> values;
   const int64_t bs = BlockSize(t);
   const int64_t padded = (SparseRecordCount(record, len) + bs - 1) / bs * bs;
-  float chunk[kChunk];
-  int64_t decoded_end = 0;  // values [decoded_end - kChunk, decoded_end) are in chunk
-  int64_t k = 0;            // index of the next non-zero value
+  if (padded == 0) return;
+  if (values.size() < static_cast<size_t>(padded)) values.resize(static_cast<size_t>(padded));
+  DequantizeRow(t, record + SparseBitmapBytes(len), values.data(), padded);
+  const float* v = values.data();
   const int64_t words = (len + 63) / 64;
   for (int64_t w = 0; w < words; ++w) {
     uint64_t bits = Word(record, w);
     if (w == words - 1 && len % 64 != 0) bits &= (uint64_t{1} << (len % 64)) - 1;
+    float* yw = y + w * 64;
     while (bits != 0) {
-      const int b = std::countr_zero(bits);
+      yw[std::countr_zero(bits)] += x * *v++;
       bits &= bits - 1;
-      if (k == decoded_end) {
-        const int64_t n = std::min(kChunk, padded - k);
-        DequantizeRow(t, packed + RowBytes(t, k), chunk, n);
-        decoded_end = k + kChunk;
-      }
-      y[w * 64 + b] += x * chunk[k % kChunk];
-      ++k;
     }
   }
 }

@@ -38,9 +38,9 @@ std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const Group& g, int64
 
 Status StreamingWeights::SparseProduct(const Extent& e, const std::vector<uint64_t>& offsets,
                                        DType t, int64_t len, const int32_t* rows,
-                                       const float* coef, int64_t n, float* y,
-                                       uint64_t* bytes) const {
-  std::memset(y, 0, sizeof(float) * static_cast<size_t>(len));
+                                       const float* coef, int64_t n, float* y, ThreadPool* pool,
+                                       uint64_t* bytes) {
+  // Every record is checked against its bitmap before any is used.
   for (int64_t k = 0; k < n; ++k) {
     const size_t r = static_cast<size_t>(rows[k]);
     const std::byte* rec = e.base + offsets[r];
@@ -50,8 +50,32 @@ Status StreamingWeights::SparseProduct(const Extent& e, const std::vector<uint64
                                        "which its bitmap does not account for",
                                        r, e.slab, static_cast<unsigned long long>(size)));
     }
-    kernels::SparseColumnAxpy(t, rec, len, coef[k], y);
     *bytes += size;
+  }
+  // A static split: slice s of the records goes into accumulator s (y for the first), and the
+  // accumulators are added in slice order, so the sums do not depend on the scheduling.
+  const int slices = pool == nullptr ? 1 : pool->size();
+  const size_t need = static_cast<size_t>(slices - 1) * static_cast<size_t>(len);
+  if (sparse_partials_.size() < need) sparse_partials_.resize(need);  // grows once
+  float* partials = sparse_partials_.data();
+  ParallelFor(
+      pool, static_cast<size_t>(slices),
+      [&](size_t b, size_t end, int) {
+        for (size_t sl = b; sl < end; ++sl) {
+          float* acc = sl == 0 ? y : partials + (sl - 1) * static_cast<size_t>(len);
+          std::memset(acc, 0, sizeof(float) * static_cast<size_t>(len));
+          const int64_t k0 = n * static_cast<int64_t>(sl) / slices;
+          const int64_t k1 = n * static_cast<int64_t>(sl + 1) / slices;
+          for (int64_t k = k0; k < k1; ++k) {
+            kernels::SparseColumnAxpy(t, e.base + offsets[static_cast<size_t>(rows[k])], len,
+                                      coef[k], acc);
+          }
+        }
+      },
+      1);
+  for (int sl = 1; sl < slices; ++sl) {
+    const float* p = partials + static_cast<size_t>(sl - 1) * static_cast<size_t>(len);
+    for (int64_t i = 0; i < len; ++i) y[i] += p[i];
   }
   return Status::Ok();
 }
@@ -205,8 +229,10 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     if (g.sparse) {
       float* coef = coef_.data();
       for (int64_t k = 0; k < n_in; ++k) coef[k] = x[sel_in_[k]];
-      Status st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_gate, coef, n_in, gate, &sparse_bytes);
-      if (st.ok()) st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_up, coef, n_in, up, &sparse_bytes);
+      Status st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_gate, coef, n_in, gate, pool,
+                                &sparse_bytes);
+      if (st.ok()) st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_up, coef, n_in, up, pool,
+                                         &sparse_bytes);
       if (!st.ok()) {
         Release(&batch, UINT64_MAX, g.in);
         return st;
@@ -261,7 +287,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
       float* coef = coef_.data();
       for (int64_t k = 0; k < n_down; ++k) coef[k] = h[sel_down_[k]];
       Status st = SparseProduct(g.extent, g.down_offsets, pg.dtype, d, idx_down, coef, n_down, out,
-                                &sparse_bytes);
+                                pool, &sparse_bytes);
       if (!st.ok()) {
         Release(&batch, UINT64_MAX, g.extent);
         return st;

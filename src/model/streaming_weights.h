@@ -247,11 +247,11 @@ class StreamingWeights {
   // up^T rows) / neuron c of its layer j.
   std::pair<uint64_t, uint64_t> InputColumn(const Group& g, int64_t i, int j) const;
   std::pair<uint64_t, uint64_t> DownColumn(const Group& g, int64_t c, int j) const;
-  // Sparse column layout: y[0..len) = sum over k < n of coef[k] * record rows[k] of e; Corrupt
-  // when a record's size disagrees with its bitmap.
+  // Sparse column layout: y[0..len) = sum over k < n of coef[k] * record rows[k] of e, split
+  // over the pool; Corrupt when a record's size disagrees with its bitmap.
   Status SparseProduct(const Extent& e, const std::vector<uint64_t>& offsets, DType t, int64_t len,
                        const int32_t* rows, const float* coef, int64_t n, float* y,
-                       uint64_t* bytes) const;
+                       ThreadPool* pool, uint64_t* bytes);
   // DIP-CA's cache state of `channels` columns of e (column k resident when all its blocks
   // are); nullptr when everything is resident.
   const sparsity::CacheStateView* ColumnCacheState(
@@ -320,6 +320,7 @@ class StreamingWeights {
   // Column layout scratch.
   std::vector<int32_t> idx_up_;            // [d_model] up^T rows
   std::vector<float> coef_;                // [max(d_model, d_ff)] sparse layout coefficients
+  std::vector<float> sparse_partials_;     // [pool threads - 1, max width], sized at first use
   std::vector<uint64_t> blocks_;           // blocks a product needs
   std::vector<uint64_t> next_blocks_;      // blocks PredictNextLayer queues
   sparsity::IndexList sel_in_, sel_down_;  // kept columns
