@@ -5,6 +5,8 @@
 #include <cstring>
 #include <vector>
 
+#include "kernels/internal/dispatch.h"
+#include "kernels/internal/isa_kernels.h"
 #include "tensor/quantize.h"
 
 namespace weir::kernels {
@@ -46,6 +48,10 @@ void SparseColumnAxpy(DType t, const std::byte* record, int64_t len, float x, fl
   if (values.size() < static_cast<size_t>(padded)) values.resize(static_cast<size_t>(padded));
   DequantizeRow(t, record + SparseBitmapBytes(len), values.data(), padded);
   const float* v = values.data();
+  if (const auto scatter = internal::ActiveKernels().sparse_scatter) {
+    scatter(v, record, len, x, y);
+    return;
+  }
   const int64_t words = (len + 63) / 64;
   for (int64_t w = 0; w < words; ++w) {
     uint64_t bits = Word(record, w);

@@ -10,6 +10,8 @@
 
 #include <immintrin.h>
 
+#include <cstring>
+
 #include "kernels/internal/avx512_vbmi.h"
 #include "kernels/internal/isa_kernels.h"
 
@@ -777,7 +779,27 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   }
 }
 
-const IsaKernels kTable = {PrepBytes, Prep, Dot, DotGather, AxpyGather, RmsNorm, Softmax, SiluMul};
+// 16 positions of the bitmap per step: the next popcount(m) values are expanded to the set
+// lanes, multiplied by x and added (fused) where a bit is set; other lanes are not written.
+void SparseScatter(const float* v, const std::byte* bitmap, int64_t len, float x, float* y) {
+  const __m512 xv = _mm512_set1_ps(x);
+  for (int64_t i = 0; i < len; i += 64) {
+    uint64_t bits;
+    std::memcpy(&bits, bitmap + i / 8, 8);
+    if (len - i < 64) bits &= (uint64_t{1} << (len - i)) - 1;
+    for (int q = 0; bits != 0; ++q, bits >>= 16) {
+      const __mmask16 m = static_cast<__mmask16>(bits & 0xffff);
+      if (m == 0) continue;
+      float* yq = y + i + 16 * q;
+      const __m512 vals = _mm512_maskz_expandloadu_ps(m, v);
+      _mm512_mask_storeu_ps(yq, m, _mm512_fmadd_ps(xv, vals, _mm512_maskz_loadu_ps(m, yq)));
+      v += __builtin_popcount(m);
+    }
+  }
+}
+
+const IsaKernels kTable = {PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
+                           RmsNorm,   Softmax, SiluMul, SparseScatter};
 
 }  // namespace
 

@@ -64,6 +64,12 @@ struct IsaKernels {
   void (*rms_norm)(float* out, const float* x, const float* weight, int64_t n, float eps);
   void (*softmax)(float* x, int64_t n);
   void (*silu_mul)(float* gate, const float* up, int64_t n);
+
+  // Sparse column scatter (kernels/sparse_column.h), or nullptr (then the caller's scalar loop):
+  // for the set bits k < len of the bitmap (u64 words read with memcpy), in order,
+  // y[k] += x * v[j], j counting the set bits (a fused multiply-add may round once where the
+  // scalar loop rounds twice).
+  void (*sparse_scatter)(const float* v, const std::byte* bitmap, int64_t len, float x, float* y);
 };
 
 // One table per path. Avx2Kernels/Avx512Kernels return nullptr in builds without x86 support.
