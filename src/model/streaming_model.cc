@@ -55,7 +55,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
   if (mo.block_bytes == 0) {
     // Dense bundles are read whole: large blocks. Sparse columns are read one by one: the
     // smallest block O_DIRECT allows, so that bytes read follow the kept columns.
-    mo.block_bytes = pack.layout() == format::PackLayout::kColumns ? 4096 : size_t{2} << 20;
+    mo.block_bytes = format::IsColumnLayout(pack.layout()) ? 4096 : size_t{2} << 20;
   }
   m->config_.stream.block_bytes = mo.block_bytes;
   WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));
