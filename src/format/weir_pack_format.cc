@@ -26,6 +26,24 @@ const char* PackLayoutName(PackLayout layout) {
   return "bundles";
 }
 
+Status ReadSparseOffsets(const uint8_t* table, int64_t rows, int64_t len, uint64_t nbytes,
+                         const std::string& what, std::vector<uint64_t>* out) {
+  const uint64_t table_bytes = 8 * (static_cast<uint64_t>(rows) + 1);
+  out->resize(static_cast<size_t>(rows) + 1);
+  std::memcpy(out->data(), table, table_bytes);
+  for (size_t r = 0; r < out->size(); ++r) {
+    const uint64_t o = (*out)[r];
+    const bool ok = r == 0 ? o == table_bytes
+                           : o >= (*out)[r - 1] + kernels::SparseBitmapBytes(len) && o <= nbytes;
+    if (!ok) {
+      return Status::Corrupt(StrFormat("%s: record offset %zu = %llu is out of order or outside "
+                                       "the tensor", what.c_str(), r,
+                                       static_cast<unsigned long long>(o)));
+    }
+  }
+  return Status::Ok();
+}
+
 void EncodeSparseRecord(DType t, const float* row, int64_t len, uint8_t* out) {
   const uint64_t bitmap_bytes = kernels::SparseBitmapBytes(len);
   std::memset(out, 0, bitmap_bytes);

@@ -115,6 +115,13 @@ inline bool IsColumnLayout(PackLayout l) {
   return l == PackLayout::kColumns || l == PackLayout::kSparseColumns;
 }
 
+// Reads and checks the offset table at the start of a sparse column byte tensor of `nbytes`
+// holding `rows` records of `len` values: offsets[0] = 8 * (rows + 1), each record at least its
+// bitmap, the last offset inside the tensor. `table` holds the tensor's first 8 * (rows + 1)
+// bytes (the caller checks that many exist); the offsets go to *out. Corrupt names `what`.
+Status ReadSparseOffsets(const uint8_t* table, int64_t rows, int64_t len, uint64_t nbytes,
+                         const std::string& what, std::vector<uint64_t>* out);
+
 // Encodes row[0..len) as a sparse column record (kernels/sparse_column.h gives its size,
 // SparseRecordBytes(t, len, nnz) with nnz the number of non-zero values) into out.
 void EncodeSparseRecord(DType t, const float* row, int64_t len, uint8_t* out);

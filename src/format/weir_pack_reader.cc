@@ -199,22 +199,11 @@ Status PackFile::Parse() {
                                            parts[k].name.c_str(),
                                            static_cast<unsigned long long>(rows + 1)));
         }
-        const uint8_t* base = f.TensorData(*infos[k]);
-        uint64_t prev = 0;
-        for (uint64_t r = 0; r <= rows; ++r) {
-          uint64_t o;
-          std::memcpy(&o, base + 8 * r, 8);
-          const bool ok = r == 0 ? o == table
-                                 : (o >= prev + kernels::SparseBitmapBytes(len) && o <= infos[k]->nbytes);
-          if (!ok) {
-            return Status::Corrupt(StrFormat("%s: MLP tensor %s: record offset %llu = %llu is out "
-                                             "of order or outside the tensor",
-                                             p, parts[k].name.c_str(),
-                                             static_cast<unsigned long long>(r),
-                                             static_cast<unsigned long long>(o)));
-          }
-          prev = o;
-        }
+        std::vector<uint64_t> offsets;
+        WEIR_RETURN_IF_ERROR(ReadSparseOffsets(f.TensorData(*infos[k]), parts[k].rows, len,
+                                               infos[k]->nbytes,
+                                               StrFormat("%s: MLP tensor %s", p, parts[k].name.c_str()),
+                                               &offsets));
       }
     }
     for (size_t k = 0; k < parts.size(); ++k) {

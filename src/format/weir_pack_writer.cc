@@ -96,17 +96,6 @@ Status FillInput(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   return Status::Ok();
 }
 
-// w^T as floats: row c = column c of w [rows, cols] (dequantized).
-std::vector<float> FloatTranspose(const TensorView& w) {
-  const int64_t rows = w.rows(), cols = w.cols();
-  std::vector<float> t(static_cast<size_t>(rows * cols)), row(static_cast<size_t>(cols));
-  for (int64_t r = 0; r < rows; ++r) {
-    DequantizeRow(w, r, row.data());
-    for (int64_t c = 0; c < cols; ++c) t[static_cast<size_t>(c * rows + r)] = row[c];
-  }
-  return t;
-}
-
 // Non-zero values of each column of w.
 std::vector<int64_t> ColumnNonZeros(const TensorView& w) {
   std::vector<int64_t> nnz(static_cast<size_t>(w.cols()), 0);
@@ -146,8 +135,12 @@ struct SparseTensor {
     if (blob.empty()) {
       blob.assign(pages * kSparseTensorRowBytes, 0);
       std::memcpy(blob.data(), offsets.data(), 8 * offsets.size());
-      std::vector<std::vector<float>> t;
-      for (const TensorView& w : ws) t.push_back(FloatTranspose(w));
+      std::vector<std::vector<float>> t;  // w^T as floats (exact: TransposeWeight to F32)
+      for (const TensorView& w : ws) {
+        t.emplace_back(static_cast<size_t>(w.rows() * w.cols()));
+        WEIR_RETURN_IF_ERROR(
+            TransposeWeight(w, DType::kF32, reinterpret_cast<uint8_t*>(t.back().data())));
+      }
       const int64_t rows = static_cast<int64_t>(offsets.size()) - 1;
       for (int64_t r = 0; r < rows; ++r) {
         const auto [m, c] = column_of(r);

@@ -36,10 +36,23 @@ std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const Group& g, int64
   return {begin, begin + g.pack.row_bytes};
 }
 
-Status StreamingWeights::SparseProduct(const Extent& e, const std::vector<uint64_t>& offsets,
-                                       DType t, int64_t len, const int32_t* rows,
+Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t* rows,
                                        const float* coef, int64_t n, float* y, ThreadPool* pool,
                                        uint64_t* bytes) {
+  const format::PackGroup& pg = g.pack;
+  const Extent& e = input ? g.in : g.extent;
+  const int64_t len = input ? pg.d_ff : pg.d_model;
+  if (!g.sparse) {
+    // The gathered kernel reads the coefficient of row r at x[r].
+    float* xr = rows_x_.data<float>();
+    for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
+    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len}, e.base};
+    kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
+    *bytes += static_cast<uint64_t>(n) * view.row_bytes();
+    return Status::Ok();
+  }
+  const std::vector<uint64_t>& offsets = input ? g.in_offsets : g.down_offsets;
+  const DType t = pg.dtype;
   // Every record is checked against its bitmap before any is used.
   for (int64_t k = 0; k < n; ++k) {
     const size_t r = static_cast<size_t>(rows[k]);
@@ -78,6 +91,17 @@ Status StreamingWeights::SparseProduct(const Extent& e, const std::vector<uint64
     for (int64_t i = 0; i < len; ++i) y[i] += p[i];
   }
   return Status::Ok();
+}
+
+void StreamingWeights::QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks,
+                                    size_t from, std::vector<storage::UnitId>* queued) {
+  for (size_t k = from; k < blocks.size(); ++k) {
+    storage::UnitRead r = BlockRead(e, blocks[k]);
+    if (cache_->Contains(r.id)) continue;
+    r.partition = staging_partition_;
+    if (!prefetcher_->Enqueue(r).ok()) return;  // staging is full: the rest later or on demand
+    if (queued != nullptr) queued->push_back(r.id);
+  }
 }
 
 void StreamingWeights::AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const {
@@ -124,7 +148,7 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
 }
 
 Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks,
-                                       Batch* batch) {
+                                       bool queued, Batch* batch) {
   if (e.held) {
     for (uint64_t b : blocks) CountAccess(BlockRead(e, b).length, true);
     return Status::Ok();
@@ -133,18 +157,10 @@ Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& b
   // reads. When staging is full, queueing stops; it is tried again from the first block found
   // missing (claiming frees staging room as blocks move to their partitions), so that blocks
   // are read on demand one by one only when no room can be had.
-  auto enqueue_from = [&](size_t k) {
-    for (; k < blocks.size(); ++k) {
-      storage::UnitRead r = BlockRead(e, blocks[k]);
-      if (cache_->Contains(r.id)) continue;
-      r.partition = staging_partition_;
-      if (!prefetcher_->Enqueue(r).ok()) return;
-    }
-  };
-  enqueue_from(0);
+  if (!queued) QueueMissing(e, blocks, 0, nullptr);
   for (size_t k = 0; k < blocks.size(); ++k) {
     const uint64_t b = blocks[k];
-    if (!cache_->Contains(BlockRead(e, b).id)) enqueue_from(k);
+    if (!cache_->Contains(BlockRead(e, b).id)) QueueMissing(e, blocks, k, nullptr);
     if (Status st = AcquireBlock(e, b, batch, nullptr, /*claim_queued=*/true); !st.ok()) {
       Release(batch, UINT64_MAX, e);
       return st;
@@ -164,13 +180,7 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
     const auto [b, e] = InputColumn(g, in[k], j);
     AddBlocks(b, e, &blocks);
   }
-  for (uint64_t b : blocks) {
-    storage::UnitRead r = BlockRead(g.in, b);
-    if (cache_->Contains(r.id)) continue;
-    r.partition = staging_partition_;
-    if (!prefetcher_->Enqueue(r).ok()) break;  // no room in staging: the rest on demand
-    predicted_.push_back(r.id);
-  }
+  QueueMissing(g.in, blocks, 0, &predicted_);
 }
 
 void StreamingWeights::DropPredictions() {
@@ -191,10 +201,10 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   const format::PackGroup& pg = g.pack;
   const int layer = pg.first_layer + j;
   const int d = pg.d_model, d_ff = pg.d_ff;
-  float* xr = rows_x_.data<float>();  // x (then h) at the rows the gathered kernel reads
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();
-  uint64_t sparse_bytes = 0;  // sparse layout: bytes of the records used
+  float* coef = coef_.data();  // the kept columns' coefficients, x[i] then h[c]
+  uint64_t used = 0;           // weight bytes the products read
   if (resident_mode_ && !g.in.held) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
   if (resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
 
@@ -217,32 +227,18 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     const int32_t i = sel_in_[k];
     idx_gate[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kGateT));
     idx_up[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kUpT));
-    xr[idx_gate[k]] = x[i];
-    xr[idx_up[k]] = x[i];
+    coef[k] = x[i];
     const auto [b, e] = InputColumn(g, i, j);
     AddBlocks(b, e, &blocks_);
   }
   {
     Batch batch;
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, &batch));
+    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
     DropPredictions();  // this layer's predicted blocks are claimed; the rest was mispredicted
-    if (g.sparse) {
-      float* coef = coef_.data();
-      for (int64_t k = 0; k < n_in; ++k) coef[k] = x[sel_in_[k]];
-      Status st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_gate, coef, n_in, gate, pool,
-                                &sparse_bytes);
-      if (st.ok()) st = SparseProduct(g.in, g.in_offsets, pg.dtype, d_ff, idx_up, coef, n_in, up, pool,
-                                         &sparse_bytes);
-      if (!st.ok()) {
-        Release(&batch, UINT64_MAX, g.in);
-        return st;
-      }
-    } else {
-      const TensorView in_view{pg.dtype, Shape{pg.in_rows(), d_ff}, g.in.base};
-      kernels::GatherMatVecCols(in_view, idx_gate, n_in, xr, gate, pool);
-      kernels::GatherMatVecCols(in_view, idx_up, n_in, xr, up, pool);
-    }
+    Status st = ColumnProduct(g, true, idx_gate, coef, n_in, gate, pool, &used);
+    if (st.ok()) st = ColumnProduct(g, true, idx_up, coef, n_in, up, pool, &used);
     Release(&batch, UINT64_MAX, g.in);
+    WEIR_RETURN_IF_ERROR(st);
   }
   kernels::SiluMul(gate, up, d_ff);  // h, in gate
   const float* h = gate;
@@ -265,44 +261,22 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   for (int64_t k = 0; k < n_down; ++k) {
     const int32_t c = sel_down_[k];
     idx_down[k] = static_cast<int32_t>(pg.DownRow(c, j));
-    xr[idx_down[k]] = h[c];
+    coef[k] = h[c];
     const auto [b, e] = DownColumn(g, c, j);
     AddBlocks(b, e, &blocks_);
   }
   {
     Batch batch;
-    // Queue this layer's missing down columns first, then the next layer's predicted input
-    // columns, so that the I/O thread reads in the order the compute needs them.
-    if (!g.extent.held) {
-      for (uint64_t b : blocks_) {
-        storage::UnitRead r = BlockRead(g.extent, b);
-        if (cache_->Contains(r.id)) continue;
-        r.partition = staging_partition_;
-        if (!prefetcher_->Enqueue(r).ok()) break;
-      }
-    }
+    // This layer's missing down columns are queued first, then the next layer's predicted
+    // input columns, so that the I/O thread reads in the order the compute needs them.
+    if (!g.extent.held) QueueMissing(g.extent, blocks_, 0, nullptr);
     if (policy != nullptr && sparse_mlp_) PredictNextLayer(layer, sel_in_);
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, &batch));
-    if (g.sparse) {
-      float* coef = coef_.data();
-      for (int64_t k = 0; k < n_down; ++k) coef[k] = h[sel_down_[k]];
-      Status st = SparseProduct(g.extent, g.down_offsets, pg.dtype, d, idx_down, coef, n_down, out,
-                                pool, &sparse_bytes);
-      if (!st.ok()) {
-        Release(&batch, UINT64_MAX, g.extent);
-        return st;
-      }
-    } else {
-      const TensorView down_view{pg.dtype, Shape{pg.down_rows(), d}, g.extent.base};
-      kernels::GatherMatVecCols(down_view, idx_down, n_down, xr, out, pool);
-    }
+    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
+    const Status st = ColumnProduct(g, false, idx_down, coef, n_down, out, pool, &used);
     Release(&batch, UINT64_MAX, g.extent);
+    WEIR_RETURN_IF_ERROR(st);
   }
-  if (weight_bytes != nullptr) {
-    *weight_bytes += g.sparse ? sparse_bytes
-                              : static_cast<uint64_t>(n_in) * 2 * pg.in_row_bytes +
-                                    static_cast<uint64_t>(n_down) * pg.row_bytes;
-  }
+  if (weight_bytes != nullptr) *weight_bytes += used;
   Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
   return Status::Ok();
 }

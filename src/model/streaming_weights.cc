@@ -164,19 +164,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
         return Status::OutOfMemory("streaming: cannot allocate a record offset table");
       const size_t n = storage::RoundedReadLength(*device, e.offset, bytes, buf.data(), capacity);
       WEIR_RETURN_IF_ERROR(device->ReadAt(e.offset, n, buf.data()));
-      out->resize(static_cast<size_t>(rows) + 1);
-      std::memcpy(out->data(), buf.data(), bytes);
-      for (size_t r = 0; r < out->size(); ++r) {
-        const uint64_t o = (*out)[r];
-        const bool ok = r == 0 ? o == bytes
-                               : o >= (*out)[r - 1] + kernels::SparseBitmapBytes(len) && o <= e.nbytes;
-        if (!ok) {
-          return Status::Corrupt(StrFormat("%s: group %d: sparse record offset %zu is %llu",
-                                           path.c_str(), g.pack.index, r,
-                                           static_cast<unsigned long long>(o)));
-        }
-      }
-      return Status::Ok();
+      return format::ReadSparseOffsets(buf.data<uint8_t>(), rows, len, e.nbytes,
+                                       StrFormat("%s: group %d", path.c_str(), g.pack.index), out);
     };
     WEIR_RETURN_IF_ERROR(table(g.extent, g.pack.down_rows(), g.pack.d_model, &g.down_offsets));
     WEIR_RETURN_IF_ERROR(table(g.in, g.pack.in_rows(), g.pack.d_ff, &g.in_offsets));
@@ -249,7 +238,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   s->idx_down_.resize(static_cast<size_t>(max_ff));
   if (s->columns()) {
     s->idx_up_.resize(static_cast<size_t>(max_ff));
-    if (s->groups_[0].sparse) s->coef_.resize(static_cast<size_t>(max_ff));
+    s->coef_.resize(static_cast<size_t>(max_ff));
     s->sel_in_.Reserve(max_ff);
     s->sel_down_.Reserve(max_ff);
     s->all_units_.Reserve(max_ff);

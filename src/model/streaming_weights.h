@@ -239,19 +239,24 @@ class StreamingWeights {
   // Column layout (streaming_columns.cc).
   Status ForwardColumns(Group& g, int j, const float* x, float* out, ThreadPool* pool,
                         sparsity::SparsityPolicy* policy, uint64_t* weight_bytes);
-  // Pins the ascending `blocks` of `e`: the missing ones are queued at once, then each claimed.
-  Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, Batch* batch);
+  // Pins the ascending `blocks` of `e`: the missing ones are queued at once (unless the caller
+  // has, `queued`), then each claimed.
+  Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, bool queued, Batch* batch);
   // Appends the blocks of e holding bytes [begin, end) of it (calls in ascending order).
   void AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const;
   // Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
   // up^T rows) / neuron c of its layer j.
   std::pair<uint64_t, uint64_t> InputColumn(const Group& g, int64_t i, int j) const;
   std::pair<uint64_t, uint64_t> DownColumn(const Group& g, int64_t c, int j) const;
-  // Sparse column layout: y[0..len) = sum over k < n of coef[k] * record rows[k] of e, split
-  // over the pool; Corrupt when a record's size disagrees with its bitmap.
-  Status SparseProduct(const Extent& e, const std::vector<uint64_t>& offsets, DType t, int64_t len,
-                       const int32_t* rows, const float* coef, int64_t n, float* y,
-                       ThreadPool* pool, uint64_t* bytes);
+  // y = sum over k < n of coef[k] * row rows[k] of the group's input (or down) columns: the
+  // gathered kernel, or for the sparse layout the records (each checked against its bitmap:
+  // Corrupt otherwise) split over the pool. Adds the weight bytes read to *bytes.
+  Status ColumnProduct(const Group& g, bool input, const int32_t* rows, const float* coef,
+                       int64_t n, float* y, ThreadPool* pool, uint64_t* bytes);
+  // Queues the blocks[from..] of e that are not cached, until staging refuses one; their ids go
+  // to *queued when set.
+  void QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks, size_t from,
+                    std::vector<storage::UnitId>* queued);
   // DIP-CA's cache state of `channels` columns of e (column k resident when all its blocks
   // are); nullptr when everything is resident.
   const sparsity::CacheStateView* ColumnCacheState(
@@ -319,7 +324,7 @@ class StreamingWeights {
   std::vector<int32_t> idx_down_;  // [d_ff] down^T row per channel
   // Column layout scratch.
   std::vector<int32_t> idx_up_;            // [d_model] up^T rows
-  std::vector<float> coef_;                // [max(d_model, d_ff)] sparse layout coefficients
+  std::vector<float> coef_;                // [max(d_model, d_ff)] kept columns' coefficients
   std::vector<float> sparse_partials_;     // [pool threads - 1, max width], sized at first use
   std::vector<uint64_t> blocks_;           // blocks a product needs
   std::vector<uint64_t> next_blocks_;      // blocks PredictNextLayer queues

@@ -224,7 +224,9 @@ TEST(StreamingColumnsTest, BytesReadFollowTheDensity) {
     EXPECT_LT(got->stats.storage_bytes, previous);
     previous = got->stats.storage_bytes;
     const double density = got->trace.traffic.mlp_density();
-    if (*spec == '\0') EXPECT_EQ(density, 1.0);
+    if (*spec == '\0') {
+      EXPECT_EQ(density, 1.0);
+    }
   }
 }
 
@@ -361,7 +363,9 @@ TEST(StreamingColumnsTest, SparseStorageOfAPrunedModelStreamsLessForTheSameLogit
       // non-zero values get their own block scales.
       EXPECT_LT(MaxRelDiff(sparse_res->trace.logits, dense_res->trace.logits),
                 type == DType::kF32 ? 1e-5 : 0.03);
-      if (type == DType::kF32) EXPECT_EQ(sparse_res->trace.tokens, dense_res->trace.tokens);
+      if (type == DType::kF32) {
+        EXPECT_EQ(sparse_res->trace.tokens, dense_res->trace.tokens);
+      }
       // Under the smallest budget: bit-identical to resident, and fewer bytes read.
       auto probe = RunPack(p.sparse, Memory(p.sparse), Config(UINT64_MAX, "lru"), spec, &pool, 0);
       auto dprobe = RunPack(p.columns, Memory(p.columns), Config(UINT64_MAX, "lru"), spec, &pool, 0);
