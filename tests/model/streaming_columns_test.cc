@@ -23,10 +23,17 @@
 #include "storage/fault_injecting_device.h"
 #include "storage/memory_device.h"
 #include "tensor/quantize.h"
+#include "model/streaming_test_util.h"
 #include "testing/testing.h"
 
 namespace weir::model {
 namespace {
+
+using streaming_test::Config;
+using streaming_test::Generate;
+using streaming_test::Memory;
+using streaming_test::Same;
+using streaming_test::Trace;
 
 struct Files {
   std::string gguf, pack, bundles;
@@ -35,14 +42,7 @@ struct Files {
 Files MakeFiles(DType type, int group = 1) {
   Files f;
   const std::string dir = testing::TempDir();
-  format::SynthSpec s;
-  s.d_model = 64;
-  s.n_layers = 3;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.d_ff = 160;
-  s.vocab_size = 300;
-  s.ctx_len = 64;
+  const format::SynthSpec s = streaming_test::SmallLlama();
   f.gguf = dir + "/m.gguf";
   EXPECT_TRUE(format::WriteRandomLlamaGguf(s, type, 9, f.gguf, nullptr).ok());
   auto m = format::LoadModel(f.gguf).value();
@@ -62,48 +62,6 @@ std::unique_ptr<sparsity::SparsityPolicy> Policy(const std::string& spec) {
   auto p = sparsity::ParseSparsity(spec, nullptr);
   EXPECT_TRUE(p.ok()) << p.status().ToString();
   return std::move(p).value();
-}
-
-struct Trace {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;
-  WeightTraffic traffic;
-};
-
-Result<Trace> Generate(const Model& model, StreamingWeights* mlp,
-                       const sparsity::SparsityPolicy* policy, ThreadPool* pool, int steps) {
-  SessionOptions so;
-  so.ctx = 64;
-  so.n_batch = 4;
-  so.streamed = mlp;
-  so.sparsity = policy;
-  WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(model, pool, so));
-  const int vocab = model.config().vocab_size;
-  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
-  Trace t;
-  WEIR_ASSIGN_OR_RETURN(const float* l, s->Prefill(prompt));
-  for (int i = 0; i < steps; ++i) {
-    t.logits.insert(t.logits.end(), l, l + vocab);
-    const int32_t tok = Sampler::Argmax(l, vocab);
-    t.tokens.push_back(tok);
-    WEIR_ASSIGN_OR_RETURN(l, s->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast));
-  }
-  t.logits.insert(t.logits.end(), l, l + vocab);
-  t.traffic = s->traffic();
-  return t;
-}
-
-StreamingConfig Config(uint64_t budget, const std::string& policy) {
-  StreamingConfig c;
-  c.memory_budget = budget;
-  c.stream.policy = policy;
-  c.stream.block_bytes = 4096;
-  c.stream.policy_options.window_tokens = 2;
-  return c;
-}
-
-std::unique_ptr<storage::BlockDevice> Memory(const std::string& path) {
-  return std::make_unique<storage::MemoryDevice>("pack", testing::ReadFile(path));
 }
 
 struct Run {
@@ -141,11 +99,6 @@ Result<Trace> RunGguf(const std::string& gguf, const std::string& spec, ThreadPo
   WEIR_ASSIGN_OR_RETURN(auto model, Model::FromFile(std::move(file)));
   auto policy = Policy(spec);
   return Generate(*model, nullptr, policy.get(), pool, steps);
-}
-
-bool Same(const Trace& a, const Trace& b) {
-  return a.tokens == b.tokens && a.logits.size() == b.logits.size() &&
-         std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
 }
 
 TEST(StreamingColumnsTest, SparseStreamedEqualsResidentAndTheGgufSparsePath) {

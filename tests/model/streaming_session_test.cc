@@ -19,10 +19,17 @@
 #include "storage/fault_injecting_device.h"
 #include "storage/memory_device.h"
 #include "storage/open_device.h"
+#include "model/streaming_test_util.h"
 #include "testing/testing.h"
 
 namespace weir::model {
 namespace {
+
+using streaming_test::Config;
+using streaming_test::Generate;
+using streaming_test::Memory;
+using streaming_test::Same;
+using streaming_test::Trace;
 
 struct Files {
   std::string gguf, pack;
@@ -31,14 +38,7 @@ struct Files {
 Files MakeFiles(DType type, int group, int n_layers = 3) {
   Files f;
   const std::string dir = testing::TempDir();
-  format::SynthSpec s;
-  s.d_model = 64;
-  s.n_layers = n_layers;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.d_ff = 160;
-  s.vocab_size = 300;
-  s.ctx_len = 64;
+  const format::SynthSpec s = streaming_test::SmallLlama(n_layers);
   f.gguf = dir + "/m.gguf";
   EXPECT_TRUE(format::WriteRandomLlamaGguf(s, type, 5, f.gguf, nullptr).ok());
   auto m = format::LoadModel(f.gguf).value();
@@ -47,46 +47,6 @@ Files MakeFiles(DType type, int group, int n_layers = 3) {
   f.pack = dir + "/m.weir";
   EXPECT_TRUE(format::WritePack(m, f.pack, o).ok());
   return f;
-}
-
-// Greedy generation: the logits of every step (prompt of 5 tokens, then `steps` tokens).
-struct Trace {
-  std::vector<int32_t> tokens;
-  std::vector<float> logits;
-};
-
-Result<Trace> Generate(const Model& model, StreamingWeights* mlp, ThreadPool* pool, int steps) {
-  SessionOptions so;
-  so.ctx = 64;
-  so.n_batch = 4;  // the prompt goes in two forward calls
-  so.streamed = mlp;
-  WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(model, pool, so));
-  const int vocab = model.config().vocab_size;
-  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
-  Trace t;
-  WEIR_ASSIGN_OR_RETURN(const float* l, s->Prefill(prompt));
-  for (int i = 0; i < steps; ++i) {
-    t.logits.insert(t.logits.end(), l, l + vocab);
-    const int32_t tok = Sampler::Argmax(l, vocab);
-    t.tokens.push_back(tok);
-    WEIR_ASSIGN_OR_RETURN(l, s->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast));
-  }
-  t.logits.insert(t.logits.end(), l, l + vocab);
-  return t;
-}
-
-StreamingConfig Config(uint64_t budget, const std::string& policy) {
-  StreamingConfig c;
-  c.memory_budget = budget;
-  c.stream.policy = policy;
-  c.stream.block_bytes = 4096;
-  c.stream.lane_channels = 32;
-  c.stream.policy_options.window_tokens = 2;
-  return c;
-}
-
-std::unique_ptr<storage::BlockDevice> Memory(const std::string& path) {
-  return std::make_unique<storage::MemoryDevice>("pack", testing::ReadFile(path));
 }
 
 // Runs the pack under `c` (opened over `device`), planning with the session's bytes.
@@ -104,15 +64,10 @@ Result<Trace> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDev
     WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
   }
   if (plan) *plan = sm->plan();
-  auto t = Generate(sm->model(), &sm->streamer(), pool, steps);
+  auto t = Generate(sm->model(), &sm->streamer(), nullptr, pool, steps);
   const storage::CacheStats cs = sm->streamer().cache_stats();
   EXPECT_LE(cs.current_bytes, cs.budget_bytes);
   return t;
-}
-
-bool Same(const Trace& a, const Trace& b) {
-  return a.tokens == b.tokens && a.logits.size() == b.logits.size() &&
-         std::memcmp(a.logits.data(), b.logits.data(), a.logits.size() * sizeof(float)) == 0;
 }
 
 TEST(StreamingSessionTest, EveryPolicyBudgetAndDeviceMatchesResident) {
@@ -241,7 +196,7 @@ TEST(StreamingSessionTest, CloseToTheSourceModel) {
     ThreadPool pool(2);
     auto gguf = Model::Load(f.gguf);
     ASSERT_TRUE(gguf.ok());
-    auto want = Generate(**gguf, nullptr, &pool, 6);
+    auto want = Generate(**gguf, nullptr, nullptr, &pool, 6);
     ASSERT_TRUE(want.ok());
     auto got = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 6);
     ASSERT_TRUE(got.ok()) << got.status().ToString();
@@ -294,7 +249,7 @@ TEST_P(RealModels, GenerateTheSameText) {
   ThreadPool pool(2);
   auto source = Model::Load(path);  // as the source file runs (GGUF or safetensors)
   ASSERT_TRUE(source.ok());
-  auto want = Generate(**source, nullptr, &pool, 20);
+  auto want = Generate(**source, nullptr, nullptr, &pool, 20);
   ASSERT_TRUE(want.ok());
   MemoryPlan plan;
   ASSERT_TRUE(RunPack(pack, Memory(pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
