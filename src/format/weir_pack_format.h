@@ -8,13 +8,14 @@
 //
 // Metadata: every llama.* and tokenizer.ggml.* key of a normal weir GGUF
 // (AddLlamaGgufMetadata), then
-//   weir.pack.version            u32        1
-//   weir.pack.layout             string     "ffn_bundles:gate,up,down_t" or
+//   weir.pack.version            u32        2
+//   weir.pack.layout             string     "ffn_bundles:gate,up,down" or
 //                                           "ffn_columns:gate_t,up_t;down_t" (see below)
 //   weir.pack.group_size         u32        N asked for with --group
 //   weir.pack.group_first_layer  u32[G]     first layer of each layer group
 //   weir.pack.group_layer_count  u32[G]     layers in each group (1..N)
-//   weir.pack.down_t             string     "exact" (float types) or "requantized" (Q8_0/Q4_0)
+//   weir.pack.down_t             string     column layouts: "exact" (float types) or
+//                                           "requantized" (Q8_0/Q4_0); bundles: "none"
 //   weir.pack.source             string     file name (no directory) of the packed model
 //
 // Tensors, in this order:
@@ -23,17 +24,25 @@
 //   under their canonical names (format/model_file.h) and shapes;
 //   then one bundle tensor per layer group g:
 //     weir.ffn_bundles.<g>   type T   shape [d_ff * n * 3, d_model]    (n = layers in group)
-//   whose row (c * n + j) * 3 + op holds, for channel (neuron) c in [0, d_ff) and layer
-//   first + j of the group:
-//     op 0  row c of blk.L.ffn_gate.weight       (d_model values, quantized blocks as stored)
-//     op 1  row c of blk.L.ffn_up.weight
-//     op 2  column c of blk.L.ffn_down.weight, i.e. row c of ffn_down^T
-// So channel c's bundle -- gate, up and down for every layer of the group -- is one contiguous
-// run of n * 3 rows ("channel, layer, operator" order, ActiveFlow §3): one read fetches the
-// same neuron for n layers. Bundles are packed back to back (no padding between channels);
-// the streaming engine reads page-aligned blocks of a bundle tensor, each of which is inside
+//   made of chunks of kBundleChunk (32) consecutive neurons -- one Q8_0/Q4_0 block of
+//   ffn_down's rows, which run along the neurons; the last chunk of a float type may be
+//   narrower. Chunk k (neurons c0 = 32 k .. c0 + w) holds, for layer first + j of the group,
+//   3 w rows starting at row (c0 * n + j * w) * 3:
+//     w rows    rows c0 .. c0 + w of blk.L.ffn_gate.weight   (quantized blocks as stored)
+//     w rows    rows c0 .. c0 + w of blk.L.ffn_up.weight
+//     w rows'   bytes: for each output r < d_model, the piece W_down[r, c0 .. c0 + w) of
+//               blk.L.ffn_down.weight, RowBytes(T, w) bytes (one whole block for Q8_0/Q4_0)
+//   (RowBytes(T, w) * d_model = w * RowBytes(T, d_model) for every type weir packs). So a
+//   chunk's bundle -- gate, up and down of its neurons for every layer of the group -- is one
+//   contiguous run of 3 w n rows ("channel, layer, operator" order, ActiveFlow §3): one read
+//   fetches the same neurons for n layers, and neuron c's weights start at byte c * 3 n
+//   row_bytes when c is a chunk's first. Every byte is the source's (or its --type conversion,
+//   row by row): nothing is requantized, and the down product is a row-form dot per chunk
+//   (kernels::ChunkedMatVec) with the numerics of the dense MatVec over W_down.
+// The streaming engine reads page-aligned blocks of a bundle tensor, each of which is inside
 // the file because the tensor starts page-aligned and the GGUF padding after it (or the end of
-// the file) completes its last page.
+// the file) completes its last page. (Pack version 1 stored ffn_down^T rows, requantized, per
+// neuron; it is refused with a message to repack.)
 //
 // Column layout (`weir pack --layout columns`, for dynamic sparsity: DIP, DIP-CA, GLU pruning).
 // Instead of one bundle tensor, each layer group g has two:
@@ -62,7 +71,7 @@
 // source weights (dequantized); a pruned model streams (and caches) only its non-zero weights
 // plus one bit per weight.
 //
-// Numerics of ffn_down^T: for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
+// Numerics of ffn_down^T (column layouts): for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
 // row, so a column of ffn_down is not made of whole blocks: the packer dequantizes the column
 // (d_model values) and quantizes it again with the reference QuantizeRow, i.e. 32 consecutive
 // outputs of one neuron share a new scale. That is a second rounding (docs/streaming.md gives
@@ -82,9 +91,9 @@
 
 namespace weir::format {
 
-inline constexpr uint32_t kPackVersion = 1;
+inline constexpr uint32_t kPackVersion = 2;
 inline constexpr uint32_t kPackAlignment = 4096;
-inline constexpr char kPackLayout[] = "ffn_bundles:gate,up,down_t";
+inline constexpr char kPackLayout[] = "ffn_bundles:gate,up,down";
 inline constexpr char kPackLayoutColumns[] = "ffn_columns:gate_t,up_t;down_t";
 inline constexpr char kPackLayoutSparseColumns[] = "ffn_sparse_columns:gate_t,up_t;down_t";
 inline constexpr char kPackSparseTypeKey[] = "weir.pack.sparse_type";
@@ -129,9 +138,11 @@ void EncodeSparseRecord(DType t, const float* row, int64_t len, uint8_t* out);
 // The operators of a column-layout input record, in storage order.
 enum class ColumnOp : int { kGateT = 0, kUpT = 1 };
 
-// The operators inside a bundle, in storage order.
-enum class BundleOp : int { kGate = 0, kUp = 1, kDownT = 2 };
+// The operators inside a bundle chunk, in storage order.
+enum class BundleOp : int { kGate = 0, kUp = 1, kDown = 2 };
 inline constexpr int kBundleOps = 3;
+// Neurons per bundle chunk (one Q8_0/Q4_0 block of an ffn_down row).
+inline constexpr int kBundleChunk = 32;
 
 // One layer group's MLP tensors: the bundle tensor (kBundles), or the down and input tensors
 // (kColumns; offset/nbytes/row_bytes then describe weir.ffn_down.<g> and in_* weir.ffn_in.<g>).
@@ -145,8 +156,9 @@ struct PackGroup {
   uint64_t offset = 0;      // absolute file offset of the tensor's first byte (page-aligned)
   uint64_t nbytes = 0;      // d_ff * bundle_bytes
   size_t row_bytes = 0;     // RowBytes(dtype, d_model)
-  size_t bundle_bytes = 0;  // n_layers * 3 * row_bytes: channel c starts at offset + c * this
-                            // (kColumns: n_layers * row_bytes, channel c of ffn_down)
+  size_t bundle_bytes = 0;  // n_layers * 3 * row_bytes per neuron: chunk c0 starts at
+                            // offset + c0 * this (kColumns: n_layers * row_bytes, channel c of
+                            // ffn_down)
   PackLayout layout = PackLayout::kBundles;
   // Column layouts only: weir.ffn_in.<g> (kSparseColumns: offsets and nbytes are those of the
   // byte tensors; row_bytes and in_row_bytes stay the dense rows' sizes).
@@ -165,9 +177,20 @@ struct PackGroup {
   int64_t DownRow(int64_t c, int j) const { return c * n_layers + j; }
 
   int64_t rows() const { return int64_t{d_ff} * n_layers * kBundleOps; }
-  // Row of the bundle tensor holding `op` of layer first_layer + j for channel c.
+  // Bundles: neurons in the chunk starting at c0 (a multiple of kBundleChunk).
+  int chunk_width(int64_t c0) const {
+    return static_cast<int>(d_ff - c0 < kBundleChunk ? d_ff - c0 : kBundleChunk);
+  }
+  // Bundles: first of the chunk_width(c0) rows of `op` of layer first_layer + j in chunk c0
+  // (for kDown, the rows' bytes hold the d_model pieces of W_down, see above).
+  int64_t ChunkRow(int64_t c0, int j, BundleOp op) const {
+    const int64_t w = chunk_width(c0);
+    return (c0 * n_layers + j * w) * kBundleOps + static_cast<int>(op) * w;
+  }
+  // Bundles: the row of neuron c's gate or up weights (op kGate or kUp) of layer first + j.
   int64_t Row(int64_t c, int j, BundleOp op) const {
-    return (c * n_layers + j) * kBundleOps + static_cast<int>(op);
+    const int64_t c0 = c / kBundleChunk * kBundleChunk;
+    return ChunkRow(c0, j, op) + (c - c0);
   }
   bool Contains(int layer) const { return layer >= first_layer && layer < first_layer + n_layers; }
 };

@@ -50,8 +50,9 @@ Status PackFile::Parse() {
   }
   WEIR_ASSIGN_OR_RETURN(uint32_t version, f.GetU32(kPackVersionKey));
   if (version != kPackVersion) {
-    return Status::Unsupported(StrFormat("%s: %s is %u; this weir reads version %u", p,
-                                         kPackVersionKey, version, kPackVersion));
+    return Status::Unsupported(StrFormat(
+        "%s: %s is %u; this weir reads version %u (make the pack again with `weir pack`)", p,
+        kPackVersionKey, version, kPackVersion));
   }
   WEIR_ASSIGN_OR_RETURN(std::string layout, f.GetString(kPackLayoutKey));
   std::optional<DType> sparse_type;

@@ -154,30 +154,52 @@ struct SparseTensor {
   }
 };
 
+// Bundles: rows [begin, end) of weir.ffn_bundles.<g>, chunk by chunk (weir_pack_format.h).
 Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   const PackGroup& g = s->group;
-  WEIR_RETURN_IF_ERROR(Transposes(s->down, g.dtype, &s->down_t));
+  const int64_t n = g.n_layers;
   std::vector<float> tmp;
-  for (int64_t r = begin; r < end; ++r) {
-    const int64_t c = r / (int64_t{g.n_layers} * kBundleOps);
-    const int j = static_cast<int>((r / kBundleOps) % g.n_layers);
-    const auto op = static_cast<BundleOp>(r % kBundleOps);
+  std::vector<uint8_t> slab;  // one chunk's down pieces, built when a range reaches them
+  int64_t r = begin;
+  while (r < end) {
+    // The chunk holding row r: chunks before c0 take 3 n rows per neuron.
+    const int64_t c0 = r / (n * kBundleOps) / kBundleChunk * kBundleChunk;
+    const int64_t w = g.chunk_width(c0);
+    const int64_t in_chunk = r - c0 * n * kBundleOps;
+    const int j = static_cast<int>(in_chunk / (kBundleOps * w));
+    const auto op = static_cast<BundleOp>(in_chunk / w % kBundleOps);
+    const int64_t op_first = g.ChunkRow(c0, j, op);
+    const int64_t op_end = std::min(op_first + w, end);
     uint8_t* d = dst + static_cast<size_t>(r - begin) * g.row_bytes;
-    switch (op) {
-      case BundleOp::kGate:
-        ConvertRow(s->gate[static_cast<size_t>(j)], c, g.dtype, d, &tmp);
-        break;
-      case BundleOp::kUp:
-        ConvertRow(s->up[static_cast<size_t>(j)], c, g.dtype, d, &tmp);
-        break;
-      case BundleOp::kDownT:
-        std::memcpy(d,
-                    s->down_t[static_cast<size_t>(j)].data() + static_cast<size_t>(c) * g.row_bytes,
-                    g.row_bytes);
-        break;
+    if (op == BundleOp::kDown) {
+      // The d_model pieces W_down[row, c0 .. c0 + w), converted piece by piece (blocks of 32
+      // start at c0, so this equals converting the whole row and slicing it).
+      const TensorView& down = s->down[static_cast<size_t>(j)];
+      const size_t piece = RowBytes(g.dtype, w);
+      slab.resize(piece * static_cast<size_t>(g.d_model));
+      tmp.resize(static_cast<size_t>(w));
+      for (int64_t o = 0; o < g.d_model; ++o) {
+        const uint8_t* src = down.row(o) + RowBytes(down.dtype, c0);
+        uint8_t* out = slab.data() + static_cast<size_t>(o) * piece;
+        if (down.dtype == g.dtype) {
+          std::memcpy(out, src, piece);
+        } else {
+          DequantizeRow(down.dtype, src, tmp.data(), w);
+          QuantizeRow(g.dtype, tmp.data(), out, w);
+        }
+      }
+      std::memcpy(d, slab.data() + static_cast<size_t>(r - op_first) * g.row_bytes,
+                  static_cast<size_t>(op_end - r) * g.row_bytes);
+    } else {
+      const TensorView& src = op == BundleOp::kGate ? s->gate[static_cast<size_t>(j)]
+                                                     : s->up[static_cast<size_t>(j)];
+      for (int64_t k = r; k < op_end; ++k) {
+        ConvertRow(src, c0 + (k - op_first), g.dtype,
+                   d + static_cast<size_t>(k - r) * g.row_bytes, &tmp);
+      }
     }
+    r = op_end;
   }
-  if (end == g.rows()) s->down_t.clear();  // the group is done: free its transposes
   return Status::Ok();
 }
 
@@ -372,7 +394,9 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   w.AddU32(kPackGroupSizeKey, static_cast<uint32_t>(options.group_size));
   w.Add(kPackGroupFirstKey, GgufValue::U32Array(firsts));
   w.Add(kPackGroupCountKey, GgufValue::U32Array(counts));
-  w.AddString(kPackDownTKey, requantized ? "requantized" : "exact");
+  w.AddString(kPackDownTKey, options.layout == PackLayout::kBundles ? "none"
+                             : requantized                         ? "requantized"
+                                                                   : "exact");
   w.AddString(kPackSourceKey, BaseName(model.path));
 
   const int head_dim = c.head_dim;

@@ -453,7 +453,8 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
 }
 
 const IsaKernels kTable = {DispatchPrepBytes,  DispatchPrep,    DispatchDot,     nullptr,
-                           DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul};
+                           DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
+                           nullptr,            nullptr};
 
 }  // namespace
 

@@ -549,7 +549,8 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
 }
 
-const IsaKernels kTable = {PrepBytes, Prep, Dot, nullptr, AxpyGather, RmsNorm, Softmax, SiluMul};
+const IsaKernels kTable = {PrepBytes, Prep,    Dot,     nullptr, AxpyGather,
+                           RmsNorm,   Softmax, SiluMul, nullptr, nullptr};
 
 }  // namespace
 

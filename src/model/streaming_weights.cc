@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "base/checked_math.h"
+#include "kernels/chunked_matvec.h"
 #include "kernels/gather.h"
 #include "kernels/ops.h"
 #include "kernels/sparse_column.h"
@@ -54,9 +55,10 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     return Status::InvalidArgument(StrFormat(
         "streaming: block size %zu is not a positive multiple of 4096", options.block_bytes));
   }
-  if (options.lane_channels < 0 || options.lane_channels % 4 != 0) {
-    return Status::InvalidArgument(StrFormat(
-        "streaming: lane size %d is not a positive multiple of 4", options.lane_channels));
+  if (options.lane_channels < 0 || options.lane_channels % format::kBundleChunk != 0) {
+    return Status::InvalidArgument(
+        StrFormat("streaming: lane size %d is not a positive multiple of %d (a bundle chunk)",
+                  options.lane_channels, format::kBundleChunk));
   }
   if (options.prefetch_layers < -1) {
     return Status::InvalidArgument(
@@ -79,12 +81,13 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   s->d_model_ = pack.config().d_model;
   s->n_layers_ = pack.config().n_layers;
   s->group_of_.assign(static_cast<size_t>(s->n_layers_), 0);
-  // Lanes of about 512 KiB of bundles (fits L2 beside the next), a multiple of 4 channels.
+  // Lanes of about 512 KiB of bundles (fits L2 beside the next), whole bundle chunks.
   s->lane_channels_ = options.lane_channels;
   if (s->lane_channels_ == 0) {
     size_t widest = 1;
     for (const format::PackGroup& pg : pack.groups()) widest = std::max(widest, pg.bundle_bytes);
-    s->lane_channels_ = std::max(4, static_cast<int>((512 << 10) / widest) / 4 * 4);
+    const int chunk = format::kBundleChunk;
+    s->lane_channels_ = std::max(chunk, static_cast<int>((512 << 10) / widest) / chunk * chunk);
   }
   const uint64_t B = options.block_bytes;
   std::vector<storage::SlabPlacement::Slab> slabs;
@@ -629,19 +632,18 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
   const format::PackGroup& pg = g.pack;
   const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
   const int L = lane_channels_;
+  const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* rows_y = rows_y_.data<float>();
-  float* rows_x = rows_x_.data<float>();
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();
   float* partials = partials_.data<float>();
   int32_t* idx_rows = idx_rows_.data();  // channel c's gate and up rows at 2c, 2c + 1
-  int32_t* idx_down = idx_down_.data();  // channel c's down^T row at c
   const int d = d_model_;
   for (int t = 0; t < n; ++t) {
     const float* xt = x + static_cast<size_t>(t) * d;
     // One lane at a time per thread, start to end: its gate and up rows, h, and its partial sum
-    // of W_down · h. A lane's bundles (about 512 KiB) are streamed from memory once and are
-    // still in L2 when its down^T rows are read.
+    // of W_down · h over its chunks' down pieces. A lane's bundles (about 512 KiB) are streamed
+    // from memory once and are still in L2 when its down pieces are read.
     ParallelForDynamic(
         pool, static_cast<size_t>(k1 - k0),
         [&](size_t b, size_t e, int) {
@@ -651,7 +653,6 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
             for (int64_t c = c0; c < c1; ++c) {
               idx_rows[2 * c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kGate));
               idx_rows[2 * c + 1] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kUp));
-              idx_down[c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kDownT));
             }
             kernels::GatherMatVecRows(view, idx_rows + 2 * c0, 2 * (c1 - c0), xt, rows_y, nullptr);
             for (int64_t c = c0; c < c1; ++c) {
@@ -659,9 +660,23 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
               up[c] = rows_y[idx_rows[2 * c + 1]];
             }
             kernels::SiluMul(gate + c0, up + c0, c1 - c0);
-            for (int64_t c = c0; c < c1; ++c) rows_x[idx_down[c]] = gate[c];
-            kernels::GatherMatVecCols(view, idx_down + c0, c1 - c0, rows_x,
-                                      partials + static_cast<size_t>(k) * d, nullptr);
+            // partial_k = sum over the lane's chunks, in order, of W_down[:, chunk] · h[chunk]:
+            // the full chunks in one call, then a narrower last chunk (float types) added.
+            float* part = partials + static_cast<size_t>(k) * d;
+            const int64_t full = (c1 - c0) / format::kBundleChunk;
+            auto down = [&](int64_t c) {
+              return view.row(pg.ChunkRow(c, j, format::BundleOp::kDown));
+            };
+            if (full > 0) {
+              kernels::ChunkedMatVec(pg.dtype, down(c0), chunk_stride, full, format::kBundleChunk,
+                                     d, gate + c0, part, false);
+            }
+            const int64_t c_last = c0 + full * format::kBundleChunk;
+            if (c_last < c1) {
+              kernels::ChunkedMatVec(pg.dtype, down(c_last), chunk_stride, 1,
+                                     static_cast<int>(c1 - c_last), d, gate + c_last, part,
+                                     full > 0);
+            }
           }
         },
         1);

@@ -15,8 +15,10 @@
 //          (pinned) through the Prefetcher, as many lanes at a time as the budget allows;
 //   lane:  on one thread, start to end: g, u = gate/up rows · x for the lane's channels
 //          (GatherMatVecRows over the group view), h[c] = silu(g[c]) * u[c], and
-//          partial_k = sum_{c in lane} h[c] * down^T[c] (GatherMatVecCols). A lane's bundles
-//          are read from memory once: its down^T rows are still in L2 after its gate/up rows;
+//          partial_k = sum over the lane's chunks of W_down[:, chunk] · h[chunk]
+//          (ChunkedMatVec over the chunks' down pieces: MatVec's numerics, blocks as stored).
+//          A lane's bundles are read from memory once: its down pieces are still in L2 after
+//          its gate/up rows;
 //   out  = ((partial_0 + partial_1) + partial_2) + ...   in lane order.
 // The lane is the unit of the floating-point sums, so the result does not depend on how lanes
 // were batched, on the thread count, on what was cached or prefetched, or on the device: a
@@ -91,8 +93,8 @@ struct StreamingOptions {
   // "proportional": shares by group size; "shared": one pool for all groups.
   std::string partitions = "uniform";
   size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
-  int lane_channels = 0;         // channels per partial sum of W_down (a multiple of 4);
-                                 // 0 = about 512 KiB of bundles
+  int lane_channels = 0;         // channels per partial sum of W_down (a multiple of the
+                                 // bundle chunk, 32); 0 = about 512 KiB of bundles
   int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current;
                                  // -1 = no read-ahead: every block is read on demand, so the
                                  // cache's counters are deterministic and a trace replays exactly)

@@ -1,5 +1,6 @@
-// weir pack writer: every bundle row holds what the layout says (gate/up rows bit for bit,
-// ffn_down^T exact for float types and within half a new quantization step for Q8_0/Q4_0),
+// weir pack writer: every bundle chunk holds what the layout says (gate/up rows and W_down's
+// blocks bit for bit; a narrower last chunk for float types; ffn_down^T of the column layouts
+// exact for float types and within half a new quantization step for Q8_0/Q4_0),
 // static tensors are copied, every tensor is page-aligned, and packing twice gives the same bytes.
 #include "format/weir_pack_writer.h"
 
@@ -23,21 +24,21 @@
 namespace weir::format {
 namespace {
 
-SynthSpec PackSpec(int n_layers = 5) {
+SynthSpec PackSpec(int n_layers = 5, int d_ff = 96) {
   SynthSpec s;
   s.d_model = 64;
   s.n_layers = n_layers;
   s.n_head = 4;
   s.n_head_kv = 2;
-  s.d_ff = 96;
+  s.d_ff = d_ff;
   s.vocab_size = 300;
   s.ctx_len = 64;
   return s;
 }
 
-ModelFile Synth(DType type, const std::string& dir, int n_layers = 5) {
+ModelFile Synth(DType type, const std::string& dir, int n_layers = 5, int d_ff = 96) {
   const std::string path = dir + "/m.gguf";
-  EXPECT_TRUE(WriteRandomLlamaGguf(PackSpec(n_layers), type, 11, path, nullptr).ok());
+  EXPECT_TRUE(WriteRandomLlamaGguf(PackSpec(n_layers, d_ff), type, 11, path, nullptr).ok());
   auto m = LoadModel(path);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
   return std::move(m).value();
@@ -53,9 +54,13 @@ std::vector<float> Column(const TensorView& w, int64_t c) {
   return col;
 }
 
-// Checks every bundle row of `pack` against the source model.
+// Checks every bundle chunk of `pack` against the source model: gate and up rows are the
+// source rows, and the down pieces the source's W_down blocks, bit for bit (converted row by
+// row when the pack has another type).
 void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
   const GgufFile& f = pack.gguf();
+  std::vector<float> tmp;
+  std::vector<uint8_t> want;
   for (const PackGroup& g : pack.groups()) {
     ASSERT_EQ(g.dtype, type);
     ASSERT_EQ(g.offset % kPackAlignment, 0u);
@@ -66,35 +71,38 @@ void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
       const TensorView gate = *src.Find(b + "ffn_gate.weight");
       const TensorView up = *src.Find(b + "ffn_up.weight");
       const TensorView down = *src.Find(b + "ffn_down.weight");
-      for (int64_t c = 0; c < g.d_ff; ++c) {
-        // The bundle of channel c is contiguous: n * 3 rows starting at c * bundle_bytes.
-        EXPECT_EQ(bundles.row(g.Row(c, j, BundleOp::kGate)),
-                  base + c * g.bundle_bytes + (j * 3 + 0) * g.row_bytes);
-        if (gate.dtype == type) {
-          ASSERT_EQ(
-              0, std::memcmp(bundles.row(g.Row(c, j, BundleOp::kGate)), gate.row(c), g.row_bytes))
-              << "group " << g.index << " layer " << j << " channel " << c;
-          ASSERT_EQ(0,
-                    std::memcmp(bundles.row(g.Row(c, j, BundleOp::kUp)), up.row(c), g.row_bytes));
+      auto converted = [&](const TensorView& w, int64_t r, int64_t c0, int64_t n) {
+        // Values [c0, c0 + n) of row r of w in the pack's type.
+        want.resize(RowBytes(type, n));
+        if (w.dtype == type) {
+          std::memcpy(want.data(), w.row(r) + RowBytes(w.dtype, c0), want.size());
+        } else {
+          tmp.resize(static_cast<size_t>(n));
+          DequantizeRow(w.dtype, w.row(r) + RowBytes(w.dtype, c0), tmp.data(), n);
+          QuantizeRow(type, tmp.data(), want.data(), n);
         }
-        std::vector<float> want = Column(down, c), got(static_cast<size_t>(g.d_model));
-        DequantizeRow(bundles, g.Row(c, j, BundleOp::kDownT), got.data());
+        return want.data();
+      };
+      for (int64_t c0 = 0; c0 < g.d_ff; c0 += kBundleChunk) {
+        const int64_t w = g.chunk_width(c0);
+        // A chunk is contiguous: 3 w n rows from c0 * bundle_bytes, layer j's 3 w rows at j.
+        const uint8_t* chunk = base + c0 * g.bundle_bytes + j * 3 * w * g.row_bytes;
+        for (int64_t c = c0; c < c0 + w; ++c) {
+          ASSERT_EQ(bundles.row(g.Row(c, j, BundleOp::kGate)), chunk + (c - c0) * g.row_bytes);
+          ASSERT_EQ(bundles.row(g.Row(c, j, BundleOp::kUp)), chunk + (w + c - c0) * g.row_bytes);
+          ASSERT_EQ(0, std::memcmp(chunk + (c - c0) * g.row_bytes,
+                                   converted(gate, c, 0, g.d_model), g.row_bytes))
+              << "gate: group " << g.index << " layer " << j << " channel " << c;
+          ASSERT_EQ(0, std::memcmp(chunk + (w + c - c0) * g.row_bytes,
+                                   converted(up, c, 0, g.d_model), g.row_bytes))
+              << "up: group " << g.index << " layer " << j << " channel " << c;
+        }
+        const uint8_t* pieces = bundles.row(g.ChunkRow(c0, j, BundleOp::kDown));
+        ASSERT_EQ(pieces, chunk + 2 * w * g.row_bytes);
+        const size_t piece = RowBytes(type, w);
         for (int64_t r = 0; r < g.d_model; ++r) {
-          float tol = 0;
-          if (type == DType::kQ8_0 || type == DType::kQ4_0) {
-            // The new block's step d = amax/127 (Q8_0) or amax/8 (Q4_0) over the 32 outputs that
-            // share it: half a step for Q8_0, a whole one for Q4_0 (ggml clamps q at 15, so the
-            // extreme opposite the signed max rounds down a step); plus the f16 rounding of d,
-            // which moves |q| * d by up to 127 (or 8) * 2^-11 * d.
-            const int64_t b0 = r / 32 * 32;
-            float amax = 0;
-            for (int64_t k = b0; k < b0 + 32; ++k)
-              amax = std::max(amax, std::fabs(want[static_cast<size_t>(k)]));
-            tol = type == DType::kQ8_0 ? amax / 127 * 0.57f : amax / 8 * 1.01f;
-            tol += 1e-7f;
-          }
-          ASSERT_LE(std::fabs(got[static_cast<size_t>(r)] - want[static_cast<size_t>(r)]), tol)
-              << "down^T layer " << g.first_layer + j << " channel " << c << " output " << r;
+          ASSERT_EQ(0, std::memcmp(pieces + r * piece, converted(down, r, c0, w), piece))
+              << "down: group " << g.index << " layer " << j << " chunk " << c0 << " output " << r;
         }
       }
     }
@@ -125,8 +133,7 @@ TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
       next += g.n_layers;
     }
     EXPECT_EQ(pack->group_size(), group);
-    EXPECT_EQ(pack->down_t(),
-              type == DType::kQ8_0 || type == DType::kQ4_0 ? "requantized" : "exact");
+    EXPECT_EQ(pack->down_t(), "none");
     EXPECT_EQ(pack->source(), "m.gguf");
     EXPECT_EQ(pack->config().n_layers, 5);
     EXPECT_EQ(pack->config().d_ff, 96);
@@ -192,6 +199,23 @@ TEST(WeirPack, ConvertsTypeFirst) {
   EXPECT_EQ(pack->FindStatic("blk.1.attn_q.weight")->dtype, DType::kQ8_0);
   EXPECT_EQ(pack->FindStatic("blk.1.attn_norm.weight")->dtype, DType::kF32);
   CheckBundles(src, *pack, DType::kQ8_0);
+}
+
+TEST(WeirPack, NarrowLastChunkForFloatTypes) {
+  // d_ff 80 = two chunks of 32 and one of 16 (float types only: Q8_0/Q4_0 need whole blocks).
+  const std::string dir = testing::TempDir();
+  ModelFile src = Synth(DType::kF32, dir, 2, 80);
+  for (DType t : {DType::kF32, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(t));
+    PackOptions o;
+    o.type = t;
+    o.group_size = 2;
+    ASSERT_TRUE(WritePack(src, dir + "/n.weir", o).ok());
+    auto pack = PackFile::Open(dir + "/n.weir");
+    ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+    EXPECT_EQ(pack->groups()[0].chunk_width(64), 16);
+    CheckBundles(src, *pack, t);
+  }
 }
 
 TEST(WeirPack, TransposeWeightMatchesDefinition) {

@@ -31,7 +31,7 @@ struct Packed {
   std::unique_ptr<format::PackFile> file;
 };
 
-Packed MakePacked(DType type, int group, int n_layers = 3) {
+Packed MakePacked(DType type, int group, int n_layers = 3, int d_ff = 96) {
   Packed p;
   p.dir = testing::TempDir();
   format::SynthSpec s;
@@ -39,7 +39,7 @@ Packed MakePacked(DType type, int group, int n_layers = 3) {
   s.n_layers = n_layers;
   s.n_head = 4;
   s.n_head_kv = 2;
-  s.d_ff = 96;
+  s.d_ff = d_ff;
   s.vocab_size = 270;
   p.gguf = p.dir + "/m.gguf";
   EXPECT_TRUE(format::WriteRandomLlamaGguf(s, type, 21, p.gguf, nullptr).ok());
@@ -83,7 +83,7 @@ std::unique_ptr<storage::BlockDevice> MemoryOf(const std::string& path) {
   return std::make_unique<storage::MemoryDevice>("pack", testing::ReadFile(path), 1);
 }
 
-StreamingOptions Opts(uint64_t budget, const std::string& policy, int lane = 16) {
+StreamingOptions Opts(uint64_t budget, const std::string& policy, int lane = 32) {
   StreamingOptions o;
   o.cache_budget = budget;
   o.policy = policy;
@@ -95,7 +95,7 @@ StreamingOptions Opts(uint64_t budget, const std::string& policy, int lane = 16)
 }
 
 // The reference: everything resident (budget far above the pack), one thread.
-std::vector<float> Resident(const Packed& p, int steps, int lane = 16) {
+std::vector<float> Resident(const Packed& p, int steps, int lane = 32) {
   auto dev = MemoryOf(p.pack);
   auto mlp = StreamingWeights::Create(*p.file, dev.get(), Opts(1ull << 30, "lru", lane)).value();
   EXPECT_TRUE(mlp->resident_mode());
@@ -111,11 +111,15 @@ bool BitEqual(const std::vector<float>& a, const std::vector<float>& b) {
 TEST(StreamingWeightsTest, MatchesDoublePrecisionMlpOfTheSource) {
   for (DType type : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
     for (int group : {1, 2}) {
-      SCOPED_TRACE(std::string(DTypeName(type)) + " group " + std::to_string(group));
-      Packed p = MakePacked(type, group);
+     // d_ff 80 ends in a chunk of 16 neurons (float types only).
+     for (int ff : {96, 80}) {
+      if (ff % 32 != 0 && (type == DType::kQ8_0 || type == DType::kQ4_0)) continue;
+      SCOPED_TRACE(std::string(DTypeName(type)) + " group " + std::to_string(group) + " d_ff " +
+                   std::to_string(ff));
+      Packed p = MakePacked(type, group, 3, ff);
       auto dev = MemoryOf(p.pack);
       auto mlp = StreamingWeights::Create(*p.file, dev.get(), Opts(0, "lru")).value();
-      const int d = 64, ff = 96;
+      const int d = 64;
       for (int l = 0; l < 3; ++l) {
         std::vector<float> x = Inputs(1, d, 7 + static_cast<uint64_t>(l)), out(d);
         ASSERT_TRUE(mlp->Forward(l, x.data(), 1, out.data(), nullptr).ok());
@@ -142,13 +146,12 @@ TEST(StreamingWeightsTest, MatchesDoublePrecisionMlpOfTheSource) {
           err += (out[r] - want[r]) * (out[r] - want[r]);
           norm += want[r] * want[r];
         }
-        // F32/F16: summation order only. Q8_0/Q4_0: the activation's 8-bit rounding, the
-        // requantized W_down^T and the column form's 8-bit coefficients.
-        const double tol = type == DType::kF32 || type == DType::kF16
-                               ? 1e-5
-                               : (type == DType::kQ8_0 ? 0.03 : 0.15);
+        // F32/F16: summation order only. Q8_0/Q4_0: the activation's 8-bit rounding (x and
+        // h; the weights are the source's own blocks).
+        const double tol = type == DType::kF32 || type == DType::kF16 ? 1e-5 : 0.02;
         EXPECT_LT(std::sqrt(err / norm), tol) << "layer " << l;
       }
+     }
     }
   }
 }
@@ -173,7 +176,8 @@ TEST(StreamingWeightsTest, BitIdenticalToResidentForEveryPolicyAndBudget) {
     policies.push_back("belady");
     auto trace = mlp->TakeTrace();
     ASSERT_FALSE(trace.empty());
-    for (const std::string& parts : {"uniform", "proportional", "shared"}) {
+    for (const char* parts_name : {"uniform", "proportional", "shared"}) {
+      const std::string parts = parts_name;
       for (const std::string& policy : policies) {
         for (uint64_t budget : {uint64_t{0}, all / 10, all / 3, all * 2 / 3, all + (1 << 20)}) {
           SCOPED_TRACE(parts + " " + policy + " budget " + std::to_string(budget));
@@ -209,8 +213,9 @@ TEST(StreamingWeightsTest, BitIdenticalToResidentForEveryPolicyAndBudget) {
 TEST(StreamingWeightsTest, BitIdenticalAcrossLanesGroupsTypesAndThreads) {
   for (DType type : {DType::kF32, DType::kQ4_0}) {
     for (int group : {1, 2, 3}) {
-      Packed p = MakePacked(type, group, 4);
-      for (int lane : {4, 16, 96, 256}) {
+      // F32 with d_ff 80: lanes end in a narrower chunk.
+      Packed p = MakePacked(type, group, 4, type == DType::kF32 ? 80 : 96);
+      for (int lane : {32, 64, 96, 256}) {
         SCOPED_TRACE(std::string(DTypeName(type)) + " group " + std::to_string(group) + " lane " +
                      std::to_string(lane));
         const std::vector<float> want = Resident(p, 3, lane);
