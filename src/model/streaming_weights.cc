@@ -81,13 +81,15 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   s->d_model_ = pack.config().d_model;
   s->n_layers_ = pack.config().n_layers;
   s->group_of_.assign(static_cast<size_t>(s->n_layers_), 0);
-  // Lanes of about 512 KiB of bundles (fits L2 beside the next), whole bundle chunks.
+  // Lanes of about 1 MiB of bundles, whole bundle chunks: a lane is still in L2 when its down
+  // pieces are read after its gate/up rows, and the per-lane partial sums stay few (512 KiB
+  // lanes measured 3-5% slower on llama-7b Q4_0, 2 MiB alike; docs/performance.md).
   s->lane_channels_ = options.lane_channels;
   if (s->lane_channels_ == 0) {
     size_t widest = 1;
     for (const format::PackGroup& pg : pack.groups()) widest = std::max(widest, pg.bundle_bytes);
     const int chunk = format::kBundleChunk;
-    s->lane_channels_ = std::max(chunk, static_cast<int>((512 << 10) / widest) / chunk * chunk);
+    s->lane_channels_ = std::max(chunk, static_cast<int>((1 << 20) / widest) / chunk * chunk);
   }
   const uint64_t B = options.block_bytes;
   std::vector<storage::SlabPlacement::Slab> slabs;
@@ -642,7 +644,7 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
   for (int t = 0; t < n; ++t) {
     const float* xt = x + static_cast<size_t>(t) * d;
     // One lane at a time per thread, start to end: its gate and up rows, h, and its partial sum
-    // of W_down · h over its chunks' down pieces. A lane's bundles (about 512 KiB) are streamed
+    // of W_down · h over its chunks' down pieces. A lane's bundles (about 1 MiB) are streamed
     // from memory once and are still in L2 when its down pieces are read.
     ParallelForDynamic(
         pool, static_cast<size_t>(k1 - k0),

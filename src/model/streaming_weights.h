@@ -94,7 +94,7 @@ struct StreamingOptions {
   std::string partitions = "uniform";
   size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
   int lane_channels = 0;         // channels per partial sum of W_down (a multiple of the
-                                 // bundle chunk, 32); 0 = about 512 KiB of bundles
+                                 // bundle chunk, 32); 0 = about 1 MiB of bundles
   int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current;
                                  // -1 = no read-ahead: every block is read on demand, so the
                                  // cache's counters are deterministic and a trace replays exactly)

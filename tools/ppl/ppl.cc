@@ -5,6 +5,7 @@
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
+#include "common/streaming_flags.h"
 #include "common/trace_flags.h"
 #include "format/mapped_file.h"
 #include "model/perplexity.h"
@@ -24,6 +25,8 @@ int PplMain(int argc, char** argv) {
   AddModelFlags(app, &mf);
   SparsityFlags spf;
   AddSparsityFlags(app, &spf);
+  StreamingFlags stf;
+  AddStreamingFlags(app, &stf);
   TraceFlags tf;
   AddTraceFlags(app, &tf);
   app.get_option("--ctx-size")->description("tokens per chunk (default 512)");
@@ -39,9 +42,10 @@ int PplMain(int argc, char** argv) {
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("ppl", st);
   auto text = format::ReadSmallFile(file, 1ull << 30);
   if (!text.ok()) return Fail("ppl", text.status());
-  auto m = LoadModel(mf);
+  ConfigureTrace(tf, &stf);
+  auto m = LoadRunModel(mf, stf);  // a weir pack is streamed (--memory), like `weir run`
   if (!m.ok()) return Fail("ppl", m.status());
-  const model::Model& model = **m;
+  const model::Model& model = m->model();
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) return Fail("ppl", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
   std::vector<int32_t> ids = tok->Encode(*text, true);
@@ -51,9 +55,11 @@ int PplMain(int argc, char** argv) {
   so.ctx = mf.ctx;
   so.n_batch = std::min(mf.ctx, 64);
   so.sparsity = spf.policy.get();
+  m->Configure(&so);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("ppl", session.status());
-  auto trace = StartTrace(tf, **session, nullptr, spf.policy ? spf.policy->info().spec : "dense");
+  if (Status st = m->Fit(**session); !st.ok()) return Fail("ppl", st);
+  auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("ppl", trace.status());
   model::PerplexityOptions po;
   po.score = score == "all" ? model::PerplexityOptions::Score::kAll : model::PerplexityOptions::Score::kSecondHalf;
