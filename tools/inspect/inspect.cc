@@ -76,8 +76,9 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
                             : p.layout() == format::PackLayout::kSparseColumns
                                 ? format::kPackLayoutSparseColumns
                                 : format::kPackLayout;
-  std::printf("\nlayout:     %s; layer groups of up to %d layers; ffn_down^T %s\n", layout_name,
-              p.group_size(), p.down_t().c_str());
+  std::printf("\nlayout:     %s; layer groups of up to %d layers", layout_name, p.group_size());
+  if (columns) std::printf("; ffn_down^T %s", p.down_t().c_str());
+  std::printf("\n");
   if (p.layout() == format::PackLayout::kSparseColumns) {
     std::printf("            as ffn_columns, each row stored as a bitmap of its non-zero values "
                 "and those values (%s)\n", DTypeName(p.groups().front().dtype));
@@ -86,7 +87,9 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     std::printf("            ffn_in: input channel i = rows (i*n + j)*2 + {gate^T, up^T}; "
                 "ffn_down: neuron c = row c*n + j (down^T), for its n layers j\n");
   } else {
-    std::printf("            channel c of a group = rows (c*n + j)*3 + {gate, up, down^T} for its n layers j\n");
+    std::printf("            chunk of 32 neurons from c0 (width w) = for each of its n layers j, 3w rows "
+                "from (c0*n + j*w)*3: w gate rows, w up rows, then ffn_down[:, c0..c0+w) by output "
+                "(blocks as stored)\n");
   }
   std::printf("\n| group | layers | d_ff | type | bundle bytes | offset | bytes | in offset | in bytes |\n"
               "|---:|---|---:|---|---:|---:|---:|---:|---:|\n");

@@ -77,11 +77,11 @@ int PackMain(int argc, char** argv) {
                {"down_t", pack->down_t()}});
   } else {
     std::printf(
-        "wrote %s: %zu layer groups of up to %d layers, %s static + %s MLP %s (%s file), "
-        "ffn_down^T %s\n",
+        "wrote %s: %zu layer groups of up to %d layers, %s static + %s MLP %s (%s file)%s\n",
         out.c_str(), pack->groups().size(), options.group_size,
         FormatBytes(pack->static_bytes()).c_str(), FormatBytes(pack->bundle_bytes()).c_str(),
-        format::PackLayoutName(pack->layout()), FormatBytes(pack->file_size()).c_str(), pack->down_t().c_str());
+        format::PackLayoutName(pack->layout()), FormatBytes(pack->file_size()).c_str(),
+        format::IsColumnLayout(pack->layout()) ? (", ffn_down^T " + pack->down_t()).c_str() : "");
   }
   return kExitOk;
 }
