@@ -19,8 +19,9 @@ constexpr int64_t kChunkBatch = internal::kMaxDotChunks;
 
 }  // namespace
 
-void ChunkedMatVec(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int width,
-                   int64_t rows, const float* x, float* y, bool accumulate) {
+void ChunkedMatVec(DType t, const uint8_t* w, size_t row_stride, size_t chunk_stride,
+                   int64_t n_chunks, int width, int64_t rows, const float* x, float* y,
+                   bool accumulate) {
   WEIR_CHECK(width > 0 && width % BlockSize(t) == 0 && n_chunks >= 0 && rows >= 0);
   if (rows == 0) return;
   if (n_chunks == 0) {
@@ -28,16 +29,15 @@ void ChunkedMatVec(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chu
     return;
   }
   const internal::IsaKernels& k = internal::ActiveKernels();
-  if (k.dot_chunks != nullptr && IsQuantized(t) && width == 32) {
+  if (k.dot_chunks != nullptr && IsQuantized(t) && width == 32 && row_stride < (1u << 27)) {
     for (int64_t c = 0; c < n_chunks; c += kChunkBatch) {
-      k.dot_chunks(t, w + static_cast<size_t>(c) * chunk_stride, chunk_stride,
+      k.dot_chunks(t, w + static_cast<size_t>(c) * chunk_stride, row_stride, chunk_stride,
                    std::min(kChunkBatch, n_chunks - c), rows, x + c * width, y,
                    accumulate || c > 0);
     }
     return;
   }
   // Any path: the path's dense dot over each chunk into scratch, then added in chunk order.
-  const size_t row_bytes = RowBytes(t, width);
   const size_t prep = RoundUp64(k.prep_bytes(t, width));
   auto* scratch = static_cast<uint8_t*>(internal::ThreadScratch(
       internal::ScratchSlot::kPartialSums, RoundUp64(static_cast<size_t>(rows) * 4) + prep));
@@ -46,7 +46,7 @@ void ChunkedMatVec(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chu
   for (int64_t c = 0; c < n_chunks; ++c) {
     const float* xc = x + c * width;
     if (prep > 0) k.prep(t, xc, width, xp);
-    k.dot(t, w + static_cast<size_t>(c) * chunk_stride, row_bytes, width, rows,
+    k.dot(t, w + static_cast<size_t>(c) * chunk_stride, row_stride, width, rows,
           prep > 0 ? static_cast<const void*>(xp) : xc,
           prep > 0 ? prep : static_cast<size_t>(width) * 4, 1, part, static_cast<size_t>(rows),
           nullptr);
@@ -60,8 +60,9 @@ void ChunkedMatVec(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chu
 
 namespace ref {
 
-void ChunkedMatVec(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int width,
-                   int64_t rows, const float* x, float* y, bool accumulate) {
+void ChunkedMatVec(DType t, const uint8_t* w, size_t row_stride, size_t chunk_stride,
+                   int64_t n_chunks, int width, int64_t rows, const float* x, float* y,
+                   bool accumulate) {
   for (int64_t r = 0; r < rows; ++r) {
     float acc = accumulate ? y[r] : 0.0f;
     for (int64_t c = 0; c < n_chunks; ++c) {

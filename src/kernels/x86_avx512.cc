@@ -799,16 +799,17 @@ void SparseScatter(const float* v, const std::byte* bitmap, int64_t len, float x
 }
 
 // ---------------------------------------------------------------------------------------------
-// Chunked product (chunked_matvec.h): 16 rows per pass, each row one block per chunk. The 16 rows'
+// Chunked product (chunked_matvec.h): 16 rows per pass (row_stride apart), each row one block per
+// chunk. The 16 rows'
 // integer sums of one chunk are formed in four vectors, vector i holding in its 128-bit lane m the
 // four partial sums of row 4 m + i (its 16 weight bytes against the chunk's 16 activation bytes
 // of that half), and folded into one vector whose lane l is row l by two rounds of unpack + add.
 // Rows past the tail read row 0 again (always inside the chunk) and are masked off at the store.
 
 // The weight bytes [from, from + 16) of rows {i, 4 + i, 8 + i, 12 + i} (clamped to the tail).
-inline __m512i LoadRows4(const uint8_t* base, size_t bb, int i, int n, size_t from) {
+inline __m512i LoadRows4(const uint8_t* base, size_t rs, int i, int n, size_t from) {
   auto at = [&](int r) {
-    return reinterpret_cast<const __m128i*>(base + static_cast<size_t>(r < n ? r : 0) * bb + from);
+    return reinterpret_cast<const __m128i*>(base + static_cast<size_t>(r < n ? r : 0) * rs + from);
   };
   __m512i v = _mm512_castsi128_si512(_mm_loadu_si128(at(i)));
   v = _mm512_inserti32x4(v, _mm_loadu_si128(at(4 + i)), 1);
@@ -817,9 +818,12 @@ inline __m512i LoadRows4(const uint8_t* base, size_t bb, int i, int n, size_t fr
 }
 
 template <bool kQ4>
-void DotChunksQuant(const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int64_t rows,
-                    const float* x, float* y, bool accumulate) {
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+void DotChunksQuant(const uint8_t* w, size_t row_stride, size_t chunk_stride, int64_t n_chunks,
+                    int64_t rows, const float* x, float* y, bool accumulate) {
+  const size_t rs = row_stride;
+  const __m512i scale_at = _mm512_mullo_epi32(
+      _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+      _mm512_set1_epi32(static_cast<int>(rs)));
   // Each chunk's activation: int8 values 0..15 and 16..31, its scale, and -offset * sum.
   alignas(64) int8_t xq[kMaxDotChunks][32];
   float dx[kMaxDotChunks];
@@ -837,7 +841,7 @@ void DotChunksQuant(const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int
     const __mmask16 m = TailMask(n);
     __m512 acc = accumulate ? _mm512_maskz_loadu_ps(m, y + r0) : _mm512_setzero_ps();
     for (int64_t k = 0; k < n_chunks; ++k) {
-      const uint8_t* base = w + static_cast<size_t>(k) * chunk_stride + static_cast<size_t>(r0) * bb;
+      const uint8_t* base = w + static_cast<size_t>(k) * chunk_stride + static_cast<size_t>(r0) * rs;
       const __m512i xlo = _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(xq[k])));
       const __m512i xhi =
           _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(xq[k] + 16)));
@@ -845,12 +849,12 @@ void DotChunksQuant(const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int
       for (int i = 0; i < 4; ++i) {
         __m512i lo, hi;
         if constexpr (kQ4) {
-          const __m512i v = LoadRows4(base, bb, i, n, 2);
+          const __m512i v = LoadRows4(base, rs, i, n, 2);
           lo = _mm512_and_si512(v, nib);
           hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), nib);
         } else {
-          lo = _mm512_xor_si512(LoadRows4(base, bb, i, n, 2), flip);
-          hi = _mm512_xor_si512(LoadRows4(base, bb, i, n, 18), flip);
+          lo = _mm512_xor_si512(LoadRows4(base, rs, i, n, 2), flip);
+          hi = _mm512_xor_si512(LoadRows4(base, rs, i, n, 18), flip);
         }
         a[i] = _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(_mm512_setzero_si512(), lo, xlo), hi, xhi);
       }
@@ -861,19 +865,21 @@ void DotChunksQuant(const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int
       const __m512i isum = _mm512_add_epi32(
           _mm512_add_epi32(_mm512_unpacklo_epi64(t0, t1), _mm512_unpackhi_epi64(t0, t1)),
           _mm512_set1_epi32(bias[k]));
-      const __m512 s = _mm512_mul_ps(BlockScales16<bb>(base, m), _mm512_set1_ps(dx[k]));
+      const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, scale_at, base, 1);
+      const __m512 s = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)),
+                                     _mm512_set1_ps(dx[k]));
       acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), s, acc);
     }
     _mm512_mask_storeu_ps(y + r0, m, acc);
   }
 }
 
-void DotChunks(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chunks, int64_t rows,
-               const float* x, float* y, bool accumulate) {
+void DotChunks(DType t, const uint8_t* w, size_t row_stride, size_t chunk_stride,
+               int64_t n_chunks, int64_t rows, const float* x, float* y, bool accumulate) {
   if (t == DType::kQ4_0) {
-    DotChunksQuant<true>(w, chunk_stride, n_chunks, rows, x, y, accumulate);
+    DotChunksQuant<true>(w, row_stride, chunk_stride, n_chunks, rows, x, y, accumulate);
   } else {
-    DotChunksQuant<false>(w, chunk_stride, n_chunks, rows, x, y, accumulate);
+    DotChunksQuant<false>(w, row_stride, chunk_stride, n_chunks, rows, x, y, accumulate);
   }
 }
 

@@ -670,14 +670,15 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
               return view.row(pg.ChunkRow(c, j, format::BundleOp::kDown));
             };
             if (full > 0) {
-              kernels::ChunkedMatVec(pg.dtype, down(c0), chunk_stride, full, format::kBundleChunk,
-                                     d, gate + c0, part, false);
+              kernels::ChunkedMatVec(pg.dtype, down(c0), RowBytes(pg.dtype, format::kBundleChunk),
+                                     chunk_stride, full, format::kBundleChunk, d, gate + c0, part,
+                                     false);
             }
             const int64_t c_last = c0 + full * format::kBundleChunk;
             if (c_last < c1) {
-              kernels::ChunkedMatVec(pg.dtype, down(c_last), chunk_stride, 1,
-                                     static_cast<int>(c1 - c_last), d, gate + c_last, part,
-                                     full > 0);
+              const int w = static_cast<int>(c1 - c_last);
+              kernels::ChunkedMatVec(pg.dtype, down(c_last), RowBytes(pg.dtype, w), chunk_stride, 1,
+                                     w, d, gate + c_last, part, full > 0);
             }
           }
         },

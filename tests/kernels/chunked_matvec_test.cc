@@ -1,6 +1,7 @@
 // The chunked product (the bundle pack's down projection): every path equals the reference on
 // every type, awkward row counts (tails of the 16-row passes), chunk counts past one kernel call,
-// narrow float chunks and accumulation; and the reference over a matrix cut into chunks equals
+// narrow float chunks and accumulation, with the chunks stored apart or read in place from a
+// row-major matrix (bitwise the same); and the reference over a matrix cut into chunks equals
 // the dense MatVec over the whole matrix.
 #include "kernels/chunked_matvec.h"
 
@@ -66,10 +67,15 @@ TEST(ChunkedMatVecTest, PathsMatchReferenceAndDenseMatVec) {
               if (isa == Isa::kScalar) ref::MatVec(w.view(), x.data(), dense.data());
               for (bool accumulate : {false, true}) {
                 std::vector<float> got = y0, want = y0;
-                ChunkedMatVec(t, chunks.data(), stride, n_chunks, width, rows, x.data(),
+                const size_t piece = RowBytes(t, width);
+                ChunkedMatVec(t, chunks.data(), piece, stride, n_chunks, width, rows, x.data(),
                               got.data(), accumulate);
-                ref::ChunkedMatVec(t, chunks.data(), stride, n_chunks, width, rows, x.data(),
-                                   want.data(), accumulate);
+                ref::ChunkedMatVec(t, chunks.data(), piece, stride, n_chunks, width, rows,
+                                   x.data(), want.data(), accumulate);
+                // The same chunks read in place from the row-major matrix.
+                std::vector<float> strided = y0;
+                ChunkedMatVec(t, w.bytes.data(), w.view().row_bytes(), piece, n_chunks, width,
+                              rows, x.data(), strided.data(), accumulate);
                 for (int64_t r = 0; r < rows; ++r) {
                   const double base = accumulate ? y0[r] : 0.0;
                   const double bound =
@@ -77,6 +83,7 @@ TEST(ChunkedMatVecTest, PathsMatchReferenceAndDenseMatVec) {
                               std::fabs(base)) +
                       1e-30;
                   ASSERT_NEAR(got[r], want[r], bound) << "row " << r << " accumulate " << accumulate;
+                  ASSERT_EQ(strided[r], got[r]) << "row " << r << " in place";
                   if (isa == Isa::kScalar) {
                     ASSERT_NEAR(want[r], base + dense[r], bound) << "row " << r << " vs MatVec";
                   }
@@ -92,9 +99,9 @@ TEST(ChunkedMatVecTest, PathsMatchReferenceAndDenseMatVec) {
 
 TEST(ChunkedMatVecTest, NoChunks) {
   std::vector<float> y = {1, 2, 3};
-  ChunkedMatVec(DType::kQ4_0, nullptr, 0, 0, 32, 3, nullptr, y.data(), true);
+  ChunkedMatVec(DType::kQ4_0, nullptr, 18, 0, 0, 32, 3, nullptr, y.data(), true);
   EXPECT_EQ(y, (std::vector<float>{1, 2, 3}));
-  ChunkedMatVec(DType::kQ4_0, nullptr, 0, 0, 32, 3, nullptr, y.data(), false);
+  ChunkedMatVec(DType::kQ4_0, nullptr, 18, 0, 0, 32, 3, nullptr, y.data(), false);
   EXPECT_EQ(y, (std::vector<float>{0, 0, 0}));
 }
 

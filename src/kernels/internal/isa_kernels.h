@@ -72,10 +72,10 @@ struct IsaKernels {
   void (*sparse_scatter)(const float* v, const std::byte* bitmap, int64_t len, float x, float* y);
 
   // Chunked product (chunked_matvec.h) for Q8_0 / Q4_0, chunks of one block (width 32), at most
-  // kMaxDotChunks of them; x is f32 (quantized per chunk inside), y as in ChunkedMatVec. Or
-  // nullptr (then the caller runs dot chunk by chunk).
-  void (*dot_chunks)(DType t, const uint8_t* w, size_t chunk_stride, int64_t n_chunks,
-                     int64_t rows, const float* x, float* y, bool accumulate);
+  // kMaxDotChunks of them, 16 * row_stride < 2^31; x is f32 (quantized per chunk inside), y as
+  // in ChunkedMatVec. Or nullptr (then the caller runs dot chunk by chunk).
+  void (*dot_chunks)(DType t, const uint8_t* w, size_t row_stride, size_t chunk_stride,
+                     int64_t n_chunks, int64_t rows, const float* x, float* y, bool accumulate);
 };
 
 constexpr int64_t kMaxDotChunks = 64;
