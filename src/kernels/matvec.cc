@@ -1,6 +1,7 @@
 #include "kernels/matvec.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "base/check.h"
 #include "kernels/internal/dispatch.h"
@@ -35,6 +36,21 @@ struct MatMulJob {
   void Run(size_t row_begin, size_t row_end) const {
     const int64_t rows = w->rows();
     const size_t row_bytes = w->row_bytes();
+    if (n_tok == 1 && k->dot_gather != nullptr) {
+      // One token: the row form of the gathered product over consecutive rows computes the
+      // same bits (isa_kernels.h) with several rows in flight per pass.
+      thread_local std::vector<int32_t> iota;
+      const size_t n = row_end - row_begin;
+      if (iota.size() < n) {
+        const size_t old = iota.size();
+        iota.resize(n);
+        for (size_t i = old; i < n; ++i) iota[i] = static_cast<int32_t>(i);
+      }
+      k->dot_gather(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),
+                    iota.data(), static_cast<int64_t>(n), xp,
+                    y + static_cast<int64_t>(row_begin));
+      return;
+    }
     for (int64_t t0 = 0; t0 < n_tok; t0 += kTokenChunk) {
       const int64_t nt = std::min(kTokenChunk, n_tok - t0);
       k->dot(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),
