@@ -170,7 +170,8 @@ Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& b
 }
 
 void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in) {
-  if (layer + 1 >= n_layers_) return;
+  // prefetch_layers -1: nothing is read ahead, predictions included (deterministic counters).
+  if (layer + 1 >= n_layers_ || options_.prefetch_layers < 0) return;
   Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer + 1)])];
   if (!g.columns || g.in.held) return;
   const int j = layer + 1 - g.pack.first_layer;
