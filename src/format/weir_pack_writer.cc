@@ -376,7 +376,7 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   for (const auto& s : groups) {
     firsts.push_back(static_cast<uint32_t>(s->group.first_layer));
     counts.push_back(static_cast<uint32_t>(s->group.n_layers));
-    requantized = requantized || s->group.dtype == DType::kQ8_0 || s->group.dtype == DType::kQ4_0;
+    requantized = requantized || IsQuantized(s->group.dtype);
   }
   w.AddU32(kPackVersionKey, kPackVersion);
   w.AddString(kPackLayoutKey, options.layout == PackLayout::kColumns         ? kPackLayoutColumns

@@ -12,7 +12,6 @@ namespace weir::kernels {
 namespace {
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
-bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
 
 // The quantized kernels prepare the inputs of up to this many chunks on their stack.
 constexpr int64_t kChunkBatch = internal::kMaxDotChunks;

@@ -1,7 +1,6 @@
 #include "kernels/matvec.h"
 
 #include <algorithm>
-#include <array>
 
 #include "base/check.h"
 #include "kernels/internal/dispatch.h"
@@ -25,14 +24,6 @@ size_t RowChunk(int64_t rows, ThreadPool* pool) {
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
-// 0, 1, ..., kIota - 1: the index list of consecutive rows for the one-token row kernel.
-constexpr size_t kIota = 256;
-constexpr std::array<int32_t, kIota> kIotaTable = [] {
-  std::array<int32_t, kIota> a{};
-  for (size_t i = 0; i < kIota; ++i) a[i] = static_cast<int32_t>(i);
-  return a;
-}();
-
 struct MatMulJob {
   const IsaKernels* k;
   const TensorView* w;
@@ -44,18 +35,6 @@ struct MatMulJob {
   void Run(size_t row_begin, size_t row_end) const {
     const int64_t rows = w->rows();
     const size_t row_bytes = w->row_bytes();
-    if (n_tok == 1 && k->dot_gather != nullptr) {
-      // One token: the row form of the gathered product over consecutive rows computes the
-      // same bits (isa_kernels.h) with several rows in flight per pass; up to kIota rows per
-      // call, named by a constant index table (no allocation).
-      for (size_t r = row_begin; r < row_end; r += kIota) {
-        const size_t n = std::min(kIota, row_end - r);
-        k->dot_gather(w->dtype, w->row(static_cast<int64_t>(r)), row_bytes, w->cols(),
-                      kIotaTable.data(), static_cast<int64_t>(n), xp,
-                      y + static_cast<int64_t>(r));
-      }
-      return;
-    }
     for (int64_t t0 = 0; t0 < n_tok; t0 += kTokenChunk) {
       const int64_t nt = std::min(kTokenChunk, n_tok - t0);
       k->dot(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),

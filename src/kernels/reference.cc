@@ -17,8 +17,6 @@ namespace {
 
 using internal::kGatherGroup;
 
-bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
-
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
 // Weight value j of a row of type t (any type), as f32.

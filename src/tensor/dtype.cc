@@ -46,9 +46,9 @@ std::optional<DType> DTypeFromName(const std::string& name) {
   return std::nullopt;
 }
 
-int BlockSize(DType t) {
-  return (t == DType::kQ8_0 || t == DType::kQ4_0) ? kQK : 1;
-}
+bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+
+int BlockSize(DType t) { return IsQuantized(t) ? kQK : 1; }
 
 size_t BlockBytes(DType t) {
   switch (t) {

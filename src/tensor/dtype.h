@@ -50,6 +50,8 @@ std::optional<DType> DTypeFromName(const std::string& name);
 
 // Values per block (1 for float types) and bytes per block.
 int BlockSize(DType t);
+// Q8_0 and Q4_0: blocks of 32 with a scale (the types whose dots run on an 8-bit activation).
+bool IsQuantized(DType t);
 size_t BlockBytes(DType t);
 // Bytes for n values; n must be a multiple of BlockSize(t).
 inline size_t RowBytes(DType t, int64_t n) {

@@ -23,7 +23,7 @@ inline const std::vector<DType>& AllDTypes() {
   return kAll;
 }
 
-inline bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
+using weir::IsQuantized;
 
 // A weight matrix [rows, cols] of one dtype: its bytes, a view of them and its values as f32.
 struct Weights {

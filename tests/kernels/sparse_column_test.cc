@@ -59,7 +59,9 @@ TEST(SparseColumnTest, MatchesReferenceAndDenseColumn) {
         for (size_t i = 0; i < y.size(); ++i) {
           const double bound = 2.5e-7 * (std::fabs(y0[i]) + std::fabs(want[i] - y0[i])) + 1e-30;
           ASSERT_NEAR(y[i], want[i], bound) << i;
-          if (want[i] == y0[i]) EXPECT_EQ(y[i], y0[i]) << "position " << i << " was not kept";
+          if (want[i] == y0[i]) {
+            EXPECT_EQ(y[i], y0[i]) << "position " << i << " was not kept";
+          }
         }
       }
     }

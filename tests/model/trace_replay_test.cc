@@ -15,6 +15,7 @@
 #include "model/session.h"
 #include "model/stream_replay.h"
 #include "model/streaming_model.h"
+#include "model/streaming_test_util.h"
 #include "model/trace_recorder.h"
 #include "sparsity/policy.h"
 #include "storage/memory_device.h"
@@ -48,13 +49,9 @@ Files MakeFiles(int group) {
   return f;
 }
 
+// The shared streaming test config, recording a trace.
 StreamingConfig Config(uint64_t budget, const std::string& policy, int prefetch) {
-  StreamingConfig c;
-  c.memory_budget = budget;
-  c.stream.policy = policy;
-  c.stream.block_bytes = 4096;
-  c.stream.lane_channels = 32;
-  c.stream.policy_options.window_tokens = 2;
+  StreamingConfig c = streaming_test::Config(budget, policy);
   c.stream.prefetch_layers = prefetch;
   c.stream.record_trace = true;
   return c;
