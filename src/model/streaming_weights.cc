@@ -82,8 +82,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   s->n_layers_ = pack.config().n_layers;
   s->group_of_.assign(static_cast<size_t>(s->n_layers_), 0);
   // Lanes of about 1 MiB of bundles, whole bundle chunks: a lane is still in L2 when its down
-  // pieces are read after its gate/up rows, and the per-lane partial sums stay few (512 KiB
-  // lanes measured 3-5% slower on llama-7b Q4_0, 2 MiB alike; docs/performance.md).
+  // pieces are read after its gate/up rows, and the per-lane partial sums stay few (lane sizes
+  // measured in docs/performance.md, "Resident speed").
   s->lane_channels_ = options.lane_channels;
   if (s->lane_channels_ == 0) {
     size_t widest = 1;
