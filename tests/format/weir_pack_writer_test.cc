@@ -109,6 +109,14 @@ void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
   }
 }
 
+// Packs src twice into dir (the bytes must agree: packing is deterministic) and opens one.
+Result<PackFile> PackTwice(const ModelFile& src, const std::string& dir, const PackOptions& o) {
+  WEIR_RETURN_IF_ERROR(WritePack(src, dir + "/a.weir", o));
+  WEIR_RETURN_IF_ERROR(WritePack(src, dir + "/b.weir", o));
+  EXPECT_TRUE(testing::ReadFile(dir + "/a.weir") == testing::ReadFile(dir + "/b.weir"));
+  return PackFile::Open(dir + "/a.weir");
+}
+
 class PackTypes : public ::testing::TestWithParam<DType> {};
 
 TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
@@ -303,10 +311,7 @@ TEST(WeirPack, ColumnLayout) {
       PackOptions o;
       o.group_size = group;
       o.layout = PackLayout::kColumns;
-      ASSERT_TRUE(WritePack(src, dir + "/a.weir", o).ok());
-      ASSERT_TRUE(WritePack(src, dir + "/b.weir", o).ok());
-      EXPECT_TRUE(testing::ReadFile(dir + "/a.weir") == testing::ReadFile(dir + "/b.weir"));
-      auto pack = PackFile::Open(dir + "/a.weir");
+      auto pack = PackTwice(src, dir, o);
       ASSERT_TRUE(pack.ok()) << pack.status().ToString();
       EXPECT_EQ(pack->layout(), PackLayout::kColumns);
       const GgufFile& f = pack->gguf();
@@ -367,10 +372,7 @@ TEST(WeirPack, SparseColumnLayout) {
   PackOptions o;
   o.layout = PackLayout::kSparseColumns;
   o.group_size = 2;
-  ASSERT_TRUE(WritePack(src, dir + "/a.weir", o).ok());
-  ASSERT_TRUE(WritePack(src, dir + "/b.weir", o).ok());
-  EXPECT_TRUE(testing::ReadFile(dir + "/a.weir") == testing::ReadFile(dir + "/b.weir"));
-  auto pack = PackFile::Open(dir + "/a.weir");
+  auto pack = PackTwice(src, dir, o);
   ASSERT_TRUE(pack.ok()) << pack.status().ToString();
   EXPECT_EQ(pack->layout(), PackLayout::kSparseColumns);
   const PackGroup& g = pack->groups()[0];
