@@ -718,7 +718,10 @@ Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
     e.pins.clear();
     e.held = false;
   }
+  // Reads in flight hold their blocks pinned until they land: wait for them, so that what is
+  // pinned when the cache shrinks does not depend on the I/O thread's timing.
   prefetcher_->CancelAll();
+  prefetcher_->WaitIdle();
   WEIR_RETURN_IF_ERROR(cache_->SetBudget(bytes, PartitionWeights(bytes)));
   options_.cache_budget = bytes;
   resident_mode_ = CheckResidentMode();

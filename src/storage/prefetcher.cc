@@ -173,6 +173,7 @@ void Prefetcher::Loop() {
         if (!drop && !stop_) failed_[id] = std::move(failed);
       }
     }
+    if (in_flight_.empty()) idle_cv_.notify_all();
   }
 }
 
@@ -282,6 +283,11 @@ size_t Prefetcher::CancelAll() {
   }
   held_.clear();
   return n;
+}
+
+void Prefetcher::WaitIdle() {
+  std::unique_lock<std::mutex> lock(mu_);
+  idle_cv_.wait(lock, [this] { return in_flight_.empty(); });
 }
 
 void Prefetcher::Shutdown() {

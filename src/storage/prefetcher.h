@@ -91,6 +91,9 @@ class Prefetcher {
   bool Cancel(UnitId id);
   // Cancels every queued job and releases every held unit; returns how many.
   size_t CancelAll();
+  // Waits until no read is in flight (after CancelAll: their units are then released, so
+  // nothing the I/O thread pinned is left).
+  void WaitIdle();
   void Shutdown();
 
   Stats stats() const;
@@ -114,6 +117,7 @@ class Prefetcher {
   std::mutex shutdown_mu_;  // serializes Shutdown calls (the join)
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
+  std::condition_variable idle_cv_;  // signalled when in_flight_ becomes empty
   std::list<Job> queue_;
   std::unordered_map<UnitId, std::list<Job>::iterator> queued_;
   std::unordered_map<UnitId, bool> in_flight_;    // id -> do not hold when done (claimed/cancelled)
