@@ -44,6 +44,15 @@ MappedFile::~MappedFile() {
   if (data_) ::munmap(const_cast<uint8_t*>(data_), size_);
 }
 
+void MappedFile::DoneReading(const void* p, uint64_t n) {
+  const auto* b = static_cast<const uint8_t*>(p);
+  if (!data_ || b < data_ || n > size_ || static_cast<uint64_t>(b - data_) > size_ - n) return;
+  const uintptr_t page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = (reinterpret_cast<uintptr_t>(b) + page - 1) / page * page;
+  const uintptr_t last = (reinterpret_cast<uintptr_t>(b) + n) / page * page;
+  if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
+}
+
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IoError(StrFormat("%s: cannot open: %s", path.c_str(), std::strerror(errno)));

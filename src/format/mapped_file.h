@@ -24,6 +24,9 @@ class MappedFile : public Backing {
   const uint8_t* data() const { return data_; }
   uint64_t size() const { return size_; }
   const std::string& path() const { return path_; }
+  // Drops the mapped pages wholly inside the range from this process (MADV_DONTNEED); they stay
+  // in the page cache and a later read maps them again.
+  void DoneReading(const void* p, uint64_t n) override;
 
  private:
   MappedFile() = default;

@@ -20,12 +20,14 @@
 #include <cmath>
 #include <cstring>
 
+#include "base/memory_info.h"
 #include "format/gguf_reader.h"
 #include "format/llama2c_reader.h"
 #include "format/llama_limits.h"
 #include "format/mapped_file.h"
 #include "format/safetensors_reader.h"
 #include "format/tokenizer_files.h"
+#include "format/weights_in_memory.h"
 
 namespace weir::format {
 
@@ -208,6 +210,11 @@ Status ValidateTokenizer(const ModelFile& m) {
 Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options) {
   WEIR_ASSIGN_OR_RETURN(ModelFile m, LoadByContent(path, options));
   WEIR_RETURN_IF_ERROR(ValidateLlama(m));
+  bool copy = options.placement == WeightPlacement::kMemory;
+  if (options.placement == WeightPlacement::kAuto) {
+    copy = AutoPlacementCopies(WeightBytesInMemory(m), AvailableMemoryBytes());
+  }
+  if (copy) WEIR_RETURN_IF_ERROR(CopyWeightsToMemory(&m));
   return m;
 }
 

@@ -62,6 +62,13 @@ struct LlamaConfig {
 // Anything a ModelFile must keep alive (a mapping, converted buffers).
 struct Backing {
   virtual ~Backing() = default;
+  // The caller will not read [p, p + n) through this backing again (its bytes were copied
+  // elsewhere), so memory they hold may be returned; a range this backing does not hold is
+  // ignored. Reading the range again stays valid (a mapping reads the file again).
+  virtual void DoneReading(const void* p, uint64_t n) {
+    (void)p;
+    (void)n;
+  }
 };
 
 struct ModelFile {
@@ -74,6 +81,8 @@ struct ModelFile {
   // Human-readable metadata for `weir inspect` (key, value rendered as text).
   std::vector<std::pair<std::string, std::string>> metadata;
   std::vector<std::shared_ptr<Backing>> backing;
+  // Whether the tensors were copied into anonymous memory at load (WeightPlacement::kMemory).
+  bool weights_in_memory = false;
 
   const TensorView* Find(const std::string& name) const {
     auto it = tensors.find(name);
@@ -81,10 +90,19 @@ struct ModelFile {
   }
 };
 
+// Where a loaded model's weight bytes live.
+enum class WeightPlacement {
+  kMapped,  // read in place from the mapped file (or the reader's converted buffers)
+  kMemory,  // copied at load into one anonymous region with huge pages advised: a slower start,
+            // a faster decode (weights_in_memory.h)
+  kAuto,    // kMemory when the weights fit comfortably in the memory available now, else kMapped
+};
+
 struct LoadOptions {
   // Tokenizer file to use instead of the one found beside the model (tokenizer.bin for
   // llama2.c checkpoints, tokenizer.json for safetensors).
   std::string tokenizer_path;
+  WeightPlacement placement = WeightPlacement::kMapped;
 };
 
 // Opens a model by sniffing its content: GGUF magic, a directory or .safetensors file (with

@@ -46,9 +46,13 @@ int BenchMain(int argc, char** argv) {
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("bench", st);
   ConfigureTrace(tf, &stf);
+  const auto load_start = std::chrono::steady_clock::now();
   auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("bench", m.status());
+  const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - load_start).count();
   const model::Model& model = m->model();
+  // Where the weights were read from during the run (--mmap, docs/performance.md).
+  const char* weights = m->streaming ? "streamed" : model.file().weights_in_memory ? "memory" : "mapped";
   ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = std::max(mf.ctx, n_prompt + n_gen + 1);
@@ -114,7 +118,7 @@ int BenchMain(int argc, char** argv) {
                {"decode_tok_s_all", tg}, {"bytes_per_token", bytes_tok}, {"achieved_gbs", achieved},
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
-               {"peak_rss", peak_rss},
+               {"peak_rss", peak_rss}, {"weights", weights}, {"load_s", load_s},
                {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"device", m->streaming->device().name()},
                                                        {"policy", stf.policy},
@@ -122,10 +126,10 @@ int BenchMain(int argc, char** argv) {
                                                        {"decode", StreamStatsJson(stream_decode, static_cast<uint64_t>(n_gen))}}
                                       : nlohmann::json()}});
   } else {
-    std::printf("| model | sparsity | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
+    std::printf("| model | weights | sparsity | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
                 n_prompt, n_gen);
-    std::printf("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    std::printf("| %s | %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(),
+    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| %s | %s | %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(), weights,
                 spf.policy ? spf.policy->info().spec.c_str() : "dense", FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
                 FormatBytes(bytes_tok).c_str(), achieved, bw.read_gbs, frac * 100);
     if (streamed) {

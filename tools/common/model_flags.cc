@@ -14,6 +14,10 @@ void AddModelFlags(CLI::App& app, ModelFlags* f, bool with_ctx) {
                  "tokenizer file to use instead of the one found with the model "
                  "(tokenizer.bin or tokenizer.json)");
   app.add_option("-t,--threads", f->threads, "threads (default: all cores)")->check(CLI::Range(0, 1024));
+  app.add_flag("--mmap", f->mmap,
+               "read the weights in place from the mapped file instead of copying them into memory "
+               "at load (starts sooner, decodes slower; the copy is made only when the weights fit "
+               "in 3/4 of the available memory; docs/performance.md)");
   if (with_ctx) {
     app.add_option("-c,--ctx-size", f->ctx, "context size in tokens (default: the model's, max 4096)")
         ->check(CLI::Range(0, 1 << 20));
@@ -23,6 +27,7 @@ void AddModelFlags(CLI::App& app, ModelFlags* f, bool with_ctx) {
 Result<std::unique_ptr<model::Model>> LoadModel(const ModelFlags& f) {
   format::LoadOptions opt;
   opt.tokenizer_path = f.tokenizer;
+  opt.placement = f.mmap ? format::WeightPlacement::kMapped : format::WeightPlacement::kAuto;
   return model::Model::Load(f.model, opt);
 }
 

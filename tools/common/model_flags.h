@@ -19,6 +19,7 @@ struct ModelFlags {
   std::string tokenizer;
   int threads = 0;  // 0 = all cores
   int ctx = 0;      // 0 = the model's context length
+  bool mmap = false;  // read the weights in place from the mapped file (no copy at load)
 };
 
 void AddModelFlags(CLI::App& app, ModelFlags* flags, bool with_ctx = true);

@@ -1,0 +1,48 @@
+#include "base/anon_region.h"
+
+#include <sys/mman.h>
+
+#include <cerrno>
+#include <cstdint>
+#include <cstring>
+
+namespace weir {
+
+AnonRegion::~AnonRegion() {
+  if (mapping_) ::munmap(mapping_, reserved_);
+}
+
+AnonRegion& AnonRegion::operator=(AnonRegion&& o) noexcept {
+  if (this != &o) {
+    if (mapping_) ::munmap(mapping_, reserved_);
+    mapping_ = std::exchange(o.mapping_, nullptr);
+    reserved_ = std::exchange(o.reserved_, 0);
+    base_ = std::exchange(o.base_, nullptr);
+    size_ = std::exchange(o.size_, 0);
+  }
+  return *this;
+}
+
+Result<AnonRegion> AnonRegion::Create(size_t bytes) {
+  if (bytes == 0) return Status::InvalidArgument("anonymous region of 0 bytes");
+  // Whole huge pages, plus one of slack so that the base can be moved up to a 2 MiB boundary.
+  if (bytes > SIZE_MAX - 2 * kHugePage) {
+    return Status::OutOfMemory(StrFormat("cannot map %zu bytes: too large", bytes));
+  }
+  const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
+  const size_t reserve = rounded + kHugePage;
+  void* raw = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (raw == MAP_FAILED) {
+    return Status::OutOfMemory(StrFormat("cannot map %zu bytes of memory: %s", bytes, std::strerror(errno)));
+  }
+  AnonRegion r;
+  r.mapping_ = raw;
+  r.reserved_ = reserve;
+  const uintptr_t addr = reinterpret_cast<uintptr_t>(raw);
+  r.base_ = static_cast<std::byte*>(raw) + (kHugePage - addr % kHugePage) % kHugePage;
+  r.size_ = bytes;
+  (void)::madvise(r.base_, rounded, MADV_HUGEPAGE);  // best effort: THP may be off
+  return r;
+}
+
+}  // namespace weir

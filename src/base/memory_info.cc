@@ -1,0 +1,66 @@
+#include "base/memory_info.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace weir {
+namespace {
+
+std::optional<uint64_t> ReadNumber(const std::string& path) {
+  std::ifstream in(path);
+  std::string s;
+  if (!(in >> s) || s == "max") return std::nullopt;
+  try {
+    return static_cast<uint64_t>(std::stoull(s));
+  } catch (...) {
+    return std::nullopt;
+  }
+}
+
+// Room left under the memory cgroup's limit, when the process is in one with a limit.
+std::optional<uint64_t> CgroupRoom() {
+  std::ifstream in("/proc/self/cgroup");
+  std::string line;
+  std::optional<uint64_t> room;
+  while (std::getline(in, line)) {
+    // "ID:CONTROLLERS:PATH"; v2 has ID 0 and no controllers, v1 lists "memory".
+    const size_t a = line.find(':'), b = line.find(':', a + 1);
+    if (a == std::string::npos || b == std::string::npos) continue;
+    const std::string controllers = line.substr(a + 1, b - a - 1), path = line.substr(b + 1);
+    std::optional<uint64_t> limit, usage;
+    if (controllers.empty()) {
+      limit = ReadNumber("/sys/fs/cgroup" + path + "/memory.max");
+      usage = ReadNumber("/sys/fs/cgroup" + path + "/memory.current");
+    } else if (("," + controllers + ",").find(",memory,") != std::string::npos) {
+      limit = ReadNumber("/sys/fs/cgroup/memory" + path + "/memory.limit_in_bytes");
+      usage = ReadNumber("/sys/fs/cgroup/memory" + path + "/memory.usage_in_bytes");
+    }
+    // v1 reports "no limit" as a huge number; anything past 2^60 is treated as none.
+    if (!limit || !usage || *limit >= (uint64_t{1} << 60)) continue;
+    const uint64_t r = *limit > *usage ? *limit - *usage : 0;
+    room = room ? std::min(*room, r) : r;
+  }
+  return room;
+}
+
+}  // namespace
+
+std::optional<uint64_t> AvailableMemoryBytes() {
+  std::ifstream in("/proc/meminfo");
+  std::string line;
+  std::optional<uint64_t> avail;
+  while (std::getline(in, line)) {
+    if (line.rfind("MemAvailable:", 0) != 0) continue;
+    std::istringstream fields(line.substr(13));
+    uint64_t kib = 0;
+    if (fields >> kib) avail = kib * 1024;
+    break;
+  }
+  if (!avail) return std::nullopt;
+  if (auto room = CgroupRoom()) return std::min(*avail, *room);
+  return avail;
+}
+
+}  // namespace weir

@@ -1,0 +1,16 @@
+// AvailableMemoryBytes: how much memory this process could still take without pushing the
+// machine (or its memory cgroup) into reclaim: the kernel's MemAvailable, lowered to the
+// cgroup's limit minus its usage when one applies (v1 and v2).
+//
+// Thread safety: reads /proc and /sys; safe from any thread.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+namespace weir {
+
+// nullopt when /proc/meminfo cannot be read (not Linux, or a restricted sandbox).
+std::optional<uint64_t> AvailableMemoryBytes();
+
+}  // namespace weir

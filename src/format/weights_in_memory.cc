@@ -1,0 +1,87 @@
+#include "format/weights_in_memory.h"
+
+#include <cstring>
+#include <map>
+#include <memory>
+
+#include "base/anon_region.h"
+#include "base/checked_math.h"
+
+namespace weir::format {
+namespace {
+
+constexpr uint64_t kTensorAlign = 64;
+
+struct RegionBacking : Backing {
+  explicit RegionBacking(AnonRegion r) : region(std::move(r)) {}
+  AnonRegion region;
+};
+
+// Offsets of each distinct source pointer in the region, in file order; false on overflow.
+bool Layout(const ModelFile& file, std::map<const void*, uint64_t>* offsets, uint64_t* total) {
+  uint64_t end = 0;
+  for (const std::string& name : file.tensor_order) {
+    const TensorView* v = file.Find(name);
+    if (!v || !v->data || offsets->count(v->data)) continue;
+    const uint64_t offset = (end + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
+    if (offset < end || !CheckedAdd(offset, static_cast<uint64_t>(v->nbytes()), &end)) return false;
+    (*offsets)[v->data] = offset;
+  }
+  // Tensors missing from tensor_order (a reader that added one) still get a place.
+  for (const auto& [name, v] : file.tensors) {
+    if (!v.data || offsets->count(v.data)) continue;
+    const uint64_t offset = (end + kTensorAlign - 1) / kTensorAlign * kTensorAlign;
+    if (offset < end || !CheckedAdd(offset, static_cast<uint64_t>(v.nbytes()), &end)) return false;
+    (*offsets)[v.data] = offset;
+  }
+  *total = end;
+  return true;
+}
+
+}  // namespace
+
+uint64_t WeightBytesInMemory(const ModelFile& file) {
+  std::map<const void*, uint64_t> offsets;
+  uint64_t total = 0;
+  return Layout(file, &offsets, &total) ? total : UINT64_MAX;
+}
+
+bool AutoPlacementCopies(uint64_t weight_bytes, std::optional<uint64_t> available_bytes) {
+  return available_bytes && weight_bytes <= *available_bytes / 4 * 3;
+}
+
+Status CopyWeightsToMemory(ModelFile* file) {
+  std::map<const void*, uint64_t> offsets;
+  uint64_t total = 0;
+  if (!Layout(*file, &offsets, &total) || total > SIZE_MAX) {
+    return Status::InvalidArgument(file->path + ": tensor sizes overflow");
+  }
+  if (total == 0) return Status::Ok();
+  Result<AnonRegion> made = AnonRegion::Create(static_cast<size_t>(total));
+  if (!made.ok()) return made.status().WithContext(file->path + ": copying the weights into memory");
+  AnonRegion region = std::move(made).value();
+
+  // Copy in file order (sequential reads of the file), releasing each source range at once.
+  std::map<const void*, uint64_t> done;
+  auto copy = [&](const TensorView& v) {
+    if (!v.data || done.count(v.data)) return;
+    const uint64_t offset = offsets.at(v.data);
+    std::memcpy(region.data() + offset, v.data, v.nbytes());
+    for (const auto& b : file->backing) b->DoneReading(v.data, v.nbytes());
+    done[v.data] = offset;
+  };
+  for (const std::string& name : file->tensor_order) {
+    if (const TensorView* v = file->Find(name)) copy(*v);
+  }
+  for (const auto& [name, v] : file->tensors) copy(v);
+
+  for (auto& [name, v] : file->tensors) {
+    if (v.data) v.data = region.data() + done.at(v.data);
+  }
+  file->backing.clear();
+  file->backing.push_back(std::make_shared<RegionBacking>(std::move(region)));
+  file->weights_in_memory = true;
+  return Status::Ok();
+}
+
+}  // namespace weir::format

@@ -1,0 +1,35 @@
+// Copying a loaded model's weights out of its file into memory (WeightPlacement::kMemory).
+//
+// A decode step reads every weight byte once, so how the bytes are mapped matters: read in place
+// from a file mapping they sit on 4 KiB pages, and the TLB walks plus the hardware prefetchers'
+// stop at each page boundary slow the matvecs (llama-1b Q4_0: 33 tok/s mapped, 39-41 copied;
+// docs/performance.md). Copied into one anonymous region with transparent huge pages advised,
+// the same kernels read them faster. llama.cpp likewise copies or repacks its CPU weights into
+// its own buffers by default.
+//
+// The copy goes tensor by tensor in file order, and each source range is handed back to its
+// backing as soon as it is copied (MappedFile drops those pages), so the process does not hold
+// the weights twice at once.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "base/status.h"
+#include "format/model_file.h"
+
+namespace weir::format {
+
+// Moves every tensor's bytes into one new anonymous region (each tensor 64-byte aligned; tensors
+// sharing bytes stay shared), repoints the views, replaces file->backing with the region and sets
+// file->weights_in_memory. On error `file` is unchanged.
+Status CopyWeightsToMemory(ModelFile* file);
+
+// Bytes CopyWeightsToMemory would allocate (before rounding to huge pages).
+uint64_t WeightBytesInMemory(const ModelFile& file);
+
+// Whether kAuto copies: the weights take at most 3/4 of `available_bytes` (the memory the
+// process could take now, base/memory_info.h). nullopt (unknown) keeps the mapping.
+bool AutoPlacementCopies(uint64_t weight_bytes, std::optional<uint64_t> available_bytes);
+
+}  // namespace weir::format
