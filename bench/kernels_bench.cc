@@ -42,11 +42,13 @@
 #include <vector>
 
 #include "base/aligned_buffer.h"
+#include "base/anon_region.h"
 #include "base/thread_pool.h"
 #include "kernels/gather.h"
 #include "kernels/isa.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
+#include "kernels/tiled.h"
 #include "tensor/dtype.h"
 #include "tensor/quantize.h"
 #include "tensor/tensor_view.h"
@@ -101,25 +103,34 @@ struct Arena {
   int64_t rows = 0, cols = 0;
   size_t matrix_bytes = 0;
   size_t copies = 0;
-  AlignedBuffer buf;
+  AnonRegion buf;  // huge pages advised, like the weights of a loaded model
   TensorView view(size_t i) const {
     return TensorView{dtype, Shape{rows, cols}, buf.data() + (i % copies) * matrix_bytes};
   }
 };
+
+AnonRegion MakeRegion(size_t bytes) {
+  auto r = AnonRegion::Create(bytes);
+  if (!r.ok()) {
+    std::fprintf(stderr, "kernels_bench: %s\n", r.status().ToString().c_str());
+    std::exit(1);
+  }
+  return std::move(r).value();
+}
 
 const Arena& GetArena(DType t, int64_t rows, int64_t cols) {
   static Arena arena;
   if (arena.copies > 0 && arena.dtype == t && arena.rows == rows && arena.cols == cols) {
     return arena;
   }
-  arena.buf.Reset(0);
+  arena.buf = AnonRegion();
   arena.dtype = t;
   arena.rows = rows;
   arena.cols = cols;
   // Matrix starts 4 KiB aligned, as tensors in a mapped GGUF file are 32-byte aligned at least.
   arena.matrix_bytes = (RowBytes(t, cols) * rows + 4095) / 4096 * 4096;
   arena.copies = std::max<size_t>(2, ArenaBytes() / arena.matrix_bytes);
-  arena.buf.Reset(arena.matrix_bytes * arena.copies, 4096);
+  arena.buf = MakeRegion(arena.matrix_bytes * arena.copies);
   std::vector<float> src = RandomFloats(static_cast<size_t>(rows * cols), 7);
   for (int64_t r = 0; r < rows; ++r) {
     QuantizeRow(t, src.data() + r * cols, arena.buf.data() + r * RowBytes(t, cols), cols);
@@ -269,17 +280,20 @@ void BM_MatMul(benchmark::State& state, DType t, Shape2 s, int threads, int64_t 
 // bytes/s compared with BM_Stream/read is the bandwidth fraction of the products alone.
 struct DecodeModel {
   DType dtype = DType::kF32;
+  bool tiled = false;
   std::vector<TensorView> mats;
   size_t bytes = 0;
-  AlignedBuffer buf;
+  AnonRegion buf;
 };
 
-const DecodeModel& GetDecodeModel(DType t) {
+// tiled: the Q8_0 / Q4_0 matrices in the layout a loaded model gets (kernels/tiled.h).
+const DecodeModel& GetDecodeModel(DType t, bool tiled) {
   static DecodeModel m;
-  if (!m.mats.empty() && m.dtype == t) return m;
-  m.buf.Reset(0);
+  if (!m.mats.empty() && m.dtype == t && m.tiled == tiled) return m;
+  m.buf = AnonRegion();
   m.mats.clear();
   m.dtype = t;
+  m.tiled = tiled;
   std::vector<Shape2> shapes;
   for (int l = 0; l < 22; ++l) {
     for (Shape2 s : {Shape2{2048, 2048}, Shape2{256, 2048}, Shape2{256, 2048}, Shape2{2048, 2048},
@@ -294,24 +308,29 @@ const DecodeModel& GetDecodeModel(DType t) {
     offsets.push_back(total);
     total += (RowBytes(t, s.cols) * s.rows + 4095) / 4096 * 4096;
   }
-  m.buf.Reset(total, 4096);
+  m.buf = MakeRegion(total);
   m.bytes = 0;
   for (size_t i = 0; i < shapes.size(); ++i) {
     const Shape2 s = shapes[i];
-    uint8_t* dst = m.buf.data<uint8_t>() + offsets[i];
+    uint8_t* dst = reinterpret_cast<uint8_t*>(m.buf.data()) + offsets[i];
     // Quantize one row and repeat it (the contents do not matter to the speed, the bytes do).
     std::vector<float> src = RandomFloats(static_cast<size_t>(s.cols), static_cast<uint32_t>(i));
     QuantizeRow(t, src.data(), dst, s.cols);
     const size_t rb = RowBytes(t, s.cols);
     for (int64_t r = 1; r < s.rows; ++r) std::memcpy(dst + r * rb, dst, rb);
-    m.mats.push_back(TensorView{t, Shape{s.rows, s.cols}, dst});
+    TensorView v{t, Shape{s.rows, s.cols}, dst};
+    if (tiled && CanTile(v)) {
+      std::vector<uint8_t> rows(dst, dst + rb * s.rows);
+      v = TileRows(TensorView{t, Shape{s.rows, s.cols}, rows.data()}, dst);
+    }
+    m.mats.push_back(v);
     m.bytes += rb * s.rows;
   }
   return m;
 }
 
-void BM_DecodeMatVecs(benchmark::State& state, DType t, int threads) {
-  const DecodeModel& m = GetDecodeModel(t);
+void BM_DecodeMatVecs(benchmark::State& state, DType t, int threads, bool tiled) {
+  const DecodeModel& m = GetDecodeModel(t, tiled);
   std::vector<float> x = RandomFloats(5632, 3), y(32000);
   ThreadPool* pool = Pool(threads);
   // A step (tens of ms) spans many scheduler time slices, so on a shared machine its p10 still
@@ -573,12 +592,15 @@ void RegisterAll() {
     }
   }
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
-    for (int threads : {1, 2}) {
-      RegisterBenchmark(("BM_DecodeMatVecs/" + std::string(DTypeName(t)) +
-                         "/llama-1b/threads:" + std::to_string(threads))
-                            .c_str(),
-                        BM_DecodeMatVecs, t, threads)
-          ->UseRealTime();
+    for (bool tiled : {false, true}) {
+      if (tiled && t == DType::kF16) continue;
+      for (int threads : {1, 2}) {
+        RegisterBenchmark(("BM_DecodeMatVecs/" + std::string(DTypeName(t)) + "/llama-1b" +
+                           (tiled ? "/tiled" : "") + "/threads:" + std::to_string(threads))
+                              .c_str(),
+                          BM_DecodeMatVecs, t, threads, tiled)
+            ->UseRealTime();
+      }
     }
   }
   for (Isa isa : SupportedIsas()) {

@@ -28,6 +28,7 @@
 #include "format/safetensors_reader.h"
 #include "format/tokenizer_files.h"
 #include "format/weights_in_memory.h"
+#include "kernels/tiled.h"
 
 namespace weir::format {
 
@@ -214,7 +215,9 @@ Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options)
   if (options.placement == WeightPlacement::kAuto) {
     copy = AutoPlacementCopies(WeightBytesInMemory(m), AvailableMemoryBytes());
   }
-  if (copy) WEIR_RETURN_IF_ERROR(CopyWeightsToMemory(&m));
+  if (copy) {
+    WEIR_RETURN_IF_ERROR(CopyWeightsToMemory(&m, options.tile_linear && kernels::HasFastTiledProduct()));
+  }
   return m;
 }
 

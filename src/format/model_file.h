@@ -83,6 +83,8 @@ struct ModelFile {
   std::vector<std::shared_ptr<Backing>> backing;
   // Whether the tensors were copied into anonymous memory at load (WeightPlacement::kMemory).
   bool weights_in_memory = false;
+  // How many tensors were tiled for the dense products at that copy (LoadOptions::tile_linear).
+  int tiled_tensors = 0;
 
   const TensorView* Find(const std::string& name) const {
     auto it = tensors.find(name);
@@ -103,6 +105,10 @@ struct LoadOptions {
   // llama2.c checkpoints, tokenizer.json for safetensors).
   std::string tokenizer_path;
   WeightPlacement placement = WeightPlacement::kMapped;
+  // When the weights are copied into memory: tile the linear layers' Q8_0 / Q4_0 weights
+  // (kernels/tiled.h), if this CPU's kernels have a fast tiled product. Such a model serves
+  // dense sessions only: sparsity policies index weight rows (Session refuses the combination).
+  bool tile_linear = false;
 };
 
 // Opens a model by sniffing its content: GGUF magic, a directory or .safetensors file (with

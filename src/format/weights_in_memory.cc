@@ -6,6 +6,7 @@
 
 #include "base/anon_region.h"
 #include "base/checked_math.h"
+#include "kernels/tiled.h"
 
 namespace weir::format {
 namespace {
@@ -50,7 +51,20 @@ bool AutoPlacementCopies(uint64_t weight_bytes, std::optional<uint64_t> availabl
   return available_bytes && weight_bytes <= *available_bytes / 4 * 3;
 }
 
-Status CopyWeightsToMemory(ModelFile* file) {
+bool IsLinearWeight(const std::string& name) {
+  if (name == "output.weight") return true;
+  if (name.rfind("blk.", 0) != 0) return false;
+  const size_t dot = name.find('.', 4);
+  if (dot == std::string::npos) return false;
+  const std::string op = name.substr(dot + 1);
+  for (const char* k : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+    if (op == k) return true;
+  }
+  return false;
+}
+
+Status CopyWeightsToMemory(ModelFile* file, bool tile_linear) {
   std::map<const void*, uint64_t> offsets;
   uint64_t total = 0;
   if (!Layout(*file, &offsets, &total) || total > SIZE_MAX) {
@@ -61,12 +75,25 @@ Status CopyWeightsToMemory(ModelFile* file) {
   if (!made.ok()) return made.status().WithContext(file->path + ": copying the weights into memory");
   AnonRegion region = std::move(made).value();
 
+  // Bytes shared by several names are tiled only if every one of them is a linear weight.
+  std::map<const void*, bool> tile;
+  for (const auto& [name, v] : file->tensors) {
+    if (!v.data) continue;
+    const bool ok = tile_linear && IsLinearWeight(name) && kernels::CanTile(v);
+    auto [it, fresh] = tile.emplace(v.data, ok);
+    if (!fresh) it->second = it->second && ok;
+  }
+
   // Copy in file order (sequential reads of the file), releasing each source range at once.
   std::map<const void*, uint64_t> done;
   auto copy = [&](const TensorView& v) {
     if (!v.data || done.count(v.data)) return;
     const uint64_t offset = offsets.at(v.data);
-    std::memcpy(region.data() + offset, v.data, v.nbytes());
+    if (tile.at(v.data)) {
+      kernels::TileRows(v, region.data() + offset);
+    } else {
+      std::memcpy(region.data() + offset, v.data, v.nbytes());
+    }
     for (const auto& b : file->backing) b->DoneReading(v.data, v.nbytes());
     done[v.data] = offset;
   };
@@ -75,9 +102,16 @@ Status CopyWeightsToMemory(ModelFile* file) {
   }
   for (const auto& [name, v] : file->tensors) copy(v);
 
+  int tiled = 0;
   for (auto& [name, v] : file->tensors) {
-    if (v.data) v.data = region.data() + done.at(v.data);
+    if (!v.data) continue;
+    if (tile.at(v.data)) {
+      v.layout = Layout::kTiled16;
+      ++tiled;
+    }
+    v.data = region.data() + done.at(v.data);
   }
+  file->tiled_tensors = tiled;
   file->backing.clear();
   file->backing.push_back(std::make_shared<RegionBacking>(std::move(region)));
   file->weights_in_memory = true;

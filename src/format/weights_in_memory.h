@@ -22,8 +22,15 @@ namespace weir::format {
 
 // Moves every tensor's bytes into one new anonymous region (each tensor 64-byte aligned; tensors
 // sharing bytes stay shared), repoints the views, replaces file->backing with the region and sets
-// file->weights_in_memory. On error `file` is unchanged.
-Status CopyWeightsToMemory(ModelFile* file);
+// file->weights_in_memory. With tile_linear, the Q8_0 / Q4_0 weights of the linear layers
+// (IsLinearWeight) that kernels::CanTile accepts are written tiled (Layout::kTiled16) instead of
+// copied; file->tiled_tensors counts them. On error `file` is unchanged.
+Status CopyWeightsToMemory(ModelFile* file, bool tile_linear = false);
+
+// The projections only ever multiplied densely or by row gathers: attn_q/k/v/output, ffn_gate/
+// up/down of every block and the output head ("output.weight"); not the token embedding, whose
+// rows are looked up one by one.
+bool IsLinearWeight(const std::string& name);
 
 // Bytes CopyWeightsToMemory would allocate (before rounding to huge pages).
 uint64_t WeightBytesInMemory(const ModelFile& file);

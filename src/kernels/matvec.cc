@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "kernels/internal/dispatch.h"
+#include "kernels/tiled.h"
 
 namespace weir::kernels {
 namespace {
@@ -45,6 +46,37 @@ struct MatMulJob {
   }
 };
 
+// MatMul over a tiled tensor (tiled.h): the same token chunks, work split by 16-row groups.
+void MatMulTiled(const IsaKernels& k, const TensorView& w, const float* x, int64_t n, float* y,
+                 ThreadPool* pool) {
+  const int64_t cols = w.cols(), nb = cols / kQK, n_groups = w.rows() / kTileRows;
+  auto prep_fn = k.prep_tiled ? k.prep_tiled : internal::ScalarPrepTiled;
+  auto dot_fn = k.dot_tiled ? k.dot_tiled : internal::ScalarDotTiled;
+  const size_t prep_bytes = static_cast<size_t>(nb) * kTiledRecordBytes;
+  auto* xp = static_cast<uint8_t*>(internal::ThreadScratch(internal::ScratchSlot::kActivation,
+                                                          prep_bytes * static_cast<size_t>(n)));
+  auto prep = [&](size_t b, size_t e, int) {
+    for (size_t t = b; t < e; ++t) prep_fn(w.dtype, x + static_cast<int64_t>(t) * cols, cols, xp + t * prep_bytes);
+  };
+  if (n >= 4) {
+    ParallelFor(pool, static_cast<size_t>(n), prep);
+  } else {
+    prep(0, static_cast<size_t>(n), 0);
+  }
+  const size_t group_bytes = static_cast<size_t>(kTileRows) * w.row_bytes();
+  const int64_t rows = w.rows();
+  auto run = [&](size_t g0, size_t g1, int) {
+    for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
+      const int64_t nt = std::min(kTokenChunk, n - t0);
+      dot_fn(w.dtype, static_cast<const uint8_t*>(w.data) + g0 * group_bytes, group_bytes, nb,
+             static_cast<int64_t>(g1 - g0), xp + static_cast<size_t>(t0) * prep_bytes, prep_bytes,
+             nt, y + t0 * rows + static_cast<int64_t>(g0) * kTileRows, static_cast<size_t>(rows));
+    }
+  };
+  ParallelForDynamic(pool, static_cast<size_t>(n_groups), run,
+                     RowChunk(w.rows(), pool) / static_cast<size_t>(kTileRows));
+}
+
 }  // namespace
 
 void MatVec(const TensorView& w, const float* x, float* y, ThreadPool* pool) {
@@ -56,6 +88,10 @@ void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool
   const IsaKernels& k = internal::ActiveKernels();
   const int64_t cols = w.cols();
   WEIR_CHECK(cols % BlockSize(w.dtype) == 0);
+  if (w.layout == Layout::kTiled16) {
+    MatMulTiled(k, w, x, n, y, pool);
+    return;
+  }
 
   MatMulJob job{&k, &w, x, static_cast<size_t>(cols) * sizeof(float), n, y};
   const size_t prep_bytes = RoundUp64(k.prep_bytes(w.dtype, cols));

@@ -454,7 +454,7 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
 
 const IsaKernels kTable = {DispatchPrepBytes,  DispatchPrep,    DispatchDot,     nullptr,
                            DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
-                           nullptr,            nullptr};
+                           nullptr,            nullptr,         nullptr,         nullptr};
 
 }  // namespace
 

@@ -157,6 +157,7 @@ void ScalarAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_o
 const internal::IsaKernels kScalarTable = {
     ScalarPrepBytes, ScalarPrep,   ScalarDot,    nullptr, ScalarAxpyGather,
     ref::RmsNorm,    ref::Softmax, ref::SiluMul, nullptr, nullptr,
+    nullptr,         nullptr,
 };
 
 }  // namespace

@@ -550,7 +550,8 @@ void SiluMul(float* gate, const float* up, int64_t n) {
 }
 
 const IsaKernels kTable = {PrepBytes, Prep,    Dot,     nullptr, AxpyGather,
-                           RmsNorm,   Softmax, SiluMul, nullptr, nullptr};
+                           RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
+                           nullptr,   nullptr};
 
 }  // namespace
 

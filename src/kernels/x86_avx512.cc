@@ -906,8 +906,132 @@ void DotChunks(DType t, const uint8_t* w, size_t row_stride, size_t chunk_stride
   }
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tiled dense product (tiled.h): 16 rows per vector, one lane per row.
+
+constexpr size_t kTiledRecord = 64;  // == kTiledRecordBytes (tiled.h, not included here)
+
+void PrepTiled(DType t, const float* x, int64_t cols, void* out) {
+  const int32_t shift = t == DType::kQ4_0 ? 3 : 7;  // offset 8 or 128
+  for (int64_t b = 0; b < cols / kQ; ++b) {
+    uint8_t* rec = static_cast<uint8_t*>(out) + static_cast<size_t>(b) * kTiledRecord;
+    auto* q = reinterpret_cast<int8_t*>(rec);
+    const float d = QuantizeBlock(x + b * kQ, q, q + 16);
+    const __m512i wide = _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q)));
+    const __m512i wide2 =
+        _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(q + 16)));
+    const int32_t sum = _mm512_reduce_add_epi32(_mm512_add_epi32(wide, wide2));
+    const int32_t bias = -(sum * (1 << shift));
+    std::memcpy(rec + 32, &bias, 4);
+    std::memcpy(rec + 36, &d, 4);
+    std::memset(rec + 40, 0, kTiledRecord - 40);
+  }
+}
+
+// One 16-row group against NT tokens. The per-block integer sums start at the record's bias and
+// run as two chains (low and high halves) so that vpdpbusd's latency overlaps.
+template <bool kQ4, int NT>
+void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, const uint8_t* xp,
+                   size_t xs, float* y, size_t ys, const uint8_t* pf_end) {
+  constexpr size_t kQuantTile = kQ4 ? 256 : 512;
+  __m512 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  const __m512i nibble = _mm512_set1_epi8(0x0f);
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qt = quants + static_cast<size_t>(b) * kQuantTile;
+    // Into L2 (measured on llama-1b Q4_0's products: 45.3 against 44.2 tok/s into L1; Q8_0
+    // alike), 2 KiB ahead (1 KiB and 4-8 KiB were no better).
+    for (size_t off = 0; off < kQuantTile; off += 64) {
+      const uint8_t* p = qt + off + kPrefetchBytes;
+      if (p < pf_end) PrefetchAhead<false>(p);
+    }
+    const __m512 dw = _mm512_cvtph_ps(
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + static_cast<size_t>(b) * 32)));
+    __m512i lo[NT], hi[NT];
+    for (int t = 0; t < NT; ++t) {
+      const uint8_t* rec = xp + t * xs + static_cast<size_t>(b) * kTiledRecord;
+      int32_t bias;
+      std::memcpy(&bias, rec + 32, 4);
+      lo[t] = _mm512_set1_epi32(bias);
+      hi[t] = _mm512_setzero_si512();
+    }
+    auto word = [&](int t, int k) {
+      int32_t v;
+      std::memcpy(&v, xp + t * xs + static_cast<size_t>(b) * kTiledRecord + 4 * k, 4);
+      return _mm512_set1_epi32(v);
+    };
+    if constexpr (kQ4) {
+      for (int v = 0; v < 4; ++v) {
+        const __m512i w = _mm512_loadu_si512(qt + 64 * v);
+        const __m512i wl = _mm512_and_si512(w, nibble);
+        const __m512i wh = _mm512_and_si512(_mm512_srli_epi16(w, 4), nibble);
+        for (int t = 0; t < NT; ++t) {
+          lo[t] = _mm512_dpbusd_epi32(lo[t], wl, word(t, v));
+          hi[t] = _mm512_dpbusd_epi32(hi[t], wh, word(t, 4 + v));
+        }
+      }
+    } else {
+      for (int v = 0; v < 8; v += 2) {
+        const __m512i w0 = _mm512_xor_si512(_mm512_loadu_si512(qt + 64 * v), flip);
+        const __m512i w1 = _mm512_xor_si512(_mm512_loadu_si512(qt + 64 * v + 64), flip);
+        for (int t = 0; t < NT; ++t) {
+          lo[t] = _mm512_dpbusd_epi32(lo[t], w0, word(t, v));
+          hi[t] = _mm512_dpbusd_epi32(hi[t], w1, word(t, v + 1));
+        }
+      }
+    }
+    for (int t = 0; t < NT; ++t) {
+      float dx;
+      std::memcpy(&dx, xp + t * xs + static_cast<size_t>(b) * kTiledRecord + 36, 4);
+      const __m512 scale = _mm512_mul_ps(dw, _mm512_set1_ps(dx));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(_mm512_add_epi32(lo[t], hi[t])), scale, acc[t]);
+    }
+  }
+  for (int t = 0; t < NT; ++t) _mm512_storeu_ps(y + t * ys, acc[t]);
+}
+
+template <bool kQ4>
+void DotTiledQuant(const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
+                   const uint8_t* xp, size_t xs, int64_t n_tok, float* y, size_t ys) {
+  const uint8_t* end = groups + static_cast<size_t>(n_groups) * group_bytes;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* scales = groups + static_cast<size_t>(g) * group_bytes;
+    const uint8_t* quants = scales + static_cast<size_t>(nb) * 32;
+    float* yg = y + 16 * g;
+    int64_t tok = 0;
+    for (; tok + 4 <= n_tok; tok += 4) {
+      DotTiledGroup<kQ4, 4>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+    }
+    switch (n_tok - tok) {
+      case 3:
+        DotTiledGroup<kQ4, 3>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+        break;
+      case 2:
+        DotTiledGroup<kQ4, 2>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+        break;
+      case 1:
+        DotTiledGroup<kQ4, 1>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+        break;
+      default:
+        break;
+    }
+  }
+}
+
+void DotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
+              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  const auto* x = static_cast<const uint8_t*>(xp);
+  if (t == DType::kQ4_0) {
+    DotTiledQuant<true>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+  } else {
+    DotTiledQuant<false>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+  }
+}
+
 const IsaKernels kTable = {PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
-                           RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks};
+                           RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
+                           PrepTiled, DotTiled};
 
 }  // namespace
 

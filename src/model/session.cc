@@ -71,6 +71,12 @@ Status Session::Allocate(const SessionOptions& options) {
       }
       streamed_->set_sparse(true);
     } else if (prunes) {
+      if (model_.file().tiled_tensors > 0) {
+        return Status::InvalidArgument(
+            "--sparsity " + policy_->info().name + ": this model was loaded with its weights "
+            "tiled for dense decoding, and sparse products need them row by row (load it without "
+            "LoadOptions::tile_linear)");
+      }
       WEIR_ASSIGN_OR_RETURN(transposed_, TransposedWeights::Build(model_.weights(), sites, pool_));
     } else {
       policy_.reset();  // never prunes: the dense path is the same computation

@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <string>
 
+#include "base/check.h"
 #include "tensor/dtype.h"
 
 namespace weir {
@@ -41,16 +42,26 @@ struct Shape {
   std::string ToString() const;  // "[2048, 5632]"
 };
 
+// How a 2-D weight's bytes are ordered.
+//   kRowMajor : row r at data + r * row_bytes() (GGUF's order; every reader produces this).
+//   kTiled16  : Q8_0 / Q4_0 only, rows a multiple of 16: each group of 16 rows is stored block
+//               column by block column so that one vector load holds the same 4 inputs of 16
+//               rows (kernels/tiled.h has the byte layout). Only the dense products (MatVec,
+//               MatMul) read it; row() and everything that indexes rows must not be used.
+enum class Layout : uint8_t { kRowMajor = 0, kTiled16 = 1 };
+
 struct TensorView {
   DType dtype = DType::kF32;
   Shape shape;
   const void* data = nullptr;
+  Layout layout = Layout::kRowMajor;
 
   int64_t rows() const { return shape.rows(); }
   int64_t cols() const { return shape.cols(); }
   size_t row_bytes() const { return RowBytes(dtype, cols()); }
   size_t nbytes() const { return row_bytes() * static_cast<size_t>(rows()); }
   const uint8_t* row(int64_t r) const {
+    WEIR_DCHECK(layout == Layout::kRowMajor);
     return static_cast<const uint8_t*>(data) + static_cast<size_t>(r) * row_bytes();
   }
   const float* f32() const { return static_cast<const float*>(data); }

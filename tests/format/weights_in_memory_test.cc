@@ -15,6 +15,7 @@
 #include "format/mapped_file.h"
 #include "format/model_file.h"
 #include "format/synth_llama.h"
+#include "kernels/tiled.h"
 #include "testing/testing.h"
 #include "tiny_model_files.h"
 
@@ -86,6 +87,53 @@ TEST(WeightsInMemoryTest, Llama2cTiedHeadStaysShared) {
     ASSERT_EQ(static_cast<size_t>(v->shape.numel()), values.size()) << name;
     EXPECT_EQ(std::memcmp(v->data, values.data(), values.size() * sizeof(float)), 0) << name;
   }
+}
+
+TEST(WeightsInMemoryTest, TilesOnlyTheLinearWeights) {
+  const std::string path = testing::TempDir() + "/tiny.gguf";
+  auto spec = SynthPreset("tiny");
+  ASSERT_TRUE(spec.ok());
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kF16}) {
+    SCOPED_TRACE(DTypeName(t));
+    ASSERT_TRUE(WriteRandomLlamaGguf(*spec, t, 5, path, nullptr).ok());
+    auto mapped = LoadModel(path);
+    ASSERT_TRUE(mapped.ok());
+    LoadOptions o;
+    o.placement = WeightPlacement::kMemory;
+    o.tile_linear = true;
+    auto tiled = LoadModel(path, o);
+    ASSERT_TRUE(tiled.ok()) << tiled.status().ToString();
+    int expect = 0;
+    for (const auto& [name, v] : tiled->tensors) {
+      const TensorView& src = mapped->tensors.at(name);
+      const bool want = kernels::HasFastTiledProduct() && IsLinearWeight(name) && kernels::CanTile(src);
+      expect += want;
+      ASSERT_EQ(v.layout, want ? Layout::kTiled16 : Layout::kRowMajor) << name;
+      std::vector<uint8_t> row(v.row_bytes());
+      for (int64_t r = 0; r < v.rows(); ++r) {
+        if (want) {
+          kernels::UntileRow(v, r, row.data());
+        } else {
+          std::memcpy(row.data(), v.row(r), row.size());
+        }
+        ASSERT_EQ(std::memcmp(row.data(), src.row(r), row.size()), 0) << name << " row " << r;
+      }
+    }
+    EXPECT_EQ(tiled->tiled_tensors, expect);
+    // Every projection of the tiny preset has a multiple of 16 rows; F16 is never tiled.
+    if (kernels::HasFastTiledProduct() && t != DType::kF16) {
+      EXPECT_EQ(expect, 7 * spec->n_layers + 1);
+    } else {
+      EXPECT_EQ(expect, 0);
+    }
+    EXPECT_EQ(tiled->tensors.at("token_embd.weight").layout, Layout::kRowMajor);
+  }
+  EXPECT_TRUE(IsLinearWeight("blk.0.attn_q.weight"));
+  EXPECT_TRUE(IsLinearWeight("blk.12.ffn_down.weight"));
+  EXPECT_TRUE(IsLinearWeight("output.weight"));
+  EXPECT_FALSE(IsLinearWeight("token_embd.weight"));
+  EXPECT_FALSE(IsLinearWeight("blk.0.attn_norm.weight"));
+  EXPECT_FALSE(IsLinearWeight("blk.0.ffn_down.weight.x"));
 }
 
 TEST(WeightsInMemoryTest, AutoCopiesOnlyWhatFitsInThreeQuarters) {

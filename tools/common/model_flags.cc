@@ -28,6 +28,7 @@ Result<std::unique_ptr<model::Model>> LoadModel(const ModelFlags& f) {
   format::LoadOptions opt;
   opt.tokenizer_path = f.tokenizer;
   opt.placement = f.mmap ? format::WeightPlacement::kMapped : format::WeightPlacement::kAuto;
+  opt.tile_linear = f.tile;
   return model::Model::Load(f.model, opt);
 }
 

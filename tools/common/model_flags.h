@@ -20,6 +20,9 @@ struct ModelFlags {
   int threads = 0;  // 0 = all cores
   int ctx = 0;      // 0 = the model's context length
   bool mmap = false;  // read the weights in place from the mapped file (no copy at load)
+  // Not a flag: commands that run dense sessions only set it, so that the copied weights are
+  // tiled for the dense products (format::LoadOptions::tile_linear).
+  bool tile = false;
 };
 
 void AddModelFlags(CLI::App& app, ModelFlags* flags, bool with_ctx = true);

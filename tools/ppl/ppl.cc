@@ -40,6 +40,7 @@ int PplMain(int argc, char** argv) {
   if (mf.ctx == 0) mf.ctx = 512;
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("ppl", st);
+  mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
   auto text = format::ReadSmallFile(file, 1ull << 30);
   if (!text.ok()) return Fail("ppl", text.status());
   ConfigureTrace(tf, &stf);

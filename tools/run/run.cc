@@ -47,6 +47,7 @@ int RunMain(int argc, char** argv) {
     return Fail("run", st);
   }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
+  mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
   ConfigureTrace(tf, &stf);
   auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("run", m.status());

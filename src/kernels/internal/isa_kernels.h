@@ -76,7 +76,21 @@ struct IsaKernels {
   // in ChunkedMatVec. Or nullptr (then the caller runs dot chunk by chunk).
   void (*dot_chunks)(DType t, const uint8_t* w, size_t row_stride, size_t chunk_stride,
                      int64_t n_chunks, int64_t rows, const float* x, float* y, bool accumulate);
+
+  // Tiled dense product (tiled.h) for Q8_0 / Q4_0, or nullptr (then the scalar versions below):
+  // prep_tiled writes cols / 32 records of kTiledRecordBytes; dot_tiled computes, for the
+  // n_groups groups of 16 rows at groups (group_bytes apart), nb blocks per row, and tok < n_tok,
+  //   y[tok * y_stride + 16 * g + r] = row (g, r) · x_tok,  x_tok prepared at xp + tok * xp_stride,
+  // bitwise what ScalarDotTiled gives.
+  void (*prep_tiled)(DType t, const float* x, int64_t cols, void* out);
+  void (*dot_tiled)(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb,
+                    int64_t n_groups, const void* xp, size_t xp_stride, int64_t n_tok, float* y,
+                    size_t y_stride);
 };
+
+void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out);
+void ScalarDotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
+                    const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
 
 constexpr int64_t kMaxDotChunks = 64;
 
