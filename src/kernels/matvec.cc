@@ -83,6 +83,14 @@ void MatVec(const TensorView& w, const float* x, float* y, ThreadPool* pool) {
   MatMul(w, x, 1, y, pool);
 }
 
+void DotRowsF32(const float* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
+                float* y) {
+  if (rows <= 0) return;
+  internal::ActiveKernels().dot(DType::kF32, reinterpret_cast<const uint8_t*>(w),
+                                row_stride * sizeof(float), cols, rows, x,
+                                static_cast<size_t>(cols) * sizeof(float), 1, y, 1, nullptr);
+}
+
 void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
   if (n <= 0 || w.rows() == 0) return;
   const IsaKernels& k = internal::ActiveKernels();

@@ -31,6 +31,12 @@ namespace weir::kernels {
 void MatVec(const TensorView& w, const float* x, float* y, ThreadPool* pool);
 void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
 
+// y[r] = dot(w + r * row_stride, x) over `cols` f32 values, for r < rows: f32 rows that are not
+// a tensor of their own, such as one attention head's keys in a KV cache (row_stride floats
+// apart). Runs on the caller's thread with MatVec's F32 numerics.
+void DotRowsF32(const float* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
+                float* y);
+
 // Scalar references that define the results above. They allocate and run on the caller.
 namespace ref {
 // Quantizes x[n] (n a multiple of 32) to blocks of 32: d[b] = amax/127 (0 for an all-zero block),
@@ -40,6 +46,8 @@ void QuantizeActivation(const float* x, int64_t n, int8_t* q, float* d);
 float DotRow(const TensorView& w, int64_t r, const float* x);
 void MatVec(const TensorView& w, const float* x, float* y);
 void MatMul(const TensorView& w, const float* x, int64_t n, float* y);
+void DotRowsF32(const float* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
+                float* y);
 }  // namespace ref
 
 }  // namespace weir::kernels

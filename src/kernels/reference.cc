@@ -191,6 +191,13 @@ float DotRow(const TensorView& w, int64_t r, const float* x) {
 
 void MatVec(const TensorView& w, const float* x, float* y) { MatMul(w, x, 1, y); }
 
+void DotRowsF32(const float* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
+                float* y) {
+  for (int64_t r = 0; r < rows; ++r) {
+    y[r] = DotFloatRow(DType::kF32, reinterpret_cast<const uint8_t*>(w + static_cast<size_t>(r) * row_stride), x, cols);
+  }
+}
+
 void MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
   const int64_t cols = w.cols();
   std::vector<int8_t> q(static_cast<size_t>(cols));

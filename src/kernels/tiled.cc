@@ -50,7 +50,9 @@ TensorView TileRows(const TensorView& w, void* dst) {
       for (int64_t b = 0; b < nb; ++b) {
         const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
         std::memcpy(scales + (b * kTileRows + r) * kScaleBytes, block, kScaleBytes);
-        for (int64_t j = 0; j < qb; ++j) quants[QuantOffset(t, b, r, j)] = block[kScaleBytes + j];
+        for (int64_t j = 0; j < qb; j += 4) {
+          std::memcpy(quants + QuantOffset(t, b, r, j), block + kScaleBytes + j, 4);
+        }
       }
     }
   }

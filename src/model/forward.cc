@@ -69,12 +69,8 @@ Status Session::Attention(int layer, int n) {
       const int t = static_cast<int>(item) / nh, h = static_cast<int>(item) % nh;
       const int kvh = h / group, n_pos = pos_ + t + 1;  // causal: positions 0..pos+t
       const float* qh = q + t * q_dim + h * hd;
-      for (int p = 0; p < n_pos; ++p) {
-        const float* kp = kv_.k(layer, p) + kvh * hd;
-        float s = 0;
-        for (int i = 0; i < hd; ++i) s += qh[i] * kp[i];
-        scores[p] = s * scale;
-      }
+      kernels::DotRowsF32(kv_.k(layer, 0) + kvh * hd, static_cast<size_t>(kv_dim), n_pos, hd, qh, scores);
+      for (int p = 0; p < n_pos; ++p) scores[p] *= scale;
       kernels::Softmax(scores, n_pos);
       float* out = att + t * q_dim + h * hd;
       std::memset(out, 0, sizeof(float) * hd);
