@@ -25,56 +25,99 @@ size_t RowChunk(int64_t rows, ThreadPool* pool) {
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
-struct MatMulJob {
+// Whether the products can share one prepared activation and one parallel section.
+bool SameKind(const TensorView& a, const TensorView& b) {
+  return a.dtype == b.dtype && a.cols() == b.cols() && a.layout == b.layout;
+}
+
+// The products y_i = W_i · X of weights of one kind (SameKind), n tokens: X is prepared once,
+// and the rows of all the W_i (16-row groups when tiled) are split over the pool in one section,
+// so a thread that finishes one matrix goes on with the next instead of waiting. The lambdas
+// handed to the pool capture only a pointer to this (std::function keeps that without
+// allocating).
+struct SharedProducts {
   const IsaKernels* k;
-  const TensorView* w;
+  std::span<const TensorView* const> ws;
+  float* const* ys;
+  const float* x;
+  int64_t n;
+  int64_t cols;
+  bool tiled;
+  int64_t unit;  // rows per work unit: 1, or 16 when tiled
   const void* xp;
   size_t xp_stride;
-  int64_t n_tok;
-  float* y;
 
-  void Run(size_t row_begin, size_t row_end) const {
-    const int64_t rows = w->rows();
-    const size_t row_bytes = w->row_bytes();
-    for (int64_t t0 = 0; t0 < n_tok; t0 += kTokenChunk) {
-      const int64_t nt = std::min(kTokenChunk, n_tok - t0);
-      k->dot(w->dtype, w->row(static_cast<int64_t>(row_begin)), row_bytes, w->cols(),
-             static_cast<int64_t>(row_end - row_begin),
-             static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride, xp_stride, nt,
-             y + t0 * rows + static_cast<int64_t>(row_begin), static_cast<size_t>(rows), nullptr);
+  void Prep(size_t b, size_t e, uint8_t* buf) const {
+    auto prep_fn = tiled ? (k->prep_tiled ? k->prep_tiled : internal::ScalarPrepTiled) : k->prep;
+    for (size_t t = b; t < e; ++t) {
+      prep_fn(ws[0]->dtype, x + static_cast<int64_t>(t) * cols, cols, buf + t * xp_stride);
+    }
+  }
+
+  // Units [u0, u1) of matrix i.
+  void Run(size_t i, int64_t u0, int64_t u1) const {
+    const TensorView& w = *ws[i];
+    const int64_t rows = w.rows();
+    const size_t unit_bytes = static_cast<size_t>(unit) * w.row_bytes();
+    const auto* base = static_cast<const uint8_t*>(w.data) + static_cast<size_t>(u0) * unit_bytes;
+    auto dot_tiled = k->dot_tiled ? k->dot_tiled : internal::ScalarDotTiled;
+    for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
+      const int64_t nt = std::min(kTokenChunk, n - t0);
+      const auto* xt = static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride;
+      float* yt = ys[i] + t0 * rows + u0 * unit;
+      if (tiled) {
+        dot_tiled(w.dtype, base, unit_bytes, cols / kQK, u1 - u0, xt, xp_stride, nt, yt,
+                  static_cast<size_t>(rows));
+      } else {
+        k->dot(w.dtype, base, w.row_bytes(), cols, u1 - u0, xt, xp_stride, nt, yt,
+               static_cast<size_t>(rows), nullptr);
+      }
+    }
+  }
+
+  // Units [b, e) numbered across the matrices in order.
+  void Range(size_t b, size_t e) const {
+    int64_t first = 0;  // first unit of matrix i
+    for (size_t i = 0; i < ws.size() && first < static_cast<int64_t>(e); ++i) {
+      const int64_t units = ws[i]->rows() / unit;
+      const int64_t u0 = std::max<int64_t>(static_cast<int64_t>(b), first);
+      const int64_t u1 = std::min<int64_t>(static_cast<int64_t>(e), first + units);
+      if (u0 < u1) Run(i, u0 - first, u1 - first);
+      first += units;
     }
   }
 };
 
-// MatMul over a tiled tensor (tiled.h): the same token chunks, work split by 16-row groups.
-void MatMulTiled(const IsaKernels& k, const TensorView& w, const float* x, int64_t n, float* y,
-                 ThreadPool* pool) {
-  const int64_t cols = w.cols(), nb = cols / kQK, n_groups = w.rows() / kTileRows;
-  auto prep_fn = k.prep_tiled ? k.prep_tiled : internal::ScalarPrepTiled;
-  auto dot_fn = k.dot_tiled ? k.dot_tiled : internal::ScalarDotTiled;
-  const size_t prep_bytes = static_cast<size_t>(nb) * kTiledRecordBytes;
-  auto* xp = static_cast<uint8_t*>(internal::ThreadScratch(internal::ScratchSlot::kActivation,
-                                                          prep_bytes * static_cast<size_t>(n)));
-  auto prep = [&](size_t b, size_t e, int) {
-    for (size_t t = b; t < e; ++t) prep_fn(w.dtype, x + static_cast<int64_t>(t) * cols, cols, xp + t * prep_bytes);
-  };
-  if (n >= 4) {
-    ParallelFor(pool, static_cast<size_t>(n), prep);
-  } else {
-    prep(0, static_cast<size_t>(n), 0);
-  }
-  const size_t group_bytes = static_cast<size_t>(kTileRows) * w.row_bytes();
-  const int64_t rows = w.rows();
-  auto run = [&](size_t g0, size_t g1, int) {
-    for (int64_t t0 = 0; t0 < n; t0 += kTokenChunk) {
-      const int64_t nt = std::min(kTokenChunk, n - t0);
-      dot_fn(w.dtype, static_cast<const uint8_t*>(w.data) + g0 * group_bytes, group_bytes, nb,
-             static_cast<int64_t>(g1 - g0), xp + static_cast<size_t>(t0) * prep_bytes, prep_bytes,
-             nt, y + t0 * rows + static_cast<int64_t>(g0) * kTileRows, static_cast<size_t>(rows));
+void MatMulSameKind(const IsaKernels& k, std::span<const TensorView* const> ws, const float* x,
+                    int64_t n, float* const* ys, ThreadPool* pool) {
+  const TensorView& w0 = *ws[0];
+  SharedProducts job{&k, ws, ys, x, n, w0.cols(), w0.layout == Layout::kTiled16, 1, x,
+                     static_cast<size_t>(w0.cols()) * sizeof(float)};
+  job.unit = job.tiled ? kTileRows : 1;
+  const size_t prep_bytes = job.tiled ? static_cast<size_t>(job.cols / kQK) * kTiledRecordBytes
+                                      : RoundUp64(k.prep_bytes(w0.dtype, job.cols));
+  if (prep_bytes > 0) {
+    auto* buf = static_cast<uint8_t*>(internal::ThreadScratch(
+        internal::ScratchSlot::kActivation, prep_bytes * static_cast<size_t>(n)));
+    job.xp = buf;
+    job.xp_stride = prep_bytes;
+    if (n >= 4) {
+      struct PrepJob {
+        const SharedProducts* job;
+        uint8_t* buf;
+      } pj{&job, buf};
+      ParallelFor(pool, static_cast<size_t>(n),
+                  [&pj](size_t b, size_t e, int) { pj.job->Prep(b, e, pj.buf); });
+    } else {
+      job.Prep(0, static_cast<size_t>(n), buf);
     }
-  };
-  ParallelForDynamic(pool, static_cast<size_t>(n_groups), run,
-                     RowChunk(w.rows(), pool) / static_cast<size_t>(kTileRows));
+  }
+  int64_t total_rows = 0;
+  for (const TensorView* w : ws) total_rows += w->rows();
+  ParallelForDynamic(
+      pool, static_cast<size_t>(total_rows / job.unit),
+      [&job](size_t b, size_t e, int) { job.Range(b, e); },
+      RowChunk(total_rows, pool) / static_cast<size_t>(job.unit));
 }
 
 }  // namespace
@@ -83,46 +126,42 @@ void MatVec(const TensorView& w, const float* x, float* y, ThreadPool* pool) {
   MatMul(w, x, 1, y, pool);
 }
 
+void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
+  const TensorView* ws[] = {&w};
+  float* ys[] = {y};
+  MatMulShared(ws, x, n, ys, pool);
+}
+
+void MatMulShared(std::span<const TensorView* const> ws, const float* x, int64_t n,
+                  float* const* ys, ThreadPool* pool) {
+  if (n <= 0 || ws.empty()) return;
+  const IsaKernels& k = internal::ActiveKernels();
+  // Runs of consecutive weights of one kind (at most kMaxShared) share a section; a different
+  // kind starts another. Fixed arrays: a warm call allocates nothing.
+  constexpr size_t kMaxShared = 8;
+  const TensorView* run[kMaxShared];
+  float* outs[kMaxShared];
+  size_t count = 0;
+  for (size_t i = 0; i <= ws.size(); ++i) {
+    if (i < ws.size() && ws[i]->rows() == 0) continue;
+    if (count > 0 && (i == ws.size() || count == kMaxShared || !SameKind(*ws[i], *run[0]))) {
+      MatMulSameKind(k, std::span<const TensorView* const>(run, count), x, n, outs, pool);
+      count = 0;
+    }
+    if (i == ws.size()) break;
+    WEIR_CHECK(ws[i]->cols() % BlockSize(ws[i]->dtype) == 0);
+    run[count] = ws[i];
+    outs[count] = ys[i];
+    ++count;
+  }
+}
+
 void DotRowsF32(const float* w, size_t row_stride, int64_t rows, int64_t cols, const float* x,
                 float* y) {
   if (rows <= 0) return;
   internal::ActiveKernels().dot(DType::kF32, reinterpret_cast<const uint8_t*>(w),
                                 row_stride * sizeof(float), cols, rows, x,
                                 static_cast<size_t>(cols) * sizeof(float), 1, y, 1, nullptr);
-}
-
-void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool) {
-  if (n <= 0 || w.rows() == 0) return;
-  const IsaKernels& k = internal::ActiveKernels();
-  const int64_t cols = w.cols();
-  WEIR_CHECK(cols % BlockSize(w.dtype) == 0);
-  if (w.layout == Layout::kTiled16) {
-    MatMulTiled(k, w, x, n, y, pool);
-    return;
-  }
-
-  MatMulJob job{&k, &w, x, static_cast<size_t>(cols) * sizeof(float), n, y};
-  const size_t prep_bytes = RoundUp64(k.prep_bytes(w.dtype, cols));
-  if (prep_bytes > 0) {
-    void* buf = internal::ThreadScratch(internal::ScratchSlot::kActivation,
-                                        prep_bytes * static_cast<size_t>(n));
-    auto prep = [&](size_t b, size_t e, int) {
-      for (size_t t = b; t < e; ++t) {
-        k.prep(w.dtype, x + static_cast<int64_t>(t) * cols, cols,
-               static_cast<uint8_t*>(buf) + t * prep_bytes);
-      }
-    };
-    if (n >= 4) {
-      ParallelFor(pool, static_cast<size_t>(n), prep);
-    } else {
-      prep(0, static_cast<size_t>(n), 0);
-    }
-    job.xp = buf;
-    job.xp_stride = prep_bytes;
-  }
-  ParallelForDynamic(
-      pool, static_cast<size_t>(w.rows()), [&job](size_t b, size_t e, int) { job.Run(b, e); },
-      RowChunk(w.rows(), pool));
 }
 
 }  // namespace weir::kernels

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/thread_pool.h"
 #include "tensor/tensor_view.h"
@@ -30,6 +31,13 @@ namespace weir::kernels {
 
 void MatVec(const TensorView& w, const float* x, float* y, ThreadPool* pool);
 void MatMul(const TensorView& w, const float* x, int64_t n, float* y, ThreadPool* pool);
+
+// Several products of one input, Y_i[n, rows_i] = X · W_i^T (attention's q, k, v; the MLP's gate
+// and up): the same numbers as a MatMul per weight, but weights of one kind (dtype, cols, layout)
+// share one prepared activation and one parallel section, so the pool is woken once for them and
+// no thread idles at the end of a small matrix.
+void MatMulShared(std::span<const TensorView* const> ws, const float* x, int64_t n,
+                  float* const* ys, ThreadPool* pool);
 
 // y[r] = dot(w + r * row_stride, x) over `cols` f32 values, for r < rows: f32 rows that are not
 // a tensor of their own, such as one attention head's keys in a KV cache (row_stride floats

@@ -118,8 +118,9 @@ Status Session::Mlp(int layer, int n) {
     // Sparse: selections are per token (DIP §3), so tokens go one at a time.
     for (int t = 0; t < n; ++t) SparseMlpToken(layer, xb + t * d, xb + t * d);
   } else {
-    kernels::MatMul(w.w_gate, xb, n, gate, pool_);
-    kernels::MatMul(w.w_up, xb, n, up, pool_);
+    const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
+    float* gate_up_out[] = {gate, up};
+    kernels::MatMulShared(gate_up, xb, n, gate_up_out, pool_);
     if (observer_) {
       for (int t = 0; t < n; ++t) observer_->OnGate(layer, gate + t * d_ff, d_ff);
     }
@@ -161,7 +162,15 @@ void Session::Project(int layer, Site site, const float* x, int64_t cols, int n,
   for (const auto& o : outs) dense_bytes += o.w->nbytes();
   *dense += dense_bytes * static_cast<uint64_t>(n);
   if (!Prunes(site)) {
-    for (const auto& o : outs) kernels::MatMul(*o.w, x, n, o.y, pool_);
+    const TensorView* ws[4];
+    float* ys[4];
+    size_t count = 0;
+    WEIR_CHECK(outs.size() <= 4);
+    for (const auto& o : outs) {
+      ws[count] = o.w;
+      ys[count++] = o.y;
+    }
+    kernels::MatMulShared(std::span<const TensorView* const>(ws, count), x, n, ys, pool_);
     *used += dense_bytes * static_cast<uint64_t>(n);
     return;
   }

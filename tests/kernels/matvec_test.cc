@@ -9,6 +9,8 @@
 
 #include "base/thread_pool.h"
 #include "kernels/isa.h"
+#include "kernels/tiled.h"
+#include "base/aligned_buffer.h"
 #include "kernels/kernel_test_util.h"
 
 namespace weir::kernels {
@@ -187,6 +189,57 @@ TEST(DotRowsF32Test, EveryPathMatchesTheReference) {
       for (int64_t r = 0; r < rows; ++r) {
         const double bound = testing::kRel * testing::AbsDot(w.data() + r * stride, x.data(), cols) + 1e-30;
         ASSERT_NEAR(got[r], want[r], bound) << IsaName(isa) << " rows " << rows << " cols " << cols << " row " << r;
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace weir::kernels
+
+namespace weir::kernels {
+namespace {
+
+// Products sharing one input give, per weight, exactly what MatMul gives for it alone: runs of
+// one kind, kinds mixed (types, a tiled weight), a weight with no rows, more weights than one
+// section holds.
+TEST(MatMulSharedTest, EachProductEqualsItsOwnMatMulBitwise) {
+  std::mt19937 rng(31);
+  ThreadPool pool(3);
+  const int64_t cols = 96;
+  std::vector<testing::Weights> w;
+  for (int i = 0; i < 10; ++i) {
+    const DType t = i == 4 ? DType::kF16 : (i % 3 == 0 ? DType::kQ8_0 : DType::kQ4_0);
+    w.push_back(testing::RandomWeights(rng, t, 16 * (1 + i % 3) + (i == 7 ? 5 : 0), cols));
+  }
+  std::vector<AlignedBuffer> tiled_bytes;
+  std::vector<TensorView> views;
+  for (size_t i = 0; i < w.size(); ++i) {
+    TensorView v = w[i].view();
+    if (i == 2 || i == 3) {  // two tiled weights next to each other, then row-major ones
+      tiled_bytes.emplace_back(v.nbytes());
+      v = TileRows(v, tiled_bytes.back().data());
+    }
+    views.push_back(v);
+  }
+  views.push_back(TensorView{DType::kQ4_0, Shape{0, cols}, w[0].bytes.data()});  // no rows
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (int64_t n : {1, 5}) {
+      const std::vector<float> x = testing::RandomFloats(rng, n * cols);
+      std::vector<std::vector<float>> got(views.size()), want(views.size());
+      std::vector<const TensorView*> ws;
+      std::vector<float*> ys;
+      for (size_t i = 0; i < views.size(); ++i) {
+        got[i].assign(static_cast<size_t>(n * views[i].rows()) + 1, -3.0f);
+        want[i] = got[i];
+        ws.push_back(&views[i]);
+        ys.push_back(got[i].data());
+        MatMul(views[i], x.data(), n, want[i].data(), &pool);
+      }
+      MatMulShared(ws, x.data(), n, ys.data(), &pool);
+      for (size_t i = 0; i < views.size(); ++i) {
+        ASSERT_EQ(got[i], want[i]) << IsaName(isa) << " weight " << i << " n " << n;
       }
     }
   }
