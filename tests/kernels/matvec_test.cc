@@ -167,11 +167,6 @@ TEST(MatMulTest, ZeroTokensWritesNothing) {
   EXPECT_EQ(y, std::vector<float>(3, 7.0f));
 }
 
-}  // namespace
-}  // namespace weir::kernels
-
-namespace weir::kernels {
-namespace {
 
 // Strided f32 rows (one head's keys in a KV cache): every path against the reference within the
 // usual bound, for awkward widths and strides.
@@ -194,11 +189,6 @@ TEST(DotRowsF32Test, EveryPathMatchesTheReference) {
   }
 }
 
-}  // namespace
-}  // namespace weir::kernels
-
-namespace weir::kernels {
-namespace {
 
 // Products sharing one input give, per weight, exactly what MatMul gives for it alone: runs of
 // one kind, kinds mixed (types, a tiled weight), a weight with no rows, more weights than one
