@@ -549,9 +549,111 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
 }
 
+// ---------------------------------------------------------------------------------------------
+// Tiled dense product (tiled.h): each 64-byte quant vector holds 4 inputs of 16 rows; its two
+// 256-bit halves are rows 0-7 and 8-15, one row per 32-bit lane. The activation is prepared by
+// the scalar ScalarPrepTiled (records of 64 bytes: q[32], bias, d). Q4_0 multiplies the raw
+// nibbles and starts each block's sum at the record's bias (-8 * sum q); Q8_0 uses the sign
+// trick, whose sums need no bias. Both give the exact integer block sums, so the f32 steps below
+// (fma(float(isum), d_w * d_x, acc), blocks in order) reproduce ScalarDotTiled bit for bit.
+
+constexpr size_t kTiledRecord = 64;  // == kTiledRecordBytes (tiled.h, not included here)
+
+template <bool kQ4, int NT>
+void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, const uint8_t* xp,
+                   size_t xs, float* y, size_t ys, const uint8_t* pf_end) {
+  constexpr size_t kQuantTile = kQ4 ? 256 : 512;
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i nibble = _mm256_set1_epi8(0x0f);
+  __m256 acc[NT][2];
+  for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    const uint8_t* qt = quants + static_cast<size_t>(b) * kQuantTile;
+    for (size_t off = 0; off < kQuantTile; off += 64) {
+      const uint8_t* p = qt + off + kPrefetchBytes;
+      if (p < pf_end) PrefetchAhead<false>(p);
+    }
+    __m256i isum[NT][2];
+    for (int t = 0; t < NT; ++t) {
+      int32_t bias = 0;
+      if constexpr (kQ4) __builtin_memcpy(&bias, xp + t * xs + static_cast<size_t>(b) * kTiledRecord + 32, 4);
+      isum[t][0] = isum[t][1] = _mm256_set1_epi32(bias);
+    }
+    auto word = [&](int t, int k) {
+      int32_t v;
+      __builtin_memcpy(&v, xp + t * xs + static_cast<size_t>(b) * kTiledRecord + 4 * k, 4);
+      return _mm256_set1_epi32(v);
+    };
+    for (int h = 0; h < 2; ++h) {
+      if constexpr (kQ4) {
+        for (int v = 0; v < 4; ++v) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + 64 * v + 32 * h));
+          const __m256i wl = _mm256_and_si256(w, nibble);
+          const __m256i wh = _mm256_and_si256(_mm256_srli_epi16(w, 4), nibble);
+          for (int t = 0; t < NT; ++t) {
+            const __m256i pl = _mm256_madd_epi16(_mm256_maddubs_epi16(wl, word(t, v)), ones16);
+            const __m256i ph = _mm256_madd_epi16(_mm256_maddubs_epi16(wh, word(t, 4 + v)), ones16);
+            isum[t][h] = _mm256_add_epi32(isum[t][h], _mm256_add_epi32(pl, ph));
+          }
+        }
+      } else {
+        for (int v = 0; v < 8; ++v) {
+          const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qt + 64 * v + 32 * h));
+          const __m256i aw = _mm256_abs_epi8(w);
+          for (int t = 0; t < NT; ++t) {
+            const __m256i sx = _mm256_sign_epi8(word(t, v), w);
+            isum[t][h] = _mm256_add_epi32(isum[t][h],
+                                          _mm256_madd_epi16(_mm256_maddubs_epi16(aw, sx), ones16));
+          }
+        }
+      }
+    }
+    for (int h = 0; h < 2; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + static_cast<size_t>(b) * 32 + 16 * h)));
+      for (int t = 0; t < NT; ++t) {
+        float dx;
+        __builtin_memcpy(&dx, xp + t * xs + static_cast<size_t>(b) * kTiledRecord + 36, 4);
+        acc[t][h] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum[t][h]),
+                                    _mm256_mul_ps(dw, _mm256_set1_ps(dx)), acc[t][h]);
+      }
+    }
+  }
+  for (int t = 0; t < NT; ++t) {
+    _mm256_storeu_ps(y + t * ys, acc[t][0]);
+    _mm256_storeu_ps(y + t * ys + 8, acc[t][1]);
+  }
+}
+
+template <bool kQ4>
+void DotTiledQuant(const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
+                   const uint8_t* xp, size_t xs, int64_t n_tok, float* y, size_t ys) {
+  const uint8_t* end = groups + static_cast<size_t>(n_groups) * group_bytes;
+  for (int64_t g = 0; g < n_groups; ++g) {
+    const uint8_t* scales = groups + static_cast<size_t>(g) * group_bytes;
+    const uint8_t* quants = scales + static_cast<size_t>(nb) * 32;
+    float* yg = y + 16 * g;
+    int64_t tok = 0;
+    for (; tok + 2 <= n_tok; tok += 2) {
+      DotTiledGroup<kQ4, 2>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+    }
+    if (tok < n_tok) DotTiledGroup<kQ4, 1>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+  }
+}
+
+void DotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
+              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  const auto* x = static_cast<const uint8_t*>(xp);
+  if (t == DType::kQ4_0) {
+    DotTiledQuant<true>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+  } else {
+    DotTiledQuant<false>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+  }
+}
+
 const IsaKernels kTable = {PrepBytes, Prep,    Dot,     nullptr, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
-                           nullptr,   nullptr};
+                           nullptr,   DotTiled};
 
 }  // namespace
 
