@@ -2,7 +2,10 @@
 // output, exit codes for usage and runtime errors, and clean one-line errors on bad input.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
 #include <string>
+
+#include "kernels/tiled.h"
 
 #include "testing/testing.h"
 
@@ -54,6 +57,30 @@ TEST(CliTest, SparsityFlagErrorsAreClear) {
   auto r = RunCommand(Quote(WeirBin()) + " run -m " + Quote(model) + " -n 4 --sparsity nosuch:0.5");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("nosuch"), std::string::npos) << r.err;
+}
+
+// Where the weights live, as `weir bench --json` reports it: copied into memory and tiled for a
+// dense run, copied but row-major under a sparsity policy, mapped with --mmap.
+TEST(CliTest, BenchReportsWeightPlacement) {
+  const std::string dir = testing::TempDir(), model = dir + "/tiny-q4.gguf";
+  auto gen = RunCommand(Quote(WeirBin()) + " gen --preset tiny --type q4_0 -o " + Quote(model));
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  const std::string bench = Quote(WeirBin()) + " bench -m " + Quote(model) +
+                            " -p 4 -n 4 -r 1 -t 2 --no-stream --json";
+  const int tiled = kernels::HasFastTiledProduct() ? 7 * 2 + 1 : 0;  // 2 layers + output head
+  struct Case {
+    std::string flags, weights;
+    int tiled;
+  };
+  for (const Case& c : {Case{"", "memory", tiled}, Case{" --mmap", "mapped", 0},
+                        Case{" --sparsity glu:0.5", "memory", 0}}) {
+    auto r = RunCommand(bench + c.flags);
+    ASSERT_EQ(r.exit_code, 0) << c.flags << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_EQ(j.at("weights"), c.weights) << c.flags;
+    EXPECT_EQ(j.at("tiled_tensors"), c.tiled) << c.flags;
+    EXPECT_GT(j.at("decode_tok_s").get<double>(), 0) << c.flags;
+  }
 }
 
 }  // namespace
