@@ -66,7 +66,7 @@ struct SharedProducts {
       const auto* xt = static_cast<const uint8_t*>(xp) + static_cast<size_t>(t0) * xp_stride;
       float* yt = ys[i] + t0 * rows + u0 * unit;
       if (tiled) {
-        dot_tiled(w.dtype, base, unit_bytes, cols / kQK, u1 - u0, xt, xp_stride, nt, yt,
+        dot_tiled(w.dtype, base, internal::TensorGeometry(w, u1 - u0), xt, xp_stride, nt, yt,
                   static_cast<size_t>(rows));
       } else {
         k->dot(w.dtype, base, w.row_bytes(), cols, u1 - u0, xt, xp_stride, nt, yt,

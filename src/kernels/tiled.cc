@@ -96,23 +96,24 @@ void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out) {
   }
 }
 
-void ScalarDotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
-                    const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const uint8_t* scales = groups + static_cast<size_t>(g) * group_bytes;
-    const uint8_t* quants = scales + nb * kTileRows * kScaleBytes;
+void ScalarDotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const void* xp,
+                    size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* group = groups + static_cast<size_t>(g) * geo.group_bytes;
     for (int64_t tok = 0; tok < n_tok; ++tok) {
       const uint8_t* x = static_cast<const uint8_t*>(xp) + static_cast<size_t>(tok) * xp_stride;
       for (int64_t r = 0; r < kTileRows; ++r) {
         float acc = 0;
-        for (int64_t b = 0; b < nb; ++b) {
+        for (int64_t b = 0; b < geo.nb; ++b) {
           const uint8_t* rec = x + static_cast<size_t>(b) * kTiledRecordBytes;
           const auto* q = reinterpret_cast<const int8_t*>(rec);
+          const uint8_t* scales = group + static_cast<size_t>(b) * geo.scale_stride;
+          const uint8_t* quants = group + geo.quant_offset + static_cast<size_t>(b) * geo.quant_stride;
           int32_t isum = 0;
-          for (int64_t j = 0; j < kQK; ++j) isum += WeightAt(t, quants, b, r, j) * q[j];
+          for (int64_t j = 0; j < kQK; ++j) isum += WeightAt(t, quants, 0, r, j) * q[j];
           uint16_t dw_bits;
           float dx;
-          std::memcpy(&dw_bits, scales + (b * kTileRows + r) * kScaleBytes, 2);
+          std::memcpy(&dw_bits, scales + r * kScaleBytes, 2);
           std::memcpy(&dx, rec + 36, 4);
           const float scale = F16ToF32(dw_bits) * dx;
           acc = std::fma(static_cast<float>(isum), scale, acc);
@@ -123,7 +124,47 @@ void ScalarDotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t 
   }
 }
 
+internal::TiledGeometry TensorGeometry(const TensorView& tiled, int64_t n_groups) {
+  internal::TiledGeometry g;
+  g.nb = tiled.cols() / kQK;
+  g.n_groups = n_groups;
+  g.group_bytes = static_cast<size_t>(kTileRows) * tiled.row_bytes();
+  g.scale_stride = static_cast<size_t>(kTileRows * kScaleBytes);
+  g.quant_offset = static_cast<size_t>(g.nb) * g.scale_stride;
+  g.quant_stride = static_cast<size_t>(QuantTileBytes(tiled.dtype));
+  return g;
+}
+
 }  // namespace internal
+
+size_t TiledPrepBytes(int64_t cols) { return static_cast<size_t>(cols / kQK) * kTiledRecordBytes; }
+
+void PrepareTiled(DType t, const float* x, int64_t cols, void* out) {
+  const internal::IsaKernels& k = internal::ActiveKernels();
+  (k.prep_tiled ? k.prep_tiled : internal::ScalarPrepTiled)(t, x, cols, out);
+}
+
+void DotTiledPrepared(const TensorView& tiled, const void* xp, float* y) {
+  WEIR_CHECK(tiled.layout == Layout::kTiled16);
+  const internal::IsaKernels& k = internal::ActiveKernels();
+  (k.dot_tiled ? k.dot_tiled : internal::ScalarDotTiled)(
+      tiled.dtype, static_cast<const uint8_t*>(tiled.data),
+      internal::TensorGeometry(tiled, tiled.rows() / kTileRows), xp, 0, 1, y, 0);
+}
+
+void DotTiledChunks(DType t, const uint8_t* first, size_t chunk_stride, int64_t n_chunks,
+                    int64_t rows, const void* hp, float* y) {
+  WEIR_CHECK((t == DType::kQ8_0 || t == DType::kQ4_0) && rows % kTileRows == 0);
+  internal::TiledGeometry g;
+  g.nb = n_chunks;
+  g.n_groups = rows / kTileRows;
+  g.group_bytes = static_cast<size_t>(kTileRows) * BlockBytes(t);
+  g.scale_stride = chunk_stride;
+  g.quant_offset = static_cast<size_t>(kTileRows * kScaleBytes);
+  g.quant_stride = chunk_stride;
+  const internal::IsaKernels& k = internal::ActiveKernels();
+  (k.dot_tiled ? k.dot_tiled : internal::ScalarDotTiled)(t, first, g, hp, 0, 1, y, 0);
+}
 
 namespace ref {
 
@@ -134,11 +175,10 @@ void PrepTiled(DType t, const float* x, int64_t cols, void* out) {
 void DotTiled(const TensorView& tiled, int64_t group_begin, int64_t group_end, const void* xp,
               size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
   WEIR_CHECK(tiled.layout == Layout::kTiled16);
-  const size_t group_bytes = static_cast<size_t>(kTileRows) * tiled.row_bytes();
+  const internal::TiledGeometry g = internal::TensorGeometry(tiled, group_end - group_begin);
   internal::ScalarDotTiled(tiled.dtype,
-                           static_cast<const uint8_t*>(tiled.data) + static_cast<size_t>(group_begin) * group_bytes,
-                           group_bytes, tiled.cols() / kQK, group_end - group_begin, xp, xp_stride,
-                           n_tok, y + group_begin * kTileRows, y_stride);
+                           static_cast<const uint8_t*>(tiled.data) + static_cast<size_t>(group_begin) * g.group_bytes,
+                           g, xp, xp_stride, n_tok, y + group_begin * kTileRows, y_stride);
 }
 
 }  // namespace ref

@@ -52,6 +52,26 @@ TensorView TileRows(const TensorView& w, void* dst);
 // Row r of a tiled tensor in row-major block form (row_bytes() bytes at out).
 void UntileRow(const TensorView& tiled, int64_t r, void* out);
 
+// One-token tiled products on the calling thread, for callers that split the work themselves
+// (a streamed pack's lanes). x is prepared once (PrepareTiled into TiledPrepBytes(cols) bytes,
+// 64-byte aligned) and reused for every product of that input.
+size_t TiledPrepBytes(int64_t cols);
+void PrepareTiled(DType t, const float* x, int64_t cols, void* out);
+// y[rows] = tiled · x.
+void DotTiledPrepared(const TensorView& tiled, const void* xp, float* y);
+// The down pieces of a tiled bundle pack (format/weir_pack_format.h): n_chunks chunks
+// chunk_stride bytes apart, each a [rows, 32] piece of type t tiled by 16 rows (one block per
+// row), the first at `first`. y[r] = sum over chunks k, in order, of piece_k[r, :] · h_k for
+// r < rows (a multiple of 16); h prepared over the n_chunks * 32 inputs.
+void DotTiledChunks(DType t, const uint8_t* first, size_t chunk_stride, int64_t n_chunks,
+                    int64_t rows, const void* hp, float* y);
+
+namespace internal {
+struct TiledGeometry;
+// The geometry (internal/isa_kernels.h) of n_groups groups of a tiled tensor.
+TiledGeometry TensorGeometry(const TensorView& tiled, int64_t n_groups);
+}  // namespace internal
+
 namespace ref {
 // The scalar definition of the tiled product: y[tok * y_stride + r] for r < rows of `tiled`.
 // x is prepared as described above (PrepTiled).

@@ -560,17 +560,21 @@ void SiluMul(float* gate, const float* up, int64_t n) {
 constexpr size_t kTiledRecord = 64;  // == kTiledRecordBytes (tiled.h, not included here)
 
 template <bool kQ4, int NT>
-void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, const uint8_t* xp,
-                   size_t xs, float* y, size_t ys, const uint8_t* pf_end) {
+void DotTiledGroup(const uint8_t* scales, size_t scale_stride, const uint8_t* quants,
+                   size_t quant_stride, int64_t nb, const uint8_t* xp, size_t xs, float* y,
+                   size_t ys, const uint8_t* pf_end) {
   constexpr size_t kQuantTile = kQ4 ? 256 : 512;
   const __m256i ones16 = _mm256_set1_epi16(1);
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
+  // 2 KiB ahead in a tiled tensor; the next block where blocks lie further apart (a tiled
+  // bundle pack's down pieces, one chunk apart).
+  const size_t ahead = quant_stride > kPrefetchBytes ? quant_stride : kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* qt = quants + static_cast<size_t>(b) * kQuantTile;
+    const uint8_t* qt = quants + static_cast<size_t>(b) * quant_stride;
     for (size_t off = 0; off < kQuantTile; off += 64) {
-      const uint8_t* p = qt + off + kPrefetchBytes;
+      const uint8_t* p = qt + off + ahead;
       if (p < pf_end) PrefetchAhead<false>(p);
     }
     __m256i isum[NT][2];
@@ -610,7 +614,7 @@ void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, con
     }
     for (int h = 0; h < 2; ++h) {
       const __m256 dw = _mm256_cvtph_ps(
-          _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + static_cast<size_t>(b) * 32 + 16 * h)));
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(scales + static_cast<size_t>(b) * scale_stride + 16 * h)));
       for (int t = 0; t < NT; ++t) {
         float dx;
         __builtin_memcpy(&dx, xp + t * xs + static_cast<size_t>(b) * kTiledRecord + 36, 4);
@@ -626,28 +630,32 @@ void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, con
 }
 
 template <bool kQ4>
-void DotTiledQuant(const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
-                   const uint8_t* xp, size_t xs, int64_t n_tok, float* y, size_t ys) {
-  const uint8_t* end = groups + static_cast<size_t>(n_groups) * group_bytes;
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const uint8_t* scales = groups + static_cast<size_t>(g) * group_bytes;
-    const uint8_t* quants = scales + static_cast<size_t>(nb) * 32;
+void DotTiledQuant(const uint8_t* groups, const TiledGeometry& geo, const uint8_t* xp, size_t xs,
+                   int64_t n_tok, float* y, size_t ys) {
+  // Look-ahead stays inside the groups read (the last block of the last group).
+  const uint8_t* end = groups + static_cast<size_t>(geo.n_groups - 1) * geo.group_bytes +
+                       geo.quant_offset + static_cast<size_t>(geo.nb) * geo.quant_stride;
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* scales = groups + static_cast<size_t>(g) * geo.group_bytes;
+    const uint8_t* quants = scales + geo.quant_offset;
     float* yg = y + 16 * g;
     int64_t tok = 0;
     for (; tok + 2 <= n_tok; tok += 2) {
-      DotTiledGroup<kQ4, 2>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+      DotTiledGroup<kQ4, 2>(scales, geo.scale_stride, quants, geo.quant_stride, geo.nb, xp + tok * xs, xs,
+                            yg + tok * ys, ys, end);
     }
-    if (tok < n_tok) DotTiledGroup<kQ4, 1>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+    if (tok < n_tok) DotTiledGroup<kQ4, 1>(scales, geo.scale_stride, quants, geo.quant_stride, geo.nb, xp + tok * xs, xs,
+                            yg + tok * ys, ys, end);
   }
 }
 
-void DotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
-              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const void* xp,
+              size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
   const auto* x = static_cast<const uint8_t*>(xp);
   if (t == DType::kQ4_0) {
-    DotTiledQuant<true>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+    DotTiledQuant<true>(groups, geo, x, xp_stride, n_tok, y, y_stride);
   } else {
-    DotTiledQuant<false>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+    DotTiledQuant<false>(groups, geo, x, xp_stride, n_tok, y, y_stride);
   }
 }
 

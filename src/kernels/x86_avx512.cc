@@ -931,23 +931,27 @@ void PrepTiled(DType t, const float* x, int64_t cols, void* out) {
 // One 16-row group against NT tokens. The per-block integer sums start at the record's bias and
 // run as two chains (low and high halves) so that vpdpbusd's latency overlaps.
 template <bool kQ4, int NT>
-void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, const uint8_t* xp,
-                   size_t xs, float* y, size_t ys, const uint8_t* pf_end) {
+void DotTiledGroup(const uint8_t* scales, size_t scale_stride, const uint8_t* quants,
+                   size_t quant_stride, int64_t nb, const uint8_t* xp, size_t xs, float* y,
+                   size_t ys, const uint8_t* pf_end) {
   constexpr size_t kQuantTile = kQ4 ? 256 : 512;
   __m512 acc[NT];
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   const __m512i nibble = _mm512_set1_epi8(0x0f);
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  // 2 KiB ahead in a tiled tensor; the next block where blocks lie further apart (a tiled
+  // bundle pack's down pieces, one chunk apart).
+  const size_t ahead = quant_stride > kPrefetchBytes ? quant_stride : kPrefetchBytes;
   for (int64_t b = 0; b < nb; ++b) {
-    const uint8_t* qt = quants + static_cast<size_t>(b) * kQuantTile;
+    const uint8_t* qt = quants + static_cast<size_t>(b) * quant_stride;
     // Into L2 (measured on llama-1b Q4_0's products: 45.3 against 44.2 tok/s into L1; Q8_0
     // alike), 2 KiB ahead (1 KiB and 4-8 KiB were no better).
     for (size_t off = 0; off < kQuantTile; off += 64) {
-      const uint8_t* p = qt + off + kPrefetchBytes;
+      const uint8_t* p = qt + off + ahead;
       if (p < pf_end) PrefetchAhead<false>(p);
     }
     const __m512 dw = _mm512_cvtph_ps(
-        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + static_cast<size_t>(b) * 32)));
+        _mm256_loadu_si256(reinterpret_cast<const __m256i*>(scales + static_cast<size_t>(b) * scale_stride)));
     __m512i lo[NT], hi[NT];
     for (int t = 0; t < NT; ++t) {
       const uint8_t* rec = xp + t * xs + static_cast<size_t>(b) * kTiledRecord;
@@ -992,26 +996,32 @@ void DotTiledGroup(const uint8_t* scales, const uint8_t* quants, int64_t nb, con
 }
 
 template <bool kQ4>
-void DotTiledQuant(const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
-                   const uint8_t* xp, size_t xs, int64_t n_tok, float* y, size_t ys) {
-  const uint8_t* end = groups + static_cast<size_t>(n_groups) * group_bytes;
-  for (int64_t g = 0; g < n_groups; ++g) {
-    const uint8_t* scales = groups + static_cast<size_t>(g) * group_bytes;
-    const uint8_t* quants = scales + static_cast<size_t>(nb) * 32;
+void DotTiledQuant(const uint8_t* groups, const TiledGeometry& geo, const uint8_t* xp, size_t xs,
+                   int64_t n_tok, float* y, size_t ys) {
+  // Look-ahead stays inside the groups read (the last block of the last group).
+  const uint8_t* end = groups + static_cast<size_t>(geo.n_groups - 1) * geo.group_bytes +
+                       geo.quant_offset + static_cast<size_t>(geo.nb) * geo.quant_stride;
+  for (int64_t g = 0; g < geo.n_groups; ++g) {
+    const uint8_t* scales = groups + static_cast<size_t>(g) * geo.group_bytes;
+    const uint8_t* quants = scales + geo.quant_offset;
     float* yg = y + 16 * g;
     int64_t tok = 0;
     for (; tok + 4 <= n_tok; tok += 4) {
-      DotTiledGroup<kQ4, 4>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+      DotTiledGroup<kQ4, 4>(scales, geo.scale_stride, quants, geo.quant_stride, geo.nb, xp + tok * xs, xs,
+                            yg + tok * ys, ys, end);
     }
     switch (n_tok - tok) {
       case 3:
-        DotTiledGroup<kQ4, 3>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+        DotTiledGroup<kQ4, 3>(scales, geo.scale_stride, quants, geo.quant_stride, geo.nb, xp + tok * xs, xs,
+                            yg + tok * ys, ys, end);
         break;
       case 2:
-        DotTiledGroup<kQ4, 2>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+        DotTiledGroup<kQ4, 2>(scales, geo.scale_stride, quants, geo.quant_stride, geo.nb, xp + tok * xs, xs,
+                            yg + tok * ys, ys, end);
         break;
       case 1:
-        DotTiledGroup<kQ4, 1>(scales, quants, nb, xp + tok * xs, xs, yg + tok * ys, ys, end);
+        DotTiledGroup<kQ4, 1>(scales, geo.scale_stride, quants, geo.quant_stride, geo.nb, xp + tok * xs, xs,
+                            yg + tok * ys, ys, end);
         break;
       default:
         break;
@@ -1019,13 +1029,13 @@ void DotTiledQuant(const uint8_t* groups, size_t group_bytes, int64_t nb, int64_
   }
 }
 
-void DotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
-              const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
+void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const void* xp,
+              size_t xp_stride, int64_t n_tok, float* y, size_t y_stride) {
   const auto* x = static_cast<const uint8_t*>(xp);
   if (t == DType::kQ4_0) {
-    DotTiledQuant<true>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+    DotTiledQuant<true>(groups, geo, x, xp_stride, n_tok, y, y_stride);
   } else {
-    DotTiledQuant<false>(groups, group_bytes, nb, n_groups, x, xp_stride, n_tok, y, y_stride);
+    DotTiledQuant<false>(groups, geo, x, xp_stride, n_tok, y, y_stride);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <random>
 #include <vector>
 
@@ -120,6 +121,70 @@ TEST(TiledTest, AgreesWithTheRowMajorReference) {
         const size_t i = static_cast<size_t>(tok * rows + r);
         ASSERT_NEAR(got[i], want[i], bound) << DTypeName(t) << " token " << tok << " row " << r;
       }
+    }
+  }
+}
+
+// The down pieces of a tiled bundle pack: chunks of [rows, 32] pieces, tiled, a stride apart.
+// Every path gives the scalar path's bits, and the result agrees with the row-major pieces'
+// reference product.
+TEST(TiledTest, ChunkedPiecesEveryPathBitwiseAndNearTheReference) {
+  std::mt19937 rng(5);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    const int64_t rows = 48, n_chunks = 5;
+    const size_t piece_bytes = static_cast<size_t>(rows) * RowBytes(t, 32);
+    const size_t stride = 3 * piece_bytes + 64;  // other bytes between the pieces, as in a pack
+    std::vector<uint8_t> pack(stride * n_chunks, 0xA5);
+    std::vector<Weights> pieces;
+    for (int64_t k = 0; k < n_chunks; ++k) {
+      pieces.push_back(RandomWeights(rng, t, rows, 32));
+      TileRows(pieces.back().view(), pack.data() + k * stride + 2 * piece_bytes);
+    }
+    const std::vector<float> h = RandomFloats(rng, n_chunks * 32);
+    std::vector<float> want(static_cast<size_t>(rows), 0.0f);
+    AlignedBuffer hp(TiledPrepBytes(n_chunks * 32));
+    std::vector<float> scalar(static_cast<size_t>(rows));
+    {
+      ScopedIsaOverride use(Isa::kScalar);
+      PrepareTiled(t, h.data(), n_chunks * 32, hp.data());
+      DotTiledChunks(t, pack.data() + 2 * piece_bytes, stride, n_chunks, rows, hp.data(), scalar.data());
+    }
+    for (Isa isa : SupportedIsas()) {
+      ScopedIsaOverride use(isa);
+      std::vector<float> got(static_cast<size_t>(rows), -1.0f);
+      PrepareTiled(t, h.data(), n_chunks * 32, hp.data());
+      DotTiledChunks(t, pack.data() + 2 * piece_bytes, stride, n_chunks, rows, hp.data(), got.data());
+      ASSERT_EQ(got, scalar) << IsaName(isa) << " " << DTypeName(t);
+    }
+    // Against the row-major pieces: sum over chunks of ref dots, within the usual bound.
+    for (int64_t r = 0; r < rows; ++r) {
+      double bound = 1e-30;
+      double sum = 0;
+      for (int64_t k = 0; k < n_chunks; ++k) {
+        const std::vector<float> he = EffectiveX(t, h.data() + k * 32, 32);
+        sum += ref::DotRow(pieces[k].view(), r, h.data() + k * 32);
+        bound += kRel * AbsDot(pieces[k].values.data() + r * 32, he.data(), 32);
+      }
+      ASSERT_NEAR(scalar[r], sum, bound + 1e-6 * std::fabs(sum)) << DTypeName(t) << " row " << r;
+    }
+  }
+}
+
+// DotTiledPrepared: the one-token product on the calling thread equals MatMul over the tensor.
+TEST(TiledTest, PreparedProductEqualsMatMul) {
+  std::mt19937 rng(6);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+      const Weights w = RandomWeights(rng, t, 32, 160);
+      const Tiled tiled = Tile(w);
+      const std::vector<float> x = RandomFloats(rng, 160);
+      AlignedBuffer xp(TiledPrepBytes(160));
+      PrepareTiled(t, x.data(), 160, xp.data());
+      std::vector<float> got(32), want(32);
+      DotTiledPrepared(tiled.view, xp.data(), got.data());
+      MatMul(tiled.view, x.data(), 1, want.data(), nullptr);
+      ASSERT_EQ(got, want) << IsaName(isa) << " " << DTypeName(t);
     }
   }
 }

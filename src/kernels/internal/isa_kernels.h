@@ -28,6 +28,20 @@ namespace weir::kernels::internal {
 // threads at multiples of it so the groups, and so the results, do not depend on the pool.
 constexpr int kGatherGroup = 4;
 
+// Where the blocks of a tiled product lie: group i starts at groups + i * group_bytes; block b
+// of a group has its 16 f16 scales at scale_stride * b and its quants (16 rows x 32 inputs) at
+// quant_offset + quant_stride * b from the group's start. A tiled tensor (tiled.h) has
+// scale_stride 32, quant_offset 32 nb, quant_stride 256 (Q4_0) or 512 (Q8_0); the down pieces of
+// a tiled bundle pack (one block column per chunk) have both strides = the chunk stride.
+struct TiledGeometry {
+  int64_t nb = 0;        // blocks per row
+  int64_t n_groups = 0;  // groups of 16 rows
+  size_t group_bytes = 0;
+  size_t scale_stride = 0;
+  size_t quant_offset = 0;
+  size_t quant_stride = 0;
+};
+
 struct IsaKernels {
   // Bytes of one token's prepared activation for weight type t and cols inputs (0: none needed).
   size_t (*prep_bytes)(DType t, int64_t cols);
@@ -79,18 +93,17 @@ struct IsaKernels {
 
   // Tiled dense product (tiled.h) for Q8_0 / Q4_0, or nullptr (then the scalar versions below):
   // prep_tiled writes cols / 32 records of kTiledRecordBytes; dot_tiled computes, for the
-  // n_groups groups of 16 rows at groups (group_bytes apart), nb blocks per row, and tok < n_tok,
+  // g.n_groups groups of 16 rows (TiledGeometry) and tok < n_tok,
   //   y[tok * y_stride + 16 * g + r] = row (g, r) · x_tok,  x_tok prepared at xp + tok * xp_stride,
   // bitwise what ScalarDotTiled gives.
   void (*prep_tiled)(DType t, const float* x, int64_t cols, void* out);
-  void (*dot_tiled)(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb,
-                    int64_t n_groups, const void* xp, size_t xp_stride, int64_t n_tok, float* y,
-                    size_t y_stride);
+  void (*dot_tiled)(DType t, const uint8_t* groups, const TiledGeometry& g, const void* xp,
+                    size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
 };
 
 void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out);
-void ScalarDotTiled(DType t, const uint8_t* groups, size_t group_bytes, int64_t nb, int64_t n_groups,
-                    const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
+void ScalarDotTiled(DType t, const uint8_t* groups, const TiledGeometry& g, const void* xp,
+                    size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
 
 constexpr int64_t kMaxDotChunks = 64;
 
