@@ -17,6 +17,8 @@
 //   weir.pack.down_t             string     column layouts: "exact" (float types) or
 //                                           "requantized" (Q8_0/Q4_0); bundles: "none"
 //   weir.pack.source             string     file name (no directory) of the packed model
+//   weir.pack.tiled_bundles      u32        1 (bundles, written since session 4): the chunks of
+//                                           Q8_0/Q4_0 groups are tiled, see below; absent = 0
 //
 // Tensors, in this order:
 //   token_embd.weight, output_norm.weight, output.weight (absent when tied), then per layer
@@ -39,6 +41,13 @@
 //   row_bytes when c is a chunk's first. Every byte is the source's (or its --type conversion,
 //   row by row): nothing is requantized, and the down product is a row-form dot per chunk
 //   (kernels::ChunkedMatVec) with the numerics of the dense MatVec over W_down.
+// Tiled bundles (weir.pack.tiled_bundles = 1, groups of type Q8_0/Q4_0 with d_model a multiple
+// of 16, TiledBundles): each of a chunk's three pieces above -- the [32, d_model] gate rows, the
+// [32, d_model] up rows, the [d_model, 32] down pieces -- is stored tiled by 16 rows
+// (kernels/tiled.h: per 16 rows and block, the 16 scales then the quants interleaved 4 bytes per
+// row), the same bytes in another order at the same place. The down pieces then hold, per 16
+// outputs, 32 bytes of scales and 256 / 512 bytes of quants: one block column per chunk, which
+// kernels::DotTiledChunks walks chunk by chunk.
 // The streaming engine reads page-aligned blocks of a bundle tensor, each of which is inside
 // the file because the tensor starts page-aligned and the GGUF padding after it (or the end of
 // the file) completes its last page. (Pack version 1 stored ffn_down^T rows, requantized, per
@@ -106,6 +115,7 @@ inline constexpr char kPackGroupFirstKey[] = "weir.pack.group_first_layer";
 inline constexpr char kPackGroupCountKey[] = "weir.pack.group_layer_count";
 inline constexpr char kPackDownTKey[] = "weir.pack.down_t";
 inline constexpr char kPackSourceKey[] = "weir.pack.source";
+inline constexpr char kPackTiledKey[] = "weir.pack.tiled_bundles";
 
 // Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
 inline constexpr int kMaxPackGroupSize = 64;
@@ -160,6 +170,8 @@ struct PackGroup {
                             // offset + c0 * this (kColumns: n_layers * row_bytes, channel c of
                             // ffn_down)
   PackLayout layout = PackLayout::kBundles;
+  // Bundles: the chunk's three pieces are tiled by 16 rows (TiledBundles below).
+  bool tiled = false;
   // Column layouts only: weir.ffn_in.<g> (kSparseColumns: offsets and nbytes are those of the
   // byte tensors; row_bytes and in_row_bytes stay the dense rows' sizes).
   uint64_t in_offset = 0;
@@ -194,6 +206,13 @@ struct PackGroup {
   }
   bool Contains(int layer) const { return layer >= first_layer && layer < first_layer + n_layers; }
 };
+
+// Whether a bundle group of a pack written with weir.pack.tiled_bundles = 1 has tiled chunks:
+// Q8_0 / Q4_0 with d_model a multiple of 16 (then every chunk is 32 neurons wide).
+inline bool TiledBundles(const PackGroup& g) {
+  return g.layout == PackLayout::kBundles && (g.dtype == DType::kQ8_0 || g.dtype == DType::kQ4_0) &&
+         g.d_model % 16 == 0;
+}
 
 // Splits layers 0..n_layers-1 into groups of up to `group_size` consecutive layers; a group
 // also ends where d_ff changes (bundles of one group share a channel count). Returns

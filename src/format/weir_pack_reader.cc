@@ -83,6 +83,12 @@ Status PackFile::Parse() {
   if (f.Has(kPackSourceKey)) {
     WEIR_ASSIGN_OR_RETURN(source_, f.GetString(kPackSourceKey));
   }
+  bool tiled_bundles = false;
+  if (f.Has(kPackTiledKey)) {
+    WEIR_ASSIGN_OR_RETURN(uint32_t t, f.GetU32(kPackTiledKey));
+    if (t > 1) return Status::Corrupt(StrFormat("%s: %s is %u, not 0 or 1", p, kPackTiledKey, t));
+    tiled_bundles = t == 1;
+  }
 
   // Groups: arrays of equal length that tile the layers in order.
   WEIR_ASSIGN_OR_RETURN(uint32_t gsize, f.GetU32(kPackGroupSizeKey));
@@ -185,6 +191,7 @@ Status PackFile::Parse() {
       }
       infos.push_back(info);
     }
+    grp.tiled = tiled_bundles && TiledBundles(grp);
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&grp).WithContext(f.path()));
     if (sparse_type) {
       // Sizes are the byte tensors'; their offset tables must be well formed (records are

@@ -10,6 +10,7 @@
 #include "format/llama_gguf_writer.h"
 #include "format/weir_pack_format.h"
 #include "kernels/sparse_column.h"
+#include "kernels/tiled.h"
 #include "tensor/quantize.h"
 
 namespace weir::format {
@@ -159,7 +160,8 @@ Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   const PackGroup& g = s->group;
   const int64_t n = g.n_layers;
   std::vector<float> tmp;
-  std::vector<uint8_t> slab;  // one chunk's down pieces, built when a range reaches them
+  std::vector<uint8_t> piece;  // one chunk's piece of one operator (w rows' bytes), when needed
+  std::vector<uint8_t> tiled;  // the same, tiled (TiledBundles)
   int64_t r = begin;
   while (r < end) {
     // The chunk holding row r: chunks before c0 take 3 n rows per neuron.
@@ -171,33 +173,42 @@ Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
     const int64_t op_first = g.ChunkRow(c0, j, op);
     const int64_t op_end = std::min(op_first + w, end);
     uint8_t* d = dst + static_cast<size_t>(r - begin) * g.row_bytes;
+    // The operator's w rows' bytes, built whole (a range may start or end inside them).
+    piece.resize(static_cast<size_t>(w) * g.row_bytes);
+    TensorView piece_view;
     if (op == BundleOp::kDown) {
       // The d_model pieces W_down[row, c0 .. c0 + w), converted piece by piece (blocks of 32
       // start at c0, so this equals converting the whole row and slicing it).
       const TensorView& down = s->down[static_cast<size_t>(j)];
-      const size_t piece = RowBytes(g.dtype, w);
-      slab.resize(piece * static_cast<size_t>(g.d_model));
+      const size_t piece_bytes = RowBytes(g.dtype, w);
       tmp.resize(static_cast<size_t>(w));
       for (int64_t o = 0; o < g.d_model; ++o) {
         const uint8_t* src = down.row(o) + RowBytes(down.dtype, c0);
-        uint8_t* out = slab.data() + static_cast<size_t>(o) * piece;
+        uint8_t* out = piece.data() + static_cast<size_t>(o) * piece_bytes;
         if (down.dtype == g.dtype) {
-          std::memcpy(out, src, piece);
+          std::memcpy(out, src, piece_bytes);
         } else {
           DequantizeRow(down.dtype, src, tmp.data(), w);
           QuantizeRow(g.dtype, tmp.data(), out, w);
         }
       }
-      std::memcpy(d, slab.data() + static_cast<size_t>(r - op_first) * g.row_bytes,
-                  static_cast<size_t>(op_end - r) * g.row_bytes);
+      piece_view = TensorView{g.dtype, Shape{g.d_model, w}, piece.data()};
     } else {
       const TensorView& src = op == BundleOp::kGate ? s->gate[static_cast<size_t>(j)]
                                                      : s->up[static_cast<size_t>(j)];
-      for (int64_t k = r; k < op_end; ++k) {
-        ConvertRow(src, c0 + (k - op_first), g.dtype,
-                   d + static_cast<size_t>(k - r) * g.row_bytes, &tmp);
+      for (int64_t k = 0; k < w; ++k) {
+        ConvertRow(src, c0 + k, g.dtype, piece.data() + static_cast<size_t>(k) * g.row_bytes, &tmp);
       }
+      piece_view = TensorView{g.dtype, Shape{w, g.d_model}, piece.data()};
     }
+    const uint8_t* bytes = piece.data();
+    if (g.tiled) {
+      tiled.resize(piece.size());
+      kernels::TileRows(piece_view, tiled.data());
+      bytes = tiled.data();
+    }
+    std::memcpy(d, bytes + static_cast<size_t>(r - op_first) * g.row_bytes,
+                static_cast<size_t>(op_end - r) * g.row_bytes);
     r = op_end;
   }
   return Status::Ok();
@@ -321,6 +332,7 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
                                                path.c_str(), g.d_ff, g.first_layer,
                                                DTypeName(g.dtype)));
     }
+    g.tiled = options.tile_bundles && TiledBundles(g);
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&g).WithContext(path));
     if (g.layout == PackLayout::kSparseColumns) {
       const int n = g.n_layers;
@@ -379,6 +391,7 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     requantized = requantized || IsQuantized(s->group.dtype);
   }
   w.AddU32(kPackVersionKey, kPackVersion);
+  if (options.layout == PackLayout::kBundles && options.tile_bundles) w.AddU32(kPackTiledKey, 1);
   w.AddString(kPackLayoutKey, options.layout == PackLayout::kColumns         ? kPackLayoutColumns
                              : options.layout == PackLayout::kSparseColumns ? kPackLayoutSparseColumns
                                                                             : kPackLayout);

@@ -24,6 +24,9 @@ struct PackOptions {
   int group_size = 1;         // layers per group (--group), 1..kMaxPackGroupSize
   std::optional<DType> type;  // convert every 2-D weight to this type first (--type)
   PackLayout layout = PackLayout::kBundles;  // --layout bundles|columns
+  // Bundles: tile the Q8_0 / Q4_0 chunks (weir.pack.tiled_bundles, weir_pack_format.h). Off
+  // only to write the layout of packs made before it, which weir still reads (tests).
+  bool tile_bundles = true;
 };
 
 // Errors: the model's own validation, a bad group size, MLP tensors of one group in different

@@ -9,6 +9,7 @@
 #include "kernels/gather.h"
 #include "kernels/ops.h"
 #include "kernels/sparse_column.h"
+#include "kernels/tiled.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
@@ -236,7 +237,9 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
       !s->rows_x_.Reset(static_cast<size_t>(max_rows) * f) ||
       !s->gate_.Reset(static_cast<size_t>(max_ff) * f) ||
       !s->up_.Reset(static_cast<size_t>(max_ff) * f) ||
-      !s->partials_.Reset(static_cast<size_t>(max_lanes) * s->d_model_ * f)) {
+      !s->partials_.Reset(static_cast<size_t>(max_lanes) * s->d_model_ * f) ||
+      !s->x_tiled_.Reset(kernels::TiledPrepBytes(s->d_model_)) ||
+      !s->h_tiled_.Reset(kernels::TiledPrepBytes(max_ff))) {
     return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
   }
   s->idx_rows_.resize(static_cast<size_t>(2 * max_ff));
@@ -273,6 +276,7 @@ uint64_t StreamingWeights::fixed_bytes() const {
   // Scratch, plus the transient reserve: one lane of blocks (MLP; column layout: one layer's
   // columns of a matrix) or one layer's attention.
   return rows_y_.size() + rows_x_.size() + gate_.size() + up_.size() + partials_.size() +
+         x_tiled_.size() + h_tiled_.size() +
          idx_rows_.capacity() * sizeof(int32_t) + idx_down_.capacity() * sizeof(int32_t) +
          idx_up_.capacity() * sizeof(int32_t) + coef_.capacity() * sizeof(float) +
          [this] {
@@ -643,6 +647,9 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
   const int d = d_model_;
   for (int t = 0; t < n; ++t) {
     const float* xt = x + static_cast<size_t>(t) * d;
+    if (pg.tiled) {
+      ComputeTiledLanes(g, j, k0, k1, xt, pool);
+    } else {
     // One lane at a time per thread, start to end: its gate and up rows, h, and its partial sum
     // of W_down · h over its chunks' down pieces. A lane's bundles (about 1 MiB) are streamed
     // from memory once and are still in L2 when its down pieces are read.
@@ -683,6 +690,7 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
           }
         },
         1);
+    }
     // out += partial_k in lane order, each thread summing a slice of the outputs.
     float* ot = out + static_cast<size_t>(t) * d;
     ParallelFor(
@@ -695,6 +703,46 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
         },
         64);
   }
+}
+
+// The lanes of a tiled bundle group (format/weir_pack_format.h) for one token x: per chunk the
+// gate and up products of its 32 neurons (DotTiledPrepared, x prepared once for all lanes), h,
+// and the lane's down pieces in one DotTiledChunks call into the lane's partial sum.
+void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
+                                         ThreadPool* pool) {
+  const format::PackGroup& pg = g.pack;
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
+  const int L = lane_channels_, d = d_model_;
+  const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
+  float* gate = gate_.data<float>();
+  float* up = up_.data<float>();
+  float* partials = partials_.data<float>();
+  auto* xp = x_tiled_.data<uint8_t>();
+  auto* hp = h_tiled_.data<uint8_t>();
+  kernels::PrepareTiled(pg.dtype, x, d, xp);
+  ParallelForDynamic(
+      pool, static_cast<size_t>(k1 - k0),
+      [&](size_t b, size_t e, int) {
+        for (size_t i = b; i < e; ++i) {
+          const int k = k0 + static_cast<int>(i);
+          const int64_t c0 = int64_t{k} * L, c1 = std::min<int64_t>(c0 + L, pg.d_ff);
+          for (int64_t c = c0; c < c1; c += format::kBundleChunk) {
+            for (auto [op, y] : {std::pair{format::BundleOp::kGate, gate}, std::pair{format::BundleOp::kUp, up}}) {
+              TensorView piece{pg.dtype, Shape{format::kBundleChunk, d}, view.row(pg.ChunkRow(c, j, op))};
+              piece.layout = Layout::kTiled16;
+              kernels::DotTiledPrepared(piece, xp, y + c);
+            }
+          }
+          kernels::SiluMul(gate + c0, up + c0, c1 - c0);
+          // Records of chunk c start at hp + (c / 32) * 64: lanes write disjoint ranges.
+          uint8_t* h = hp + static_cast<size_t>(c0 / format::kBundleChunk) * kernels::kTiledRecordBytes;
+          kernels::PrepareTiled(pg.dtype, gate + c0, c1 - c0, h);
+          kernels::DotTiledChunks(pg.dtype, view.row(pg.ChunkRow(c0, j, format::BundleOp::kDown)),
+                                  chunk_stride, (c1 - c0) / format::kBundleChunk, d, h,
+                                  partials + static_cast<size_t>(k) * d);
+        }
+      },
+      1);
 }
 
 void StreamingWeights::BeginToken() {

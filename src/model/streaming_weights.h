@@ -273,6 +273,7 @@ class StreamingWeights {
   // Resident mode: reads the whole extent and keeps it pinned.
   Status LoadResident(Extent& e);
   // Computes lanes [k0, k1) of layer first + j for every token, adding to out in lane order.
+  void ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x, ThreadPool* pool);
   void ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n, float* out,
                     ThreadPool* pool);
   // Unpins the batch's blocks below keep_from_block and drops its transient reads there.
@@ -322,6 +323,8 @@ class StreamingWeights {
   AlignedBuffer gate_;             // [d_ff] per channel, then h
   AlignedBuffer up_;               // [d_ff]
   AlignedBuffer partials_;         // [n_lanes, d_model]
+  AlignedBuffer x_tiled_;          // x prepared for tiled bundles (kernels/tiled.h)
+  AlignedBuffer h_tiled_;          // [d_ff / 32] h records, prepared per lane
   std::vector<int32_t> idx_rows_;  // [2 d_ff] gate/up rows per channel
   std::vector<int32_t> idx_down_;  // [d_ff] down^T row per channel
   // Column layout scratch.

@@ -19,6 +19,7 @@
 #include "format/weir_pack_reader.h"
 #include "kernels/sparse_column.h"
 #include "tensor/quantize.h"
+#include "kernels/tiled.h"
 #include "testing/testing.h"
 
 namespace weir::format {
@@ -57,12 +58,29 @@ std::vector<float> Column(const TensorView& w, int64_t c) {
 // Checks every bundle chunk of `pack` against the source model: gate and up rows are the
 // source rows, and the down pieces the source's W_down blocks, bit for bit (converted row by
 // row when the pack has another type).
+// A chunk's piece of `rows` x `cols` values at p, in row-major order: untiled when the group's
+// chunks are tiled (kernels/tiled.h), as is otherwise.
+std::vector<uint8_t> RowMajorPiece(const PackGroup& g, const uint8_t* p, int64_t rows, int64_t cols) {
+  const size_t row_bytes = RowBytes(g.dtype, cols);
+  std::vector<uint8_t> out(row_bytes * static_cast<size_t>(rows));
+  if (!g.tiled) {
+    std::memcpy(out.data(), p, out.size());
+    return out;
+  }
+  TensorView tiled{g.dtype, Shape{rows, cols}, p};
+  tiled.layout = Layout::kTiled16;
+  for (int64_t r = 0; r < rows; ++r) kernels::UntileRow(tiled, r, out.data() + r * row_bytes);
+  return out;
+}
+
 void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
   const GgufFile& f = pack.gguf();
   std::vector<float> tmp;
   std::vector<uint8_t> want;
   for (const PackGroup& g : pack.groups()) {
     ASSERT_EQ(g.dtype, type);
+    // Quantized chunks are tiled (every test model has d_model a multiple of 16).
+    ASSERT_EQ(g.tiled, type == DType::kQ8_0 || type == DType::kQ4_0);
     ASSERT_EQ(g.offset % kPackAlignment, 0u);
     const uint8_t* base = f.data() + g.offset;
     TensorView bundles{g.dtype, Shape{g.rows(), g.d_model}, base};
@@ -87,21 +105,24 @@ void CheckBundles(const ModelFile& src, const PackFile& pack, DType type) {
         const int64_t w = g.chunk_width(c0);
         // A chunk is contiguous: 3 w n rows from c0 * bundle_bytes, layer j's 3 w rows at j.
         const uint8_t* chunk = base + c0 * g.bundle_bytes + j * 3 * w * g.row_bytes;
+        const std::vector<uint8_t> gates = RowMajorPiece(g, chunk, w, g.d_model);
+        const std::vector<uint8_t> ups = RowMajorPiece(g, chunk + w * g.row_bytes, w, g.d_model);
         for (int64_t c = c0; c < c0 + w; ++c) {
           ASSERT_EQ(bundles.row(g.Row(c, j, BundleOp::kGate)), chunk + (c - c0) * g.row_bytes);
           ASSERT_EQ(bundles.row(g.Row(c, j, BundleOp::kUp)), chunk + (w + c - c0) * g.row_bytes);
-          ASSERT_EQ(0, std::memcmp(chunk + (c - c0) * g.row_bytes,
+          ASSERT_EQ(0, std::memcmp(gates.data() + (c - c0) * g.row_bytes,
                                    converted(gate, c, 0, g.d_model), g.row_bytes))
               << "gate: group " << g.index << " layer " << j << " channel " << c;
-          ASSERT_EQ(0, std::memcmp(chunk + (w + c - c0) * g.row_bytes,
+          ASSERT_EQ(0, std::memcmp(ups.data() + (c - c0) * g.row_bytes,
                                    converted(up, c, 0, g.d_model), g.row_bytes))
               << "up: group " << g.index << " layer " << j << " channel " << c;
         }
-        const uint8_t* pieces = bundles.row(g.ChunkRow(c0, j, BundleOp::kDown));
-        ASSERT_EQ(pieces, chunk + 2 * w * g.row_bytes);
+        const uint8_t* at = bundles.row(g.ChunkRow(c0, j, BundleOp::kDown));
+        ASSERT_EQ(at, chunk + 2 * w * g.row_bytes);
+        const std::vector<uint8_t> pieces = RowMajorPiece(g, at, g.d_model, w);
         const size_t piece = RowBytes(type, w);
         for (int64_t r = 0; r < g.d_model; ++r) {
-          ASSERT_EQ(0, std::memcmp(pieces + r * piece, converted(down, r, c0, w), piece))
+          ASSERT_EQ(0, std::memcmp(pieces.data() + r * piece, converted(down, r, c0, w), piece))
               << "down: group " << g.index << " layer " << j << " chunk " << c0 << " output " << r;
         }
       }
@@ -200,9 +221,13 @@ TEST(WeirPack, ConvertsTypeFirst) {
   TensorView bundles{g.dtype, Shape{g.rows(), g.d_model}, pack->gguf().data() + g.offset};
   const TensorView gate = *src.Find("blk.0.ffn_gate.weight");
   std::vector<uint8_t> want(g.row_bytes);
-  for (int64_t c = 0; c < g.d_ff; ++c) {
-    QuantizeRow(DType::kQ8_0, gate.f32() + c * g.d_model, want.data(), g.d_model);
-    ASSERT_EQ(0, std::memcmp(want.data(), bundles.row(g.Row(c, 0, BundleOp::kGate)), g.row_bytes));
+  for (int64_t c0 = 0; c0 < g.d_ff; c0 += kBundleChunk) {
+    const std::vector<uint8_t> gates = RowMajorPiece(g, bundles.row(g.ChunkRow(c0, 0, BundleOp::kGate)),
+                                                     g.chunk_width(c0), g.d_model);
+    for (int64_t c = c0; c < c0 + g.chunk_width(c0); ++c) {
+      QuantizeRow(DType::kQ8_0, gate.f32() + c * g.d_model, want.data(), g.d_model);
+      ASSERT_EQ(0, std::memcmp(want.data(), gates.data() + (c - c0) * g.row_bytes, g.row_bytes));
+    }
   }
   EXPECT_EQ(pack->FindStatic("blk.1.attn_q.weight")->dtype, DType::kQ8_0);
   EXPECT_EQ(pack->FindStatic("blk.1.attn_norm.weight")->dtype, DType::kF32);

@@ -186,6 +186,42 @@ TEST(StreamingSessionTest, AttentionStreamedOrStatic) {
   }
 }
 
+// Tiled bundles (the default for Q8_0 / Q4_0) and the untiled layout of older packs read the same
+// bytes in another order: the same integer block sums, f32 additions in another order.
+TEST(StreamingSessionTest, TiledAndUntiledBundlesAgree) {
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    SCOPED_TRACE(DTypeName(type));
+    const Files f = MakeFiles(type, 2);
+    auto m = format::LoadModel(f.gguf).value();
+    format::PackOptions o;
+    o.group_size = 2;
+    o.tile_bundles = false;
+    const std::string untiled = testing::TempDir() + "/untiled.weir";
+    ASSERT_TRUE(format::WritePack(m, untiled, o).ok());
+    auto tiled_pack = format::PackFile::Open(f.pack);
+    auto untiled_pack = format::PackFile::Open(untiled);
+    ASSERT_TRUE(tiled_pack.ok() && untiled_pack.ok());
+    ASSERT_TRUE(tiled_pack->groups()[0].tiled);
+    ASSERT_FALSE(untiled_pack->groups()[0].tiled);
+    ThreadPool pool(2);
+    MemoryPlan plan;
+    ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
+    // Resident, and the smallest budget (both layouts have the same blocks, so the same plan).
+    for (uint64_t budget : {UINT64_MAX, plan.minimum()}) {
+      auto a = RunPack(f.pack, Memory(f.pack), Config(budget, "lru"), &pool, 6);
+      auto b = RunPack(untiled, Memory(untiled), Config(budget, "lru"), &pool, 6);
+      ASSERT_TRUE(a.ok() && b.ok()) << a.status().ToString() << " " << b.status().ToString();
+      ASSERT_EQ(a->logits.size(), b->logits.size());
+      double err = 0, norm = 0;
+      for (size_t i = 0; i < a->logits.size(); ++i) {
+        err += (a->logits[i] - b->logits[i]) * (a->logits[i] - b->logits[i]);
+        norm += b->logits[i] * b->logits[i];
+      }
+      EXPECT_LT(std::sqrt(err / norm), 1e-4) << "budget " << budget;
+    }
+  }
+}
+
 TEST(StreamingSessionTest, CloseToTheSourceModel) {
   // The pack's arithmetic differs from the GGUF path only in W_down (column form over W_down^T,
   // requantized for Q8_0/Q4_0): F32 agrees to float rounding (same greedy tokens), quantized
