@@ -1,5 +1,7 @@
 #include "format/weir_pack_format.h"
 
+#include "format/weights_in_memory.h"
+
 #include <cstring>
 #include <vector>
 
@@ -9,6 +11,11 @@
 #include "tensor/quantize.h"
 
 namespace weir::format {
+
+bool TiledStatic(const std::string& name, DType dtype, const Shape& shape) {
+  return IsLinearWeight(name) && (dtype == DType::kQ8_0 || dtype == DType::kQ4_0) &&
+         shape.ndim == 2 && shape[0] > 0 && shape[0] % 16 == 0;
+}
 
 std::string PackBundleTensorName(int group) { return StrFormat("weir.ffn_bundles.%d", group); }
 std::string PackInputTensorName(int group) { return StrFormat("weir.ffn_in.%d", group); }

@@ -19,6 +19,9 @@
 //   weir.pack.source             string     file name (no directory) of the packed model
 //   weir.pack.tiled_bundles      u32        1 (bundles, written since session 4): the chunks of
 //                                           Q8_0/Q4_0 groups are tiled, see below; absent = 0
+//   weir.pack.tiled_static       u32        1 (bundle packs): the static projections that
+//                                           TiledStatic accepts (attention, output head) are
+//                                           stored tiled by 16 rows (kernels/tiled.h); absent = 0
 //
 // Tensors, in this order:
 //   token_embd.weight, output_norm.weight, output.weight (absent when tied), then per layer
@@ -116,6 +119,7 @@ inline constexpr char kPackGroupCountKey[] = "weir.pack.group_layer_count";
 inline constexpr char kPackDownTKey[] = "weir.pack.down_t";
 inline constexpr char kPackSourceKey[] = "weir.pack.source";
 inline constexpr char kPackTiledKey[] = "weir.pack.tiled_bundles";
+inline constexpr char kPackTiledStaticKey[] = "weir.pack.tiled_static";
 
 // Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
 inline constexpr int kMaxPackGroupSize = 64;
@@ -213,6 +217,11 @@ inline bool TiledBundles(const PackGroup& g) {
   return g.layout == PackLayout::kBundles && (g.dtype == DType::kQ8_0 || g.dtype == DType::kQ4_0) &&
          g.d_model % 16 == 0;
 }
+
+// Whether a static tensor of a pack written with weir.pack.tiled_static = 1 is stored tiled
+// (Layout::kTiled16): attn_q/k/v/output and output.weight of type Q8_0 / Q4_0 whose rows are a
+// multiple of 16. They are only ever multiplied densely (a streamed pack prunes MLP columns only).
+bool TiledStatic(const std::string& name, DType dtype, const Shape& shape);
 
 // Splits layers 0..n_layers-1 into groups of up to `group_size` consecutive layers; a group
 // also ends where d_ff changes (bundles of one group share a channel count). Returns

@@ -83,7 +83,12 @@ Status PackFile::Parse() {
   if (f.Has(kPackSourceKey)) {
     WEIR_ASSIGN_OR_RETURN(source_, f.GetString(kPackSourceKey));
   }
-  bool tiled_bundles = false;
+  bool tiled_bundles = false, tiled_static = false;
+  if (f.Has(kPackTiledStaticKey)) {
+    WEIR_ASSIGN_OR_RETURN(uint32_t t, f.GetU32(kPackTiledStaticKey));
+    if (t > 1) return Status::Corrupt(StrFormat("%s: %s is %u, not 0 or 1", p, kPackTiledStaticKey, t));
+    tiled_static = t == 1;
+  }
   if (f.Has(kPackTiledKey)) {
     WEIR_ASSIGN_OR_RETURN(uint32_t t, f.GetU32(kPackTiledKey));
     if (t > 1) return Status::Corrupt(StrFormat("%s: %s is %u, not 0 or 1", p, kPackTiledKey, t));
@@ -256,8 +261,13 @@ Status PackFile::Parse() {
                                        name.c_str(), static_cast<unsigned long long>(info->offset),
                                        kPackAlignment));
     }
-    statics_.push_back(PackTensor{name, *info->dtype, info->shape, info->offset, info->nbytes});
-    m.tensors.emplace(name, TensorView{*info->dtype, info->shape, f.TensorData(*info)});
+    const Layout layout = tiled_static && TiledStatic(name, *info->dtype, info->shape)
+                              ? Layout::kTiled16
+                              : Layout::kRowMajor;
+    statics_.push_back(PackTensor{name, *info->dtype, info->shape, info->offset, info->nbytes, layout});
+    TensorView view{*info->dtype, info->shape, f.TensorData(*info)};
+    view.layout = layout;
+    m.tensors.emplace(name, view);
   }
   for (const PackGroup& g : groups_) {
     const void* data = f.data() + g.offset;

@@ -34,6 +34,7 @@ struct PackTensor {
   Shape shape;
   uint64_t offset = 0;  // absolute file offset (page-aligned)
   uint64_t nbytes = 0;
+  Layout layout = Layout::kRowMajor;  // kTiled16 when stored tiled (weir.pack.tiled_static)
 };
 
 class PackFile {

@@ -392,6 +392,10 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   }
   w.AddU32(kPackVersionKey, kPackVersion);
   if (options.layout == PackLayout::kBundles && options.tile_bundles) w.AddU32(kPackTiledKey, 1);
+  // Column packs keep their statics row-major: a sparse streamed run then gives the resident
+  // GGUF's sparse run's logits bit for bit (the GGUF's sparse sessions are not tiled either).
+  const bool tile_static = options.layout == PackLayout::kBundles && options.tile_bundles;
+  if (tile_static) w.AddU32(kPackTiledStaticKey, 1);
   w.AddString(kPackLayoutKey, options.layout == PackLayout::kColumns         ? kPackLayoutColumns
                              : options.layout == PackLayout::kSparseColumns ? kPackLayoutSparseColumns
                                                                             : kPackLayout);
@@ -415,6 +419,31 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   const int head_dim = c.head_dim;
   const int rope_dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
   for (const StaticPlan& p : statics) {
+    if (tile_static && TiledStatic(p.name, p.out, p.src.shape)) {
+      // Converted whole (the rows a range asks for are spread over its 16-row groups), tiled,
+      // then handed out range by range; the buffer goes with the last range.
+      auto tiled = std::make_shared<std::vector<uint8_t>>();
+      w.AddTensor(p.name, p.out, p.src.shape,
+                  [p, head_dim = c.head_dim, rope_dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim,
+                   tiled](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                    const size_t out_row = RowBytes(p.out, p.src.cols());
+                    if (tiled->empty()) {
+                      std::vector<uint8_t> rows(out_row * static_cast<size_t>(p.src.rows()));
+                      std::vector<float> tmp;
+                      for (int64_t r = 0; r < p.src.rows(); ++r) {
+                        const int64_t s = p.permute ? AdjacentPairSourceRow(r, head_dim, rope_dim) : r;
+                        ConvertRow(p.src, s, p.out, rows.data() + static_cast<size_t>(r) * out_row, &tmp);
+                      }
+                      tiled->resize(rows.size());
+                      kernels::TileRows(TensorView{p.out, p.src.shape, rows.data()}, tiled->data());
+                    }
+                    std::memcpy(dst, tiled->data() + static_cast<size_t>(begin) * out_row,
+                                static_cast<size_t>(end - begin) * out_row);
+                    if (end == p.src.rows()) *tiled = {};
+                    return Status::Ok();
+                  });
+      continue;
+    }
     if (p.out == p.src.dtype && !p.permute) {
       w.AddTensor(p.name, p.out, p.src.shape, p.src.data);
       continue;

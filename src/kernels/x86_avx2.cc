@@ -568,13 +568,12 @@ void DotTiledGroup(const uint8_t* scales, size_t scale_stride, const uint8_t* qu
   const __m256i nibble = _mm256_set1_epi8(0x0f);
   __m256 acc[NT][2];
   for (int t = 0; t < NT; ++t) acc[t][0] = acc[t][1] = _mm256_setzero_ps();
-  // 2 KiB ahead in a tiled tensor; the next block where blocks lie further apart (a tiled
-  // bundle pack's down pieces, one chunk apart).
-  const size_t ahead = quant_stride > kPrefetchBytes ? quant_stride : kPrefetchBytes;
+  // 2 KiB ahead: 8 blocks on in a tiled tensor; in a tiled bundle pack's down pieces (blocks a
+  // chunk apart) the same chunk's tiles 7 groups on, so each chunk's piece streams in order.
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* qt = quants + static_cast<size_t>(b) * quant_stride;
     for (size_t off = 0; off < kQuantTile; off += 64) {
-      const uint8_t* p = qt + off + ahead;
+      const uint8_t* p = qt + off + kPrefetchBytes;
       if (p < pf_end) PrefetchAhead<false>(p);
     }
     __m256i isum[NT][2];

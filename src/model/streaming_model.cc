@@ -83,7 +83,9 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
   for (const format::PackTensor& t : pack.static_tensors()) {
     if (const std::byte* p = m->streamer_->TensorAddress(t.name)) {
       // Streamed (attention): the view points where the streamer pins its bytes.
-      file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, p});
+      TensorView v{t.dtype, t.shape, p};
+      v.layout = t.layout;
+      file.tensors.emplace(t.name, v);
       file.tensor_order.push_back(t.name);
       continue;
     }
@@ -98,7 +100,9 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     if (Status st = m->device_->ReadAt(t.offset, len, buf.data()); !st.ok()) {
       return st.WithContext(StrFormat("%s: reading %s", path.c_str(), t.name.c_str()));
     }
-    file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, buf.data()});
+    TensorView v{t.dtype, t.shape, buf.data()};
+    v.layout = t.layout;
+    file.tensors.emplace(t.name, v);
     file.tensor_order.push_back(t.name);
     statics->buffers.push_back(std::move(buf));
   }

@@ -170,13 +170,29 @@ TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
     // Every tensor page-aligned; static tensors bit for bit.
     for (const GgufTensorInfo& t : pack->gguf().tensors()) EXPECT_EQ(t.offset % 4096, 0u) << t.name;
     ASSERT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src.config).size());
+    int n_tiled = 0;
+    for (const PackTensor& t : pack->static_tensors()) n_tiled += t.layout == Layout::kTiled16;
+    // Every layer's four attention projections, and the output head when it has its own tensor
+    // with a multiple of 16 rows, for the quantized types.
+    const PackTensor* head = pack->FindStatic("output.weight");
+    const int head_tiled = head != nullptr && head->shape[0] % 16 == 0;
+    EXPECT_EQ(n_tiled, type == DType::kQ8_0 || type == DType::kQ4_0 ? 5 * 4 + head_tiled : 0);
     for (const PackTensor& t : pack->static_tensors()) {
       const TensorView* s = src.Find(t.name);
       ASSERT_NE(s, nullptr) << t.name;
       EXPECT_EQ(t.dtype, s->dtype);
       EXPECT_TRUE(t.shape == s->shape);
       ASSERT_EQ(t.nbytes, s->nbytes());
-      EXPECT_EQ(0, std::memcmp(pack->gguf().data() + t.offset, s->data, t.nbytes)) << t.name;
+      // Quantized projections are stored tiled (weir.pack.tiled_static): untiled, the same bytes.
+      const bool tiled = TiledStatic(t.name, t.dtype, t.shape);
+      EXPECT_EQ(t.layout, tiled ? Layout::kTiled16 : Layout::kRowMajor) << t.name;
+      std::vector<uint8_t> bytes(pack->gguf().data() + t.offset, pack->gguf().data() + t.offset + t.nbytes);
+      if (tiled) {
+        TensorView v{t.dtype, t.shape, pack->gguf().data() + t.offset};
+        v.layout = Layout::kTiled16;
+        for (int64_t r = 0; r < v.rows(); ++r) kernels::UntileRow(v, r, bytes.data() + r * v.row_bytes());
+      }
+      EXPECT_EQ(0, std::memcmp(bytes.data(), s->data, t.nbytes)) << t.name;
     }
     EXPECT_EQ(pack->static_bytes() + pack->bundle_bytes(), [&] {
       uint64_t n = 0;
