@@ -23,7 +23,7 @@ AnonRegion& AnonRegion::operator=(AnonRegion&& o) noexcept {
   return *this;
 }
 
-Result<AnonRegion> AnonRegion::Create(size_t bytes) {
+Result<AnonRegion> AnonRegion::Create(size_t bytes, bool huge_pages) {
   if (bytes == 0) return Status::InvalidArgument("anonymous region of 0 bytes");
   // Whole huge pages, plus one of slack so that the base can be moved up to a 2 MiB boundary.
   if (bytes > SIZE_MAX - 2 * kHugePage) {
@@ -41,7 +41,8 @@ Result<AnonRegion> AnonRegion::Create(size_t bytes) {
   const uintptr_t addr = reinterpret_cast<uintptr_t>(raw);
   r.base_ = static_cast<std::byte*>(raw) + (kHugePage - addr % kHugePage) % kHugePage;
   r.size_ = bytes;
-  (void)::madvise(r.base_, rounded, MADV_HUGEPAGE);  // best effort: THP may be off
+  // Best effort: THP may be off, or on for every mapping (then NOHUGEPAGE keeps small ones small).
+  (void)::madvise(r.base_, rounded, huge_pages ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);
   return r;
 }
 

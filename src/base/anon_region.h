@@ -29,8 +29,9 @@ class AnonRegion {
   AnonRegion(const AnonRegion&) = delete;
   AnonRegion& operator=(const AnonRegion&) = delete;
 
-  // Reserves `bytes` (> 0) of zero-filled memory. Pages are committed when first written.
-  static Result<AnonRegion> Create(size_t bytes);
+  // Reserves `bytes` (> 0) of zero-filled memory. Pages are committed when first written; with
+  // huge_pages, whole 2 MiB pages may be (so up to 2 MiB past `bytes` may count in RSS).
+  static Result<AnonRegion> Create(size_t bytes, bool huge_pages = true);
 
   std::byte* data() { return base_; }
   const std::byte* data() const { return base_; }

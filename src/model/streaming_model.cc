@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "base/anon_region.h"
 #include "base/units.h"
 
 namespace weir::model {
@@ -9,11 +10,14 @@ namespace weir::model {
 namespace {
 
 constexpr uint64_t kPage = 4096;
+// Static tensors from this size on get huge pages (at most 2 MiB of rounding, under 7%).
+constexpr uint64_t kHugeStaticBytes = uint64_t{32} << 20;
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
-// Owns the static tensors' bytes for the ModelFile's views.
+// Owns the static tensors' bytes for the ModelFile's views: one anonymous region (huge pages
+// advised, as a resident model's weights), each tensor at a page-aligned offset for O_DIRECT.
 struct StaticBuffers : format::Backing {
-  std::vector<AlignedBuffer> buffers;
+  AnonRegion region;
 };
 
 uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : a + b; }
@@ -68,12 +72,26 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     if (m->streamer_->TensorAddress(t.name) == nullptr)
       m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
   }
+  // They live in one region (below), of huge pages when large: whole huge pages may then be
+  // committed, which the plan counts.
+  const bool huge_statics = m->plan_.static_bytes >= kHugeStaticBytes;
+  if (huge_statics) m->plan_.static_bytes = RoundUp(m->plan_.static_bytes, AnonRegion::kHugePage);
   // What can be checked before the session exists.
   MemoryPlan early;
   if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
 
-  // The static tensors, read through the device into page-aligned buffers.
+  // The static tensors, read through the device into page-aligned places of one region.
   auto statics = std::make_shared<StaticBuffers>();
+  uint64_t region_bytes = 0;
+  for (const format::PackTensor& t : pack.static_tensors()) {
+    if (m->streamer_->TensorAddress(t.name) == nullptr) region_bytes += RoundUp(t.nbytes, kPage);
+  }
+  if (region_bytes > 0) {
+    auto region = AnonRegion::Create(static_cast<size_t>(region_bytes), huge_statics);
+    if (!region.ok()) return region.status().WithContext(path + ": static tensors");
+    statics->region = std::move(region).value();
+  }
+  uint64_t region_used = 0;
   format::ModelFile file;
   file.path = path;
   file.format = format::FileFormat::kGguf;
@@ -89,22 +107,18 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
       file.tensor_order.push_back(t.name);
       continue;
     }
-    AlignedBuffer buf;
     const size_t capacity = static_cast<size_t>(RoundUp(t.nbytes, kPage));
-    if (!buf.Reset(capacity, kPage)) {
-      return Status::OutOfMemory(StrFormat("%s: cannot allocate %s for %s", path.c_str(),
-                                           FormatBytes(capacity).c_str(), t.name.c_str()));
-    }
+    std::byte* dst = statics->region.data() + region_used;
+    region_used += capacity;
     const size_t len = storage::RoundedReadLength(
-        *m->device_, t.offset, static_cast<size_t>(t.nbytes), buf.data(), capacity);
-    if (Status st = m->device_->ReadAt(t.offset, len, buf.data()); !st.ok()) {
+        *m->device_, t.offset, static_cast<size_t>(t.nbytes), dst, capacity);
+    if (Status st = m->device_->ReadAt(t.offset, len, dst); !st.ok()) {
       return st.WithContext(StrFormat("%s: reading %s", path.c_str(), t.name.c_str()));
     }
-    TensorView v{t.dtype, t.shape, buf.data()};
+    TensorView v{t.dtype, t.shape, dst};
     v.layout = t.layout;
     file.tensors.emplace(t.name, v);
     file.tensor_order.push_back(t.name);
-    statics->buffers.push_back(std::move(buf));
   }
   // The MLP tensors stand in by shape only: StreamingWeights computes them.
   for (const format::PackGroup& g : pack.groups()) {
