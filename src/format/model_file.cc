@@ -216,7 +216,12 @@ Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options)
     copy = AutoPlacementCopies(WeightBytesInMemory(m), AvailableMemoryBytes());
   }
   if (copy) {
-    WEIR_RETURN_IF_ERROR(CopyWeightsToMemory(&m, options.tile_linear && kernels::HasFastTiledProduct()));
+    Status st = CopyWeightsToMemory(&m, options.tile_linear && kernels::HasFastTiledProduct());
+    // Auto falls back to the mapping when the memory cannot be had (an address-space limit);
+    // asked for explicitly, it is an error.
+    const bool fallback = options.placement == WeightPlacement::kAuto &&
+                          st.code() == Status::Code::kOutOfMemory;
+    if (!st.ok() && !fallback) return st;
   }
   return m;
 }
