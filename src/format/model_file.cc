@@ -216,7 +216,8 @@ Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options)
     copy = AutoPlacementCopies(WeightBytesInMemory(m), AvailableMemoryBytes());
   }
   if (copy) {
-    Status st = CopyWeightsToMemory(&m, options.tile_linear && kernels::HasFastTiledProduct());
+    Status st = CopyWeightsToMemory(&m, options.tile_linear && kernels::HasFastTiledProduct(),
+                                    options.pool);
     // Auto falls back to the mapping when the memory cannot be had (an address-space limit);
     // asked for explicitly, it is an error.
     const bool fallback = options.placement == WeightPlacement::kAuto &&

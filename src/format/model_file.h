@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "format/tokenizer_spec.h"
 #include "tensor/rope_style.h"
 #include "tensor/tensor_view.h"
@@ -109,6 +110,9 @@ struct LoadOptions {
   // (kernels/tiled.h), if this CPU's kernels have a fast tiled product. Such a model serves
   // dense sessions only: sparsity policies index weight rows (Session refuses the combination).
   bool tile_linear = false;
+  // Threads for that copy (nullptr: the caller's thread). Fresh pages are zeroed by the kernel
+  // on first touch, most of a copy's time; threads touch theirs in parallel.
+  ThreadPool* pool = nullptr;
 };
 
 // Opens a model by sniffing its content: GGUF magic, a directory or .safetensors file (with

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "base/anon_region.h"
 #include "base/checked_math.h"
@@ -64,7 +65,7 @@ bool IsLinearWeight(const std::string& name) {
   return false;
 }
 
-Status CopyWeightsToMemory(ModelFile* file, bool tile_linear) {
+Status CopyWeightsToMemory(ModelFile* file, bool tile_linear, ThreadPool* pool) {
   std::map<const void*, uint64_t> offsets;
   uint64_t total = 0;
   if (!Layout(*file, &offsets, &total) || total > SIZE_MAX) {
@@ -84,23 +85,42 @@ Status CopyWeightsToMemory(ModelFile* file, bool tile_linear) {
     if (!fresh) it->second = it->second && ok;
   }
 
-  // Copy in file order (sequential reads of the file), releasing each source range at once.
+  // The distinct source ranges in file order; copied (or tiled) in parallel, each source range
+  // released as soon as it is copied.
+  struct Job {
+    TensorView src;
+    uint64_t offset;
+    bool tile;
+  };
+  std::vector<Job> jobs;
   std::map<const void*, uint64_t> done;
-  auto copy = [&](const TensorView& v) {
+  auto add = [&](const TensorView& v) {
     if (!v.data || done.count(v.data)) return;
     const uint64_t offset = offsets.at(v.data);
-    if (tile.at(v.data)) {
-      kernels::TileRows(v, region.data() + offset);
-    } else {
-      std::memcpy(region.data() + offset, v.data, v.nbytes());
-    }
-    for (const auto& b : file->backing) b->DoneReading(v.data, v.nbytes());
+    jobs.push_back(Job{v, offset, tile.at(v.data)});
     done[v.data] = offset;
   };
   for (const std::string& name : file->tensor_order) {
-    if (const TensorView* v = file->Find(name)) copy(*v);
+    if (const TensorView* v = file->Find(name)) add(*v);
   }
-  for (const auto& [name, v] : file->tensors) copy(v);
+  for (const auto& [name, v] : file->tensors) add(v);
+  struct Copy {
+    const std::vector<Job>* jobs;
+    AnonRegion* region;
+    const ModelFile* file;
+    void Run(size_t b, size_t e) const {
+      for (size_t i = b; i < e; ++i) {
+        const Job& j = (*jobs)[i];
+        if (j.tile) {
+          kernels::TileRows(j.src, region->data() + j.offset);
+        } else {
+          std::memcpy(region->data() + j.offset, j.src.data, j.src.nbytes());
+        }
+        for (const auto& bk : file->backing) bk->DoneReading(j.src.data, j.src.nbytes());
+      }
+    }
+  } copy{&jobs, &region, file};
+  ParallelForDynamic(pool, jobs.size(), [&copy](size_t b, size_t e, int) { copy.Run(b, e); }, 1);
 
   int tiled = 0;
   for (auto& [name, v] : file->tensors) {

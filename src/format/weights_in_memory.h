@@ -16,6 +16,7 @@
 #include <optional>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
 #include "format/model_file.h"
 
 namespace weir::format {
@@ -25,7 +26,8 @@ namespace weir::format {
 // file->weights_in_memory. With tile_linear, the Q8_0 / Q4_0 weights of the linear layers
 // (IsLinearWeight) that kernels::CanTile accepts are written tiled (Layout::kTiled16) instead of
 // copied; file->tiled_tensors counts them. On error `file` is unchanged.
-Status CopyWeightsToMemory(ModelFile* file, bool tile_linear = false);
+// The tensors are copied in parallel on `pool` (nullptr: the calling thread).
+Status CopyWeightsToMemory(ModelFile* file, bool tile_linear = false, ThreadPool* pool = nullptr);
 
 // The projections only ever multiplied densely or by row gathers: attn_q/k/v/output, ffn_gate/
 // up/down of every block and the output head ("output.weight"); not the token embedding, whose

@@ -36,6 +36,8 @@ void ExpectCopied(const std::string& path) {
   EXPECT_FALSE(mapped->weights_in_memory);
   LoadOptions o;
   o.placement = WeightPlacement::kMemory;
+  ThreadPool pool(3);  // tensors copied in parallel
+  o.pool = &pool;
   auto copied = LoadModel(path, o);
   ASSERT_TRUE(copied.ok()) << copied.status().ToString();
   EXPECT_TRUE(copied->weights_in_memory);
@@ -101,6 +103,8 @@ TEST(WeightsInMemoryTest, TilesOnlyTheLinearWeights) {
     LoadOptions o;
     o.placement = WeightPlacement::kMemory;
     o.tile_linear = true;
+    ThreadPool pool(2);
+    o.pool = &pool;
     auto tiled = LoadModel(path, o);
     ASSERT_TRUE(tiled.ok()) << tiled.status().ToString();
     int expect = 0;

@@ -46,6 +46,8 @@ int BenchMain(int argc, char** argv) {
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("bench", st);
   mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
+  ThreadPool pool(ThreadCount(mf));
+  mf.pool = &pool;  // also copies the weights at load
   ConfigureTrace(tf, &stf);
   const auto load_start = std::chrono::steady_clock::now();
   auto m = LoadRunModel(mf, stf);
@@ -54,7 +56,6 @@ int BenchMain(int argc, char** argv) {
   const model::Model& model = m->model();
   // Where the weights were read from during the run (--mmap, docs/performance.md).
   const char* weights = m->streaming ? "streamed" : model.file().weights_in_memory ? "memory" : "mapped";
-  ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = std::max(mf.ctx, n_prompt + n_gen + 1);
   so.n_batch = std::max(1, std::min(n_prompt, 64));

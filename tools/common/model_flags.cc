@@ -29,6 +29,7 @@ Result<std::unique_ptr<model::Model>> LoadModel(const ModelFlags& f) {
   opt.tokenizer_path = f.tokenizer;
   opt.placement = f.mmap ? format::WeightPlacement::kMapped : format::WeightPlacement::kAuto;
   opt.tile_linear = f.tile;
+  opt.pool = f.pool;
   return model::Model::Load(f.model, opt);
 }
 

@@ -23,6 +23,8 @@ struct ModelFlags {
   // Not a flag: commands that run dense sessions only set it, so that the copied weights are
   // tiled for the dense products (format::LoadOptions::tile_linear).
   bool tile = false;
+  // Not a flag: threads for copying the weights at load (the command's pool), or nullptr.
+  ThreadPool* pool = nullptr;
 };
 
 void AddModelFlags(CLI::App& app, ModelFlags* flags, bool with_ctx = true);

@@ -41,6 +41,8 @@ int PplMain(int argc, char** argv) {
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("ppl", st);
   mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
+  ThreadPool pool(ThreadCount(mf));
+  mf.pool = &pool;  // also copies the weights at load
   auto text = format::ReadSmallFile(file, 1ull << 30);
   if (!text.ok()) return Fail("ppl", text.status());
   ConfigureTrace(tf, &stf);
@@ -51,7 +53,6 @@ int PplMain(int argc, char** argv) {
   if (tok == nullptr) return Fail("ppl", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
   std::vector<int32_t> ids = tok->Encode(*text, true);
 
-  ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = mf.ctx;
   so.n_batch = std::min(mf.ctx, 64);

@@ -48,6 +48,8 @@ int RunMain(int argc, char** argv) {
   }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
   mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
+  ThreadPool pool(ThreadCount(mf));
+  mf.pool = &pool;  // also copies the weights at load
   ConfigureTrace(tf, &stf);
   auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return Fail("run", m.status());
@@ -57,7 +59,6 @@ int RunMain(int argc, char** argv) {
 
   std::vector<int32_t> ids = tok->Encode(prompt, !no_bos);
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : 0);
-  ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = mf.ctx;
   so.sparsity = spf.policy.get();
