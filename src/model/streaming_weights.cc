@@ -650,46 +650,47 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
     if (pg.tiled) {
       ComputeTiledLanes(g, j, k0, k1, xt, pool);
     } else {
-    // One lane at a time per thread, start to end: its gate and up rows, h, and its partial sum
-    // of W_down · h over its chunks' down pieces. A lane's bundles (about 1 MiB) are streamed
-    // from memory once and are still in L2 when its down pieces are read.
-    ParallelForDynamic(
-        pool, static_cast<size_t>(k1 - k0),
-        [&](size_t b, size_t e, int) {
-          for (size_t i = b; i < e; ++i) {
-            const int k = k0 + static_cast<int>(i);
-            const int64_t c0 = int64_t{k} * L, c1 = std::min<int64_t>(c0 + L, pg.d_ff);
-            for (int64_t c = c0; c < c1; ++c) {
-              idx_rows[2 * c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kGate));
-              idx_rows[2 * c + 1] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kUp));
+      // One lane at a time per thread, start to end: its gate and up rows, h, and its partial sum
+      // of W_down · h over its chunks' down pieces. A lane's bundles (about 1 MiB) are streamed
+      // from memory once and are still in L2 when its down pieces are read.
+      ParallelForDynamic(
+          pool, static_cast<size_t>(k1 - k0),
+          [&](size_t b, size_t e, int) {
+            for (size_t i = b; i < e; ++i) {
+              const int k = k0 + static_cast<int>(i);
+              const int64_t c0 = int64_t{k} * L, c1 = std::min<int64_t>(c0 + L, pg.d_ff);
+              for (int64_t c = c0; c < c1; ++c) {
+                idx_rows[2 * c] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kGate));
+                idx_rows[2 * c + 1] = static_cast<int32_t>(pg.Row(c, j, format::BundleOp::kUp));
+              }
+              kernels::GatherMatVecRows(view, idx_rows + 2 * c0, 2 * (c1 - c0), xt, rows_y,
+                                        nullptr);
+              for (int64_t c = c0; c < c1; ++c) {
+                gate[c] = rows_y[idx_rows[2 * c]];
+                up[c] = rows_y[idx_rows[2 * c + 1]];
+              }
+              kernels::SiluMul(gate + c0, up + c0, c1 - c0);
+              // partial_k = sum over the lane's chunks, in order, of W_down[:, chunk] · h[chunk]:
+              // the full chunks in one call, then a narrower last chunk (float types) added.
+              float* part = partials + static_cast<size_t>(k) * d;
+              const int64_t full = (c1 - c0) / format::kBundleChunk;
+              auto down = [&](int64_t c) {
+                return view.row(pg.ChunkRow(c, j, format::BundleOp::kDown));
+              };
+              if (full > 0) {
+                kernels::ChunkedMatVec(pg.dtype, down(c0), RowBytes(pg.dtype, format::kBundleChunk),
+                                       chunk_stride, full, format::kBundleChunk, d, gate + c0, part,
+                                       false);
+              }
+              const int64_t c_last = c0 + full * format::kBundleChunk;
+              if (c_last < c1) {
+                const int w = static_cast<int>(c1 - c_last);
+                kernels::ChunkedMatVec(pg.dtype, down(c_last), RowBytes(pg.dtype, w), chunk_stride,
+                                       1, w, d, gate + c_last, part, full > 0);
+              }
             }
-            kernels::GatherMatVecRows(view, idx_rows + 2 * c0, 2 * (c1 - c0), xt, rows_y, nullptr);
-            for (int64_t c = c0; c < c1; ++c) {
-              gate[c] = rows_y[idx_rows[2 * c]];
-              up[c] = rows_y[idx_rows[2 * c + 1]];
-            }
-            kernels::SiluMul(gate + c0, up + c0, c1 - c0);
-            // partial_k = sum over the lane's chunks, in order, of W_down[:, chunk] · h[chunk]:
-            // the full chunks in one call, then a narrower last chunk (float types) added.
-            float* part = partials + static_cast<size_t>(k) * d;
-            const int64_t full = (c1 - c0) / format::kBundleChunk;
-            auto down = [&](int64_t c) {
-              return view.row(pg.ChunkRow(c, j, format::BundleOp::kDown));
-            };
-            if (full > 0) {
-              kernels::ChunkedMatVec(pg.dtype, down(c0), RowBytes(pg.dtype, format::kBundleChunk),
-                                     chunk_stride, full, format::kBundleChunk, d, gate + c0, part,
-                                     false);
-            }
-            const int64_t c_last = c0 + full * format::kBundleChunk;
-            if (c_last < c1) {
-              const int w = static_cast<int>(c1 - c_last);
-              kernels::ChunkedMatVec(pg.dtype, down(c_last), RowBytes(pg.dtype, w), chunk_stride, 1,
-                                     w, d, gate + c_last, part, full > 0);
-            }
-          }
-        },
-        1);
+          },
+          1);
     }
     // out += partial_k in lane order, each thread summing a slice of the outputs.
     float* ot = out + static_cast<size_t>(t) * d;
@@ -727,15 +728,18 @@ void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, 
           const int k = k0 + static_cast<int>(i);
           const int64_t c0 = int64_t{k} * L, c1 = std::min<int64_t>(c0 + L, pg.d_ff);
           for (int64_t c = c0; c < c1; c += format::kBundleChunk) {
-            for (auto [op, y] : {std::pair{format::BundleOp::kGate, gate}, std::pair{format::BundleOp::kUp, up}}) {
-              TensorView piece{pg.dtype, Shape{format::kBundleChunk, d}, view.row(pg.ChunkRow(c, j, op))};
+            for (auto [op, y] : {std::pair{format::BundleOp::kGate, gate},
+                                 std::pair{format::BundleOp::kUp, up}}) {
+              TensorView piece{pg.dtype, Shape{format::kBundleChunk, d},
+                               view.row(pg.ChunkRow(c, j, op))};
               piece.layout = Layout::kTiled16;
               kernels::DotTiledPrepared(piece, xp, y + c);
             }
           }
           kernels::SiluMul(gate + c0, up + c0, c1 - c0);
           // Records of chunk c start at hp + (c / 32) * 64: lanes write disjoint ranges.
-          uint8_t* h = hp + static_cast<size_t>(c0 / format::kBundleChunk) * kernels::kTiledRecordBytes;
+          uint8_t* h =
+              hp + static_cast<size_t>(c0 / format::kBundleChunk) * kernels::kTiledRecordBytes;
           kernels::PrepareTiled(pg.dtype, gate + c0, c1 - c0, h);
           kernels::DotTiledChunks(pg.dtype, view.row(pg.ChunkRow(c0, j, format::BundleOp::kDown)),
                                   chunk_stride, (c1 - c0) / format::kBundleChunk, d, h,
