@@ -24,6 +24,9 @@
 //   BM_RmsNorm, BM_SiluMul, BM_Softmax, BM_TopK
 //
 // Path: WEIR_KERNELS=scalar|portable|avx2|avx512 (default: best for the CPU).
+// Gathered index sets: random and sorted by default; IDXMODE=unsorted (random order), block (the
+// first density * n rows or columns) or stride (every 1/density-th) to see how the pattern of the
+// active rows, not only their count, sets the gathered time.
 // Example: build-kern/bin/kernels_bench --benchmark_filter='Stream|MatVec/'
 //            --benchmark_repetitions=3 --benchmark_enable_random_interleaving=true
 #include <benchmark/benchmark.h>
@@ -368,6 +371,13 @@ std::vector<int32_t> ActiveIndices(int64_t n, double density) {
   std::shuffle(all.begin(), all.end(), rng);
   all.resize(static_cast<size_t>(std::llround(density * static_cast<double>(n))));
   std::sort(all.begin(), all.end());
+  const char* mode = getenv("IDXMODE");
+  if (mode && std::string(mode) == "unsorted") std::shuffle(all.begin(), all.end(), rng);
+  if (mode && std::string(mode) == "block") std::iota(all.begin(), all.end(), 0);
+  if (mode && std::string(mode) == "stride") {
+    const int64_t step = std::llround(1.0 / density);
+    for (size_t i = 0; i < all.size(); ++i) all[i] = static_cast<int32_t>(std::min<int64_t>(n - 1, static_cast<int64_t>(i) * step));
+  }
   return all;
 }
 
