@@ -31,9 +31,13 @@ Result<AnonRegion> AnonRegion::Create(size_t bytes, bool huge_pages) {
   }
   const size_t rounded = (bytes + kHugePage - 1) / kHugePage * kHugePage;
   const size_t reserve = rounded + kHugePage;
-  void* raw = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  // MAP_NORESERVE: only address space is reserved here; pages are committed as they are written
+  // (a streaming cache's slabs span whole packs of which the budget holds a part).
+  void* raw = ::mmap(nullptr, reserve, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (raw == MAP_FAILED) {
-    return Status::OutOfMemory(StrFormat("cannot map %zu bytes of memory: %s", bytes, std::strerror(errno)));
+    return Status::OutOfMemory(
+        StrFormat("cannot reserve %zu bytes of address space: %s", bytes, std::strerror(errno)));
   }
   AnonRegion r;
   r.mapping_ = raw;

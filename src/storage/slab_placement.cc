@@ -12,7 +12,7 @@
 namespace weir::storage {
 
 namespace {
-constexpr uint64_t kHugePage = uint64_t{2} << 20;
+constexpr uint64_t kHugePage = AnonRegion::kHugePage;
 }  // namespace
 
 size_t SlabPlacement::PageSize() {
@@ -38,39 +38,27 @@ Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<S
     }
     mapped = mapped / page * page;
     // Units of whole huge pages get huge pages (one fault and one zeroing per 2 MiB instead of
-    // 512: reading into freshly released memory is otherwise limited by page faults), at a
-    // 2 MiB-aligned base; smaller units get none, so that a unit commits only its own pages.
-    const bool huge = in.unit_bytes % kHugePage == 0;
-    const uint64_t reserve = mapped + (huge ? kHugePage : 0);
-    void* raw = mmap(nullptr, reserve, PROT_READ | PROT_WRITE,
-                     MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-    if (raw == MAP_FAILED) {
-      return Status::OutOfMemory(
-          StrFormat("slab placement: cannot reserve %llu bytes of address space: %s",
-                    static_cast<unsigned long long>(reserve), std::strerror(errno)));
-    }
-    std::byte* base = static_cast<std::byte*>(raw);
-    if (huge) base += (kHugePage - reinterpret_cast<uintptr_t>(base) % kHugePage) % kHugePage;
-    (void)madvise(base, mapped, huge ? MADV_HUGEPAGE : MADV_NOHUGEPAGE);  // best effort
-    p->slabs_.push_back(Region{base, mapped, in.unit_bytes, static_cast<std::byte*>(raw), reserve});
+    // 512: reading into freshly released memory is otherwise limited by page faults); smaller
+    // units get none, so that a unit commits only its own pages.
+    auto memory = AnonRegion::Create(static_cast<size_t>(mapped), in.unit_bytes % kHugePage == 0);
+    if (!memory.ok()) return memory.status().WithContext(StrFormat("slab placement: slab %zu", s));
+    p->slabs_.push_back(Region{std::move(memory).value(), in.unit_bytes});
   }
   return p;
 }
 
-SlabPlacement::~SlabPlacement() {
-  for (const Region& r : slabs_) munmap(r.mapping, r.reserved);
-}
+SlabPlacement::~SlabPlacement() = default;
 
 std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
   const uint32_t s = UnitLayer(id);
   if (s >= slabs_.size()) return nullptr;
-  const Region& r = slabs_[s];
+  Region& r = slabs_[s];
   uint64_t offset = 0;
   if (!CheckedMul(UnitIndex(id), r.unit_bytes, &offset) || capacity > r.unit_bytes ||
-      !RangeInside(offset, capacity, r.mapped)) {
+      !RangeInside(offset, capacity, r.memory.size())) {
     return nullptr;
   }
-  return r.base + offset;
+  return r.memory.data() + offset;
 }
 
 void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {

@@ -26,6 +26,7 @@
 #include <memory>
 #include <vector>
 
+#include "base/anon_region.h"
 #include "base/status.h"
 #include "storage/weight_cache.h"
 
@@ -45,8 +46,8 @@ class SlabPlacement : public UnitPlacement {
   SlabPlacement& operator=(const SlabPlacement&) = delete;
 
   size_t slab_count() const { return slabs_.size(); }
-  std::byte* base(uint32_t slab) const { return slabs_[slab].base; }
-  uint64_t slab_bytes(uint32_t slab) const { return slabs_[slab].mapped; }
+  std::byte* base(uint32_t slab) { return slabs_[slab].memory.data(); }
+  uint64_t slab_bytes(uint32_t slab) const { return slabs_[slab].memory.size(); }
   size_t unit_bytes(uint32_t slab) const { return slabs_[slab].unit_bytes; }
   static size_t PageSize();
 
@@ -58,11 +59,8 @@ class SlabPlacement : public UnitPlacement {
 
  private:
   struct Region {
-    std::byte* base = nullptr;
-    uint64_t mapped = 0;
+    AnonRegion memory;  // the slab's reserved range (page-rounded size)
     size_t unit_bytes = 0;
-    std::byte* mapping = nullptr;  // what mmap returned (base may be aligned up within it)
-    uint64_t reserved = 0;
   };
   SlabPlacement() = default;
   std::vector<Region> slabs_;
