@@ -84,8 +84,13 @@ struct ModelFile {
   std::vector<std::shared_ptr<Backing>> backing;
   // Whether the tensors were copied into anonymous memory at load (WeightPlacement::kMemory).
   bool weights_in_memory = false;
-  // How many tensors were tiled for the dense products at that copy (LoadOptions::tile_linear).
-  int tiled_tensors = 0;
+
+  // Tensors stored tiled for the dense products (LoadOptions::tile_linear).
+  int TiledTensorCount() const {
+    int n = 0;
+    for (const auto& [name, v] : tensors) n += v.layout == Layout::kTiled16;
+    return n;
+  }
 
   const TensorView* Find(const std::string& name) const {
     auto it = tensors.find(name);

@@ -3,6 +3,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <set>
 #include <vector>
 
 #include "base/anon_region.h"
@@ -93,12 +94,10 @@ Status CopyWeightsToMemory(ModelFile* file, bool tile_linear, ThreadPool* pool) 
     bool tile;
   };
   std::vector<Job> jobs;
-  std::map<const void*, uint64_t> done;
+  std::set<const void*> added;
   auto add = [&](const TensorView& v) {
-    if (!v.data || done.count(v.data)) return;
-    const uint64_t offset = offsets.at(v.data);
-    jobs.push_back(Job{v, offset, tile.at(v.data)});
-    done[v.data] = offset;
+    if (!v.data || !added.insert(v.data).second) return;
+    jobs.push_back(Job{v, offsets.at(v.data), tile.at(v.data)});
   };
   for (const std::string& name : file->tensor_order) {
     if (const TensorView* v = file->Find(name)) add(*v);
@@ -122,16 +121,11 @@ Status CopyWeightsToMemory(ModelFile* file, bool tile_linear, ThreadPool* pool) 
   } copy{&jobs, &region, file};
   ParallelForDynamic(pool, jobs.size(), [&copy](size_t b, size_t e, int) { copy.Run(b, e); }, 1);
 
-  int tiled = 0;
   for (auto& [name, v] : file->tensors) {
     if (!v.data) continue;
-    if (tile.at(v.data)) {
-      v.layout = Layout::kTiled16;
-      ++tiled;
-    }
-    v.data = region.data() + done.at(v.data);
+    if (tile.at(v.data)) v.layout = Layout::kTiled16;
+    v.data = region.data() + offsets.at(v.data);
   }
-  file->tiled_tensors = tiled;
   file->backing.clear();
   file->backing.push_back(std::make_shared<RegionBacking>(std::move(region)));
   file->weights_in_memory = true;

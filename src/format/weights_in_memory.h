@@ -25,7 +25,7 @@ namespace weir::format {
 // sharing bytes stay shared), repoints the views, replaces file->backing with the region and sets
 // file->weights_in_memory. With tile_linear, the Q8_0 / Q4_0 weights of the linear layers
 // (IsLinearWeight) that kernels::CanTile accepts are written tiled (Layout::kTiled16) instead of
-// copied; file->tiled_tensors counts them. On error `file` is unchanged.
+// copied (ModelFile::TiledTensorCount). On error `file` is unchanged.
 // The tensors are copied in parallel on `pool` (nullptr: the calling thread).
 Status CopyWeightsToMemory(ModelFile* file, bool tile_linear = false, ThreadPool* pool = nullptr);
 

@@ -71,7 +71,7 @@ Status Session::Allocate(const SessionOptions& options) {
       }
       streamed_->set_sparse(true);
     } else if (prunes) {
-      if (model_.file().tiled_tensors > 0) {
+      if (model_.file().TiledTensorCount() > 0) {
         return Status::InvalidArgument(
             "--sparsity " + policy_->info().name + ": this model was loaded with its weights "
             "tiled for dense decoding, and sparse products need them row by row (load it without "

@@ -123,7 +123,7 @@ TEST(WeightsInMemoryTest, TilesOnlyTheLinearWeights) {
         ASSERT_EQ(std::memcmp(row.data(), src.row(r), row.size()), 0) << name << " row " << r;
       }
     }
-    EXPECT_EQ(tiled->tiled_tensors, expect);
+    EXPECT_EQ(tiled->TiledTensorCount(), expect);
     // Every projection of the tiny preset has a multiple of 16 rows; F16 is never tiled.
     if (kernels::HasFastTiledProduct() && t != DType::kF16) {
       EXPECT_EQ(expect, 7 * spec->n_layers + 1);

@@ -78,7 +78,7 @@ TEST(WeightsPlacementTest, TiledWeightsAgreeAndRefuseSparsity) {
     o.tile_linear = true;
     auto tiled = Model::Load(path, o);
     ASSERT_TRUE(rows.ok() && tiled.ok());
-    if ((*tiled)->file().tiled_tensors == 0) GTEST_SKIP() << "no fast tiled product on this CPU";
+    if ((*tiled)->file().TiledTensorCount() == 0) GTEST_SKIP() << "no fast tiled product on this CPU";
     const std::vector<float> a = Logits(**rows, &pool), b = Logits(**tiled, &pool);
     ASSERT_EQ(a.size(), b.size());
     const int vocab = (*rows)->config().vocab_size;

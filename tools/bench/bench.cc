@@ -120,7 +120,7 @@ int BenchMain(int argc, char** argv) {
                {"decode_tok_s_all", tg}, {"bytes_per_token", bytes_tok}, {"achieved_gbs", achieved},
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
-               {"peak_rss", peak_rss}, {"weights", weights}, {"tiled_tensors", model.file().tiled_tensors}, {"load_s", load_s},
+               {"peak_rss", peak_rss}, {"weights", weights}, {"tiled_tensors", model.file().TiledTensorCount()}, {"load_s", load_s},
                {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"device", m->streaming->device().name()},
                                                        {"policy", stf.policy},
