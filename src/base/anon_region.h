@@ -1,8 +1,8 @@
 // AnonRegion: an owning anonymous memory mapping for large, long-lived arrays (a model's
-// weights copied out of its file). The base is 2 MiB aligned and the kernel is asked for
-// transparent huge pages (madvise, best effort): a decode step streams every weight byte once,
-// and with 4 KiB pages the page walks and the prefetchers' stop at each page boundary cost
-// llama-1b Q4_0 about a sixth of its decode speed (docs/performance.md, "Weights in memory").
+// weights copied out of its file, a streaming cache's slabs). The base is 2 MiB aligned and the
+// kernel is asked for transparent huge pages, or for none (madvise, best effort). A decode step
+// streams every weight byte once: on 4 KiB pages llama-1b Q4_0 decoded about a sixth slower
+// (docs/performance.md, "Weights in memory").
 //
 // Thread safety: none for the object; the bytes may be read from any thread once written.
 #pragma once

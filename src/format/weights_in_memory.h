@@ -1,10 +1,10 @@
 // Copying a loaded model's weights out of its file into memory (WeightPlacement::kMemory).
 //
 // A decode step reads every weight byte once, so how the bytes are mapped matters: read in place
-// from a file mapping they sit on 4 KiB pages, and the TLB walks plus the hardware prefetchers'
-// stop at each page boundary slow the matvecs (llama-1b Q4_0: 33 tok/s mapped, 39-41 copied;
-// docs/performance.md). Copied into one anonymous region with transparent huge pages advised,
-// the same kernels read them faster. llama.cpp likewise copies or repacks its CPU weights into
+// from a file mapping they sit on 4 KiB pages, and the same kernels ran llama-1b Q4_0 at 32-33
+// tok/s mapped against 38-41 copied into one anonymous region with transparent huge pages
+// advised (docs/performance.md, "Weights in memory"; our reading of the cause: page walks, and
+// hardware prefetchers that stop at each 4 KiB page boundary). llama.cpp likewise copies or repacks its CPU weights into
 // its own buffers by default.
 //
 // The copy goes tensor by tensor in file order, and each source range is handed back to its
