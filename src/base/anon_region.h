@@ -30,7 +30,7 @@ class AnonRegion {
   AnonRegion& operator=(const AnonRegion&) = delete;
 
   // Reserves `bytes` (> 0) of zero-filled memory. Pages are committed when first written; with
-  // huge_pages, whole 2 MiB pages may be (so up to 2 MiB past `bytes` may count in RSS).
+  // huge_pages, whole 2 MiB pages where they lie wholly inside `bytes`.
   static Result<AnonRegion> Create(size_t bytes, bool huge_pages = true);
 
   std::byte* data() { return base_; }

@@ -10,7 +10,7 @@ namespace weir::model {
 namespace {
 
 constexpr uint64_t kPage = 4096;
-// Static tensors from this size on get huge pages (at most 2 MiB of rounding, under 7%).
+// Static tensors from this size on get huge pages.
 constexpr uint64_t kHugeStaticBytes = uint64_t{32} << 20;
 uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 
@@ -72,10 +72,9 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     if (m->streamer_->TensorAddress(t.name) == nullptr)
       m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
   }
-  // They live in one region (below), of huge pages when large: whole huge pages may then be
-  // committed, which the plan counts.
+  // They live in one region (below), of huge pages when large (AnonRegion leaves a last partial
+  // huge page on small pages, so the page-rounded sizes above are what can be committed).
   const bool huge_statics = m->plan_.static_bytes >= kHugeStaticBytes;
-  if (huge_statics) m->plan_.static_bytes = RoundUp(m->plan_.static_bytes, AnonRegion::kHugePage);
   // What can be checked before the session exists.
   MemoryPlan early;
   if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
