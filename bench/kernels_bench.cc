@@ -21,6 +21,7 @@
 //   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens)
 //   BM_GatherCols/DTYPE/...density:P        y = W[:, idx] x[idx] over wt [cols, rows]
 //   BM_GatherRows/DTYPE/...density:P        y[idx] = W[idx, :] x
+//   BM_GatherRead/DTYPE/...density:P        plain read of the same rows (the floor of both forms)
 //   BM_RmsNorm, BM_SiluMul, BM_Softmax, BM_TopK
 //
 // Path: WEIR_KERNELS=scalar|portable|avx2|avx512 (default: best for the CPU).
@@ -166,6 +167,31 @@ StreamArrays& Stream() {
   return s;
 }
 
+// Sum of n 32-bit words: a plain read. 16-byte integer vectors (GCC/Clang vector extension: SSE2
+// / NEON) in 4 independent accumulators, so the loop issues one load per 16 bytes and is never
+// the bottleneck. Each 64 bytes request (if prefetch) the line 2 KiB ahead, or (if ahead) the
+// line at the same offset of ahead: another range that will be read later.
+uint64_t SumWords(const uint32_t* p, size_t n, bool prefetch, const uint32_t* ahead = nullptr) {
+  typedef uint32_t V4 __attribute__((vector_size(16)));
+  V4 acc[4] = {};
+  size_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    if (prefetch) __builtin_prefetch(p + i + 512, 0, 3);
+    if (ahead != nullptr) __builtin_prefetch(ahead + i, 0, 3);
+    for (int k = 0; k < 4; ++k) {
+      V4 v;
+      std::memcpy(&v, p + i + 4 * k, sizeof(v));
+      acc[k] += v;
+    }
+  }
+  uint64_t total = 0;
+  for (; i < n; ++i) total += p[i];
+  for (int k = 0; k < 4; ++k) {
+    for (int l = 0; l < 4; ++l) total += acc[k][l];
+  }
+  return total;
+}
+
 enum class StreamOp { kRead, kReadPrefetch, kCopy, kTriad };
 
 void BM_Stream(benchmark::State& state, StreamOp op) {
@@ -191,26 +217,10 @@ void BM_Stream(benchmark::State& state, StreamOp op) {
           if (op == StreamOp::kRead || op == StreamOp::kReadPrefetch) {
             // 16-byte integer vectors (GCC/Clang vector extension: SSE2 / NEON) in 4 independent
             // accumulators, so the loop issues one load per 16 bytes and is never the bottleneck.
-            typedef uint32_t V4 __attribute__((vector_size(16)));
-            const auto* p = reinterpret_cast<const uint32_t*>(a);
-            V4 acc[4] = {};
-            size_t i = begin;
-            for (; i + 16 <= end; i += 16) {
-              // The kernels request their weights 2 KiB ahead; read_pf does the same, to show
-              // what one thread can pull with that help (STREAM itself does not prefetch).
-              if (op == StreamOp::kReadPrefetch) __builtin_prefetch(p + i + 512, 0, 3);
-              for (int k = 0; k < 4; ++k) {
-                V4 v;
-                std::memcpy(&v, p + i + 4 * k, sizeof(v));
-                acc[k] += v;
-              }
-            }
-            uint64_t total = 0;
-            for (; i < end; ++i) total += p[i];
-            for (int k = 0; k < 4; ++k) {
-              for (int l = 0; l < 4; ++l) total += acc[k][l];
-            }
-            sink[ti] += total;
+            // The kernels request their weights 2 KiB ahead; read_pf does the same, to show what
+            // one thread can pull with that help (STREAM itself does not prefetch).
+            sink[ti] += SumWords(reinterpret_cast<const uint32_t*>(a) + begin, end - begin,
+                                 op == StreamOp::kReadPrefetch);
           } else if (op == StreamOp::kCopy) {
             std::memcpy(c + begin, a + begin, (end - begin) * sizeof(float));
           } else {
@@ -423,6 +433,45 @@ void BM_GatherRows(benchmark::State& state, DType t, Shape2 s, int threads, doub
   clock.Report(state, static_cast<double>(RowBytes(t, s.cols) * idx.size()));
 }
 
+// The floor under both gathered forms: a plain read (SumWords, no arithmetic) of the same rows of
+// the same arena, split over the pool in the same contiguous slices of the index list. At
+// density 100 it reads the whole matrix in order, so "read at P / read at 100" is what the memory
+// system charges for the pattern alone, before any kernel work.
+void BM_GatherRead(benchmark::State& state, DType t, Shape2 s, int threads, double density) {
+  const Arena& arena = GetArena(t, s.rows, s.cols);
+  const size_t row_bytes = RowBytes(t, s.cols);
+  std::vector<int32_t> idx = ActiveIndices(s.rows, density);
+  ThreadPool* pool = Pool(threads);
+  uint64_t sink[8] = {};
+  size_t i = 0;
+  IterationClock clock;
+  // As the kernels do: each row requested while the row 4 KiB of reading before it is read.
+  const size_t lead = (4096 + row_bytes - 1) / row_bytes;
+  for (auto _ : state) {
+    const uint8_t* base = arena.view(i++).row(0);
+    auto row = [&](size_t k) {
+      return reinterpret_cast<const uint32_t*>(base + static_cast<size_t>(idx[k]) * row_bytes);
+    };
+    clock.Start();
+    pool->ParallelFor(
+        idx.size(),
+        [&](size_t b, size_t e, int ti) {
+          for (size_t k = b; k < std::min(e, b + lead); ++k) {
+            for (size_t off = 0; off < row_bytes / 4; off += 16) __builtin_prefetch(row(k) + off);
+          }
+          for (size_t k = b; k < e; ++k) {
+            // Rows start 2-byte aligned at worst: read the whole words inside the row.
+            sink[ti] += SumWords(row(k), row_bytes / 4, false, k + lead < e ? row(k + lead) : nullptr);
+          }
+        },
+        (idx.size() + threads - 1) / threads);
+    clock.Stop();
+    benchmark::DoNotOptimize(sink);
+  }
+  state.SetBytesProcessed(state.iterations() * static_cast<int64_t>(row_bytes * idx.size()));
+  clock.Report(state, static_cast<double>(row_bytes * idx.size()));
+}
+
 // ---- elementwise ----
 
 void BM_RmsNorm(benchmark::State& state) {
@@ -524,23 +573,42 @@ class SummaryReporter : public benchmark::ConsoleReporter {
         std::printf("\n");
       }
     }
-    std::printf("\n  Gathered p10 time / dense MatVec p10 time of the same matrix\n");
+    std::printf(
+        "\n  Gathered p10 time / dense MatVec p10 time of the same matrix; / the plain read of "
+        "the same rows (BM_GatherRead)\n");
     for (const auto& [name, v] : values_["p10_us"]) {
       const bool cols = name.rfind("BM_GatherCols/", 0) == 0;
       const bool rows = name.rfind("BM_GatherRows/", 0) == 0;
       if (!cols && !rows) continue;
       // BM_GatherCols/Q8_0/2048x5632/density:50/threads:2 -> BM_MatVec/Q8_0/2048x5632/threads:2
       const size_t type_begin = name.find('/') + 1;
+      const size_t shape_begin = name.find('/', type_begin) + 1;
       const size_t shape_end = name.find("/density:");
       const std::string threads = name.substr(name.rfind('/'));
       const std::string dense =
           "BM_MatVec/" + name.substr(type_begin, shape_end - type_begin) + threads;
+      // Both forms read rows of the [5632, 2048] arena (the column form's wt).
+      const std::string read = "BM_GatherRead/" +
+                               name.substr(type_begin, shape_begin - type_begin) + "5632x2048" +
+                               name.substr(shape_end);
       const double t_dense = Get("p10_us", dense);
       const double t_full = Get("p10_us", name.substr(0, shape_end) + "/density:100" + threads);
+      const double t_read = Get("p10_us", read);
       const double t = Get("p10_us", name);
       if (t_dense <= 0) continue;
-      std::printf("    %-56s %5.1f%% of dense, %5.1f%% of density 100\n", name.c_str(),
+      std::printf("    %-56s %5.1f%% of dense, %5.1f%% of density 100", name.c_str(),
                   100.0 * t / t_dense, t_full > 0 ? 100.0 * t / t_full : 0.0);
+      if (t_read > 0) std::printf(", %5.1f%% of the plain read", 100.0 * t / t_read);
+      std::printf("\n");
+    }
+    std::printf("\n  Plain read of the active rows / plain read of all rows, in order (the floor)\n");
+    for (const auto& [name, v] : values_["p10_us"]) {
+      if (name.rfind("BM_GatherRead/", 0) != 0) continue;
+      const size_t shape_end = name.find("/density:");
+      const std::string threads = name.substr(name.rfind('/'));
+      const double t_all = Get("p10_us", name.substr(0, shape_end) + "/density:100" + threads);
+      if (t_all <= 0) continue;
+      std::printf("    %-56s %5.1f%% of density 100\n", name.c_str(), 100.0 * Get("p10_us", name) / t_all);
     }
   }
 
@@ -646,6 +714,11 @@ void RegisterAll() {
         RegisterBenchmark(
             ("BM_GatherRows/" + std::string(DTypeName(t)) + "/5632x2048/density:" + d + th).c_str(),
             BM_GatherRows, t, Shape2{5632, 2048}, threads, density)
+            ->UseRealTime();
+        // Both forms read rows of one [5632, 2048] arena: the plain read of those rows.
+        RegisterBenchmark(
+            ("BM_GatherRead/" + std::string(DTypeName(t)) + "/5632x2048/density:" + d + th).c_str(),
+            BM_GatherRead, t, Shape2{5632, 2048}, threads, density)
             ->UseRealTime();
       }
     }
