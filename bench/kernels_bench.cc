@@ -169,15 +169,13 @@ StreamArrays& Stream() {
 
 // Sum of n 32-bit words: a plain read. 16-byte integer vectors (GCC/Clang vector extension: SSE2
 // / NEON) in 4 independent accumulators, so the loop issues one load per 16 bytes and is never
-// the bottleneck. Each 64 bytes request (if prefetch) the line 2 KiB ahead, or (if ahead) the
-// line at the same offset of ahead: another range that will be read later.
-uint64_t SumWords(const uint32_t* p, size_t n, bool prefetch, const uint32_t* ahead = nullptr) {
+// the bottleneck. Each 64 bytes request (if prefetch) the line 2 KiB ahead.
+uint64_t SumWords(const uint32_t* p, size_t n, bool prefetch) {
   typedef uint32_t V4 __attribute__((vector_size(16)));
   V4 acc[4] = {};
   size_t i = 0;
   for (; i + 16 <= n; i += 16) {
     if (prefetch) __builtin_prefetch(p + i + 512, 0, 3);
-    if (ahead != nullptr) __builtin_prefetch(ahead + i, 0, 3);
     for (int k = 0; k < 4; ++k) {
       V4 v;
       std::memcpy(&v, p + i + 4 * k, sizeof(v));
@@ -433,20 +431,51 @@ void BM_GatherRows(benchmark::State& state, DType t, Shape2 s, int threads, doub
   clock.Report(state, static_cast<double>(RowBytes(t, s.cols) * idx.size()));
 }
 
-// The floor under both gathered forms: a plain read (SumWords, no arithmetic) of the same rows of
-// the same arena, split over the pool in the same contiguous slices of the index list. At
-// density 100 it reads the whole matrix in order, so "read at P / read at 100" is what the memory
-// system charges for the pattern alone, before any kernel work.
+// Sum of the 32-bit words of four rows of `words` words each, read line by line across the four
+// (four streams in flight, as the gathered kernels run them), with each line of the four `ahead`
+// rows (or none) requested as the same line of these is read.
+uint64_t SumFourRows(const uint32_t* const* rows, size_t words, const uint32_t* const* ahead) {
+  typedef uint32_t V4 __attribute__((vector_size(16)));
+  V4 acc[4] = {};
+  size_t i = 0;
+  for (; i + 16 <= words; i += 16) {
+    if (ahead != nullptr) {
+      for (int r = 0; r < 4; ++r) __builtin_prefetch(ahead[r] + i, 0, 3);
+    }
+    for (int r = 0; r < 4; ++r) {
+      for (int k = 0; k < 4; ++k) {
+        V4 v;
+        std::memcpy(&v, rows[r] + i + 4 * k, sizeof(v));
+        acc[k] += v;
+      }
+    }
+  }
+  uint64_t total = 0;
+  for (int r = 0; r < 4; ++r) {
+    for (size_t j = i; j < words; ++j) total += rows[r][j];
+  }
+  for (int k = 0; k < 4; ++k) {
+    for (int l = 0; l < 4; ++l) total += acc[k][l];
+  }
+  return total;
+}
+
+// The floor under both gathered forms: a plain read (no arithmetic) of the same rows of the same
+// arena, split over the pool in the same contiguous slices of the index list, four rows at a time
+// with the group two groups ahead requested line by line (as the kernels do; one row at a time
+// with the same lead in bytes read slower than the F16 kernels). At density 100 it reads the
+// whole matrix in order, so "read at P / read at 100" is what the memory system charges for the
+// pattern alone, before any kernel work.
 void BM_GatherRead(benchmark::State& state, DType t, Shape2 s, int threads, double density) {
   const Arena& arena = GetArena(t, s.rows, s.cols);
   const size_t row_bytes = RowBytes(t, s.cols);
+  const size_t words = row_bytes / 4;  // rows start 2-byte aligned at worst: whole words inside
   std::vector<int32_t> idx = ActiveIndices(s.rows, density);
   ThreadPool* pool = Pool(threads);
   uint64_t sink[8] = {};
   size_t i = 0;
   IterationClock clock;
-  // As the kernels do: each row requested while the row 4 KiB of reading before it is read.
-  const size_t lead = (4096 + row_bytes - 1) / row_bytes;
+  constexpr size_t kAhead = 8;  // rows: two groups of four
   for (auto _ : state) {
     const uint8_t* base = arena.view(i++).row(0);
     auto row = [&](size_t k) {
@@ -456,13 +485,21 @@ void BM_GatherRead(benchmark::State& state, DType t, Shape2 s, int threads, doub
     pool->ParallelFor(
         idx.size(),
         [&](size_t b, size_t e, int ti) {
-          for (size_t k = b; k < std::min(e, b + lead); ++k) {
-            for (size_t off = 0; off < row_bytes / 4; off += 16) __builtin_prefetch(row(k) + off);
+          for (size_t k = b; k < std::min(e, b + kAhead); ++k) {
+            for (size_t off = 0; off < words; off += 16) __builtin_prefetch(row(k) + off);
           }
-          for (size_t k = b; k < e; ++k) {
-            // Rows start 2-byte aligned at worst: read the whole words inside the row.
-            sink[ti] += SumWords(row(k), row_bytes / 4, false, k + lead < e ? row(k + lead) : nullptr);
+          size_t k = b;
+          for (; k + 4 <= e; k += 4) {
+            const uint32_t* rows[4];
+            const uint32_t* ahead[4];
+            const bool stream = k + kAhead + 4 <= e;
+            for (int r = 0; r < 4; ++r) {
+              rows[r] = row(k + r);
+              ahead[r] = stream ? row(k + kAhead + r) : nullptr;
+            }
+            sink[ti] += SumFourRows(rows, words, stream ? ahead : nullptr);
           }
+          for (; k < e; ++k) sink[ti] += SumWords(row(k), words, false);
         },
         (idx.size() + threads - 1) / threads);
     clock.Stop();
