@@ -624,7 +624,8 @@ void GroupCoefficients(const uint8_t* const* rows, const float* xs, int64_t c, _
 
 // Two full groups (8 rows) per pass through the VBMI kernel, which then reads and writes each
 // accumulator block once for both: the same bits as two AxpyQuantRows<kQ4, 4> calls.
-// Measured (kernels_bench, Q4_0 2048x5632 column form, 2 threads): see docs/performance.md.
+// Measured (kernels_bench, Q8_0 / Q4_0 2048x5632 column form, 2 threads): docs/performance.md,
+// "Two groups per pass in the quantized column form".
 template <bool kQ4>
 void AxpyQuantGroupPair(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                         const uint8_t* const* pf) {
