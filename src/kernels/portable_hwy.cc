@@ -33,6 +33,8 @@ constexpr size_t kPrefetchBytes = 2048;
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 
+inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
+
 // Prepared activation (Q8_0 / Q4_0 weights): int8 q[cols] padded to 64 bytes, then f32 d[nb].
 inline size_t QOffsetOfScales(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
 
@@ -231,6 +233,151 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
   }
 }
 
+// Row form of the gathered product (see x86_avx512.cc): R gathered rows per pass against one
+// token, each row through exactly the operations of DotQuantRow<kQ4, 1> / DotFloatRow<T, 1> in
+// the same order (so the same bits as MatVec); the activation is loaded once for the R rows and
+// R independent rows are in flight. pf: R rows of a later group (or nullptr), requested block by
+// block at the offsets being read.
+template <bool kQ4, int R>
+void DotQuantRowsGathered(const uint8_t* const* rows, int64_t cols, const uint8_t* xp,
+                          float* const* y, const uint8_t* const* pf) {
+  const hn::CappedTag<int16_t, 16> d16;
+  const hn::Rebind<int8_t, decltype(d16)> d8;
+  const hn::Rebind<uint8_t, decltype(d16)> du8;
+  const hn::RepartitionToWide<decltype(d16)> d32;
+  const hn::Rebind<float, decltype(d32)> df;
+  const size_t n = hn::Lanes(d16);
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  const int64_t nb = cols / kQ;
+  const auto* dx = reinterpret_cast<const float*>(xp + QOffsetOfScales(cols));
+  using VF = hn::Vec<decltype(df)>;
+  using VI = hn::Vec<decltype(d32)>;
+  VF acc[R];
+  for (int i = 0; i < R; ++i) acc[i] = hn::Zero(df);
+  for (int64_t b = 0; b < nb; ++b) {
+    const size_t at = static_cast<size_t>(b) * bb;
+    if (pf != nullptr) {
+      for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + at, 0, 3);
+    }
+    VI s0[R], s1[R];
+    for (int i = 0; i < R; ++i) s0[i] = s1[i] = hn::Zero(d32);
+    for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
+      const auto* xb = reinterpret_cast<const int8_t*>(xp) + b * kQ + j;
+      const auto xq = hn::PromoteTo(d16, hn::LoadU(d8, xb));
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* blk = rows[i] + at;
+        hn::Vec<decltype(d16)> wv;
+        if constexpr (kQ4) {
+          const auto raw = hn::PromoteTo(d16, hn::LoadU(du8, blk + 2 + (j % 16)));
+          const auto nib = j < 16 ? hn::And(raw, hn::Set(d16, 15)) : hn::ShiftRight<4>(raw);
+          wv = hn::Sub(nib, hn::Set(d16, 8));
+        } else {
+          wv = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
+        }
+        s0[i] = hn::ReorderWidenMulAccumulate(d32, wv, xq, s0[i], s1[i]);
+      }
+    }
+    for (int i = 0; i < R; ++i) {
+      const float dw = LoadHalf(rows[i] + at);
+      acc[i] =
+          hn::MulAdd(hn::ConvertTo(df, hn::Add(s0[i], s1[i])), hn::Set(df, dw * dx[b]), acc[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) *y[i] = hn::GetLane(hn::SumOfLanes(df, acc[i]));
+}
+
+template <DType T, int R>
+void DotFloatRowsGathered(const uint8_t* const* rows, int64_t cols, const float* x, float* const* y,
+                          const uint8_t* const* pf) {
+  const hn::ScalableTag<float> df;
+  const int64_t n = static_cast<int64_t>(hn::Lanes(df));
+  using VF = hn::Vec<decltype(df)>;
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
+  VF acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = hn::Zero(df);
+  int64_t j = 0;
+  for (; j + 2 * n <= cols; j += 2 * n) {
+    if (pf != nullptr) {
+      for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + j * kBpe, 0, 3);
+    }
+    const VF x0 = hn::LoadU(df, x + j);
+    const VF x1 = hn::LoadU(df, x + j + n);
+    for (int i = 0; i < R; ++i) {
+      acc0[i] = hn::MulAdd(LoadN<T>(df, rows[i], j), x0, acc0[i]);
+      acc1[i] = hn::MulAdd(LoadN<T>(df, rows[i], j + n), x1, acc1[i]);
+    }
+  }
+  for (int i = 0; i < R; ++i) {
+    float s = hn::GetLane(hn::SumOfLanes(df, hn::Add(acc0[i], acc1[i])));
+    for (int64_t k = j; k < cols; ++k) s += Load1<T>(rows[i], k) * x[k];
+    *y[i] = s;
+  }
+}
+
+template <int R>
+void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const void* xp,
+                     float* const* y, const uint8_t* const* pf) {
+  const auto* xb = static_cast<const uint8_t*>(xp);
+  const auto* xf = static_cast<const float*>(xp);
+  switch (t) {
+    case DType::kQ8_0:
+      DotQuantRowsGathered<false, R>(rows, cols, xb, y, pf);
+      return;
+    case DType::kQ4_0:
+      DotQuantRowsGathered<true, R>(rows, cols, xb, y, pf);
+      return;
+    case DType::kF32:
+      DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
+      return;
+    case DType::kF16:
+      DotFloatRowsGathered<DType::kF16, R>(rows, cols, xf, y, pf);
+      return;
+    case DType::kBF16:
+      DotFloatRowsGathered<DType::kBF16, R>(rows, cols, xf, y, pf);
+      return;
+  }
+}
+
+// The rows of a later group are requested while this group runs, about 4 KiB ahead, at least one
+// group (as x86_avx512.cc).
+constexpr size_t kGatherLeadBytes = 4096;
+
+void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+               int64_t n_idx, const void* xp, float* y) {
+  constexpr int R = 4;
+  const int64_t groups_ahead =
+      static_cast<int64_t>((kGatherLeadBytes + R * row_stride - 1) / (R * row_stride));
+  auto row_at = [&](int64_t k) { return w + static_cast<size_t>(idx[k]) * row_stride; };
+  const uint8_t* rows[R];
+  const uint8_t* ahead[R];
+  float* out[R];
+  for (int64_t i = 0; i < Min64(groups_ahead * R, n_idx); ++i) {
+    for (size_t off = 0; off < row_stride; off += 64) __builtin_prefetch(row_at(i) + off, 0, 3);
+  }
+  int64_t k = 0;
+  for (; k + R <= n_idx; k += R) {
+    for (int i = 0; i < R; ++i) {
+      rows[i] = row_at(k + i);
+      out[i] = y + idx[k + i];
+    }
+    // The group groups_ahead later (near the end: its rows that exist, the last one repeated).
+    const int64_t next = k + groups_ahead * R;
+    const bool stream = next < n_idx;
+    if (stream) {
+      for (int i = 0; i < R; ++i) ahead[i] = row_at(Min64(next + i, n_idx - 1));
+    }
+    DotRowsGathered<R>(t, rows, cols, xp, out, stream ? ahead : nullptr);
+  }
+  const int rest = static_cast<int>(n_idx - k);
+  for (int i = 0; i < rest; ++i) {
+    rows[i] = row_at(k + i);
+    out[i] = y + idx[k + i];
+  }
+  if (rest == 3) DotRowsGathered<3>(t, rows, cols, xp, out, nullptr);
+  if (rest == 2) DotRowsGathered<2>(t, rows, cols, xp, out, nullptr);
+  if (rest == 1) DotRowsGathered<1>(t, rows, cols, xp, out, nullptr);
+}
+
 template <DType T, int R>
 void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                    const uint8_t* const* pf) {
@@ -426,6 +573,7 @@ namespace {
 HWY_EXPORT(PrepBytes);
 HWY_EXPORT(Prep);
 HWY_EXPORT(Dot);
+HWY_EXPORT(DotGather);
 HWY_EXPORT(AxpyGather);
 HWY_EXPORT(RmsNorm);
 HWY_EXPORT(Softmax);
@@ -440,6 +588,10 @@ void DispatchDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int
                  const uint8_t* pf) {
   HWY_DYNAMIC_DISPATCH(Dot)(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
 }
+void DispatchDotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
+                       const int32_t* idx, int64_t n_idx, const void* xp, float* y) {
+  HWY_DYNAMIC_DISPATCH(DotGather)(t, w, row_stride, cols, idx, n_idx, xp, y);
+}
 void DispatchAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_out,
                         const int32_t* idx, int64_t n_idx, const float* x, float* acc) {
   HWY_DYNAMIC_DISPATCH(AxpyGather)(t, wt, row_stride, n_out, idx, n_idx, x, acc);
@@ -452,7 +604,7 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n);
 }
 
-const IsaKernels kTable = {DispatchPrepBytes,  DispatchPrep,    DispatchDot,     nullptr,
+const IsaKernels kTable = {DispatchPrepBytes,  DispatchPrep,    DispatchDot,     DispatchDotGather,
                            DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
                            nullptr,            nullptr,         nullptr,         nullptr};
 

@@ -312,6 +312,171 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 }
 
 // ---------------------------------------------------------------------------------------------
+// Row form of the gathered product (see x86_avx512.cc): R gathered rows per pass against one
+// token. Each row goes through exactly the operations of DotQuantRow<kQ4, 1> / DotFloatRow<T, 1>
+// in the same order (so the same bits as MatVec); the activation is loaded once for the R rows,
+// R independent rows are in flight, and one call covers the whole index list. pf: R rows of a
+// later group (or nullptr), requested line by line at the offsets being read.
+
+// Block k of the chunk at byte offset `at` of each row into acc[i], as DotBlock<kQ4, 1>.
+template <bool kQ4, int R>
+inline void DotBlockRows(const uint8_t* const* rows, size_t at, const uint8_t* x,
+                         const float (*scale)[8], int64_t k, __m256* acc) {
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x));
+  if constexpr (kQ4) {
+    const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
+    for (int i = 0; i < R; ++i) {
+      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + at + 2));
+      const __m256i w = _mm256_and_si256(
+          _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
+          _mm256_set1_epi8(0x0f));
+      const __m256i isum =
+          _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16), bias);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale[i][k]), acc[i]);
+    }
+  } else {
+    for (int i = 0; i < R; ++i) {
+      const __m256i w = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + at + 2));
+      const __m256i isum = _mm256_madd_epi16(
+          _mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(xq, w)), ones16);
+      acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale[i][k]), acc[i]);
+    }
+  }
+}
+
+template <bool kQ4, int R>
+void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t* xp,
+                          float* const* y, const uint8_t* const* pf) {
+  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  const auto* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(nb) * kRecBytes);
+  alignas(32) float scale[R][8];
+  __m256 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  for (int64_t c = 0; c < nb; c += 8) {
+    const int64_t n = Min64(8, nb - c);
+    const __m256 dxc = _mm256_loadu_ps(dx + c);
+    for (int i = 0; i < R; ++i) {
+      _mm256_store_ps(scale[i], _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n), dxc));
+    }
+    if (pf != nullptr) {
+      for (size_t off = 0; off < 8 * bb; off += 64) {
+        for (int i = 0; i < R; ++i) {
+          _mm_prefetch(reinterpret_cast<const char*>(pf[i] + c * bb + off), _MM_HINT_T0);
+        }
+      }
+    }
+    const size_t at = static_cast<size_t>(c) * bb;
+    const uint8_t* xc = xp + static_cast<size_t>(c) * kRecBytes;
+    int64_t k = 0;
+    for (; k + 2 <= n; k += 2) {
+      DotBlockRows<kQ4, R>(rows, at + k * bb, xc + k * kRecBytes, scale, k, acc0);
+      DotBlockRows<kQ4, R>(rows, at + (k + 1) * bb, xc + (k + 1) * kRecBytes, scale, k + 1, acc1);
+    }
+    if (k < n) DotBlockRows<kQ4, R>(rows, at + k * bb, xc + k * kRecBytes, scale, k, acc0);
+  }
+  for (int i = 0; i < R; ++i) *y[i] = HSum(_mm256_add_ps(acc0[i], acc1[i]));
+}
+
+template <DType T, int R>
+void DotFloatRowsGathered(const uint8_t* const* rows, int64_t cols, const float* x, float* const* y,
+                          const uint8_t* const* pf) {
+  constexpr int64_t kBpe = T == DType::kF32 ? 4 : 2;
+  __m256 acc0[R], acc1[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  int64_t j = 0;
+  for (; j + 16 <= cols; j += 16) {
+    if (pf != nullptr && ((j * kBpe) & 63) == 0) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf[i] + j * kBpe), _MM_HINT_T0);
+      }
+    }
+    const __m256 x0 = _mm256_loadu_ps(x + j);
+    const __m256 x1 = _mm256_loadu_ps(x + j + 8);
+    for (int i = 0; i < R; ++i) {
+      acc0[i] = _mm256_fmadd_ps(Load8<T>(rows[i], j), x0, acc0[i]);
+      acc1[i] = _mm256_fmadd_ps(Load8<T>(rows[i], j + 8), x1, acc1[i]);
+    }
+  }
+  if (j + 8 <= cols) {
+    const __m256 x0 = _mm256_loadu_ps(x + j);
+    for (int i = 0; i < R; ++i) acc0[i] = _mm256_fmadd_ps(Load8<T>(rows[i], j), x0, acc0[i]);
+    j += 8;
+  }
+  for (int i = 0; i < R; ++i) {
+    float s = HSum(_mm256_add_ps(acc0[i], acc1[i]));
+    for (int64_t k = j; k < cols; ++k) s += Load1<T>(rows[i], k) * x[k];
+    *y[i] = s;
+  }
+}
+
+template <int R>
+void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const void* xp,
+                     float* const* y, const uint8_t* const* pf) {
+  const auto* xb = static_cast<const uint8_t*>(xp);
+  const auto* xf = static_cast<const float*>(xp);
+  switch (t) {
+    case DType::kQ8_0:
+      DotQuantRowsGathered<false, R>(rows, cols / kQ, xb, y, pf);
+      return;
+    case DType::kQ4_0:
+      DotQuantRowsGathered<true, R>(rows, cols / kQ, xb, y, pf);
+      return;
+    case DType::kF32:
+      DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
+      return;
+    case DType::kF16:
+      DotFloatRowsGathered<DType::kF16, R>(rows, cols, xf, y, pf);
+      return;
+    case DType::kBF16:
+      DotFloatRowsGathered<DType::kBF16, R>(rows, cols, xf, y, pf);
+      return;
+  }
+}
+
+// The rows of a later group are requested while this group runs, about 4 KiB ahead, at least one
+// group (as x86_avx512.cc).
+constexpr size_t kGatherLeadBytes = 4096;
+
+void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+               int64_t n_idx, const void* xp, float* y) {
+  constexpr int R = 4;
+  const int64_t groups_ahead =
+      static_cast<int64_t>((kGatherLeadBytes + R * row_stride - 1) / (R * row_stride));
+  auto row_at = [&](int64_t k) { return w + static_cast<size_t>(idx[k]) * row_stride; };
+  const uint8_t* rows[R];
+  const uint8_t* ahead[R];
+  float* out[R];
+  for (int64_t i = 0; i < Min64(groups_ahead * R, n_idx); ++i) {
+    for (size_t off = 0; off < row_stride; off += 64) {
+      _mm_prefetch(reinterpret_cast<const char*>(row_at(i) + off), _MM_HINT_T0);
+    }
+  }
+  int64_t k = 0;
+  for (; k + R <= n_idx; k += R) {
+    for (int i = 0; i < R; ++i) {
+      rows[i] = row_at(k + i);
+      out[i] = y + idx[k + i];
+    }
+    // The group groups_ahead later (near the end: its rows that exist, the last one repeated).
+    const int64_t next = k + groups_ahead * R;
+    const bool stream = next < n_idx;
+    if (stream) {
+      for (int i = 0; i < R; ++i) ahead[i] = row_at(Min64(next + i, n_idx - 1));
+    }
+    DotRowsGathered<R>(t, rows, cols, xp, out, stream ? ahead : nullptr);
+  }
+  const int rest = static_cast<int>(n_idx - k);
+  for (int i = 0; i < rest; ++i) {
+    rows[i] = row_at(k + i);
+    out[i] = y + idx[k + i];
+  }
+  if (rest == 3) DotRowsGathered<3>(t, rows, cols, xp, out, nullptr);
+  if (rest == 2) DotRowsGathered<2>(t, rows, cols, xp, out, nullptr);
+  if (rest == 1) DotRowsGathered<1>(t, rows, cols, xp, out, nullptr);
+}
+
+// ---------------------------------------------------------------------------------------------
 // Column form of the gathered product (see x86_avx512.cc).
 
 template <DType T, int R>
@@ -658,7 +823,7 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-const IsaKernels kTable = {PrepBytes, Prep,    Dot,     nullptr, AxpyGather,
+const IsaKernels kTable = {PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
                            nullptr,   DotTiled};
 
