@@ -430,7 +430,9 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
 
 // Quantized column form for a group of R <= 4 rows (gather.h): per output block the R
 // coefficients x[i] * d[i, b] are rounded to int8 with one scale C; the products t * q are exact
-// integers, summed in f32 (exact below 2^24) and scaled once by C.
+// integers, summed in f32 (exact below 2^24) and scaled once by C. The coefficients of 16 blocks
+// are computed at once in vectors (two divisions per 16 blocks, not per block: the per-block
+// scalar step had made this form 1.9-2.4x the dense time at full density).
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                    const uint8_t* const* pf) {
@@ -438,38 +440,57 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   const hn::RebindToSigned<decltype(df)> di;
   const hn::Rebind<int8_t, decltype(df)> d8;
   const hn::Rebind<uint8_t, decltype(df)> du8;
+  const hn::Rebind<hwy::float16_t, decltype(df)> dh;
   const size_t n = hn::Lanes(df);
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
-  for (int64_t b = 0; b < n_out / kQ; ++b) {
-    if (pf != nullptr) {
-      for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + b * bb, 0, 3);
-    }
-    float coef[R], t[R];
-    float cmax = 0;
+  constexpr int64_t kChunk = 16;  // blocks per coefficient step
+  const int64_t nb = n_out / kQ;
+  HWY_ALIGN hwy::float16_t half[R][kChunk];
+  HWY_ALIGN float t[R][kChunk];
+  HWY_ALIGN float scale[kChunk];
+  for (int64_t c = 0; c < nb; c += kChunk) {
+    const int64_t m = Min64(kChunk, nb - c);
     for (int i = 0; i < R; ++i) {
-      coef[i] = xs[i] * LoadHalf(rows[i] + static_cast<size_t>(b) * bb);
-      const float a = coef[i] < 0 ? -coef[i] : coef[i];
-      cmax = a > cmax ? a : cmax;
-    }
-    const float scale = cmax / 127.0f;
-    const float inv = scale != 0 ? 1.0f / scale : 0.0f;
-    for (int i = 0; i < R; ++i) t[i] = __builtin_nearbyintf(coef[i] * inv);
-    for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
-      auto sum = hn::Zero(df);
-      for (int i = 0; i < R; ++i) {
-        const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
-        hn::Vec<decltype(di)> q;
-        if constexpr (kQ4) {
-          const auto raw = hn::PromoteTo(di, hn::LoadU(du8, blk + 2 + (j % 16)));
-          const auto nib = j < 16 ? hn::And(raw, hn::Set(di, 15)) : hn::ShiftRight<4>(raw);
-          q = hn::Sub(nib, hn::Set(di, 8));
-        } else {
-          q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
-        }
-        sum = hn::MulAdd(hn::Set(df, t[i]), hn::ConvertTo(df, q), sum);
+      for (int64_t k = 0; k < kChunk; ++k) {
+        const int64_t b = k < m ? c + k : c;  // lanes past the end repeat the first block
+        __builtin_memcpy(&half[i][k], rows[i] + static_cast<size_t>(b) * bb, 2);
       }
-      float* aj = acc + b * kQ + j;
-      hn::StoreU(hn::MulAdd(sum, hn::Set(df, scale), hn::LoadU(df, aj)), df, aj);
+    }
+    for (size_t k = 0; k < static_cast<size_t>(kChunk); k += n) {
+      hn::Vec<decltype(df)> coef[R];
+      auto cmax = hn::Zero(df);
+      for (int i = 0; i < R; ++i) {
+        coef[i] = hn::Mul(hn::Set(df, xs[i]), hn::PromoteTo(df, hn::Load(dh, &half[i][k])));
+        cmax = hn::Max(cmax, hn::Abs(coef[i]));
+      }
+      const auto cs = hn::Div(cmax, hn::Set(df, 127.0f));
+      const auto inv =
+          hn::IfThenElseZero(hn::Ne(cs, hn::Zero(df)), hn::Div(hn::Set(df, 1.0f), cs));
+      hn::Store(cs, df, &scale[k]);
+      for (int i = 0; i < R; ++i) hn::Store(hn::Round(hn::Mul(coef[i], inv)), df, &t[i][k]);
+    }
+    for (int64_t k = 0; k < m; ++k) {
+      const int64_t b = c + k;
+      if (pf != nullptr) {
+        for (int i = 0; i < R; ++i) __builtin_prefetch(pf[i] + b * bb, 0, 3);
+      }
+      for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
+        auto sum = hn::Zero(df);
+        for (int i = 0; i < R; ++i) {
+          const uint8_t* blk = rows[i] + static_cast<size_t>(b) * bb;
+          hn::Vec<decltype(di)> q;
+          if constexpr (kQ4) {
+            const auto raw = hn::PromoteTo(di, hn::LoadU(du8, blk + 2 + (j % 16)));
+            const auto nib = j < 16 ? hn::And(raw, hn::Set(di, 15)) : hn::ShiftRight<4>(raw);
+            q = hn::Sub(nib, hn::Set(di, 8));
+          } else {
+            q = hn::PromoteTo(di, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
+          }
+          sum = hn::MulAdd(hn::Set(df, t[i][k]), hn::ConvertTo(df, q), sum);
+        }
+        float* aj = acc + b * kQ + j;
+        hn::StoreU(hn::MulAdd(sum, hn::Set(df, scale[k]), hn::LoadU(df, aj)), df, aj);
+      }
     }
   }
 }
