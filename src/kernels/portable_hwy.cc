@@ -7,6 +7,13 @@
 //
 // Like the hand-written paths, nothing here calls inline code from other headers outside
 // Highway's per-target namespaces.
+// The kernels keep small arrays of vectors (one accumulator per row or token), which sizeless
+// vector types (Arm SVE, RISC-V V) cannot be elements of, so those targets are not built: an Arm
+// CPU with SVE runs the NEON target. Defined before any Highway header (they read it).
+#ifndef HWY_DISABLED_TARGETS
+#define HWY_DISABLED_TARGETS (HWY_SVE | HWY_SVE2 | HWY_SVE_256 | HWY_SVE2_128 | HWY_RVV)
+#endif
+
 #include <cstddef>
 #include <cstdint>
 
