@@ -26,6 +26,6 @@ function(weir_test_suite name)
   add_executable(weir_${name}_tests ${srcs})
   target_link_libraries(weir_${name}_tests PRIVATE ${ARG_DEPS} weir_testing GTest::gtest_main)
   gtest_discover_tests(weir_${name}_tests
-    PROPERTIES ENVIRONMENT "WEIR_SHARED=${WEIR_SHARED_DIR};WEIR_BIN=${CMAKE_BINARY_DIR}/bin/weir"
+    PROPERTIES ENVIRONMENT "WEIR_SHARED=${WEIR_SHARED_DIR};WEIR_BIN=${WEIR_TEST_BIN}"
     DISCOVERY_TIMEOUT 60)
 endfunction()

@@ -109,6 +109,10 @@ std::vector<std::string> ProfileDirs() {
     dirs.push_back(exe + "/../../profiles");
     dirs.push_back(exe + "/../profiles");
   }
+#ifdef WEIR_SOURCE_PROFILES
+  // The source tree this binary was built from, wherever its build folder is.
+  dirs.push_back(WEIR_SOURCE_PROFILES);
+#endif
   return dirs;
 }
 
