@@ -760,6 +760,17 @@ void RegisterAll() {
       }
     }
   }
+  // The floor against the row length alone: F32 rows of 1, 2 and 4 KiB (8 KiB is F32/5632x2048
+  // above; Q4_0, Q8_0 and F16 rows of 2048 are 1152, 2176 and 4096 bytes).
+  for (int64_t cols : {256, 512, 1024}) {
+    for (double density : {1.0, 0.5, 0.25}) {
+      const std::string d = std::to_string(static_cast<int>(density * 100));
+      RegisterBenchmark(("BM_GatherRead/F32/" + ShapeName(Shape2{5632, cols}) + "/density:" + d +
+                         "/threads:2").c_str(),
+                        BM_GatherRead, DType::kF32, Shape2{5632, cols}, 2, density)
+          ->UseRealTime();
+    }
+  }
   benchmark::RegisterBenchmark("BM_RmsNorm", BM_RmsNorm)->Arg(2048);
   benchmark::RegisterBenchmark("BM_SiluMul", BM_SiluMul)->Arg(5632);
   benchmark::RegisterBenchmark("BM_Softmax", BM_Softmax)->Arg(1024);
