@@ -501,9 +501,64 @@ void AxpyFloatRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   }
 }
 
+// One block of a full group in integers: the four rows' 32 weights of block b transposed so
+// that each 32-bit lane holds one output's four weights (unsigned nibbles for Q4_0, signed bytes
+// for Q8_0), multiplied by the group's four int8 coefficients (vpmaddubsw, then vpmaddwd adds
+// the two pairs) and scaled into acc. The integer sums are the exact sums the float form
+// computes, so the bits are the same. Byte-pair sums stay within int16: Q4_0 2 x 15 x 127,
+// Q8_0 (by the sign trick, |w| x sign(t, w)) 2 x 128 x 127.
+template <bool kQ4>
+inline void AxpyQuantBlock4(const uint8_t* const* rows, size_t off, int32_t packed, int32_t bias,
+                            float scale, float* acc) {
+  __m256i w[4];
+  for (int i = 0; i < 4; ++i) {
+    if constexpr (kQ4) {
+      // Both lanes get the 16 bytes; the low lane keeps the low nibbles (outputs 0-15), the
+      // high lane the high ones (outputs 16-31).
+      const __m256i v =
+          _mm256_broadcastsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(
+              rows[i] + off + 2)));
+      w[i] = _mm256_and_si256(_mm256_blend_epi32(v, _mm256_srli_epi16(v, 4), 0xf0),
+                              _mm256_set1_epi8(0x0f));
+    } else {
+      w[i] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(rows[i] + off + 2));
+    }
+  }
+  // Per 128-bit lane: a/b pair rows 0 and 1, c/d rows 2 and 3; t[j] then holds, lane by lane,
+  // outputs [4j, 4j + 4) of the lane's 16 for j = 0, 1 (from a, c) and 2, 3 (from b, d).
+  const __m256i a = _mm256_unpacklo_epi8(w[0], w[1]), b = _mm256_unpackhi_epi8(w[0], w[1]);
+  const __m256i c = _mm256_unpacklo_epi8(w[2], w[3]), d = _mm256_unpackhi_epi8(w[2], w[3]);
+  const __m256i t[4] = {_mm256_unpacklo_epi16(a, c), _mm256_unpackhi_epi16(a, c),
+                        _mm256_unpacklo_epi16(b, d), _mm256_unpackhi_epi16(b, d)};
+  const __m256i coef = _mm256_set1_epi32(packed);
+  const __m256i ones = _mm256_set1_epi16(1);
+  __m256i sum[4];
+  for (int j = 0; j < 4; ++j) {
+    __m256i pairs;
+    if constexpr (kQ4) {
+      pairs = _mm256_maddubs_epi16(t[j], coef);
+    } else {
+      pairs = _mm256_maddubs_epi16(_mm256_abs_epi8(t[j]), _mm256_sign_epi8(coef, t[j]));
+    }
+    sum[j] = _mm256_madd_epi16(pairs, ones);
+    if constexpr (kQ4) sum[j] = _mm256_add_epi32(sum[j], _mm256_set1_epi32(bias));
+  }
+  // sum[j] holds outputs [4j, 4j + 4) in the low lane and [16 + 4j, 20 + 4j) in the high one.
+  const __m256 cb = _mm256_set1_ps(scale);
+  const __m256i o[4] = {_mm256_permute2x128_si256(sum[0], sum[1], 0x20),   // 0-7
+                        _mm256_permute2x128_si256(sum[2], sum[3], 0x20),   // 8-15
+                        _mm256_permute2x128_si256(sum[0], sum[1], 0x31),   // 16-23
+                        _mm256_permute2x128_si256(sum[2], sum[3], 0x31)};  // 24-31
+  for (int j = 0; j < 4; ++j) {
+    _mm256_storeu_ps(acc + 8 * j,
+                     _mm256_fmadd_ps(_mm256_cvtepi32_ps(o[j]), cb, _mm256_loadu_ps(acc + 8 * j)));
+  }
+}
+
 // Quantized column form for a group of R <= 4 rows (gather.h): per output block the R
 // coefficients x[i] * d[i, b] are rounded to int8 with one scale C; the products t * q are exact
-// integers, summed in f32 (exact below 2^24) and scaled once by C.
+// integers, summed (exact below 2^24) and scaled once by C. A full group sums them in integers
+// (AxpyQuantBlock4); the last, shorter group of a list in f32.
 template <bool kQ4, int R>
 void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
                    const uint8_t* const* pf) {
@@ -511,6 +566,7 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   const int64_t nb = n_out / kQ;
   alignas(32) float t[R][8];   // rounded coefficients of the chunk's blocks, row by row
   alignas(32) float scale[8];  // C per block
+  alignas(32) int32_t packed[8], bias[8];  // row i's int8 coefficient in byte i; -8 * sum t
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t c = 0; c < nb; c += 8) {
     const int64_t n = Min64(8, nb - c);
@@ -524,16 +580,30 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
     const __m256 nonzero = _mm256_cmp_ps(cs, _mm256_setzero_ps(), _CMP_NEQ_OQ);
     const __m256 inv = _mm256_and_ps(nonzero, _mm256_div_ps(_mm256_set1_ps(1.0f), cs));
     _mm256_store_ps(scale, cs);
+    __m256i tsum = _mm256_setzero_si256(), tpack = _mm256_setzero_si256();
     for (int i = 0; i < R; ++i) {
-      _mm256_store_ps(t[i], _mm256_round_ps(_mm256_mul_ps(coef[i], inv),
-                                            _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC));
+      const __m256 ti = _mm256_round_ps(_mm256_mul_ps(coef[i], inv),
+                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+      _mm256_store_ps(t[i], ti);
+      const __m256i tint = _mm256_cvtps_epi32(ti);
+      tsum = _mm256_add_epi32(tsum, tint);
+      tpack = _mm256_or_si256(
+          tpack, _mm256_slli_epi32(_mm256_and_si256(tint, _mm256_set1_epi32(0xff)), 8 * i));
     }
+    _mm256_store_si256(reinterpret_cast<__m256i*>(packed), tpack);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bias),
+                       _mm256_mullo_epi32(tsum, _mm256_set1_epi32(-8)));
     for (int64_t k = 0; k < n; ++k) {
       const int64_t b = c + k;
       if (pf != nullptr) {
         for (int i = 0; i < R; ++i) {
           _mm_prefetch(reinterpret_cast<const char*>(pf[i] + b * bb), _MM_HINT_T0);
         }
+      }
+      if constexpr (R == 4) {
+        AxpyQuantBlock4<kQ4>(rows, static_cast<size_t>(b) * bb, packed[k], bias[k], scale[k],
+                             acc + b * kQ);
+        continue;
       }
       __m256 sum[4];
       for (int j = 0; j < 4; ++j) sum[j] = _mm256_setzero_ps();

@@ -186,6 +186,46 @@ TEST(GatherColsTest, GroupPairsGiveTheSameBitsAsSingleGroups) {
   }
 }
 
+// The x86 quantized column forms (AVX2; AVX-512 with and without VBMI) round the coefficients
+// alike, sum exact integer products and scale each block's sum with one fused multiply-add, so
+// they must agree to the bit, whatever instructions form the integer sums.
+TEST(GatherColsTest, X86QuantizedColumnPathsGiveTheSameBits) {
+  std::vector<PathVariant> paths;
+  for (PathVariant p : ColumnPaths()) {
+    if (p.isa == Isa::kAvx2 || p.isa == Isa::kAvx512) paths.push_back(p);
+  }
+  if (paths.size() < 2) GTEST_SKIP() << "fewer than two x86 SIMD paths on this CPU";
+  std::mt19937 rng(16);
+  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+    for (int64_t n_out : {32, 96, 544, 4128}) {
+      Weights wt = RawQuantWeights(rng, t, 67, n_out);
+      std::vector<float> x = RandomFloats(rng, 67, -2, 2);
+      for (int64_t n_idx : {1, 4, 7, 8, 13, 31, 67}) {
+        std::vector<int32_t> idx = RandomIndices(rng, 67, static_cast<double>(n_idx) / 67, true);
+        ASSERT_EQ(static_cast<int64_t>(idx.size()), n_idx);
+        // One thread: a pool hands index chunks out dynamically, so its partial sums meet in an
+        // order that may change from run to run.
+        std::vector<float> first;
+        for (PathVariant path : paths) {
+          ScopedIsaOverride use(path.isa);
+          AllowVbmi vbmi(path.vbmi);
+          std::vector<float> y(static_cast<size_t>(n_out), 0.5f);
+          GatherMatVecCols(wt.view(), idx.data(), n_idx, x.data(), y.data(), nullptr);
+          if (first.empty()) {
+            first = y;
+            continue;
+          }
+          for (int64_t r = 0; r < n_out; ++r) {
+            ASSERT_EQ(std::memcmp(&y[r], &first[r], sizeof(float)), 0)
+                << Describe(path, t, 67, n_out) << " n_idx " << n_idx << " output " << r << ": "
+                << y[r] << " vs " << first[r] << " (" << Describe(paths[0], t, 67, n_out) << ")";
+          }
+        }
+      }
+    }
+  }
+}
+
 // With every column active, the column form over wt = W^T is the dense product W x.
 TEST(GatherColsTest, AllColumnsActiveEqualsDenseProduct) {
   std::mt19937 rng(13);
