@@ -167,23 +167,32 @@ StreamArrays& Stream() {
   return s;
 }
 
-// Sum of n 32-bit words: a plain read. 16-byte integer vectors (GCC/Clang vector extension: SSE2
-// / NEON) in 4 independent accumulators, so the loop issues one load per 16 bytes and is never
-// the bottleneck. Each 64 bytes request (if prefetch) the line 2 KiB ahead.
-uint64_t SumWords(const uint32_t* p, size_t n, bool prefetch) {
+// A plain read: the sum of the first `words` 32-bit words of R rows, line by line across them (R
+// streams in flight, as the gathered kernels run them), in 16-byte integer vectors (GCC/Clang
+// vector extension: SSE2 / NEON) with 4 independent accumulators, so the loop issues one load per
+// 16 bytes and is never the bottleneck. With `ahead`, each line of ahead[r] is requested as the
+// same line of rows[r] is read (ahead[0] = rows[0] + 512: the line 2 KiB further on).
+template <int R>
+uint64_t SumRows(const uint32_t* const* rows, size_t words, const uint32_t* const* ahead) {
   typedef uint32_t V4 __attribute__((vector_size(16)));
   V4 acc[4] = {};
   size_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    if (prefetch) __builtin_prefetch(p + i + 512, 0, 3);
-    for (int k = 0; k < 4; ++k) {
-      V4 v;
-      std::memcpy(&v, p + i + 4 * k, sizeof(v));
-      acc[k] += v;
+  for (; i + 16 <= words; i += 16) {
+    if (ahead != nullptr) {
+      for (int r = 0; r < R; ++r) __builtin_prefetch(ahead[r] + i, 0, 3);
+    }
+    for (int r = 0; r < R; ++r) {
+      for (int k = 0; k < 4; ++k) {
+        V4 v;
+        std::memcpy(&v, rows[r] + i + 4 * k, sizeof(v));
+        acc[k] += v;
+      }
     }
   }
   uint64_t total = 0;
-  for (; i < n; ++i) total += p[i];
+  for (int r = 0; r < R; ++r) {
+    for (size_t j = i; j < words; ++j) total += rows[r][j];
+  }
   for (int k = 0; k < 4; ++k) {
     for (int l = 0; l < 4; ++l) total += acc[k][l];
   }
@@ -213,12 +222,12 @@ void BM_Stream(benchmark::State& state, StreamOp op) {
         window,
         [&](size_t begin, size_t end, int ti) {
           if (op == StreamOp::kRead || op == StreamOp::kReadPrefetch) {
-            // 16-byte integer vectors (GCC/Clang vector extension: SSE2 / NEON) in 4 independent
-            // accumulators, so the loop issues one load per 16 bytes and is never the bottleneck.
             // The kernels request their weights 2 KiB ahead; read_pf does the same, to show what
             // one thread can pull with that help (STREAM itself does not prefetch).
-            sink[ti] += SumWords(reinterpret_cast<const uint32_t*>(a) + begin, end - begin,
-                                 op == StreamOp::kReadPrefetch);
+            const uint32_t* p = reinterpret_cast<const uint32_t*>(a) + begin;
+            const uint32_t* lead = p + 512;
+            sink[ti] +=
+                SumRows<1>(&p, end - begin, op == StreamOp::kReadPrefetch ? &lead : nullptr);
           } else if (op == StreamOp::kCopy) {
             std::memcpy(c + begin, a + begin, (end - begin) * sizeof(float));
           } else {
@@ -431,35 +440,6 @@ void BM_GatherRows(benchmark::State& state, DType t, Shape2 s, int threads, doub
   clock.Report(state, static_cast<double>(RowBytes(t, s.cols) * idx.size()));
 }
 
-// Sum of the 32-bit words of four rows of `words` words each, read line by line across the four
-// (four streams in flight, as the gathered kernels run them), with each line of the four `ahead`
-// rows (or none) requested as the same line of these is read.
-uint64_t SumFourRows(const uint32_t* const* rows, size_t words, const uint32_t* const* ahead) {
-  typedef uint32_t V4 __attribute__((vector_size(16)));
-  V4 acc[4] = {};
-  size_t i = 0;
-  for (; i + 16 <= words; i += 16) {
-    if (ahead != nullptr) {
-      for (int r = 0; r < 4; ++r) __builtin_prefetch(ahead[r] + i, 0, 3);
-    }
-    for (int r = 0; r < 4; ++r) {
-      for (int k = 0; k < 4; ++k) {
-        V4 v;
-        std::memcpy(&v, rows[r] + i + 4 * k, sizeof(v));
-        acc[k] += v;
-      }
-    }
-  }
-  uint64_t total = 0;
-  for (int r = 0; r < 4; ++r) {
-    for (size_t j = i; j < words; ++j) total += rows[r][j];
-  }
-  for (int k = 0; k < 4; ++k) {
-    for (int l = 0; l < 4; ++l) total += acc[k][l];
-  }
-  return total;
-}
-
 // The floor under both gathered forms: a plain read (no arithmetic) of the same rows of the same
 // arena, split over the pool in the same contiguous slices of the index list, four rows at a time
 // with the group two groups ahead requested line by line (as the kernels do; one row at a time
@@ -497,9 +477,12 @@ void BM_GatherRead(benchmark::State& state, DType t, Shape2 s, int threads, doub
               rows[r] = row(k + r);
               ahead[r] = stream ? row(k + kAhead + r) : nullptr;
             }
-            sink[ti] += SumFourRows(rows, words, stream ? ahead : nullptr);
+            sink[ti] += SumRows<4>(rows, words, stream ? ahead : nullptr);
           }
-          for (; k < e; ++k) sink[ti] += SumWords(row(k), words, false);
+          for (; k < e; ++k) {
+            const uint32_t* last = row(k);
+            sink[ti] += SumRows<1>(&last, words, nullptr);
+          }
         },
         (idx.size() + threads - 1) / threads);
     clock.Stop();
@@ -645,7 +628,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
       const std::string threads = name.substr(name.rfind('/'));
       const double t_all = Get("p10_us", name.substr(0, shape_end) + "/density:100" + threads);
       if (t_all <= 0) continue;
-      std::printf("    %-56s %5.1f%% of density 100\n", name.c_str(), 100.0 * Get("p10_us", name) / t_all);
+      std::printf("    %-56s %5.1f%% of density 100\n", name.c_str(),
+                  100.0 * Get("p10_us", name) / t_all);
     }
   }
 

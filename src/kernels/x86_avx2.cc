@@ -564,9 +564,9 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
                    const uint8_t* const* pf) {
   constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
   const int64_t nb = n_out / kQ;
-  alignas(32) float t[R][8];   // rounded coefficients of the chunk's blocks, row by row
+  alignas(32) float t[R][8];   // rounded coefficients of the chunk's blocks, row by row (R < 4)
   alignas(32) float scale[8];  // C per block
-  alignas(32) int32_t packed[8], bias[8];  // row i's int8 coefficient in byte i; -8 * sum t
+  alignas(32) int32_t packed[8], bias[8];  // R == 4: row i's int8 coefficient in byte i; -8 sum t
   const __m256 sign = _mm256_set1_ps(-0.0f);
   for (int64_t c = 0; c < nb; c += 8) {
     const int64_t n = Min64(8, nb - c);
@@ -584,15 +584,17 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
     for (int i = 0; i < R; ++i) {
       const __m256 ti = _mm256_round_ps(_mm256_mul_ps(coef[i], inv),
                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-      _mm256_store_ps(t[i], ti);
+      if constexpr (R < 4) _mm256_store_ps(t[i], ti);
       const __m256i tint = _mm256_cvtps_epi32(ti);
       tsum = _mm256_add_epi32(tsum, tint);
       tpack = _mm256_or_si256(
           tpack, _mm256_slli_epi32(_mm256_and_si256(tint, _mm256_set1_epi32(0xff)), 8 * i));
     }
-    _mm256_store_si256(reinterpret_cast<__m256i*>(packed), tpack);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(bias),
-                       _mm256_mullo_epi32(tsum, _mm256_set1_epi32(-8)));
+    if constexpr (R == 4) {
+      _mm256_store_si256(reinterpret_cast<__m256i*>(packed), tpack);
+      _mm256_store_si256(reinterpret_cast<__m256i*>(bias),
+                         _mm256_mullo_epi32(tsum, _mm256_set1_epi32(-8)));
+    }
     for (int64_t k = 0; k < n; ++k) {
       const int64_t b = c + k;
       if (pf != nullptr) {
