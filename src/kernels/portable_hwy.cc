@@ -221,7 +221,6 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
   }
 }
 
-
 // Row form of the gathered product (see x86_avx512.cc): R gathered rows per pass against one
 // token, each row through exactly the operations of DotQuantRow<kQ4, 1> / DotFloatRow<T, 1> in
 // the same order (so the same bits as MatVec); the activation is loaded once for the R rows and
