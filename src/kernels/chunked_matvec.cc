@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "kernels/internal/dispatch.h"
+#include "kernels/internal/typed_dispatch.h"
 #include "kernels/matvec.h"
 #include "tensor/tensor_view.h"
 
@@ -37,15 +38,15 @@ void ChunkedMatVec(DType t, const uint8_t* w, size_t row_stride, size_t chunk_st
     return;
   }
   // Any path: the path's dense dot over each chunk into scratch, then added in chunk order.
-  const size_t prep = RoundUp64(k.prep_bytes(t, width));
+  const size_t prep = RoundUp64(internal::TypedPrepBytes(k, t, width));
   auto* scratch = static_cast<uint8_t*>(internal::ThreadScratch(
       internal::ScratchSlot::kPartialSums, RoundUp64(static_cast<size_t>(rows) * 4) + prep));
   float* part = reinterpret_cast<float*>(scratch);
   void* xp = scratch + RoundUp64(static_cast<size_t>(rows) * 4);
   for (int64_t c = 0; c < n_chunks; ++c) {
     const float* xc = x + c * width;
-    if (prep > 0) k.prep(t, xc, width, xp);
-    k.dot(t, w + static_cast<size_t>(c) * chunk_stride, row_stride, width, rows,
+    if (prep > 0) internal::TypedPrep(k, t, xc, width, xp);
+    internal::TypedDot(k, t, w + static_cast<size_t>(c) * chunk_stride, row_stride, width, rows,
           prep > 0 ? static_cast<const void*>(xp) : xc,
           prep > 0 ? prep : static_cast<size_t>(width) * 4, 1, part, static_cast<size_t>(rows),
           nullptr);

@@ -28,7 +28,7 @@ const IsaKernels& KernelsFor(Isa isa) {
 const IsaKernels& ActiveKernels() { return KernelsFor(ActiveIsa()); }
 
 void* ThreadScratch(ScratchSlot slot, size_t bytes) {
-  thread_local AlignedBuffer buffers[3];
+  thread_local AlignedBuffer buffers[4];
   AlignedBuffer& b = buffers[static_cast<int>(slot)];
   if (b.size() < bytes) {
     // Grow geometrically so a slowly rising size does not reallocate every call.

@@ -5,6 +5,7 @@
 
 #include "base/check.h"
 #include "kernels/internal/dispatch.h"
+#include "kernels/internal/typed_dispatch.h"
 
 namespace weir::kernels {
 namespace {
@@ -43,7 +44,7 @@ struct ColsJob {
   void Run(size_t b, size_t e, int thread) const {
     const int64_t n_out = wt->cols();
     float* acc = thread == 0 ? y : partials + static_cast<size_t>(thread - 1) * n_out;
-    k->axpy_gather(wt->dtype, wt->row(0), wt->row_bytes(), n_out, idx + b,
+    internal::TypedAxpyGather(*k, wt->dtype, wt->row(0), wt->row_bytes(), n_out, idx + b,
                    static_cast<int64_t>(e - b), x, acc);
   }
 };
@@ -57,7 +58,7 @@ struct RowsJob {
 
   void Run(size_t b, size_t e) const {
     const size_t row_bytes = w->row_bytes();
-    if (k->dot_gather != nullptr) {
+    if (k->dot_gather != nullptr && internal::ComputesDirectly(*k, w->dtype)) {
       k->dot_gather(w->dtype, w->row(0), row_bytes, w->cols(), idx + b, static_cast<int64_t>(e - b),
                     xp, y);
       return;
@@ -68,7 +69,8 @@ struct RowsJob {
     for (size_t i = b; i < std::min(e, b + ahead); ++i) PrefetchRow(w->row(idx[i]), row_bytes);
     for (size_t i = b; i < e; ++i) {
       const uint8_t* next = i + ahead < e ? w->row(idx[i + ahead]) : nullptr;
-      k->dot(w->dtype, w->row(idx[i]), row_bytes, w->cols(), 1, xp, 0, 1, y + idx[i], 0, next);
+      internal::TypedDot(*k, w->dtype, w->row(idx[i]), row_bytes, w->cols(), 1, xp, 0, 1,
+                         y + idx[i], 0, next);
     }
   }
 };
@@ -125,10 +127,10 @@ void GatherMatVecRows(const TensorView& w, const int32_t* idx, int64_t n_idx, co
   if (n_idx <= 0) return;
   const IsaKernels& k = internal::ActiveKernels();
   const void* xp = x;
-  const size_t prep_bytes = k.prep_bytes(w.dtype, cols);
+  const size_t prep_bytes = internal::TypedPrepBytes(k, w.dtype, cols);
   if (prep_bytes > 0) {
     void* buf = internal::ThreadScratch(internal::ScratchSlot::kActivation, prep_bytes);
-    k.prep(w.dtype, x, cols, buf);
+    internal::TypedPrep(k, w.dtype, x, cols, buf);
     xp = buf;
   }
   RowsJob job{&k, &w, idx, xp, y};

@@ -4,6 +4,7 @@
 
 #include "base/check.h"
 #include "kernels/internal/dispatch.h"
+#include "kernels/internal/typed_dispatch.h"
 #include "kernels/tiled.h"
 
 namespace weir::kernels {
@@ -48,9 +49,14 @@ struct SharedProducts {
   size_t xp_stride;
 
   void Prep(size_t b, size_t e, uint8_t* buf) const {
-    auto prep_fn = tiled ? (k->prep_tiled ? k->prep_tiled : internal::ScalarPrepTiled) : k->prep;
     for (size_t t = b; t < e; ++t) {
-      prep_fn(ws[0]->dtype, x + static_cast<int64_t>(t) * cols, cols, buf + t * xp_stride);
+      const float* xt = x + static_cast<int64_t>(t) * cols;
+      if (tiled) {
+        (k->prep_tiled ? k->prep_tiled : internal::ScalarPrepTiled)(ws[0]->dtype, xt, cols,
+                                                                   buf + t * xp_stride);
+      } else {
+        internal::TypedPrep(*k, ws[0]->dtype, xt, cols, buf + t * xp_stride);
+      }
     }
   }
 
@@ -69,8 +75,8 @@ struct SharedProducts {
         dot_tiled(w.dtype, base, internal::TensorGeometry(w, u1 - u0), xt, xp_stride, nt, yt,
                   static_cast<size_t>(rows));
       } else {
-        k->dot(w.dtype, base, w.row_bytes(), cols, u1 - u0, xt, xp_stride, nt, yt,
-               static_cast<size_t>(rows), nullptr);
+        internal::TypedDot(*k, w.dtype, base, w.row_bytes(), cols, u1 - u0, xt, xp_stride, nt,
+                           yt, static_cast<size_t>(rows), nullptr);
       }
     }
   }
@@ -95,7 +101,7 @@ void MatMulSameKind(const IsaKernels& k, std::span<const TensorView* const> ws, 
                      static_cast<size_t>(w0.cols()) * sizeof(float)};
   job.unit = job.tiled ? kTileRows : 1;
   const size_t prep_bytes = job.tiled ? static_cast<size_t>(job.cols / kQK) * kTiledRecordBytes
-                                      : RoundUp64(k.prep_bytes(w0.dtype, job.cols));
+                                      : RoundUp64(internal::TypedPrepBytes(k, w0.dtype, job.cols));
   if (prep_bytes > 0) {
     auto* buf = static_cast<uint8_t*>(internal::ThreadScratch(
         internal::ScratchSlot::kActivation, prep_bytes * static_cast<size_t>(n)));

@@ -18,6 +18,20 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   internal::ActiveKernels().silu_mul(gate, up, n);
 }
 
+void GeluTanhMul(float* gate, const float* up, int64_t n) {
+  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
+  constexpr float kCubic = 0.044715f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+  }
+}
+
+void SoftCap(float* x, int64_t n, float cap) {
+  const float inv = 1.0f / cap;
+  for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
+}
+
 void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style) {
   for (int i = 0; i < rot_dim / 2; ++i) {
     float freq = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(rot_dim));

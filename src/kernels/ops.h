@@ -1,4 +1,5 @@
-// Elementwise and small vector operations of the decoder: RMSNorm, RoPE, softmax, SwiGLU, top-k.
+// Elementwise and small vector operations of the decoder: RMSNorm, RoPE, softmax, SwiGLU, GeGLU,
+// logit soft-capping, top-k.
 // RmsNorm, Softmax and SiluMul run on the path chosen in isa.h (vectorized on AVX2 / AVX-512 /
 // Highway); Rope and TopK have one implementation (they are a negligible share of a token).
 //
@@ -23,6 +24,13 @@ void Softmax(float* x, int64_t n);
 
 // gate[i] = silu(gate[i]) * up[i]  (SwiGLU; silu(g) = g * sigmoid(g)).
 void SiluMul(float* gate, const float* up, int64_t n);
+
+// gate[i] = gelu(gate[i]) * up[i]  (GeGLU, Gemma), with gelu's tanh approximation
+//   gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+void GeluTanhMul(float* gate, const float* up, int64_t n);
+
+// x[i] = cap * tanh(x[i] / cap): final logit soft-capping (Gemma 2/3); cap > 0.
+void SoftCap(float* x, int64_t n, float cap);
 
 // Writes into idx[k] the indices of the k largest scores[i] in increasing index order, by partial
 // selection (O(n) expected), not a full sort. Ties are broken by lower index; NaN ranks below

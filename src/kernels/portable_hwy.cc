@@ -218,6 +218,8 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
     case DType::kBF16:
       DotFloatRow<DType::kBF16, NT>(row, cols, xf, xs / 4, y, ys, pf_end, pf_shadow);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -323,6 +325,8 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
     case DType::kBF16:
       DotFloatRowsGathered<DType::kBF16, R>(rows, cols, xf, y, pf);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -520,6 +524,8 @@ void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_ou
     case DType::kQ4_0:
       AxpyQuantRows<true, R>(rows, xs, n_out, acc, pf);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -661,7 +667,8 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n);
 }
 
-const IsaKernels kTable = {DispatchPrepBytes,  DispatchPrep,    DispatchDot,     DispatchDotGather,
+const IsaKernels kTable = {kFloatQ8Q4Types, kFloatQ8Q4Types,
+                           DispatchPrepBytes,  DispatchPrep,    DispatchDot,     DispatchDotGather,
                            DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
                            nullptr,            nullptr,         nullptr,         nullptr};
 

@@ -19,7 +19,10 @@ using internal::kGatherGroup;
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
-// Weight value j of a row of type t (any type), as f32.
+// Whether t's products run on the int8-quantized activation (Q8_0, Q4_0, Q4_1).
+bool Int8Dot(DType t) { return Traits(t).dot == DotKind::kInt8Block; }
+
+// Weight value j of a row of type t (any type), as f32: the value DequantizeRow gives.
 float WeightAt(DType t, const uint8_t* row, int64_t j) {
   switch (t) {
     case DType::kF32: {
@@ -37,44 +40,58 @@ float WeightAt(DType t, const uint8_t* row, int64_t j) {
       std::memcpy(&h, row + 2 * j, 2);
       return BF16ToF32(h);
     }
-    case DType::kQ8_0: {
-      const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + j / kQK;
-      return F16ToF32(b->d) * static_cast<float>(b->qs[j % kQK]);
-    }
-    case DType::kQ4_0: {
-      const auto* b = reinterpret_cast<const BlockQ4_0*>(row) + j / kQK;
-      int k = static_cast<int>(j % kQK);
-      int q = k < kQK / 2 ? (b->qs[k] & 0x0f) : (b->qs[k - kQK / 2] >> 4);
-      return F16ToF32(b->d) * static_cast<float>(q - 8);
+    default: {
+      const DTypeTraits& tr = Traits(t);
+      float block[kQK_K];
+      tr.dequantize_row(row + static_cast<size_t>(j / tr.block_size) * tr.block_bytes, block,
+                        tr.block_size);
+      return block[j % tr.block_size];
     }
   }
-  return 0;
 }
 
-// Integer weight j (0..31) of a quantized block, centred (Q4_0: nibble - 8).
+// Integer weight j (0..31) of an int8-dot block: Q8_0 q, Q4_0 nibble - 8, Q4_1 the raw nibble.
 int QuantAt(DType t, const uint8_t* block, int j) {
   if (t == DType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(block)->qs[j];
-  const auto* b = reinterpret_cast<const BlockQ4_0*>(block);
-  int q = j < kQK / 2 ? (b->qs[j] & 0x0f) : (b->qs[j - kQK / 2] >> 4);
-  return q - 8;
+  const uint8_t* qs = t == DType::kQ4_0 ? reinterpret_cast<const BlockQ4_0*>(block)->qs
+                                        : reinterpret_cast<const BlockQ4_1*>(block)->qs;
+  const int q = j < kQK / 2 ? (qs[j] & 0x0f) : (qs[j - kQK / 2] >> 4);
+  return t == DType::kQ4_0 ? q - 8 : q;
 }
 
+// Float weights (and, dequantized first, every type without an int8 dot) against f32 x.
 float DotFloatRow(DType t, const uint8_t* row, const float* x, int64_t cols) {
   float s = 0;
-  for (int64_t j = 0; j < cols; ++j) s += WeightAt(t, row, j) * x[j];
+  if (Traits(t).dot == DotKind::kFloat) {
+    for (int64_t j = 0; j < cols; ++j) s += WeightAt(t, row, j) * x[j];
+    return s;
+  }
+  std::vector<float> w(static_cast<size_t>(cols));
+  DequantizeRow(t, row, w.data(), cols);
+  for (int64_t j = 0; j < cols; ++j) s += w[static_cast<size_t>(j)] * x[j];
   return s;
 }
 
+// Per block b: (d_w * d_x) * isum, plus (m_w * d_x) * sum(x_q) for Q4_1 (whose weights are
+// d * q + m). The block sums are added in block order.
 float DotQuantRow(DType t, const uint8_t* row, const int8_t* xq, const float* xd, int64_t cols) {
   const size_t block_bytes = BlockBytes(t);
   float s = 0;
   for (int64_t b = 0; b < cols / kQK; ++b) {
     const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
-    int32_t isum = 0;
-    for (int j = 0; j < kQK; ++j) isum += QuantAt(t, block, j) * xq[b * kQK + j];
+    int32_t isum = 0, xsum = 0;
+    for (int j = 0; j < kQK; ++j) {
+      isum += QuantAt(t, block, j) * xq[b * kQK + j];
+      xsum += xq[b * kQK + j];
+    }
     uint16_t dw;
     std::memcpy(&dw, block, 2);
-    s += (F16ToF32(dw) * xd[b]) * static_cast<float>(isum);
+    float v = (F16ToF32(dw) * xd[b]) * static_cast<float>(isum);
+    if (t == DType::kQ4_1) {
+      const float mw = F16ToF32(reinterpret_cast<const BlockQ4_1*>(block)->m);
+      v += (mw * xd[b]) * static_cast<float>(xsum);
+    }
+    s += v;
   }
   return s;
 }
@@ -83,7 +100,7 @@ float DotQuantRow(DType t, const uint8_t* row, const int8_t* xq, const float* xd
 // Prepared activation: int8 q[cols], padded to 64 bytes, then f32 d[cols / 32].
 
 size_t ScalarPrepBytes(DType t, int64_t cols) {
-  if (!IsQuantized(t)) return 0;
+  if (!Int8Dot(t)) return 0;
   return RoundUp64(static_cast<size_t>(cols)) + 4 * static_cast<size_t>(cols / kQK);
 }
 
@@ -101,7 +118,7 @@ void ScalarDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64
     for (int64_t tok = 0; tok < n_tok; ++tok) {
       const uint8_t* xt = static_cast<const uint8_t*>(xp) + static_cast<size_t>(tok) * xp_stride;
       float v;
-      if (IsQuantized(t)) {
+      if (Int8Dot(t)) {
         v = DotQuantRow(t, row, reinterpret_cast<const int8_t*>(xt),
                         reinterpret_cast<const float*>(xt + RoundUp64(cols)), cols);
       } else {
@@ -155,6 +172,7 @@ void ScalarAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_o
 }
 
 const internal::IsaKernels kScalarTable = {
+    internal::kFloatQ8Q4Q41Types, internal::kFloatQ8Q4Q41Types,
     ScalarPrepBytes, ScalarPrep,   ScalarDot,    nullptr, ScalarAxpyGather,
     ref::RmsNorm,    ref::Softmax, ref::SiluMul, nullptr, nullptr,
     nullptr,         nullptr,
@@ -182,7 +200,7 @@ void QuantizeActivation(const float* x, int64_t n, int8_t* q, float* d) {
 }
 
 float DotRow(const TensorView& w, int64_t r, const float* x) {
-  if (!IsQuantized(w.dtype)) return DotFloatRow(w.dtype, w.row(r), x, w.cols());
+  if (!Int8Dot(w.dtype)) return DotFloatRow(w.dtype, w.row(r), x, w.cols());
   std::vector<int8_t> q(static_cast<size_t>(w.cols()));
   std::vector<float> d(static_cast<size_t>(w.cols() / kQK));
   QuantizeActivation(x, w.cols(), q.data(), d.data());
@@ -205,7 +223,7 @@ void MatMul(const TensorView& w, const float* x, int64_t n, float* y) {
   for (int64_t t = 0; t < n; ++t) {
     const float* xt = x + t * cols;
     float* yt = y + t * w.rows();
-    if (IsQuantized(w.dtype)) {
+    if (Int8Dot(w.dtype)) {
       QuantizeActivation(xt, cols, q.data(), d.data());
       for (int64_t r = 0; r < w.rows(); ++r) {
         yt[r] = DotQuantRow(w.dtype, w.row(r), q.data(), d.data(), cols);
@@ -226,10 +244,10 @@ void GatherMatVecRows(const TensorView& w, const int32_t* idx, int64_t n_idx, co
                       float* y) {
   std::vector<int8_t> q(static_cast<size_t>(w.cols()));
   std::vector<float> d(static_cast<size_t>(w.cols() / kQK));
-  if (IsQuantized(w.dtype)) QuantizeActivation(x, w.cols(), q.data(), d.data());
+  if (Int8Dot(w.dtype)) QuantizeActivation(x, w.cols(), q.data(), d.data());
   for (int64_t k = 0; k < n_idx; ++k) {
     const uint8_t* row = w.row(idx[k]);
-    y[idx[k]] = IsQuantized(w.dtype) ? DotQuantRow(w.dtype, row, q.data(), d.data(), w.cols())
+    y[idx[k]] = Int8Dot(w.dtype) ? DotQuantRow(w.dtype, row, q.data(), d.data(), w.cols())
                                      : DotFloatRow(w.dtype, row, x, w.cols());
   }
 }

@@ -277,6 +277,8 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
       DotFloatRow<DType::kBF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
                                     pf_end, pf_shadow);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -431,6 +433,8 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
     case DType::kBF16:
       DotFloatRowsGathered<DType::kBF16, R>(rows, cols, xf, y, pf);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -658,6 +662,8 @@ void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_ou
     case DType::kQ4_0:
       AxpyQuantRows<true, R>(rows, xs, n_out, acc, pf);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -895,7 +901,8 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-const IsaKernels kTable = {PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
+const IsaKernels kTable = {kFloatQ8Q4Types, kFloatQ8Q4Types,
+                           PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
                            nullptr,   DotTiled};
 

@@ -37,6 +37,7 @@ inline void PrefetchAhead(const uint8_t* p) {
 }
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
+constexpr size_t kQ41Bytes = 20;  // Q4_1: f16 d, f16 m, 16 nibble bytes
 
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -59,9 +60,12 @@ inline int64_t PairCount(int64_t nb) { return (nb + 1) / 2; }
 inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 size_t PrepBytes(DType t, int64_t cols) {
-  if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
+  if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1) return 0;
   const int64_t nb = cols / kQ;
-  return static_cast<size_t>(PairCount(nb)) * kPairBytes + static_cast<size_t>(Pad16(nb)) * 4;
+  // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term.
+  const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
+  return static_cast<size_t>(PairCount(nb)) * kPairBytes +
+         scale_arrays * static_cast<size_t>(Pad16(nb)) * 4;
 }
 
 // Quantizes x[0..31]: values 0..15 to lo, 16..31 to hi. Same arithmetic as
@@ -80,7 +84,9 @@ inline float QuantizeBlock(const float* x, int8_t* lo, int8_t* hi) {
 }
 
 void Prep(DType t, const float* x, int64_t cols, void* out) {
-  const bool q4 = t == DType::kQ4_0;
+  // Q4_1 uses Q4_0's records (its nibbles are unsigned already, so no offset: bias 0).
+  const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1;
+  const bool with_min = t == DType::kQ4_1;
   const int64_t nb = cols / kQ;
   const __m512i ones = _mm512_set1_epi8(1);
   float* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) +
@@ -107,11 +113,26 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
     }
     const __m512i qv = _mm512_loadu_si512(q);
     const __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qv);
+    if (with_min) {
+      _mm512_storeu_si512(rec + 64, _mm512_setzero_si512());
+      // Lanes 0-3 and 8-11 hold block a's values, 4-7 and 12-15 block b's (see above).
+      alignas(64) int32_t lane[16];
+      _mm512_store_si512(lane, sum4);
+      int32_t sum_a = 0, sum_b = 0;
+      for (int l = 0; l < 16; ++l) ((l & 4) ? sum_b : sum_a) += lane[l];
+      float* sx = dx + Pad16(nb);
+      sx[a] = dx[a] * static_cast<float>(sum_a);
+      if (b < nb) sx[b] = dx[b] * static_cast<float>(sum_b);
+      continue;
+    }
     const __m512i bias = _mm512_sub_epi32(
         _mm512_setzero_si512(), q4 ? _mm512_slli_epi32(sum4, 3) : _mm512_slli_epi32(sum4, 7));
     _mm512_storeu_si512(rec + 64, bias);
   }
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
+  if (with_min) {
+    for (int64_t b = nb; b < Pad16(nb); ++b) dx[Pad16(nb) + b] = 0;
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -203,21 +224,31 @@ inline void DotPair(__m512i wv, int k, const uint8_t* x, size_t xs, const __m512
   }
 }
 
-template <bool kQ4, int NT>
+// kMin (Q4_1, kQ4 set too): 20-byte blocks whose nibbles start at byte 4 and whose min m adds
+// sum_b m[b] * sx[b] (sx from Prep) in a third accumulator.
+template <bool kQ4, int NT, bool kMin = false>
 void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y, size_t ys,
                  const uint8_t* pf_end, const uint8_t* pf_shadow) {
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
+  constexpr size_t qs_shift = kMin ? 2 : 0;  // LoadPair reads from +2
   const float* dx =
       reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
-  __m512 acc0[NT], acc1[NT], s[NT];
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm512_setzero_ps();
+  __m512 acc0[NT], acc1[NT], accm[NT], s[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = accm[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nb; c += 16) {
     const int64_t n = Min64(16, nb - c);
     const __m512 sw = BlockScales16<bb>(row + c * bb, TailMask(n));
     for (int t = 0; t < NT; ++t) {
       s[t] = _mm512_mul_ps(sw, _mm512_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + c));
     }
-    const uint8_t* a = row + c * bb;
+    if constexpr (kMin) {
+      const __m512 mw = BlockScales16<bb>(row + c * bb + 2, TailMask(n));
+      for (int t = 0; t < NT; ++t) {
+        accm[t] = _mm512_fmadd_ps(
+            mw, _mm512_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + Pad16(nb) + c), accm[t]);
+      }
+    }
+    const uint8_t* a = row + c * bb + qs_shift;
     const uint8_t* xc = xp + static_cast<size_t>(c / 2) * kPairBytes;
     if (n == 16) {
       for (size_t off = 0; off < 16 * bb; off += 64) {
@@ -243,7 +274,11 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
       }
     }
   }
-  for (int t = 0; t < NT; ++t) y[t * ys] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[t], acc1[t]));
+  for (int t = 0; t < NT; ++t) {
+    __m512 sum = _mm512_add_ps(acc0[t], acc1[t]);
+    if constexpr (kMin) sum = _mm512_add_ps(sum, accm[t]);
+    y[t * ys] = _mm512_reduce_add_ps(sum);
+  }
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -316,6 +351,9 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
     case DType::kQ4_0:
       DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
+    case DType::kQ4_1:
+      DotQuantRow<true, NT, true>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
+      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
                                    pf_end, pf_shadow);
@@ -328,6 +366,8 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
       DotFloatRow<DType::kBF16, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
                                     pf_end, pf_shadow);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -384,19 +424,26 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 // R independent rows are in flight at once, and there is one call for the whole index list.
 // pf: R rows of a later group (or nullptr), requested line by line at the offsets being read.
 
-template <bool kQ4, int R>
+template <bool kQ4, int R, bool kMin = false>
 void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t* xp,
                           float* const* y, const uint8_t* const* pf) {
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
+  constexpr size_t qs_shift = kMin ? 2 : 0;  // LoadPair reads from +2
   const float* dx =
       reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
-  __m512 acc0[R], acc1[R], s[R];
-  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm512_setzero_ps();
+  __m512 acc0[R], acc1[R], accm[R], s[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = accm[i] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nb; c += 16) {
     const int64_t n = Min64(16, nb - c);
     const __mmask16 m = TailMask(n);
     const __m512 dxc = _mm512_loadu_ps(dx + c);
     for (int i = 0; i < R; ++i) s[i] = _mm512_mul_ps(BlockScales16<bb>(rows[i] + c * bb, m), dxc);
+    if constexpr (kMin) {
+      const __m512 sxc = _mm512_loadu_ps(dx + Pad16(nb) + c);
+      for (int i = 0; i < R; ++i) {
+        accm[i] = _mm512_fmadd_ps(BlockScales16<bb>(rows[i] + c * bb + 2, m), sxc, accm[i]);
+      }
+    }
     const uint8_t* xc = xp + static_cast<size_t>(c / 2) * kPairBytes;
     // Pair k of the chunk into acc (acc0 for even k, acc1 for odd, as DotQuantRow does).
     auto pair = [&](int k, __m512* acc) {
@@ -416,7 +463,7 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
         }
       }
       for (int i = 0; i < R; ++i) {
-        const uint8_t* a = rows[i] + c * bb;
+        const uint8_t* a = rows[i] + c * bb + qs_shift;
         const __m512i wv = LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb);
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
         acc[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc[i]);
@@ -437,13 +484,17 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
       const __m512i xq = _mm512_loadu_si512(r);
       const __m512i bias = _mm512_loadu_si512(r + 64);
       for (int i = 0; i < R; ++i) {
-        const __m512i wv = LoadSingle<kQ4>(rows[i] + c * bb + 2 * k * bb);
+        const __m512i wv = LoadSingle<kQ4>(rows[i] + c * bb + qs_shift + 2 * k * bb);
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
         acc1[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc1[i]);
       }
     }
   }
-  for (int i = 0; i < R; ++i) *y[i] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i], acc1[i]));
+  for (int i = 0; i < R; ++i) {
+    __m512 sum = _mm512_add_ps(acc0[i], acc1[i]);
+    if constexpr (kMin) sum = _mm512_add_ps(sum, accm[i]);
+    *y[i] = _mm512_reduce_add_ps(sum);
+  }
 }
 
 template <DType T, int R>
@@ -490,6 +541,9 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
     case DType::kQ4_0:
       DotQuantRowsGathered<true, R>(rows, cols / kQ, xb, y, pf);
       return;
+    case DType::kQ4_1:
+      DotQuantRowsGathered<true, R, true>(rows, cols / kQ, xb, y, pf);
+      return;
     case DType::kF32:
       DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
       return;
@@ -499,6 +553,8 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
     case DType::kBF16:
       DotFloatRowsGathered<DType::kBF16, R>(rows, cols, xf, y, pf);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -718,6 +774,8 @@ void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_ou
     case DType::kQ4_0:
       AxpyQuantRows<true, R>(rows, xs, n_out, acc, pf);
       return;
+    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+      __builtin_trap();
   }
 }
 
@@ -1086,7 +1144,8 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-const IsaKernels kTable = {PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
+const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
+                           PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
                            PrepTiled, DotTiled};
 

@@ -3,36 +3,89 @@
 #include <algorithm>
 #include <cctype>
 
+#include "tensor/quant_kquants.h"
+#include "tensor/quant_legacy.h"
+
 namespace weir {
 
-std::optional<DType> DTypeFromGgmlId(uint32_t id) {
-  switch (id) {
-    case 0: return DType::kF32;
-    case 1: return DType::kF16;
-    case 2: return DType::kQ4_0;
-    case 8: return DType::kQ8_0;
-    case 30: return DType::kBF16;
-    default: return std::nullopt;
+namespace {
+
+// The table. Rows are in ggml id order; Traits() finds a row by a direct index.
+constexpr DTypeTraits kTraits[] = {
+    {DType::kF32, "F32", 1, 4, DotKind::kFloat, DequantizeRowF32, QuantizeRowF32},
+    {DType::kF16, "F16", 1, 2, DotKind::kFloat, DequantizeRowF16, QuantizeRowF16},
+    {DType::kQ4_0, "Q4_0", kQK, sizeof(BlockQ4_0), DotKind::kInt8Block, DequantizeRowQ4_0,
+     QuantizeRowQ4_0},
+    {DType::kQ4_1, "Q4_1", kQK, sizeof(BlockQ4_1), DotKind::kInt8Block, DequantizeRowQ4_1,
+     QuantizeRowQ4_1},
+    {DType::kQ5_0, "Q5_0", kQK, sizeof(BlockQ5_0), DotKind::kDequant, DequantizeRowQ5_0,
+     QuantizeRowQ5_0},
+    {DType::kQ5_1, "Q5_1", kQK, sizeof(BlockQ5_1), DotKind::kDequant, DequantizeRowQ5_1,
+     QuantizeRowQ5_1},
+    {DType::kQ8_0, "Q8_0", kQK, sizeof(BlockQ8_0), DotKind::kInt8Block, DequantizeRowQ8_0,
+     QuantizeRowQ8_0},
+    {DType::kQ2_K, "Q2_K", kQK_K, sizeof(BlockQ2_K), DotKind::kDequant, DequantizeRowQ2_K,
+     QuantizeRowQ2_K},
+    {DType::kQ3_K, "Q3_K", kQK_K, sizeof(BlockQ3_K), DotKind::kDequant, DequantizeRowQ3_K,
+     QuantizeRowQ3_K},
+    {DType::kQ4_K, "Q4_K", kQK_K, sizeof(BlockQ4_K), DotKind::kDequant, DequantizeRowQ4_K,
+     QuantizeRowQ4_K},
+    {DType::kQ5_K, "Q5_K", kQK_K, sizeof(BlockQ5_K), DotKind::kDequant, DequantizeRowQ5_K,
+     QuantizeRowQ5_K},
+    {DType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K), DotKind::kDequant, DequantizeRowQ6_K,
+     QuantizeRowQ6_K},
+    {DType::kBF16, "BF16", 1, 2, DotKind::kFloat, DequantizeRowBF16, QuantizeRowBF16},
+};
+
+// ggml id -> row of kTraits, or -1.
+constexpr int kMaxGgmlId = 31;
+struct IdIndex {
+  int row[kMaxGgmlId];
+};
+constexpr IdIndex MakeIdIndex() {
+  IdIndex ix{};
+  for (int& r : ix.row) r = -1;
+  for (int i = 0; i < static_cast<int>(sizeof(kTraits) / sizeof(kTraits[0])); ++i) {
+    ix.row[static_cast<uint32_t>(kTraits[i].type)] = i;
   }
+  return ix;
+}
+constexpr IdIndex kIdIndex = MakeIdIndex();
+
+// Every enumerator has a row (checked at compile time).
+constexpr bool AllRowsPresent() {
+  for (DType t : {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
+                  DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K, DType::kBF16}) {
+    if (kIdIndex.row[static_cast<uint32_t>(t)] < 0) return false;
+  }
+  return true;
+}
+static_assert(AllRowsPresent());
+
+}  // namespace
+
+std::span<const DTypeTraits> AllDTypeTraits() { return kTraits; }
+
+const DTypeTraits& Traits(DType t) {
+  return kTraits[kIdIndex.row[static_cast<uint32_t>(t)]];
 }
 
-const char* DTypeName(DType t) {
-  switch (t) {
-    case DType::kF32: return "F32";
-    case DType::kF16: return "F16";
-    case DType::kQ4_0: return "Q4_0";
-    case DType::kQ8_0: return "Q8_0";
-    case DType::kBF16: return "BF16";
-  }
-  return "?";
+std::optional<DType> DTypeFromGgmlId(uint32_t id) {
+  if (id >= static_cast<uint32_t>(kMaxGgmlId) || kIdIndex.row[id] < 0) return std::nullopt;
+  return kTraits[kIdIndex.row[id]].type;
 }
+
+const char* DTypeName(DType t) { return Traits(t).name; }
 
 std::string GgmlTypeName(uint32_t id) {
   static const char* names[] = {
       "F32",  "F16",     "Q4_0",    "Q4_1",   "Q4_2(removed)", "Q4_3(removed)", "Q5_0",  "Q5_1",
       "Q8_0", "Q8_1",    "Q2_K",    "Q3_K",   "Q4_K",          "Q5_K",          "Q6_K",  "Q8_K",
       "IQ2_XXS", "IQ2_XS", "IQ3_XXS", "IQ1_S", "IQ4_NL",       "IQ3_S",         "IQ2_S", "IQ4_XS",
-      "I8",   "I16",     "I32",     "I64",    "F64",           "IQ1_M",         "BF16"};
+      "I8",   "I16",     "I32",     "I64",    "F64",           "IQ1_M",         "BF16",  "Q4_0_4_4",
+      "Q4_0_4_8", "Q4_0_8_8", "TQ1_0", "TQ2_0", "IQ4_NL_4_4",  "IQ4_NL_4_8",    "IQ4_NL_8_8",
+      "MXFP4"};
   if (id < sizeof(names) / sizeof(names[0])) return names[id];
   return "type#" + std::to_string(id);
 }
@@ -40,25 +93,21 @@ std::string GgmlTypeName(uint32_t id) {
 std::optional<DType> DTypeFromName(const std::string& name) {
   std::string u = name;
   std::transform(u.begin(), u.end(), u.begin(), [](unsigned char c) { return std::toupper(c); });
-  for (DType t : {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0}) {
-    if (u == DTypeName(t)) return t;
+  for (const DTypeTraits& row : kTraits) {
+    if (u == row.name) return row.type;
   }
   return std::nullopt;
 }
 
-bool IsQuantized(DType t) { return t == DType::kQ8_0 || t == DType::kQ4_0; }
-
-int BlockSize(DType t) { return IsQuantized(t) ? kQK : 1; }
-
-size_t BlockBytes(DType t) {
-  switch (t) {
-    case DType::kF32: return 4;
-    case DType::kF16: return 2;
-    case DType::kBF16: return 2;
-    case DType::kQ8_0: return sizeof(BlockQ8_0);
-    case DType::kQ4_0: return sizeof(BlockQ4_0);
+std::string DTypeNameList() {
+  std::string out;
+  for (const DTypeTraits& row : kTraits) {
+    if (!out.empty()) out += '|';
+    for (const char* p = row.name; *p; ++p) {
+      out += static_cast<char>(std::tolower(static_cast<unsigned char>(*p)));
+    }
   }
-  return 0;
+  return out;
 }
 
 float F16ToF32(uint16_t h) {

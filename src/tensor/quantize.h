@@ -1,4 +1,5 @@
-// Reference (scalar) conversion of rows between F32 and every DType. These define the numerics;
+// Conversion of rows between F32 and every DType, through the DTypeTraits table (dtype.h). These
+// define the numerics;
 // SIMD kernels elsewhere are tested against them. Q8_0/Q4_0 quantisation follows ggml's
 // reference rounding (Q8_0: d = amax/127, q = round(x/d); Q4_0: d = max/-8 where max is the
 // signed value of largest magnitude, q = min(15, (int)(x/d + 8.5))), so files weir writes match

@@ -112,7 +112,8 @@ TEST(GatherColsTest, EveryPathMatchesReference) {
     AllowVbmi vbmi(path.vbmi);
     for (DType t : AllDTypes()) {
       std::vector<int64_t> outs = {32, 96, 160, 4128};
-      if (!IsQuantized(t)) outs.insert(outs.end(), {1, 7, 67});
+      if (!IsBlockQuantized(t)) outs.insert(outs.end(), {1, 7, 67});
+      outs = testing::ValidColsList(t, outs);
       for (int64_t cols_in : {1, 3, 17, 67}) {
         for (int64_t n_out : outs) {
           Weights wt = RandomWeights(rng, t, cols_in, n_out);
@@ -139,12 +140,13 @@ TEST(GatherColsTest, RawQuantizedBlocksAndThreads) {
     ScopedIsaOverride use(path.isa);
     AllowVbmi vbmi(path.vbmi);
     for (DType t : AllDTypes()) {
+      const int64_t n_out = testing::ValidCols(t, 160);
       Weights wt =
-          IsQuantized(t) ? RawQuantWeights(rng, t, 67, 160) : RandomWeights(rng, t, 67, 160);
+          IsQuantized(t) ? RawQuantWeights(rng, t, 67, n_out) : RandomWeights(rng, t, 67, n_out);
       std::vector<float> x = RandomFloats(rng, 67, -2, 2);
       for (ThreadPool* pool : {&pool2, &pool3}) {
         std::vector<int32_t> idx = RandomIndices(rng, 67, 0.5, false);
-        std::vector<float> y(160, NAN);
+        std::vector<float> y(n_out, NAN);
         GatherMatVecCols(wt.view(), idx.data(), static_cast<int64_t>(idx.size()), x.data(),
                          y.data(), pool);
         ExpectColsNearRef(wt, idx, x, y,
@@ -265,8 +267,9 @@ TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
     ScopedIsaOverride use(isa);
     for (DType t : AllDTypes()) {
       for (int64_t rows : {1, 3, 17, 67}) {
-        for (int64_t cols : IsQuantized(t) ? std::vector<int64_t>{32, 96, 160, 4128}
-                                           : std::vector<int64_t>{7, 67, 160, 4128}) {
+        for (int64_t cols : testing::ValidColsList(
+                 t, IsBlockQuantized(t) ? std::vector<int64_t>{32, 96, 160, 4128}
+                                        : std::vector<int64_t>{7, 67, 160, 4128})) {
           Weights w = (IsQuantized(t) && rows == 3) ? RawQuantWeights(rng, t, rows, cols)
                                                     : RandomWeights(rng, t, rows, cols);
           std::vector<float> x = RandomFloats(rng, cols, -2, 2);
@@ -311,7 +314,8 @@ TEST(GatherRowsTest, LongShuffledListsOnPoolsEqualMatVec) {
   for (Isa isa : SupportedIsas()) {
     ScopedIsaOverride use(isa);
     for (DType t : AllDTypes()) {
-      const int64_t rows = 517, cols = IsQuantized(t) ? 1056 : 1063;
+      const int64_t rows = 517,
+                    cols = IsBlockQuantized(t) ? testing::ValidCols(t, 1056) : 1063;
       Weights w = RandomWeights(rng, t, rows, cols);
       std::vector<float> x = RandomFloats(rng, cols, -2, 2);
       std::vector<float> dense(static_cast<size_t>(rows));

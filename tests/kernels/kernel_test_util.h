@@ -17,13 +17,36 @@
 
 namespace weir::kernels::testing {
 
+// Every row of the DTypeTraits table.
 inline const std::vector<DType>& AllDTypes() {
-  static const std::vector<DType> kAll = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0,
-                                          DType::kQ4_0};
+  static const std::vector<DType> kAll = [] {
+    std::vector<DType> v;
+    for (const DTypeTraits& t : AllDTypeTraits()) v.push_back(t.type);
+    return v;
+  }();
   return kAll;
 }
 
 using weir::IsQuantized;
+// c rounded up to a whole number of t's blocks (unchanged for float types).
+inline int64_t ValidCols(DType t, int64_t c) {
+  const int64_t bs = BlockSize(t);
+  return (c + bs - 1) / bs * bs;
+}
+// Each of cols made valid for t (ValidCols), duplicates dropped, order kept.
+inline std::vector<int64_t> ValidColsList(DType t, const std::vector<int64_t>& cols) {
+  std::vector<int64_t> out;
+  for (int64_t c : cols) {
+    const int64_t v = ValidCols(t, c);
+    bool seen = false;
+    for (int64_t o : out) seen = seen || o == v;
+    if (!seen) out.push_back(v);
+  }
+  return out;
+}
+
+// Whether t's products run on the int8-quantized activation (kernels/matvec.h).
+inline bool Int8Dot(DType t) { return Traits(t).dot == DotKind::kInt8Block; }
 
 // A weight matrix [rows, cols] of one dtype: its bytes, a view of them and its values as f32.
 struct Weights {
@@ -82,11 +105,11 @@ inline Weights RawQuantWeights(std::mt19937& rng, DType t, int64_t rows, int64_t
   return w;
 }
 
-// The activation the kernels actually multiply with: x itself for float weights, the dequantized
-// ref::QuantizeActivation of x for Q8_0 / Q4_0.
+// The activation the kernels actually multiply with: x itself for float (and dequantized)
+// weights, the dequantized ref::QuantizeActivation of x for the int8-dot types.
 inline std::vector<float> EffectiveX(DType t, const float* x, int64_t n) {
   std::vector<float> out(x, x + n);
-  if (!IsQuantized(t)) return out;
+  if (!Int8Dot(t)) return out;
   std::vector<int8_t> q(static_cast<size_t>(n));
   std::vector<float> d(static_cast<size_t>(n / kQK));
   ref::QuantizeActivation(x, n, q.data(), d.data());

@@ -32,7 +32,8 @@ const int64_t kColsQuant[] = {32, 96, 160, 4128};
 const int64_t kColsFloat[] = {1, 7, 32, 67, 96, 160, 4128};
 
 std::vector<int64_t> ColsFor(DType t) {
-  if (IsQuantized(t)) return {std::begin(kColsQuant), std::end(kColsQuant)};
+  if (BlockSize(t) == kQK_K) return {256, 768, 4352};
+  if (IsBlockQuantized(t)) return {std::begin(kColsQuant), std::end(kColsQuant)};
   return {std::begin(kColsFloat), std::end(kColsFloat)};
 }
 
@@ -101,7 +102,7 @@ TEST(MatVecTest, ReferenceIsTheDequantizedProductUpToActivationRounding) {
         double exact = 0, rounding = 0;
         for (int64_t j = 0; j < cols; ++j) {
           exact += static_cast<double>(row[j]) * x[j];
-          if (IsQuantized(t)) {
+          if (testing::Int8Dot(t)) {
             float amax = 0;
             for (int k = 0; k < kQK; ++k) amax = std::fmax(amax, std::fabs(x[j / kQK * kQK + k]));
             rounding += std::fabs(row[j]) * amax / 127.0 / 2 * 1.001;
@@ -120,8 +121,9 @@ TEST(MatVecTest, ThreadedEqualsSingleThreadedExactly) {
   for (Isa isa : SupportedIsas()) {
     ScopedIsaOverride use(isa);
     for (DType t : AllDTypes()) {
-      Weights w = RandomWeights(rng, t, 67, 160);
-      std::vector<float> x = RandomFloats(rng, 160);
+      const int64_t cols = testing::ValidCols(t, 160);
+      Weights w = RandomWeights(rng, t, 67, cols);
+      std::vector<float> x = RandomFloats(rng, cols);
       std::vector<float> y1(67), y2(67), y3(67);
       MatVec(w.view(), x.data(), y1.data(), nullptr);
       MatVec(w.view(), x.data(), y2.data(), &pool2);
@@ -141,7 +143,7 @@ TEST(MatMulTest, EqualsPerTokenMatVecAndReference) {
     ScopedIsaOverride use(isa);
     for (DType t : AllDTypes()) {
       for (int64_t n : {1, 2, 3, 4, 5, 17, 35}) {
-        const int64_t rows = 17, cols = IsQuantized(t) ? 96 : 67;
+        const int64_t rows = 17, cols = IsBlockQuantized(t) ? testing::ValidCols(t, 96) : 67;
         Weights w = RandomWeights(rng, t, rows, cols);
         std::vector<float> x = RandomFloats(rng, n * cols);
         std::vector<float> y(static_cast<size_t>(n * rows), NAN);

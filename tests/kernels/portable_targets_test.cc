@@ -45,7 +45,8 @@ TEST(PortableTargetsTest, EveryHighwayTargetMatchesReference) {
     const std::string tname = hwy::TargetName(target);
     for (DType t : AllDTypes()) {
       const std::vector<int64_t> cols_list =
-          IsQuantized(t) ? std::vector<int64_t>{32, 96, 4128} : std::vector<int64_t>{7, 67, 4128};
+          testing::ValidColsList(t, IsBlockQuantized(t) ? std::vector<int64_t>{32, 96, 4128}
+                                                        : std::vector<int64_t>{7, 67, 4128});
       for (int64_t cols : cols_list) {
         const int64_t rows = 17, n = 5;
         Weights w = IsQuantized(t) ? RawQuantWeights(rng, t, rows, cols)

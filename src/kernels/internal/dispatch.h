@@ -17,7 +17,7 @@ const IsaKernels& KernelsFor(Isa isa);
 const IsaKernels& ActiveKernels();
 
 // Independent scratch areas of the calling thread.
-enum class ScratchSlot { kActivation = 0, kPartialSums = 1, kTopK = 2 };
+enum class ScratchSlot { kActivation = 0, kPartialSums = 1, kTopK = 2, kDequantRows = 3 };
 // At least `bytes` bytes, 64-byte aligned, contents unspecified. Grows (never shrinks) the
 // calling thread's buffer for that slot; only a growth allocates.
 void* ThreadScratch(ScratchSlot slot, size_t bytes);

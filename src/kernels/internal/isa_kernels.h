@@ -42,7 +42,19 @@ struct TiledGeometry {
   size_t quant_stride = 0;
 };
 
+// direct_types of the paths that compute the float types, Q8_0 and Q4_0 themselves.
+constexpr uint64_t kFloatQ8Q4Types = (uint64_t{1} << 0) | (uint64_t{1} << 1) |
+                                     (uint64_t{1} << 2) | (uint64_t{1} << 8) | (uint64_t{1} << 30);
+// ... and Q4_1 (ggml id 3).
+constexpr uint64_t kFloatQ8Q4Q41Types = kFloatQ8Q4Types | (uint64_t{1} << 3);
+
 struct IsaKernels {
+  // The weight types (bit GgmlId(t)) whose prep / dot / dot_gather / axpy_gather this path
+  // computes itself; every other type reaches it only as F32 rows (internal/typed_dispatch.h).
+  uint64_t direct_types;
+  // The subset whose column form (axpy_gather) it computes itself.
+  uint64_t direct_axpy_types;
+
   // Bytes of one token's prepared activation for weight type t and cols inputs (0: none needed).
   size_t (*prep_bytes)(DType t, int64_t cols);
   // Fills prep_bytes(t, cols) bytes at out (64-byte aligned) from x[cols].
