@@ -83,7 +83,7 @@ Result<CalibrationRun> CalibrateOnText(const model::Model& model, std::string_vi
     return Status::InvalidArgument(model.file().path +
                                    ": the model has no tokenizer to read the calibration text");
   }
-  const std::vector<int32_t> ids = tok->Encode(text, true);
+  const std::vector<int32_t> ids = tok->Encode(text, tok->add_bos());
   const int seqlen = CalibrationSeqLen(model.config(), options);
   WEIR_ASSIGN_OR_RETURN(auto seqs,
                         CalibrationSequences(ids, tok->bos_id(), options.nsamples, seqlen));

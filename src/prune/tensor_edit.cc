@@ -54,6 +54,24 @@ void ZeroElements(DType dtype, uint8_t* row, std::span<const int32_t> cols) {
       }
       return;
     }
+    default: {
+      // Any other block type: each touched block is dequantized, its pruned values set to 0 and
+      // the block quantized again (its other values may move by the type's rounding; a type
+      // with a min, such as Q4_1, holds 0 only approximately).
+      const DTypeTraits& tr = Traits(dtype);
+      std::vector<float> block(static_cast<size_t>(tr.block_size));
+      size_t i = 0;
+      while (i < cols.size()) {
+        const int64_t b = cols[i] / tr.block_size;
+        uint8_t* bytes = row + static_cast<size_t>(b) * tr.block_bytes;
+        tr.dequantize_row(bytes, block.data(), tr.block_size);
+        for (; i < cols.size() && cols[i] / tr.block_size == b; ++i) {
+          block[static_cast<size_t>(cols[i] % tr.block_size)] = 0.0f;
+        }
+        tr.quantize_row(block.data(), bytes, tr.block_size);
+      }
+      return;
+    }
   }
 }
 

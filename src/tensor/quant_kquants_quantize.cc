@@ -19,7 +19,7 @@
 // Super-block scales are clamped to the f16 range (+-65504) and, when a non-zero scale would
 // underflow, raised to the smallest f16 subnormal, so huge and tiny blocks give finite, non-NaN
 // output. Deterministic: no randomness, no threads, a fixed order of operations. Cost: about
-// 150-270 ns per value on one x86 core (the 32-value types take a few ns): offline work.
+// 120-270 ns per value on one x86 core (the 32-value types take a few ns): offline work.
 // Quality: 6-20% lower rms error than rounding against exact per-sub-block absmax (or min..max)
 // scales on Gaussian and Laplacian rows (tests/tensor/quant_types_test.cc).
 //

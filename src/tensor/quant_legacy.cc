@@ -31,6 +31,13 @@ inline void MinMax(const float* x, int n, float* lo, float* hi) {
   *hi = mx;
 }
 
+// 1/d, or 0 when d is 0 or so small (f32 denormal) that 1/d is not finite: then every q is the
+// zero point, where a cast of an infinite x/d would be undefined.
+inline float InverseScale(float d) {
+  const float id = d != 0 ? 1.0f / d : 0.0f;
+  return std::isfinite(id) ? id : 0.0f;
+}
+
 inline uint32_t LoadQh(const uint8_t* qh) {
   uint32_t v;
   std::memcpy(&v, qh, 4);
@@ -81,7 +88,7 @@ void QuantizeRowQ8_0(const float* src, void* dst, int64_t n) {
     float amax = 0;
     for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(x[j]));
     const float d = amax / 127.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const float id = InverseScale(d);
     b[blk].d = F32ToF16(d);
     for (int j = 0; j < kQK; ++j) b[blk].qs[j] = static_cast<int8_t>(std::lroundf(x[j] * id));
   }
@@ -107,7 +114,7 @@ void QuantizeRowQ4_0(const float* src, void* dst, int64_t n) {
     float amax;
     const float max = SignedAbsMax(x, kQK, &amax);
     const float d = max / -8.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const float id = InverseScale(d);
     b[blk].d = F32ToF16(d);
     for (int j = 0; j < kQK / 2; ++j) {
       int q0 = static_cast<int>(x[j] * id + 8.5f);
@@ -140,7 +147,7 @@ void QuantizeRowQ4_1(const float* src, void* dst, int64_t n) {
     float mn, mx;
     MinMax(x, kQK, &mn, &mx);
     const float d = (mx - mn) / 15.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const float id = InverseScale(d);
     b[blk].d = F32ToF16(d);
     b[blk].m = F32ToF16(mn);
     for (int j = 0; j < kQK / 2; ++j) {
@@ -176,7 +183,7 @@ void QuantizeRowQ5_0(const float* src, void* dst, int64_t n) {
     float amax;
     const float max = SignedAbsMax(x, kQK, &amax);
     const float d = max / -16.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const float id = InverseScale(d);
     b[blk].d = F32ToF16(d);
     uint32_t qh = 0;
     for (int j = 0; j < kQK / 2; ++j) {
@@ -216,7 +223,7 @@ void QuantizeRowQ5_1(const float* src, void* dst, int64_t n) {
     float mn, mx;
     MinMax(x, kQK, &mn, &mx);
     const float d = (mx - mn) / 31.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
+    const float id = InverseScale(d);
     b[blk].d = F32ToF16(d);
     b[blk].m = F32ToF16(mn);
     uint32_t qh = 0;

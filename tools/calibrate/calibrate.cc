@@ -53,7 +53,7 @@ int CalibrateMain(int argc, char** argv) {
   if (!m.ok()) return Fail("calibrate", m.status());
   const model::Model& model = **m;
   if (!model.tokenizer()) return Fail("calibrate", Status::InvalidArgument("the model has no tokenizer"));
-  std::vector<int32_t> ids = model.tokenizer()->Encode(*text, true);
+  std::vector<int32_t> ids = model.tokenizer()->Encode(*text, model.tokenizer()->add_bos());
   ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = mf.ctx;

@@ -79,7 +79,7 @@ int DemoMain(int argc, char** argv) {
   model::SamplerOptions so;
   so.temp = 0;  // greedy: the same story every time
   model::Sampler sampler((*m)->config().vocab_size, so);
-  std::vector<int32_t> ids = tok->Encode(prompt, true);
+  std::vector<int32_t> ids = tok->Encode(prompt, tok->add_bos());
   std::string text = prompt;
   if (!json) {
     std::fputs(prompt.c_str(), stdout);

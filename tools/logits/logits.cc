@@ -32,7 +32,7 @@ int LogitsMain(int argc, char** argv) {
     ids = *parsed;
   } else {
     if (!model.tokenizer()) return Fail("logits", Status::InvalidArgument("the model has no tokenizer; use --tokens"));
-    ids = model.tokenizer()->Encode(prompt, true);
+    ids = model.tokenizer()->Encode(prompt, model.tokenizer()->add_bos());
   }
   if (ids.empty()) return Fail("logits", Status::InvalidArgument("no tokens"));
   ThreadPool pool(ThreadCount(mf));

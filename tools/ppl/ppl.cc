@@ -51,7 +51,7 @@ int PplMain(int argc, char** argv) {
   const model::Model& model = m->model();
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) return Fail("ppl", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
-  std::vector<int32_t> ids = tok->Encode(*text, true);
+  std::vector<int32_t> ids = tok->Encode(*text, tok->add_bos());
 
   model::SessionOptions so;
   so.ctx = mf.ctx;
@@ -69,7 +69,7 @@ int PplMain(int argc, char** argv) {
   int total = static_cast<int>(ids.size() / static_cast<size_t>(mf.ctx));
   if (chunks > 0) total = std::min(total, chunks);
   ProgressBar bar("ppl", static_cast<uint64_t>(total), !json && !no_progress);
-  auto r = model::Perplexity(**session, ids, tok->bos_id(), po, [&](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
+  auto r = model::Perplexity(**session, ids, tok->add_bos() ? tok->bos_id() : -1, po, [&](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
   bar.Finish();
   if (*trace) {
     if (Status st = (*trace)->Finish(); !st.ok() && r.ok()) return Fail("ppl", st);

@@ -223,7 +223,7 @@ int PruneEvalMain(int argc, char** argv) {
   for (const std::string& p : eval_paths) {
     auto t = format::ReadSmallFile(p, 1ull << 30);
     if (!t.ok()) return Fail("prune-eval", t.status().WithContext("evaluation text"));
-    texts.push_back({p, BaseName(p), model.tokenizer()->Encode(*t, true)});
+    texts.push_back({p, BaseName(p), model.tokenizer()->Encode(*t, model.tokenizer()->add_bos())});
   }
   auto layers = prune::BindProjections(model.file());
   if (!layers.ok()) return Fail("prune-eval", layers.status());

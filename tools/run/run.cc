@@ -37,7 +37,7 @@ int RunMain(int argc, char** argv) {
                "per token: bytes from storage and from the cache, hit rate, I/O stall, overlap");
   app.add_option("-p,--prompt", prompt, "prompt text (default: empty, generation starts from BOS)");
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)")->check(CLI::Range(0, 1 << 20));
-  app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt");
+  app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt (by default it is added when the model asks for it: tokenizer.ggml.add_bos_token)");
   app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
@@ -57,7 +57,7 @@ int RunMain(int argc, char** argv) {
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) return Fail("run", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
 
-  std::vector<int32_t> ids = tok->Encode(prompt, !no_bos);
+  std::vector<int32_t> ids = tok->Encode(prompt, !no_bos && tok->add_bos());
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : 0);
   model::SessionOptions so;
   so.ctx = mf.ctx;

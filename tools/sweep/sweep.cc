@@ -71,7 +71,7 @@ int SweepMain(int argc, char** argv) {
   if (!m.ok()) return Fail("sweep", m.status());
   const model::Model& model = **m;
   if (!model.tokenizer()) return Fail("sweep", Status::InvalidArgument("the model has no tokenizer"));
-  std::vector<int32_t> ids = model.tokenizer()->Encode(*text, true);
+  std::vector<int32_t> ids = model.tokenizer()->Encode(*text, model.tokenizer()->add_bos());
   ThreadPool pool(ThreadCount(mf));
 
   std::vector<std::string> method_list = Split(methods, ',');

@@ -29,7 +29,7 @@ int TokenizeMain(int argc, char** argv) {
   if (!m.ok()) return Fail("tokenize", m.status());
   const tokenizer::Tokenizer* tok = (*m)->tokenizer();
   if (!tok) return Fail("tokenize", Status::InvalidArgument("the model has no tokenizer; pass --tokenizer"));
-  std::vector<int32_t> ids = tok->Encode(prompt, !no_bos);
+  std::vector<int32_t> ids = tok->Encode(prompt, !no_bos && tok->add_bos());
   if (json) {
     nlohmann::json ps = nlohmann::json::array();
     for (int32_t id : ids) ps.push_back(std::string(tok->piece(id)));
