@@ -1,5 +1,7 @@
-// Loading a Llama model from a parsed GGUF file: llama.* hyperparameters (uniform or per-layer),
-// the tokenizer.ggml.* vocabulary, and views of the tensors in the mapping.
+// Loading a model from a parsed GGUF file: general.architecture picks the ArchSpec row
+// (format/arch_spec.h), whose name prefixes every hyperparameter key (llama.*, gemma3.*, ...;
+// uniform or per-layer), then the tokenizer.ggml.* vocabulary and views of the tensors in the
+// mapping. Which tensors are read, and their shapes, is the row's tensor table.
 #include <cmath>
 #include <limits>
 #include <set>
@@ -34,7 +36,8 @@ Result<int> GetInt(const GgufFile& f, const std::string& key, int64_t lo, int64_
 // A key that is either one integer for every layer or an array of n_layers integers.
 // Returns nullopt when absent.
 Result<std::optional<std::vector<int>>> GetPerLayer(const GgufFile& f, const std::string& key,
-                                                    int n_layers, int64_t lo, int64_t hi) {
+                                                    int n_layers, int64_t lo, int64_t hi,
+                                                    const std::string& count_key) {
   const GgufKv* kv = f.FindKv(key);
   if (!kv) return std::optional<std::vector<int>>();
   if (kv->type != GgufType::kArray) {
@@ -43,8 +46,8 @@ Result<std::optional<std::vector<int>>> GetPerLayer(const GgufFile& f, const std
   }
   if (kv->count != static_cast<uint64_t>(n_layers)) {
     return Status::InvalidArgument(StrFormat(
-        "%s: metadata '%s' has %llu per-layer values, expected llama.block_count = %d",
-        f.path().c_str(), key.c_str(), static_cast<unsigned long long>(kv->count), n_layers));
+        "%s: metadata '%s' has %llu per-layer values, expected %s = %d", f.path().c_str(),
+        key.c_str(), static_cast<unsigned long long>(kv->count), count_key.c_str(), n_layers));
   }
   WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> vals, f.GetI64Array(key));
   std::vector<int> out(vals.size());
@@ -76,6 +79,18 @@ Result<float> GetPositiveFloat(const GgufFile& f, const std::string& key,
   return v;
 }
 
+// An optional float key >= 0; 0 when absent.
+Result<float> GetNonNegativeFloat(const GgufFile& f, const std::string& key) {
+  if (!f.Has(key)) return 0.0f;
+  WEIR_ASSIGN_OR_RETURN(float v, f.GetF32(key));
+  if (!std::isfinite(v) || v < 0.0f) {
+    return Status::InvalidArgument(
+        StrFormat("%s: metadata '%s' = %g, expected a finite number >= 0", f.path().c_str(),
+                  key.c_str(), static_cast<double>(v)));
+  }
+  return v;
+}
+
 // Optional token id: absent, u32 max or negative mean "none" (-1).
 Result<int32_t> GetTokenId(const GgufFile& f, const std::string& key, size_t n_tokens) {
   if (!f.Has(key)) return -1;
@@ -94,15 +109,53 @@ Result<bool> GetBoolOr(const GgufFile& f, const std::string& key, bool def) {
   return f.GetBool(key);
 }
 
-// Names of the tensors a Llama forward pass reads.
-std::set<std::string> NeededTensors(int n_layers) {
-  std::set<std::string> names = {"token_embd.weight", "output_norm.weight", "output.weight"};
-  static const char* kPerLayer[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
-                                    "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
-  for (int l = 0; l < n_layers; ++l) {
-    for (const char* t : kPerLayer) names.insert(StrFormat("blk.%d.%s.weight", l, t));
+// Names of the tensors the architecture's forward pass reads (its tensor table).
+std::set<std::string> NeededTensors(const ArchSpec& arch, int n_layers) {
+  std::set<std::string> names;
+  for (const TensorSpec& t : arch.tensors) {
+    if (!t.per_layer) names.insert(TensorName(t, -1));
+    for (int l = 0; t.per_layer && l < n_layers; ++l) names.insert(TensorName(t, l));
   }
   return names;
+}
+
+// The sliding-window layers of a file whose architecture has them: `<arch>.attention.
+// sliding_window` (> 0) turns them on; `<arch>.attention.sliding_window_pattern` is either one
+// bool per layer (true = sliding) or a period n (layer l slides when l % n < n - 1; 0 = every
+// layer), else the row's period.
+Status ReadSlidingWindow(const GgufFile& f, const ArchSpec& arch, const std::string& prefix,
+                         LlamaConfig* c) {
+  const std::string window_key = prefix + ".attention.sliding_window";
+  if (arch.sliding_window_period == 0 || !f.Has(window_key)) return Status::Ok();
+  WEIR_ASSIGN_OR_RETURN(c->sliding_window, GetInt(f, window_key, 0, lim::kMaxContext));
+  if (c->sliding_window == 0) return Status::Ok();
+  const int L = c->n_layers;
+  c->layer_sliding.assign(static_cast<size_t>(L), 0);
+  const std::string pattern_key = prefix + ".attention.sliding_window_pattern";
+  const GgufKv* kv = f.FindKv(pattern_key);
+  if (kv != nullptr && kv->type == GgufType::kArray) {
+    if (kv->count != static_cast<uint64_t>(L)) {
+      return Status::InvalidArgument(StrFormat(
+          "%s: metadata '%s' has %llu per-layer values, expected %s.block_count = %d",
+          f.path().c_str(), pattern_key.c_str(), static_cast<unsigned long long>(kv->count),
+          prefix.c_str(), L));
+    }
+    if (kv->elem_type == GgufType::kBool) {  // one validated byte (0 or 1) per layer
+      for (int l = 0; l < L; ++l) c->layer_sliding[static_cast<size_t>(l)] = f.data()[kv->value_offset + l];
+    } else {
+      WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> flags, f.GetI64Array(pattern_key));
+      for (int l = 0; l < L; ++l) c->layer_sliding[static_cast<size_t>(l)] = flags[l] != 0;
+    }
+  } else {
+    WEIR_ASSIGN_OR_RETURN(int period, GetInt(f, pattern_key, 0, lim::kMaxLayers,
+                                             arch.sliding_window_period));
+    for (int l = 0; l < L; ++l) {
+      c->layer_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
+    }
+  }
+  WEIR_ASSIGN_OR_RETURN(c->rope_theta_sliding, GetPositiveFloat(f, prefix + ".rope.freq_base_swa",
+                                                                arch.rope_theta_sliding));
+  return Status::Ok();
 }
 
 size_t NaturalAlignment(DType t) { return t == DType::kF32 ? 4 : 2; }
@@ -111,31 +164,37 @@ size_t NaturalAlignment(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   const char* path = f.path().c_str();
-  WEIR_ASSIGN_OR_RETURN(std::string arch, f.GetString("general.architecture"));
-  if (arch != "llama") {
-    return Status::Unsupported(
-        StrFormat("%s: general.architecture is '%s'; weir loads only 'llama'", path,
-                  arch.substr(0, 64).c_str()));
+  WEIR_ASSIGN_OR_RETURN(std::string arch_name, f.GetString("general.architecture"));
+  const ArchSpec* arch = FindArch(arch_name);
+  if (arch == nullptr) {
+    return Status::Unsupported(StrFormat("%s: general.architecture is '%s'; weir loads %s", path,
+                                         arch_name.substr(0, 64).c_str(),
+                                         ArchNameList().c_str()));
   }
+  // Every hyperparameter key is prefixed with the architecture's name.
+  const std::string prefix = arch->name;
+  auto K = [&](const char* key) { return prefix + "." + key; };
   LlamaConfig c;
-  WEIR_ASSIGN_OR_RETURN(c.d_model, GetInt(f, "llama.embedding_length", 1, lim::kMaxModelDim));
-  WEIR_ASSIGN_OR_RETURN(c.n_layers, GetInt(f, "llama.block_count", 1, lim::kMaxLayers));
+  c.arch = arch;
+  WEIR_ASSIGN_OR_RETURN(c.d_model, GetInt(f, K("embedding_length"), 1, lim::kMaxModelDim));
+  WEIR_ASSIGN_OR_RETURN(c.n_layers, GetInt(f, K("block_count"), 1, lim::kMaxLayers));
   const int L = c.n_layers;
+  const std::string count_key = K("block_count");
 
-  WEIR_ASSIGN_OR_RETURN(auto heads,
-                        GetPerLayer(f, "llama.attention.head_count", L, 0, lim::kMaxHeads));
+  WEIR_ASSIGN_OR_RETURN(
+      auto heads, GetPerLayer(f, K("attention.head_count"), L, 0, lim::kMaxHeads, count_key));
   if (!heads) {
-    return Status::NotFound(
-        StrFormat("%s: metadata key 'llama.attention.head_count' is missing", path));
+    return Status::NotFound(StrFormat("%s: metadata key '%s' is missing", path,
+                                      K("attention.head_count").c_str()));
   }
-  WEIR_ASSIGN_OR_RETURN(auto kv_heads,
-                        GetPerLayer(f, "llama.attention.head_count_kv", L, 0, lim::kMaxHeads));
+  WEIR_ASSIGN_OR_RETURN(auto kv_heads, GetPerLayer(f, K("attention.head_count_kv"), L, 0,
+                                                   lim::kMaxHeads, count_key));
   if (!kv_heads) kv_heads = heads;
-  WEIR_ASSIGN_OR_RETURN(auto ffs,
-                        GetPerLayer(f, "llama.feed_forward_length", L, 0, lim::kMaxFfnDim));
+  WEIR_ASSIGN_OR_RETURN(
+      auto ffs, GetPerLayer(f, K("feed_forward_length"), L, 0, lim::kMaxFfnDim, count_key));
   if (!ffs) {
-    return Status::NotFound(
-        StrFormat("%s: metadata key 'llama.feed_forward_length' is missing", path));
+    return Status::NotFound(StrFormat("%s: metadata key '%s' is missing", path,
+                                      K("feed_forward_length").c_str()));
   }
   c.layers.resize(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l) {
@@ -145,45 +204,47 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   c.n_head_kv = c.layers[0].n_head_kv;
   c.d_ff = c.layers[0].d_ff;
 
-  // head_dim: stated (weir writes it for pruned models whose layer 0 lost heads), else derived.
-  if (f.Has("llama.attention.key_length")) {
-    WEIR_ASSIGN_OR_RETURN(c.head_dim, GetInt(f, "llama.attention.key_length", 1, lim::kMaxHeadDim));
+  // head_dim: stated (Gemma, Qwen3; weir writes it for pruned models whose layer 0 lost heads),
+  // else derived.
+  if (f.Has(K("attention.key_length"))) {
+    WEIR_ASSIGN_OR_RETURN(c.head_dim, GetInt(f, K("attention.key_length"), 1, lim::kMaxHeadDim));
   } else {
     if (c.n_head <= 0 || c.d_model % c.n_head != 0) {
       return Status::InvalidArgument(
-          StrFormat("%s: llama.embedding_length %d is not a multiple of llama.attention.head_count "
-                    "%d (and llama.attention.key_length is absent)",
-                    path, c.d_model, c.n_head));
+          StrFormat("%s: %s %d is not a multiple of %s %d (and %s is absent)", path,
+                    K("embedding_length").c_str(), c.d_model, K("attention.head_count").c_str(),
+                    c.n_head, K("attention.key_length").c_str()));
     }
     c.head_dim = c.d_model / c.n_head;
   }
-  if (f.Has("llama.attention.value_length")) {
-    WEIR_ASSIGN_OR_RETURN(int v_len,
-                          GetInt(f, "llama.attention.value_length", 1, lim::kMaxHeadDim));
+  if (f.Has(K("attention.value_length"))) {
+    WEIR_ASSIGN_OR_RETURN(int v_len, GetInt(f, K("attention.value_length"), 1, lim::kMaxHeadDim));
     if (v_len != c.head_dim) {
-      return Status::Unsupported(
-          StrFormat("%s: llama.attention.value_length %d differs from the key length %d", path,
-                    v_len, c.head_dim));
+      return Status::Unsupported(StrFormat("%s: %s %d differs from the key length %d", path,
+                                           K("attention.value_length").c_str(), v_len,
+                                           c.head_dim));
     }
   }
   WEIR_ASSIGN_OR_RETURN(c.rope_dim,
-                        GetInt(f, "llama.rope.dimension_count", 1, c.head_dim, c.head_dim));
+                        GetInt(f, K("rope.dimension_count"), 1, c.head_dim, c.head_dim));
   if (c.rope_dim % 2 != 0) {
     return Status::InvalidArgument(
-        StrFormat("%s: llama.rope.dimension_count %d is odd", path, c.rope_dim));
+        StrFormat("%s: %s %d is odd", path, K("rope.dimension_count").c_str(), c.rope_dim));
   }
-  WEIR_ASSIGN_OR_RETURN(
-      c.rms_eps, GetPositiveFloat(f, "llama.attention.layer_norm_rms_epsilon", std::nullopt));
-  WEIR_ASSIGN_OR_RETURN(c.rope_theta, GetPositiveFloat(f, "llama.rope.freq_base", 10000.0f));
-  WEIR_ASSIGN_OR_RETURN(c.ctx_len, GetInt(f, "llama.context_length", 0, lim::kMaxContext, 0));
-  c.rope_style = RopeStyle::kAdjacentPairs;  // llama.cpp's "llama" arch pairs adjacent dims
+  WEIR_ASSIGN_OR_RETURN(c.rms_eps,
+                        GetPositiveFloat(f, K("attention.layer_norm_rms_epsilon"), std::nullopt));
+  WEIR_ASSIGN_OR_RETURN(c.rope_theta, GetPositiveFloat(f, K("rope.freq_base"), 10000.0f));
+  WEIR_ASSIGN_OR_RETURN(c.ctx_len, GetInt(f, K("context_length"), 0, lim::kMaxContext, 0));
+  // The pairing is the architecture's (llama.cpp: "llama" pairs adjacent dims, the others
+  // rotate halves), a property of how the converter laid out q and k.
+  c.rope_style = arch->rope_style;
 
-  if (f.Has("llama.rope.scaling.type")) {
-    WEIR_ASSIGN_OR_RETURN(std::string scaling, f.GetString("llama.rope.scaling.type"));
+  if (f.Has(K("rope.scaling.type"))) {
+    WEIR_ASSIGN_OR_RETURN(std::string scaling, f.GetString(K("rope.scaling.type")));
     if (scaling != "none") {
       return Status::Unsupported(
-          StrFormat("%s: llama.rope.scaling.type is '%s'; weir implements plain RoPE only", path,
-                    scaling.substr(0, 32).c_str()));
+          StrFormat("%s: %s is '%s'; weir implements plain RoPE only", path,
+                    K("rope.scaling.type").c_str(), scaling.substr(0, 32).c_str()));
     }
   }
   if (f.FindTensor("rope_freqs.weight")) {
@@ -191,6 +252,20 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
         StrFormat("%s: tensor rope_freqs.weight (per-dimension RoPE frequency factors, Llama 3.1 "
                   "style) is not supported",
                   path));
+  }
+
+  // The architecture's switches with values in the file.
+  if (arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(c.d_model));
+  WEIR_RETURN_IF_ERROR(ReadSlidingWindow(f, *arch, prefix, &c));
+  if (arch->logit_softcap) {
+    WEIR_ASSIGN_OR_RETURN(float cap, GetNonNegativeFloat(f, K("final_logit_softcapping")));
+    c.final_logit_softcap = cap;
+  }
+  // Gemma 3 27B scales queries by 1/sqrt(d_model / n_head) instead of 1/sqrt(head_dim) (its
+  // query_pre_attn_scalar); GGUF does not state it, so llama.cpp recognises the model by its 62
+  // layers, and so does weir.
+  if (prefix == "gemma3" && c.n_layers == 62 && c.n_head > 0) {
+    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
   }
 
   if (const GgufTensorInfo* emb = f.FindTensor("token_embd.weight")) {
@@ -208,7 +283,7 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
     }
     c.vocab_size = static_cast<int>(tok->count);
   } else {
-    WEIR_ASSIGN_OR_RETURN(c.vocab_size, GetInt(f, "llama.vocab_size", 1, lim::kMaxVocabSize));
+    WEIR_ASSIGN_OR_RETURN(c.vocab_size, GetInt(f, K("vocab_size"), 1, lim::kMaxVocabSize));
   }
   c.tied_output = f.FindTensor("output.weight") == nullptr;
   return c;
@@ -286,14 +361,14 @@ Result<ModelFile> LoadGgufModel(const GgufFile& f) {
   WEIR_ASSIGN_OR_RETURN(m.config, ReadGgufLlamaConfig(f));
   WEIR_ASSIGN_OR_RETURN(m.tokenizer, ReadGgufTokenizer(f));
 
-  const std::set<std::string> needed = NeededTensors(m.config.n_layers);
+  const std::set<std::string> needed = NeededTensors(*m.config.arch, m.config.n_layers);
   for (const GgufTensorInfo& info : f.tensors()) {
     if (!info.dtype) {
       if (needed.count(info.name)) {
         return Status::Unsupported(
-            StrFormat("%s: unsupported type %s in tensor %s (weir computes with F32, F16, BF16, "
-                      "Q8_0 and Q4_0)",
-                      path, GgmlTypeName(info.ggml_type).c_str(), info.name.c_str()));
+            StrFormat("%s: unsupported type %s in tensor %s (weir computes with %s)", path,
+                      GgmlTypeName(info.ggml_type).c_str(), info.name.c_str(),
+                      DTypeNameList().c_str()));
       }
       continue;  // not read by the model: leave it out
     }

@@ -143,15 +143,16 @@ class GgufFile {
   std::unordered_map<std::string, size_t> tensor_index_;
 };
 
-// Reads the Llama hyperparameters (llama.* keys; per-layer arrays allowed for head_count,
-// head_count_kv and feed_forward_length). vocab_size comes from token_embd.weight's shape, else
-// the token list, else llama.vocab_size. Requires general.architecture == "llama".
+// Reads the hyperparameters of the file's architecture (general.architecture names a row of
+// format/arch_spec.h, whose name prefixes the keys: llama.*, gemma3.*, ...; per-layer arrays
+// allowed for head_count, head_count_kv and feed_forward_length). vocab_size comes from
+// token_embd.weight's shape, else the token list, else <arch>.vocab_size.
 Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& file);
 
 // Reads the tokenizer.ggml.* keys. Kind::kNone when the file has no tokenizer (or "no_vocab").
 Result<TokenizerSpec> ReadGgufTokenizer(const GgufFile& file);
 
-// Loads a Llama model: config, tokenizer, tensor views into the mapping (which the ModelFile
+// Loads a model: config, tokenizer, tensor views into the mapping (which the ModelFile
 // keeps alive), rendered metadata; then ValidateLlama. A tensor the model needs whose type weir
 // cannot compute with is an error ("unsupported type Q4_K in tensor blk.0.ffn_down.weight");
 // other tensors of such types are left out.

@@ -88,12 +88,22 @@ int64_t RotateHalfSourceRow(int64_t r, int head_dim, int rope_dim) {
 
 }  // namespace
 
-std::vector<std::string> LlamaTensorNames(const LlamaConfig& c) {
+std::vector<std::string> LlamaTensorNames(
+    const LlamaConfig& c, const std::function<bool(const std::string&)>& has_optional) {
+  const ArchSpec& arch = *c.arch;
+  auto listed = [&](const TensorSpec& t, const std::string& name) {
+    if (t.required) return true;
+    if (has_optional) return has_optional(name);
+    return arch.qkv_bias && (t.role == TensorRole::kAttnQBias || t.role == TensorRole::kAttnKBias ||
+                             t.role == TensorRole::kAttnVBias);
+  };
   std::vector<std::string> names = {"token_embd.weight"};
-  static const char* kPerLayer[] = {"attn_norm", "attn_q",   "attn_k", "attn_v",  "attn_output",
-                                    "ffn_norm",  "ffn_gate", "ffn_up", "ffn_down"};
   for (int l = 0; l < c.n_layers; ++l) {
-    for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
+    for (const TensorSpec& t : arch.tensors) {
+      if (!t.per_layer) continue;
+      std::string name = TensorName(t, l);
+      if (listed(t, name)) names.push_back(std::move(name));
+    }
   }
   names.push_back("output_norm.weight");
   if (!c.tied_output) names.push_back("output.weight");
@@ -108,8 +118,24 @@ uint32_t LlamaFileType(DType t) {
       return 1;
     case DType::kQ4_0:
       return 2;
+    case DType::kQ4_1:
+      return 3;
     case DType::kQ8_0:
       return 7;
+    case DType::kQ5_0:
+      return 8;
+    case DType::kQ5_1:
+      return 9;
+    case DType::kQ2_K:
+      return 10;
+    case DType::kQ3_K:
+      return 12;  // llama.cpp's Q3_K_M
+    case DType::kQ4_K:
+      return 15;  // Q4_K_M
+    case DType::kQ5_K:
+      return 17;  // Q5_K_M
+    case DType::kQ6_K:
+      return 18;
     case DType::kBF16:
       return 32;
   }
@@ -124,32 +150,52 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
                   c.n_layers, c.head_dim));
   }
   const std::vector<LayerDims> layers = LayersOf(c);
-  w->AddString("general.architecture", "llama");
+  const ArchSpec& arch = *c.arch;
+  const std::string prefix = arch.name;  // every hyperparameter key is "<arch>.<name>"
+  auto K = [&](const char* key) { return prefix + "." + key; };
+  w->AddString("general.architecture", prefix);
   w->AddString("general.name", name);
   w->AddU32("general.file_type", file_type);
   if (file_type == LlamaFileType(DType::kQ8_0) || file_type == LlamaFileType(DType::kQ4_0)) {
     w->AddU32("general.quantization_version", 2);  // ggml's current Q4_0/Q8_0 block layout
   }
-  w->AddU32("llama.context_length", static_cast<uint32_t>(c.ctx_len > 0 ? c.ctx_len : 2048));
-  w->AddU32("llama.embedding_length", static_cast<uint32_t>(c.d_model));
-  w->AddU32("llama.block_count", static_cast<uint32_t>(c.n_layers));
-  AddPerLayer(w, "llama.feed_forward_length", layers, &LayerDims::d_ff);
-  AddPerLayer(w, "llama.attention.head_count", layers, &LayerDims::n_head);
-  AddPerLayer(w, "llama.attention.head_count_kv", layers, &LayerDims::n_head_kv);
+  w->AddU32(K("context_length"), static_cast<uint32_t>(c.ctx_len > 0 ? c.ctx_len : 2048));
+  w->AddU32(K("embedding_length"), static_cast<uint32_t>(c.d_model));
+  w->AddU32(K("block_count"), static_cast<uint32_t>(c.n_layers));
+  AddPerLayer(w, K("feed_forward_length"), layers, &LayerDims::d_ff);
+  AddPerLayer(w, K("attention.head_count"), layers, &LayerDims::n_head);
+  AddPerLayer(w, K("attention.head_count_kv"), layers, &LayerDims::n_head_kv);
   bool uniform = true;
   for (const LayerDims& l : layers) {
     uniform = uniform && l.n_head == layers[0].n_head && l.n_head_kv == layers[0].n_head_kv &&
               l.d_ff == layers[0].d_ff;
   }
   if (!uniform || layers[0].n_head <= 0 || layers[0].n_head * c.head_dim != c.d_model) {
-    w->AddU32("llama.attention.key_length", static_cast<uint32_t>(c.head_dim));
-    w->AddU32("llama.attention.value_length", static_cast<uint32_t>(c.head_dim));
+    w->AddU32(K("attention.key_length"), static_cast<uint32_t>(c.head_dim));
+    w->AddU32(K("attention.value_length"), static_cast<uint32_t>(c.head_dim));
   }
-  w->AddU32("llama.rope.dimension_count",
+  w->AddU32(K("rope.dimension_count"),
             static_cast<uint32_t>(c.rope_dim > 0 ? c.rope_dim : c.head_dim));
-  w->AddF32("llama.rope.freq_base", c.rope_theta);
-  w->AddF32("llama.attention.layer_norm_rms_epsilon", c.rms_eps);
-  w->AddU32("llama.vocab_size", static_cast<uint32_t>(c.vocab_size));
+  w->AddF32(K("rope.freq_base"), c.rope_theta);
+  w->AddF32(K("attention.layer_norm_rms_epsilon"), c.rms_eps);
+  w->AddU32(K("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+  if (c.sliding_window > 0 && arch.sliding_window_period > 0) {
+    w->AddU32(K("attention.sliding_window"), static_cast<uint32_t>(c.sliding_window));
+    // The pattern only when it is not the row's default: one u32 flag per layer (llama.cpp
+    // reads bool, u32 or i32 arrays).
+    bool default_pattern = static_cast<int>(c.layer_sliding.size()) == c.n_layers;
+    std::vector<uint32_t> flags;
+    for (int l = 0; l < c.n_layers; ++l) {
+      const int period = arch.sliding_window_period;
+      flags.push_back(c.IsSliding(l) ? 1u : 0u);
+      default_pattern = default_pattern && c.IsSliding(l) == (l % period < period - 1);
+    }
+    if (!default_pattern) w->Add(K("attention.sliding_window_pattern"), GgufValue::U32Array(flags));
+    w->AddF32(K("rope.freq_base_swa"), c.rope_theta_sliding);
+  }
+  if (c.final_logit_softcap > 0 && arch.logit_softcap) {
+    w->AddF32(K("final_logit_softcapping"), c.final_logit_softcap);
+  }
 
   if (tok.kind == TokenizerSpec::Kind::kNone) {
     w->AddString("tokenizer.ggml.model", "no_vocab");
@@ -189,7 +235,8 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
                       const std::vector<std::pair<std::string, GgufValue>>& extra_metadata) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
   const LlamaConfig& c = model.config;
-  const std::vector<std::string> names = LlamaTensorNames(c);
+  const std::vector<std::string> names =
+      LlamaTensorNames(c, [&](const std::string& n) { return model.Find(n) != nullptr; });
 
   // general.file_type follows the type most 2-D weight bytes end up in.
   std::map<DType, uint64_t> bytes_by_type;
@@ -211,7 +258,9 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
     } else if (convert_to && v->cols() % BlockSize(*convert_to) == 0) {
       p.out = *convert_to;
     }
+    // Only when the file's pairing differs from the one the architecture's GGUF files use.
     p.permute = c.rope_style == RopeStyle::kRotateHalf &&
+                c.arch->rope_style == RopeStyle::kAdjacentPairs &&
                 (n.ends_with(".attn_q.weight") || n.ends_with(".attn_k.weight"));
     if (p.permute && (v->shape.ndim != 2 || v->rows() % c.head_dim != 0)) {
       return Status::InvalidArgument(StrFormat("%s: %s has shape %s, not whole heads of %d rows",
@@ -236,7 +285,7 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
   if (name.empty()) {
     size_t slash = model.path.find_last_of('/');
     name = slash == std::string::npos ? model.path : model.path.substr(slash + 1);
-    if (name.empty()) name = "llama";
+    if (name.empty()) name = c.arch->name;
   }
   WEIR_RETURN_IF_ERROR(AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(main_type), &w)
                            .WithContext(path));

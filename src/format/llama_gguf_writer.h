@@ -1,6 +1,8 @@
-// Writing a Llama model as a GGUF file llama.cpp can load (arch "llama"): the hyperparameters,
-// the tokenizer and the weights under their canonical names, optionally converted to another
-// element type. Works for a ModelFile from any reader (GGUF, safetensors, llama2.c).
+// Writing a model as a GGUF file llama.cpp can load: general.architecture and the key prefix are
+// the config's ArchSpec row (llama, qwen2, qwen3, gemma3), then the hyperparameters, the
+// tokenizer and the weights of the row's tensor table under their canonical names, optionally
+// converted to another element type. Works for a ModelFile from any reader (GGUF, safetensors,
+// llama2.c).
 //
 // RoPE: GGUF "llama" files pair adjacent dimensions (x[2i], x[2i+1]) of each head. A model laid
 // out for rotate-half RoPE (Hugging Face: x[i] with x[i + rope_dim/2]) gets the rows of attn_q
@@ -25,17 +27,23 @@
 
 namespace weir::format {
 
-// Canonical tensor names in the order weir writes them: token_embd, per layer attn_norm, attn_q,
-// attn_k, attn_v, attn_output, ffn_norm, ffn_gate, ffn_up, ffn_down, then output_norm and
-// output (left out when config.tied_output).
-std::vector<std::string> LlamaTensorNames(const LlamaConfig& config);
+// Canonical tensor names in the order weir writes them: token_embd, per layer the tensors of the
+// architecture's table in its order (Llama: attn_norm, attn_q, attn_k, attn_v, attn_output,
+// ffn_norm, ffn_gate, ffn_up, ffn_down), then output_norm and output (left out when
+// config.tied_output). An optional per-layer tensor (a q/k/v bias) is listed when
+// `has_optional(name)` says so; without the function, when the row's converter writes it
+// (ArchSpec::qkv_bias).
+std::vector<std::string> LlamaTensorNames(
+    const LlamaConfig& config,
+    const std::function<bool(const std::string&)>& has_optional = nullptr);
 
 // llama.cpp's general.file_type for a model whose 2-D weights are mostly `t`
 // (F32 0, F16 1, Q4_0 2, Q8_0 7, BF16 32).
 uint32_t LlamaFileType(DType t);
 
-// Adds general.architecture/name/file_type, every llama.* hyperparameter and the
-// tokenizer.ggml.* keys. Per-layer head counts and d_ff are written as arrays of n_layers
+// Adds general.architecture/name/file_type, every <arch>.* hyperparameter (Gemma 3 also
+// attention.sliding_window, its pattern when it is not the row's default, rope.freq_base_swa
+// and final_logit_softcapping when set) and the tokenizer.ggml.* keys. Per-layer head counts and d_ff are written as arrays of n_layers
 // values when they differ between layers (weir's structured pruning; llama.cpp reads such
 // arrays too), and llama.attention.key_length/value_length when head_dim is not
 // d_model / n_head. A context length of 0 (unknown) is written as 2048, because llama.cpp
@@ -49,8 +57,9 @@ Status AddLlamaGgufMetadata(const LlamaConfig& config, const TokenizerSpec& toke
 // Writes `model` to `path` (via path.tmp + rename). With `convert_to`, every 2-D weight whose
 // row length is a multiple of the type's block size is converted (dequantize to F32, then
 // quantize with the reference QuantizeRow); others keep their type. 1-D tensors (the norms)
-// are always written as F32. rotate-half models get the q/k row permutation described above.
-// Tensors outside the canonical Llama set are not written. `extra_metadata` is appended after
+// are always written as F32. rotate-half models of arch llama get the q/k row permutation
+// described above (the other architectures' GGUF files rotate halves themselves). Tensors
+// outside the architecture's table are not written. `extra_metadata` is appended after
 // the hyperparameters and tokenizer keys (e.g. weir.prune.* from `weir prune`); a key that
 // repeats one already written makes the write fail.
 Status WriteLlamaGguf(const ModelFile& model, const std::string& path,

@@ -137,7 +137,7 @@ Status CheckRange(const std::string& path, const std::string& field, int64_t v, 
 }
 
 Status CheckTensor(const ModelFile& m, const std::string& name, const Shape& expected, bool norm,
-                   const char* derivation) {
+                   const char* derivation, const char* vector_kind = "norm") {
   const char* p = m.path.c_str();
   const TensorView* t = m.Find(name);
   if (!t) {
@@ -150,8 +150,8 @@ Status CheckTensor(const ModelFile& m, const std::string& name, const Shape& exp
                                      expected.ToString().c_str()));
   }
   if (norm && t->dtype != DType::kF32) {
-    return Status::Corrupt(StrFormat("%s: norm tensor %s is %s; norms must be F32", p, name.c_str(),
-                                     DTypeName(t->dtype)));
+    return Status::Corrupt(StrFormat("%s: %s tensor %s is %s; %ss must be F32", p, vector_kind,
+                                     name.c_str(), DTypeName(t->dtype), vector_kind));
   }
   if (t->cols() % BlockSize(t->dtype) != 0) {
     return Status::Corrupt(
@@ -162,6 +162,46 @@ Status CheckTensor(const ModelFile& m, const std::string& name, const Shape& exp
   }
   if (!t->data) {
     return Status::Corrupt(StrFormat("%s: tensor %s has no data", p, name.c_str()));
+  }
+  return Status::Ok();
+}
+
+bool IsBias(TensorRole r) {
+  return r == TensorRole::kAttnQBias || r == TensorRole::kAttnKBias || r == TensorRole::kAttnVBias;
+}
+
+// One tensor of the architecture's table for layer `layer` (-1 for a global tensor). An
+// optional tensor may be absent; when present it must have its shape.
+Status CheckSpecTensor(const ModelFile& m, const TensorSpec& t, int layer, bool required) {
+  const std::string name = TensorName(t, layer);
+  if (!required && m.Find(name) == nullptr) return Status::Ok();
+  return CheckTensor(m, name, ExpectedShape(t, m.config, layer), t.vector(),
+                     ShapeDerivation(t).c_str(), IsBias(t.role) ? "bias" : "norm");
+}
+
+// The values a file states for its architecture's switches.
+Status ValidateArchValues(const ModelFile& m) {
+  const char* p = m.path.c_str();
+  const LlamaConfig& c = m.config;
+  if (c.arch == nullptr) return Status::InvalidArgument(StrFormat("%s: config has no architecture", p));
+  auto finite_at_least = [&](const char* field, float v, float lo, bool open) -> Status {
+    if (!std::isfinite(v) || v < lo || (open && v == lo)) {
+      return Status::InvalidArgument(StrFormat("%s: config %s = %g must be finite and %s %g", p,
+                                               field, static_cast<double>(v),
+                                               open ? ">" : ">=", static_cast<double>(lo)));
+    }
+    return Status::Ok();
+  };
+  WEIR_RETURN_IF_ERROR(finite_at_least("embed_scale", c.embed_scale, 0.0f, true));
+  WEIR_RETURN_IF_ERROR(finite_at_least("attn_scale", c.attn_scale, 0.0f, false));
+  WEIR_RETURN_IF_ERROR(finite_at_least("final_logit_softcap", c.final_logit_softcap, 0.0f, false));
+  WEIR_RETURN_IF_ERROR(CheckRange(m.path, "sliding_window", c.sliding_window, 0, INT32_MAX));
+  if (!c.layer_sliding.empty() && static_cast<int64_t>(c.layer_sliding.size()) != c.n_layers) {
+    return Status::InvalidArgument(StrFormat("%s: config has %zu sliding-layer flags for n_layers %d",
+                                             p, c.layer_sliding.size(), c.n_layers));
+  }
+  if (c.sliding_window > 0) {
+    WEIR_RETURN_IF_ERROR(finite_at_least("rope_theta_sliding", c.rope_theta_sliding, 0.0f, true));
   }
   return Status::Ok();
 }
@@ -283,40 +323,32 @@ Status ValidateLlama(const ModelFile& m) {
   }
   WEIR_RETURN_IF_ERROR(ValidateTokenizer(m));
 
-  // Tensors: presence, exact shape, F32 norms.
-  const int64_t dm = c.d_model, vocab = c.vocab_size;
-  WEIR_RETURN_IF_ERROR(
-      CheckTensor(m, "token_embd.weight", {vocab, dm}, false, "[vocab_size, d_model]"));
-  WEIR_RETURN_IF_ERROR(CheckTensor(m, "output_norm.weight", {dm}, true, "[d_model]"));
-  if (c.tied_output) {
-    if (m.Find("output.weight")) {
-      return Status::Corrupt(
-          StrFormat("%s: config says the output head is tied to "
-                    "token_embd.weight, but output.weight is present",
-                    p));
+  WEIR_RETURN_IF_ERROR(ValidateArchValues(m));
+
+  // Tensors of the architecture's table: presence, exact shape, F32 norms and biases. Global
+  // tensors first, then layer by layer.
+  const ArchSpec& arch = *c.arch;
+  for (const TensorSpec& t : arch.tensors) {
+    if (t.per_layer) continue;
+    if (t.role == TensorRole::kOutput) {
+      if (c.tied_output) {
+        if (m.Find(t.name)) {
+          return Status::Corrupt(
+              StrFormat("%s: config says the output head is tied to "
+                        "token_embd.weight, but output.weight is present",
+                        p));
+        }
+        continue;
+      }
+      WEIR_RETURN_IF_ERROR(CheckSpecTensor(m, t, -1, /*required=*/true));
+      continue;
     }
-  } else {
-    WEIR_RETURN_IF_ERROR(
-        CheckTensor(m, "output.weight", {vocab, dm}, false, "[vocab_size, d_model]"));
+    WEIR_RETURN_IF_ERROR(CheckSpecTensor(m, t, -1, t.required));
   }
   for (int l = 0; l < c.n_layers; ++l) {
-    const LayerDims& d = c.layers[l];
-    const int64_t q = int64_t{d.n_head} * c.head_dim, kv = int64_t{d.n_head_kv} * c.head_dim;
-    const int64_t ff = d.d_ff;
-    const std::string b = "blk." + std::to_string(l) + ".";
-    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "attn_norm.weight", {dm}, true, "[d_model]"));
-    WEIR_RETURN_IF_ERROR(
-        CheckTensor(m, b + "attn_q.weight", {q, dm}, false, "[n_head * head_dim, d_model]"));
-    WEIR_RETURN_IF_ERROR(
-        CheckTensor(m, b + "attn_k.weight", {kv, dm}, false, "[n_head_kv * head_dim, d_model]"));
-    WEIR_RETURN_IF_ERROR(
-        CheckTensor(m, b + "attn_v.weight", {kv, dm}, false, "[n_head_kv * head_dim, d_model]"));
-    WEIR_RETURN_IF_ERROR(
-        CheckTensor(m, b + "attn_output.weight", {dm, q}, false, "[d_model, n_head * head_dim]"));
-    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_norm.weight", {dm}, true, "[d_model]"));
-    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_gate.weight", {ff, dm}, false, "[d_ff, d_model]"));
-    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_up.weight", {ff, dm}, false, "[d_ff, d_model]"));
-    WEIR_RETURN_IF_ERROR(CheckTensor(m, b + "ffn_down.weight", {dm, ff}, false, "[d_model, d_ff]"));
+    for (const TensorSpec& t : arch.tensors) {
+      if (t.per_layer) WEIR_RETURN_IF_ERROR(CheckSpecTensor(m, t, l, t.required));
+    }
   }
   return Status::Ok();
 }

@@ -1,7 +1,9 @@
 // ModelFile: what every model reader (GGUF, safetensors + config.json, llama2.c) produces, in one
-// shape the engine understands: a Llama config, a tokenizer spec and named weight views.
+// shape the engine understands: a config (LlamaConfig, which names its architecture's ArchSpec
+// row), a tokenizer spec and named weight views.
 //
-// Tensor names are canonical GGUF names, whatever the source format:
+// Tensor names are canonical GGUF names, whatever the source format. Which tensors a model has
+// is its architecture's tensor table (format/arch_spec.h); the Llama ones are
 //   token_embd.weight        [vocab, d_model]
 //   output_norm.weight       [d_model]                      (F32)
 //   output.weight            [vocab, d_model]               (absent when tied to token_embd)
@@ -14,11 +16,14 @@
 //   blk.N.ffn_gate.weight    [d_ff, d_model]
 //   blk.N.ffn_up.weight      [d_ff, d_model]
 //   blk.N.ffn_down.weight    [d_model, d_ff]
+// and Gemma 3 adds blk.N.attn_q_norm / attn_k_norm [head_dim], post_attention_norm and
+// post_ffw_norm [d_model].
 // Shapes are outermost first (see tensor/tensor_view.h).
 //
 // Thread safety: immutable after loading; views stay valid while the ModelFile lives.
 #pragma once
 
+#include <cmath>
 #include <map>
 #include <memory>
 #include <string>
@@ -27,6 +32,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "format/arch_spec.h"
 #include "format/tokenizer_spec.h"
 #include "tensor/rope_style.h"
 #include "tensor/tensor_view.h"
@@ -58,7 +64,30 @@ struct LlamaConfig {
   RopeStyle rope_style = RopeStyle::kAdjacentPairs;
   bool tied_output = false;  // the output head is token_embd.weight
   std::vector<LayerDims> layers;  // n_layers entries
+
+  // The architecture (format/arch_spec.h): its tensor table and fixed switches (QK-norm,
+  // post-norms, activation). Never null; readers of Llama-only formats leave the default.
+  const ArchSpec* arch = &LlamaArch();
+  // Values of the architecture's switches that a file states. The defaults are Llama's.
+  float embed_scale = 1.0f;          // x = token_embd[t] * embed_scale (Gemma: sqrt(d_model))
+  float attn_scale = 0.0f;           // q.k multiplier; 0 = 1/sqrt(head_dim)
+  float final_logit_softcap = 0.0f;  // logits = cap * tanh(logits / cap); 0 = none
+  int sliding_window = 0;            // keys a sliding layer sees, its own included; 0 = none
+  float rope_theta_sliding = 0.0f;   // RoPE base of sliding layers
+  std::vector<uint8_t> layer_sliding;  // n_layers flags, 1 = sliding; empty = every layer global
+
+  bool IsSliding(int layer) const {
+    return sliding_window > 0 && static_cast<size_t>(layer) < layer_sliding.size() &&
+           layer_sliding[static_cast<size_t>(layer)] != 0;
+  }
+  float RopeTheta(int layer) const { return IsSliding(layer) ? rope_theta_sliding : rope_theta; }
+  float AttnScale() const {
+    return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
+  }
+  bool IsLlama() const { return arch == &LlamaArch(); }
 };
+// The name says what the struct is now: the config of any architecture in format/arch_spec.h.
+using ModelConfig = LlamaConfig;
 
 // Anything a ModelFile must keep alive (a mapping, converted buffers).
 struct Backing {
@@ -125,7 +154,8 @@ struct LoadOptions {
 // required tensor exists with the right shape.
 Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options = {});
 
-// Checks config consistency and every tensor's presence and shape. Readers call it last.
+// Checks config consistency and the presence and shape of every tensor of the config's
+// architecture (its ArchSpec tensor table). Readers call it last.
 Status ValidateLlama(const ModelFile& model);
 
 }  // namespace weir::format

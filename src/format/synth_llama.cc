@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "format/gguf_writer.h"
@@ -34,9 +36,36 @@ std::string LowercaseString(int n, uint64_t k) {
 
 }  // namespace
 
-Result<SynthSpec> SynthPreset(const std::string& name) {
+Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) {
+  if (FindArch(arch) == nullptr) {
+    return Status::InvalidArgument(StrFormat("unknown architecture '%s' (known: %s)", arch.c_str(),
+                                             ArchNameList().c_str()));
+  }
   SynthSpec s;
   s.name = name;
+  s.arch = arch;
+  if (arch != "llama") {
+    if (name == "tiny") {
+      s.d_model = 64, s.n_layers = 2, s.n_head = 4, s.n_head_kv = 2, s.d_ff = 192, s.vocab_size = 320;
+      s.ctx_len = 512;
+      if (arch == "qwen3") s.head_dim = 32, s.rms_eps = 1e-6f, s.rope_theta = 1e6f;
+      if (arch == "gemma3") {
+        s.n_layers = 6, s.n_head_kv = 1, s.head_dim = 32, s.sliding_window = 4;
+        s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
+      }
+      return s;
+    }
+    if (arch == "gemma3" && name == "gemma3-270m") {
+      s.d_model = 640, s.n_layers = 18, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256;
+      s.d_ff = 2048, s.vocab_size = 262144, s.ctx_len = 32768, s.sliding_window = 512;
+      s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
+      return s;
+    }
+    std::string known;
+    for (const std::string& n : SynthPresetNames(arch)) known += (known.empty() ? "" : ", ") + n;
+    return Status::InvalidArgument(StrFormat("unknown synthetic %s preset '%s' (known: %s)",
+                                             arch.c_str(), name.c_str(), known.c_str()));
+  }
   if (name == "tiny") {
     s.d_model = 64, s.n_layers = 2, s.n_head = 4, s.n_head_kv = 2, s.d_ff = 192, s.vocab_size = 320;
     s.ctx_len = 512;
@@ -53,7 +82,11 @@ Result<SynthSpec> SynthPreset(const std::string& name) {
   return s;
 }
 
-std::vector<std::string> SynthPresetNames() { return {"tiny", "llama-1b", "llama-7b"}; }
+std::vector<std::string> SynthPresetNames(const std::string& arch) {
+  if (arch == "gemma3") return {"tiny", "gemma3-270m"};
+  if (arch != "llama") return {"tiny"};
+  return {"tiny", "llama-1b", "llama-7b"};
+}
 
 Status ValidateSynthSpec(const SynthSpec& s, DType type) {
   auto bad = [&](const char* what) {
@@ -70,15 +103,30 @@ Status ValidateSynthSpec(const SynthSpec& s, DType type) {
       s.vocab_size > (1 << 22)) {
     return bad("dimensions are implausibly large");
   }
-  if (s.d_model % s.n_head != 0) return bad("n_head must divide d_model");
+  if (FindArch(s.arch) == nullptr) {
+    return Status::InvalidArgument(StrFormat("synthetic model '%s': unknown architecture '%s' "
+                                             "(known: %s)",
+                                             s.name.c_str(), s.arch.c_str(), ArchNameList().c_str()));
+  }
+  if (s.head_dim < 0 || s.head_dim > 4096 || s.sliding_window < 0) {
+    return bad("head_dim and sliding_window must be >= 0 and plausible");
+  }
+  if (s.head_dim == 0 && s.d_model % s.n_head != 0) return bad("n_head must divide d_model");
   if (s.n_head % s.n_head_kv != 0) return bad("n_head_kv must divide n_head");
-  if ((s.d_model / s.n_head) % 2 != 0) return bad("head_dim must be even for RoPE");
+  const int head_dim = s.head_dim > 0 ? s.head_dim : s.d_model / s.n_head;
+  if (head_dim % 2 != 0) return bad("head_dim must be even for RoPE");
   if (s.vocab_size < kFirstFiller)
     return bad("vocab_size must be at least 259 (3 specials + 256 byte tokens)");
   if (s.d_model % BlockSize(type) != 0 || s.d_ff % BlockSize(type) != 0) {
     return Status::InvalidArgument(StrFormat(
         "synthetic model '%s': d_model %d and d_ff %d must be multiples of the %s block size %d",
         s.name.c_str(), s.d_model, s.d_ff, DTypeName(type), BlockSize(type)));
+  }
+  if ((int64_t{s.n_head} * head_dim) % BlockSize(type) != 0) {
+    return Status::InvalidArgument(StrFormat(
+        "synthetic model '%s': n_head * head_dim %lld must be a multiple of the %s block size %d",
+        s.name.c_str(), static_cast<long long>(int64_t{s.n_head} * head_dim), DTypeName(type),
+        BlockSize(type)));
   }
   if (!(s.rope_theta > 0) || !(s.rms_eps > 0))
     return bad("rope_theta and rms_eps must be positive");
@@ -87,21 +135,30 @@ Status ValidateSynthSpec(const SynthSpec& s, DType type) {
 
 LlamaConfig SynthConfig(const SynthSpec& s) {
   LlamaConfig c;
+  const ArchSpec* arch = FindArch(s.arch);
+  c.arch = arch != nullptr ? arch : &LlamaArch();
   c.d_model = s.d_model;
   c.n_layers = s.n_layers;
   c.n_head = s.n_head;
   c.n_head_kv = s.n_head_kv;
-  c.head_dim = s.n_head > 0 ? s.d_model / s.n_head : 0;
+  c.head_dim = s.head_dim > 0 ? s.head_dim : (s.n_head > 0 ? s.d_model / s.n_head : 0);
   c.d_ff = s.d_ff;
   c.vocab_size = s.vocab_size;
   c.ctx_len = s.ctx_len;
   c.rms_eps = s.rms_eps;
   c.rope_theta = s.rope_theta;
   c.rope_dim = c.head_dim;
-  c.rope_style = RopeStyle::kAdjacentPairs;
+  c.rope_style = c.arch->rope_style;
   c.tied_output = false;
   c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0),
                   LayerDims{s.n_head, s.n_head_kv, s.d_ff});
+  if (c.arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(s.d_model));
+  const int period = c.arch->sliding_window_period;
+  if (s.sliding_window > 0 && period > 0) {
+    c.sliding_window = s.sliding_window;
+    c.rope_theta_sliding = c.arch->rope_theta_sliding;
+    for (int l = 0; l < s.n_layers; ++l) c.layer_sliding.push_back(l % period < period - 1);
+  }
   return c;
 }
 
@@ -279,34 +336,35 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
   w.AddU64("weir.synth.seed", seed);
   w.AddString("weir.synth.init", "normal(0, 0.02)");
 
+  // Every tensor of the architecture's table, by name; shapes from the table.
+  std::map<std::string, std::pair<const TensorSpec*, int>> spec_of;
+  for (const TensorSpec& t : c.arch->tensors) {
+    if (!t.per_layer) spec_of[TensorName(t, -1)] = {&t, -1};
+    for (int l = 0; t.per_layer && l < c.n_layers; ++l) spec_of[TensorName(t, l)] = {&t, l};
+  }
+  const bool llama = c.IsLlama();
   const std::vector<std::string> names = LlamaTensorNames(c);
-  const int64_t q_rows = static_cast<int64_t>(c.n_head) * c.head_dim;
-  const int64_t kv_rows = static_cast<int64_t>(c.n_head_kv) * c.head_dim;
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
-    Shape shape;
-    if (n.ends_with("_norm.weight")) {
-      shape = {c.d_model};
-    } else if (n == "token_embd.weight" || n == "output.weight") {
-      shape = {c.vocab_size, c.d_model};
-    } else if (n.ends_with(".attn_q.weight")) {
-      shape = {q_rows, c.d_model};
-    } else if (n.ends_with(".attn_k.weight") || n.ends_with(".attn_v.weight")) {
-      shape = {kv_rows, c.d_model};
-    } else if (n.ends_with(".attn_output.weight")) {
-      shape = {c.d_model, q_rows};
-    } else if (n.ends_with(".ffn_down.weight")) {
-      shape = {c.d_model, c.d_ff};
-    } else {  // ffn_gate, ffn_up
-      shape = {c.d_ff, c.d_model};
-    }
+    const auto [spec, layer] = spec_of.at(n);
+    const Shape shape = ExpectedShape(*spec, c, layer);
     if (shape.ndim == 1) {
+      // Norms: 1 (llama) or 1 + 5 * (0.02 z); biases: 0.02 z.
+      const bool is_norm = n.ends_with("norm.weight");
       const int64_t cols = shape.cols();
-      w.AddTensor(n, DType::kF32, shape, [cols](int64_t, int64_t, uint8_t* dst) -> Status {
-        std::vector<float> ones(static_cast<size_t>(cols), 1.0f);  // the only row
-        std::memcpy(dst, ones.data(), ones.size() * sizeof(float));
-        return Status::Ok();
-      });
+      const uint64_t index = i;
+      w.AddTensor(n, DType::kF32, shape,
+                  [cols, is_norm, llama, seed, index](int64_t, int64_t, uint8_t* dst) -> Status {
+                    std::vector<float> v(static_cast<size_t>(cols), 1.0f);  // the only row
+                    if (!(is_norm && llama)) {
+                      SynthRandomRow(seed, index, 0, v.data(), cols);
+                      if (is_norm) {
+                        for (float& x : v) x = 1.0f + 5.0f * x;
+                      }
+                    }
+                    std::memcpy(dst, v.data(), v.size() * sizeof(float));
+                    return Status::Ok();
+                  });
       continue;
     }
     const uint64_t index = i;

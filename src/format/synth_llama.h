@@ -1,12 +1,15 @@
-// Synthetic Llama models: a GGUF file with real Llama shapes and random weights, for tests and
-// for benchmarks at sizes no real model here has (llama.cpp loads these files too).
+// Synthetic models: a GGUF file with real shapes and random weights, for tests and for
+// benchmarks at sizes no real model here has (llama.cpp loads these files too). Any
+// architecture of format/arch_spec.h (SynthSpec::arch); its tensor table says what is written.
 //
 // Weights: every element of every 2-D tensor is 0.02 * z with z standard normal, i.i.d.,
 // i.e. N(0, 0.02^2) (0.02 is the usual Llama initialisation std). z comes from a Box-Muller
 // transform (24-bit uniforms, so |z| <= 5.8) of a SplitMix64 stream seeded per (seed, tensor,
 // row), so any row can be generated independently (rows are generated in parallel) and the
 // same seed always gives the same bytes.
-// Norm weights are 1.0 (F32). token_embd and output are written too (untied).
+// Norm weights are 1.0 (F32) for llama; for the other architectures 1 + 5 * (0.02 z), so that a
+// norm applied to the wrong vector, or not at all, shows in the logits. Biases (qwen2) are
+// 0.02 z. token_embd and output are written too (untied).
 //
 // Vocabulary (SentencePiece, "llama"): 0 <unk> (UNKNOWN), 1 <s> (CONTROL), 2 </s> (CONTROL),
 // 3..258 <0x00>..<0xFF> (BYTE), then filler pieces: "▁", the printable ASCII characters, "▁" +
@@ -32,6 +35,7 @@ namespace weir::format {
 
 struct SynthSpec {
   std::string name = "custom";
+  std::string arch = "llama";  // a row of format/arch_spec.h
   int d_model = 0;
   int n_layers = 0;
   int n_head = 0;
@@ -41,6 +45,8 @@ struct SynthSpec {
   int ctx_len = 2048;
   float rope_theta = 10000.0f;
   float rms_eps = 1e-5f;
+  int head_dim = 0;        // 0: d_model / n_head
+  int sliding_window = 0;  // > 0: the architecture's sliding-window layers (gemma3) see this many
 };
 
 // "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.
@@ -49,11 +55,19 @@ struct SynthSpec {
 //   vocab 32000, ctx 2048.
 // "llama-7b": Llama-2-7B shapes: 4096, 32 layers, 32 heads, 32 kv heads, d_ff 11008,
 //   vocab 32000, ctx 4096.
-Result<SynthSpec> SynthPreset(const std::string& name);
-std::vector<std::string> SynthPresetNames();
+// Other architectures (`arch`) have "tiny" only, plus their real small model's shapes:
+//   qwen2 "tiny": llama's tiny with q/k/v biases.
+//   qwen3 "tiny": llama's tiny with head_dim 32 (q_dim 128 != d_model) and QK-norm.
+//   gemma3 "tiny": d_model 64, 6 layers (5 sliding with a window of 4, then 1 global), 4 heads,
+//     1 kv head, head_dim 32, d_ff 192, vocab 320, ctx 512, RoPE bases 1e6 (global) and 1e4
+//     (sliding), rms_eps 1e-6. A 20-token prompt crosses the window and the KV ring.
+//   gemma3 "gemma3-270m": Gemma 3 270M's shapes (640, 18 layers, 4 heads, 1 kv head, head_dim
+//     256, d_ff 2048, vocab 262144, window 512).
+Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch = "llama");
+std::vector<std::string> SynthPresetNames(const std::string& arch = "llama");
 
-// Checks the dims (positive, heads divide d_model and each other, even head_dim, vocab >= 259,
-// rows a whole number of `type` blocks).
+// Checks the architecture and dims (positive, heads divide d_model unless head_dim is given and
+// each other, even head_dim, vocab >= 259, rows a whole number of `type` blocks).
 Status ValidateSynthSpec(const SynthSpec& spec, DType type);
 
 // The config a reader gets back from a synthetic file.
@@ -69,7 +83,7 @@ void SynthRandomRow(uint64_t seed, uint64_t tensor_index, uint64_t row, float* d
 void SynthRandomRowReference(uint64_t seed, uint64_t tensor_index, uint64_t row, float* dst,
                              int64_t n);
 
-// Writes the model (via path.tmp + rename). 2-D weights in `type`, norms F32. `progress` gets
+// Writes the model (via path.tmp + rename). 2-D weights in `type`, norms and biases F32. `progress` gets
 // the fraction written; `pool` (optional) generates rows in parallel.
 Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
                             const std::string& path, std::function<void(double)> progress,

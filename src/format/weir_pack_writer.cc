@@ -258,6 +258,10 @@ Status TransposeWeight(const TensorView& w, DType out, uint8_t* dst) {
 Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
                  const std::function<void(double)>& progress) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
+  if (!model.config.IsLlama()) {  // the pack layout holds Llama's tensors only
+    return Status::Unsupported(StrFormat("%s: weir packs support the llama architecture only; %s is %s",
+                                         path.c_str(), model.path.c_str(), model.config.arch->name));
+  }
   if (options.group_size < 1 || options.group_size > kMaxPackGroupSize) {
     return Status::InvalidArgument(StrFormat("%s: group size %d is outside 1..%d", path.c_str(),
                                              options.group_size, kMaxPackGroupSize));

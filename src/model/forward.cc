@@ -1,10 +1,17 @@
-// The Llama forward pass, one function per block, in the order of the paper. Shapes use
+// The decoder forward pass, one function per block, in the order of the paper. Shapes use
 // n = tokens in this call, d = d_model, hd = head_dim, nh / nkv = query / key-value heads.
+//
+// One pass serves every architecture of format/arch_spec.h: Llama's block is the default, and
+// the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
+// (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
+// layers with their own RoPE base, and final logit soft-capping (Gemma 3). A switch that is off
+// costs a null-pointer test.
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and SparseMlpToken (the MLP with unit and down-column selection, DIP §3 /
 // docs/sparsity.md); without a policy both reduce to the dense batched products. A weir pack's
 // MLP is read from storage by the session's StreamingWeights (docs/streaming.md).
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -18,16 +25,22 @@ namespace weir::model {
 
 using sparsity::Site;
 
-// x[t] = token_embd[token[t]]
+// x[t] = token_embd[token[t]] * embed_scale   (embed_scale: 1, or sqrt(d_model) for Gemma)
 void Session::Embed(std::span<const int32_t> tokens) {
   const auto& w = model_.weights();
-  const int d = model_.config().d_model;
+  const auto& c = model_.config();
+  const int d = c.d_model;
   float* x = x_.data<float>();  // [n, d]
   for (size_t t = 0; t < tokens.size(); ++t) DequantizeRow(w.token_embd, tokens[t], x + t * d);
+  if (c.embed_scale != 1.0f) {
+    for (size_t i = 0; i < tokens.size() * d; ++i) x[i] *= c.embed_scale;
+  }
   traffic_.output_bytes += tokens.size() * w.token_embd.row_bytes();
 }
 
-// x += Wo · softmax(q·Kᵀ/√hd) · V, with q, k rotated by RoPE and K, V appended to the cache.
+// x += PostNorm(Wo · softmax(scale · q·Kᵀ) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k likewise,
+// xb = RMSNorm(x), K and V appended to the cache. A sliding-window layer attends to the last
+// `sliding_window` positions only (its own included) and has its own RoPE base.
 Status Session::Attention(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
@@ -36,6 +49,7 @@ Status Session::Attention(int layer, int n) {
   const int nh = c.layers[static_cast<size_t>(layer)].n_head;
   const int nkv = c.layers[static_cast<size_t>(layer)].n_head_kv;
   const int q_dim = nh * hd, kv_dim = nkv * hd;
+  const float theta = c.RopeTheta(layer);
   float* x = x_.data<float>();     // [n, d]
   float* xb = xb_.data<float>();   // [n, d]
   float* q = q_.data<float>();     // [n, q_dim]
@@ -54,28 +68,51 @@ Status Session::Attention(int layer, int n) {
            {&w.wv, wt ? &wt->wv_t : nullptr, v}},
           &traffic_.attn_used, &traffic_.attn_dense);
   for (int t = 0; t < n; ++t) {
-    kernels::Rope(q + t * q_dim, nh, hd, c.rope_dim, pos_ + t, c.rope_theta, c.rope_style);
-    kernels::Rope(k + t * kv_dim, nkv, hd, c.rope_dim, pos_ + t, c.rope_theta, c.rope_style);
-    std::memcpy(kv_.k(layer, pos_ + t), k + t * kv_dim, sizeof(float) * kv_dim);
-    std::memcpy(kv_.v(layer, pos_ + t), v + t * kv_dim, sizeof(float) * kv_dim);
+    float* qt = q + t * q_dim;    // [nh, hd]
+    float* kt = k + t * kv_dim;   // [nkv, hd]
+    float* vt = v + t * kv_dim;   // [nkv, hd]
+    if (w.bq) AddBias(qt, w.bq, q_dim);
+    if (w.bk) AddBias(kt, w.bk, kv_dim);
+    if (w.bv) AddBias(vt, w.bv, kv_dim);
+    if (w.attn_q_norm) {  // QK-norm: RMSNorm over each head's hd dims, one weight for all heads
+      for (int h = 0; h < nh; ++h) kernels::RmsNorm(qt + h * hd, qt + h * hd, w.attn_q_norm, hd, c.rms_eps);
+    }
+    if (w.attn_k_norm) {
+      for (int h = 0; h < nkv; ++h) kernels::RmsNorm(kt + h * hd, kt + h * hd, w.attn_k_norm, hd, c.rms_eps);
+    }
+    kernels::Rope(qt, nh, hd, c.rope_dim, pos_ + t, theta, c.rope_style);
+    kernels::Rope(kt, nkv, hd, c.rope_dim, pos_ + t, theta, c.rope_style);
+    std::memcpy(kv_.k(layer, pos_ + t), kt, sizeof(float) * kv_dim);
+    std::memcpy(kv_.v(layer, pos_ + t), vt, sizeof(float) * kv_dim);
   }
 
   // One (token, head) pair per work item; query head h reads key-value head h / (nh / nkv).
-  const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+  // Token t at position p sees positions [first, p]: all of them, or the window's.
+  const float scale = c.AttnScale();
   const int group = nh / nkv;
+  const int window = c.IsSliding(layer) ? c.sliding_window : 0;
+  const int ring = kv_.rows(layer);  // a sliding layer's positions wrap around its rows
   ParallelFor(pool_, static_cast<size_t>(n * nh), [&](size_t begin, size_t end, int thread) {
     float* scores = scores_.data<float>() + static_cast<size_t>(thread) * kv_.ctx();
     for (size_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item) / nh, h = static_cast<int>(item) % nh;
       const int kvh = h / group, n_pos = pos_ + t + 1;  // causal: positions 0..pos+t
+      const int first = window > 0 ? std::max(0, n_pos - window) : 0;
+      const int count = n_pos - first;
       const float* qh = q + t * q_dim + h * hd;
-      kernels::DotRowsF32(kv_.k(layer, 0) + kvh * hd, static_cast<size_t>(kv_dim), n_pos, hd, qh, scores);
-      for (int p = 0; p < n_pos; ++p) scores[p] *= scale;
-      kernels::Softmax(scores, n_pos);
+      // The keys [first, n_pos) lie in at most two runs of consecutive rows.
+      const int run = std::min(count, ring - first % ring);
+      kernels::DotRowsF32(kv_.k(layer, first) + kvh * hd, static_cast<size_t>(kv_dim), run, hd, qh, scores);
+      if (run < count) {
+        kernels::DotRowsF32(kv_.k(layer, first + run) + kvh * hd, static_cast<size_t>(kv_dim), count - run, hd,
+                            qh, scores + run);
+      }
+      for (int p = 0; p < count; ++p) scores[p] *= scale;
+      kernels::Softmax(scores, count);
       float* out = att + t * q_dim + h * hd;
       std::memset(out, 0, sizeof(float) * hd);
-      for (int p = 0; p < n_pos; ++p) {
-        const float* vp = kv_.v(layer, p) + kvh * hd;
+      for (int p = 0; p < count; ++p) {
+        const float* vp = kv_.v(layer, first + p) + kvh * hd;
         const float a = scores[p];
         for (int i = 0; i < hd; ++i) out[i] += a * vp[i];
       }
@@ -85,12 +122,15 @@ Status Session::Attention(int layer, int n) {
   Observe(layer, Site::kAttnOut, att, q_dim, n);
   Project(layer, Site::kAttnOut, att, q_dim, n, {{&w.wo, wt ? &wt->wo_t : nullptr, xb}},
           &traffic_.attn_used, &traffic_.attn_dense);  // xb = Wo · att
+  if (w.post_attn_norm) {
+    for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, xb + t * d, w.post_attn_norm, d, c.rms_eps);
+  }
   for (int i = 0; i < n * d; ++i) x[i] += xb[i];
   if (streamed_) streamed_->ReleaseAttention();
   return Status::Ok();
 }
 
-// x += W_down · (silu(W_gate · RMSNorm(x)) ⊙ (W_up · RMSNorm(x)))
+// x += PostNorm(W_down · (act(W_gate · RMSNorm(x)) ⊙ (W_up · RMSNorm(x)))), act = SiLU or GELU.
 Status Session::Mlp(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
@@ -102,19 +142,17 @@ Status Session::Mlp(int layer, int n) {
 
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.ffn_norm, d, c.rms_eps);
   Observe(layer, Site::kMlpIn, xb, d, n);
+  float* y = xb;  // [n, d] the MLP's output
   if (streamed_) {
     // A weir pack: the same product from neuron bundles read from storage (streaming_weights.h).
     // With a policy (column layout) it selects the columns, as SparseMlpToken does below.
-    float* y = gate;  // [n, d]
+    y = gate;  // [n, d]
     uint64_t used = 0;
     WEIR_RETURN_IF_ERROR(streamed_->Forward(layer, xb, n, y, pool_, policy_.get(), &used));
     const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
     traffic_.mlp_used += used;
     traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
-    for (int i = 0; i < n * d; ++i) x[i] += y[i];
-    return Status::Ok();
-  }
-  if (policy_) {
+  } else if (policy_) {
     // Sparse: selections are per token (DIP §3), so tokens go one at a time.
     for (int t = 0; t < n; ++t) SparseMlpToken(layer, xb + t * d, xb + t * d);
   } else {
@@ -124,18 +162,21 @@ Status Session::Mlp(int layer, int n) {
     if (observer_) {
       for (int t = 0; t < n; ++t) observer_->OnGate(layer, gate + t * d_ff, d_ff);
     }
-    kernels::SiluMul(gate, up, static_cast<int64_t>(n) * d_ff);
+    GatedActivation(gate, up, static_cast<int64_t>(n) * d_ff);
     Observe(layer, Site::kMlpDown, gate, d_ff, n);
     kernels::MatMul(w.w_down, gate, n, xb, pool_);  // xb = W_down · h
     const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
     traffic_.mlp_used += bytes * static_cast<uint64_t>(n);
     traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
   }
-  for (int i = 0; i < n * d; ++i) x[i] += xb[i];
+  if (w.post_ffn_norm) {
+    for (int t = 0; t < n; ++t) kernels::RmsNorm(y + t * d, y + t * d, w.post_ffn_norm, d, c.rms_eps);
+  }
+  for (int i = 0; i < n * d; ++i) x[i] += y[i];
   return Status::Ok();
 }
 
-// logits = W_out · RMSNorm(x), for every token or only the last.
+// logits = SoftCap(W_out · RMSNorm(x)), for every token or only the last.
 void Session::Output(int n, LogitsFor which) {
   const auto& c = model_.config();
   const auto& w = model_.weights();
@@ -147,6 +188,9 @@ void Session::Output(int n, LogitsFor which) {
   const int count = n - first;
   for (int t = 0; t < count; ++t) kernels::RmsNorm(xb + t * d, x + (first + t) * d, w.output_norm, d, c.rms_eps);
   kernels::MatMul(w.output, xb, count, logits, pool_);
+  if (c.final_logit_softcap > 0) {
+    kernels::SoftCap(logits, static_cast<int64_t>(count) * c.vocab_size, c.final_logit_softcap);
+  }
   traffic_.output_bytes += w.output.nbytes();
 }
 
@@ -248,12 +292,15 @@ void Session::SparseMlpToken(int layer, const float* xm, float* out) {
       break;
   }
   if (observer_) observer_->OnGate(layer, g, d_ff);
-  // h = silu(g) ⊙ u on the computed units, 0 elsewhere (kept in g).
+  // h = act(g) ⊙ u on the computed units, 0 elsewhere (kept in g).
   if (sel_units_.all()) {
-    kernels::SiluMul(g, u, d_ff);
+    GatedActivation(g, u, d_ff);
   } else {
     auto idx = sel_units_.indices();
-    for (int32_t i : idx) u[i] = g[i] / (1.0f + std::exp(-g[i])) * u[i];
+    for (int32_t i : idx) {
+      GatedActivation(g + i, u + i, 1);
+      u[i] = g[i];
+    }
     std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
     for (int32_t i : idx) g[i] = u[i];
   }
@@ -271,6 +318,18 @@ void Session::SparseMlpToken(int layer, const float* xm, float* out) {
   }
   traffic_.mlp_used += used;
   traffic_.mlp_dense += w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+}
+
+void Session::GatedActivation(float* gate, const float* up, int64_t n) const {
+  if (model_.config().arch->activation == format::Activation::kGeluTanh) {
+    kernels::GeluTanhMul(gate, up, n);
+  } else {
+    kernels::SiluMul(gate, up, n);
+  }
+}
+
+void Session::AddBias(float* y, const float* bias, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] += bias[i];
 }
 
 void Session::Observe(int layer, Site site, const float* x, int64_t dim, int n) {

@@ -6,27 +6,79 @@ namespace weir::model {
 
 namespace {
 
+using format::TensorRole;
+using format::TensorSpec;
+
 Result<TensorView> Get(const format::ModelFile& file, const std::string& name) {
   const TensorView* v = file.Find(name);
-  if (v == nullptr) return Status::NotFound(StrFormat("%s: missing tensor %s", file.path.c_str(), name.c_str()));
+  if (v == nullptr)
+    return Status::NotFound(StrFormat("%s: missing tensor %s", file.path.c_str(), name.c_str()));
   return *v;
 }
 
-Result<const float*> GetNorm(const format::ModelFile& file, const std::string& name) {
+Result<const float*> GetF32(const format::ModelFile& file, const std::string& name) {
   WEIR_ASSIGN_OR_RETURN(TensorView v, Get(file, name));
   if (v.dtype != DType::kF32) {
-    return Status::Unsupported(StrFormat("%s: norm tensor %s has type %s, expected F32", file.path.c_str(),
-                                         name.c_str(), DTypeName(v.dtype)));
+    return Status::Unsupported(StrFormat("%s: norm tensor %s has type %s, expected F32",
+                                         file.path.c_str(), name.c_str(), DTypeName(v.dtype)));
   }
   return v.f32();
+}
+
+// Where a role's tensor goes: a weight view or an F32 vector (norm, bias) of a layer.
+TensorView* LayerView(LayerWeights& L, TensorRole r) {
+  switch (r) {
+    case TensorRole::kAttnQ:
+      return &L.wq;
+    case TensorRole::kAttnK:
+      return &L.wk;
+    case TensorRole::kAttnV:
+      return &L.wv;
+    case TensorRole::kAttnOutput:
+      return &L.wo;
+    case TensorRole::kFfnGate:
+      return &L.w_gate;
+    case TensorRole::kFfnUp:
+      return &L.w_up;
+    case TensorRole::kFfnDown:
+      return &L.w_down;
+    default:
+      return nullptr;
+  }
+}
+
+const float** LayerVector(LayerWeights& L, TensorRole r) {
+  switch (r) {
+    case TensorRole::kAttnNorm:
+      return &L.attn_norm;
+    case TensorRole::kAttnQBias:
+      return &L.bq;
+    case TensorRole::kAttnKBias:
+      return &L.bk;
+    case TensorRole::kAttnVBias:
+      return &L.bv;
+    case TensorRole::kAttnQNorm:
+      return &L.attn_q_norm;
+    case TensorRole::kAttnKNorm:
+      return &L.attn_k_norm;
+    case TensorRole::kPostAttnNorm:
+      return &L.post_attn_norm;
+    case TensorRole::kFfnNorm:
+      return &L.ffn_norm;
+    case TensorRole::kPostFfnNorm:
+      return &L.post_ffn_norm;
+    default:
+      return nullptr;
+  }
 }
 
 }  // namespace
 
 Result<LlamaWeights> BindWeights(const format::ModelFile& file) {
+  const format::ArchSpec& arch = *file.config.arch;
   LlamaWeights w;
   WEIR_ASSIGN_OR_RETURN(w.token_embd, Get(file, "token_embd.weight"));
-  WEIR_ASSIGN_OR_RETURN(w.output_norm, GetNorm(file, "output_norm.weight"));
+  WEIR_ASSIGN_OR_RETURN(w.output_norm, GetF32(file, "output_norm.weight"));
   if (file.config.tied_output || file.Find("output.weight") == nullptr) {
     w.output = w.token_embd;
   } else {
@@ -34,17 +86,20 @@ Result<LlamaWeights> BindWeights(const format::ModelFile& file) {
   }
   w.layers.resize(static_cast<size_t>(file.config.n_layers));
   for (int l = 0; l < file.config.n_layers; ++l) {
-    std::string p = "blk." + std::to_string(l) + ".";
     LayerWeights& L = w.layers[static_cast<size_t>(l)];
-    WEIR_ASSIGN_OR_RETURN(L.attn_norm, GetNorm(file, p + "attn_norm.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.wq, Get(file, p + "attn_q.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.wk, Get(file, p + "attn_k.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.wv, Get(file, p + "attn_v.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.wo, Get(file, p + "attn_output.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.ffn_norm, GetNorm(file, p + "ffn_norm.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.w_gate, Get(file, p + "ffn_gate.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.w_up, Get(file, p + "ffn_up.weight"));
-    WEIR_ASSIGN_OR_RETURN(L.w_down, Get(file, p + "ffn_down.weight"));
+    for (const TensorSpec& t : arch.tensors) {
+      if (!t.per_layer) continue;
+      const std::string name = format::TensorName(t, l);
+      if (!t.required && file.Find(name) == nullptr) continue;  // absent optional: stays null
+      if (TensorView* v = LayerView(L, t.role)) {
+        WEIR_ASSIGN_OR_RETURN(*v, Get(file, name));
+      } else if (const float** p = LayerVector(L, t.role)) {
+        WEIR_ASSIGN_OR_RETURN(*p, GetF32(file, name));
+      } else {
+        return Status::Internal(
+            StrFormat("%s: tensor role of %s has no field", file.path.c_str(), name.c_str()));
+      }
+    }
   }
   return w;
 }

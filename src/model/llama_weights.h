@@ -1,5 +1,7 @@
-// LlamaWeights: typed, named views of one Llama model's weights, bound from a ModelFile.
-// Pointers are non-owning; the ModelFile (mapping or buffers) owns the bytes.
+// LlamaWeights: typed, named views of one model's weights, bound from a ModelFile through its
+// architecture's tensor table (format/arch_spec.h). Pointers are non-owning; the ModelFile
+// (mapping or buffers) owns the bytes. Tensors an architecture does not have (or an optional one
+// the file leaves out) are null pointers / invalid views, and the forward pass skips them.
 #pragma once
 
 #include <vector>
@@ -11,25 +13,33 @@
 namespace weir::model {
 
 struct LayerWeights {
-  const float* attn_norm;  // [d_model]
-  TensorView wq;           // [n_head * head_dim, d_model]
-  TensorView wk;           // [n_head_kv * head_dim, d_model]
-  TensorView wv;           // [n_head_kv * head_dim, d_model]
-  TensorView wo;           // [d_model, n_head * head_dim]
-  const float* ffn_norm;   // [d_model]
-  TensorView w_gate;       // [d_ff, d_model]
-  TensorView w_up;         // [d_ff, d_model]
-  TensorView w_down;       // [d_model, d_ff]
+  const float* attn_norm = nullptr;       // [d_model]
+  TensorView wq;                          // [n_head * head_dim, d_model]
+  TensorView wk;                          // [n_head_kv * head_dim, d_model]
+  TensorView wv;                          // [n_head_kv * head_dim, d_model]
+  const float* bq = nullptr;              // [n_head * head_dim]     (Qwen2; optional)
+  const float* bk = nullptr;              // [n_head_kv * head_dim]
+  const float* bv = nullptr;              // [n_head_kv * head_dim]
+  const float* attn_q_norm = nullptr;     // [head_dim]  QK-norm (Gemma 3, Qwen3)
+  const float* attn_k_norm = nullptr;     // [head_dim]
+  TensorView wo;                          // [d_model, n_head * head_dim]
+  const float* post_attn_norm = nullptr;  // [d_model]   (Gemma 3)
+  const float* ffn_norm = nullptr;        // [d_model]
+  TensorView w_gate;                      // [d_ff, d_model]
+  TensorView w_up;                        // [d_ff, d_model]
+  TensorView w_down;                      // [d_model, d_ff]
+  const float* post_ffn_norm = nullptr;   // [d_model]   (Gemma 3)
 };
 
 struct LlamaWeights {
-  TensorView token_embd;      // [vocab, d_model]
+  TensorView token_embd;  // [vocab, d_model]
   std::vector<LayerWeights> layers;
-  const float* output_norm;   // [d_model]
-  TensorView output;          // [vocab, d_model] (== token_embd when tied)
+  const float* output_norm = nullptr;  // [d_model]
+  TensorView output;                   // [vocab, d_model] (== token_embd when tied)
 };
+using ModelWeights = LlamaWeights;
 
-// Binds the canonical tensors of `file` (already validated by the reader).
+// Binds the tensors of `file`'s architecture table (the reader validated them).
 Result<LlamaWeights> BindWeights(const format::ModelFile& file);
 
 }  // namespace weir::model

@@ -18,7 +18,7 @@ Status Session::Allocate(const SessionOptions& options) {
   if (ctx > (1 << 20)) return Status::InvalidArgument(StrFormat("context size %d is too large (max 1048576)", ctx));
   if (options.n_batch <= 0) return Status::InvalidArgument(StrFormat("batch size %d must be positive", options.n_batch));
   n_batch_ = std::min(options.n_batch, ctx);
-  WEIR_RETURN_IF_ERROR(kv_.Init(c, ctx));
+  WEIR_RETURN_IF_ERROR(kv_.Init(c, ctx, n_batch_));
 
   size_t max_q = 0, max_kv = 0, max_ff = 0;
   for (const auto& L : c.layers) {
@@ -27,6 +27,13 @@ Status Session::Allocate(const SessionOptions& options) {
     max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
   }
   streamed_ = options.streamed;
+  if (streamed_ != nullptr && !c.IsLlama()) {
+    // weir packs hold Llama's tensors only (format/weir_pack_format.h): no QK-norm or
+    // post-norms, and the streamed MLP computes SwiGLU.
+    return Status::Unsupported(StrFormat("%s: streamed weir packs support the llama architecture only, "
+                                         "not %s",
+                                         model_.file().path.c_str(), c.arch->name));
+  }
   if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
     streamed_->set_sparse(false);  // until a pruning policy says otherwise (below)
@@ -54,6 +61,14 @@ Status Session::Allocate(const SessionOptions& options) {
       any = any || sites[s];
     }
     const bool prunes = any || policy_->unit_predictor() != sparsity::UnitPredictor::kNone;
+    if (policy_->unit_predictor() == sparsity::UnitPredictor::kGate &&
+        c.arch->activation != format::Activation::kSilu) {
+      // The gate predictor (CATS) ranks units by |silu(g)| (sparsity/select.h); on a GeGLU model
+      // that is not the unit's activation.
+      return Status::Unsupported("--sparsity " + policy_->info().name + " predicts MLP units from |silu(gate)|, "
+                                 "but " + c.arch->name + " uses " + format::ActivationName(c.arch->activation) +
+                                 "; use a policy without the gate predictor (glu, up, teal, dip, dip-ca)");
+    }
     if (prunes && streamed_ != nullptr) {
       // A streamed pack computes its MLP from the pack's own columns (streaming_weights.h).
       const std::string name = policy_->info().name;

@@ -2,10 +2,12 @@
 // pass needs, allocated once when the session is created (no allocation per token).
 //
 // The forward pass (forward.cc) reads top to bottom like the Llama paper:
-//   x = embed(token)
+//   x = embed(token)                              (Gemma: times sqrt(d_model))
 //   for each layer:  x += Attention(RMSNorm(x))   -- RoPE, grouped-query, causal, KV cache
 //                    x += SwiGLU-MLP(RMSNorm(x))
 //   logits = Output(RMSNorm(x))
+// with the switches of the model's architecture (format/arch_spec.h) where others differ:
+// QK-norm, a post-norm on each block's output, GeGLU, sliding-window layers, logit soft-cap.
 // Prompts go through as a batch (matrix-matrix products); decode is the same code with n = 1.
 //
 // Thread safety: a Session is used by one thread at a time; it borrows the Model (read-only,
@@ -105,6 +107,9 @@ class Session {
   void Project(int layer, sparsity::Site site, const float* x, int64_t cols, int n,
                std::initializer_list<Projection> outs, uint64_t* used, uint64_t* dense);
   void SparseMlpToken(int layer, const float* xm, float* out);
+  // gate[i] = act(gate[i]) * up[i] with the architecture's activation (SiLU or GELU-tanh).
+  void GatedActivation(float* gate, const float* up, int64_t n) const;
+  static void AddBias(float* y, const float* bias, int64_t n);
   void Observe(int layer, sparsity::Site site, const float* x, int64_t dim, int n);
   bool Prunes(sparsity::Site site) const { return policy_ && policy_->MayPrune(site); }
 

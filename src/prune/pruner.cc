@@ -37,6 +37,10 @@ Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjec
                    const ActivationNorms& norms, const PruneTargets& targets,
                    const PruneOptions& options) {
   const char* path = model.path.c_str();
+  if (!model.config.IsLlama()) {  // verified on Llama's block only (no QK-norm, post-norms, GeGLU)
+    return Status::Unsupported(StrFormat("%s: pruning supports the llama architecture only, not %s",
+                                         path, model.config.arch->name));
+  }
   if (targets.n_layers() != static_cast<int>(layers.size()) ||
       targets.params.size() != targets.sparsity.size()) {
     return Status::InvalidArgument(

@@ -18,7 +18,8 @@
 namespace weir::format {
 namespace {
 
-constexpr uint32_t kF32 = 0, kQ8 = 8, kQ4K = 12;
+// IQ2_XXS: a ggml type weir does not compute with (256 values in 66 bytes).
+constexpr uint32_t kF32 = 0, kQ8 = 8, kIq2Xxs = 16;
 
 struct ByteBacking : Backing {
   std::vector<uint8_t> bytes;
@@ -386,12 +387,12 @@ TEST(GgufReaderTest, TensorInfoErrors) {
     ExpectParseError(r.b, "tensor 'w' appears twice");
   }
   {
-    // A Q4_K tensor (256 values = 144 bytes per row) is listed and bounds-checked.
-    auto f = ParseBytes(one("k", {256, 3}, kQ4K, 0, 3 * 144));
+    // An IQ2_XXS tensor (256 values = 66 bytes per row) is listed and bounds-checked.
+    auto f = ParseBytes(one("k", {256, 3}, kIq2Xxs, 0, 3 * 66));
     ASSERT_TRUE(f.ok()) << f.status().ToString();
     EXPECT_FALSE(f->tensors()[0].dtype.has_value());
-    EXPECT_EQ(f->tensors()[0].nbytes, 3u * 144);
-    ExpectParseError(one("k", {256, 3}, kQ4K, 0, 3 * 144 - 1), "extends past the end");
+    EXPECT_EQ(f->tensors()[0].nbytes, 3u * 66);
+    ExpectParseError(one("k", {256, 3}, kIq2Xxs, 0, 3 * 66 - 1), "extends past the end");
   }
   {
     // Tensor names in messages are made printable.
@@ -449,7 +450,7 @@ void PatchTensorType(const std::string& path, const std::string& name, uint32_t 
 }
 
 TEST(GgufReaderTest, UnsupportedTypeIsAnErrorOnlyWhenTheModelNeedsIt) {
-  // d_ff 256 so that ffn_down rows (256 values) can be relabelled as one Q4_K block each;
+  // d_ff 256 so that ffn_down rows (256 values) can be relabelled as one IQ2_XXS block each;
   // F32 rows are larger, so the data stays inside the file.
   std::string path = testing::TempDir() + "/q4k.gguf";
   ASSERT_TRUE(WriteRandomLlamaGguf(SmallSpec(256), DType::kF32, 1, path, nullptr).ok());
@@ -460,19 +461,19 @@ TEST(GgufReaderTest, UnsupportedTypeIsAnErrorOnlyWhenTheModelNeedsIt) {
   std::string with_extra = Rewrite(*m, [&](GgufWriter* w) {
     w->AddTensor("extra.weight", DType::kF32, {2, 256}, extra.data());
   });
-  PatchTensorType(with_extra, "extra.weight", kQ4K);
+  PatchTensorType(with_extra, "extra.weight", kIq2Xxs);
   auto ok = LoadGgufModel(with_extra);
   ASSERT_TRUE(ok.ok()) << ok.status().ToString();
   EXPECT_EQ(ok->Find("extra.weight"), nullptr);  // left out, not an error
   auto f = GgufFile::Open(with_extra);
   ASSERT_TRUE(f.ok());
-  EXPECT_EQ(GgmlTypeName(f->FindTensor("extra.weight")->ggml_type), "Q4_K");
+  EXPECT_EQ(GgmlTypeName(f->FindTensor("extra.weight")->ggml_type), "IQ2_XXS");
 
-  PatchTensorType(path, "blk.0.ffn_down.weight", kQ4K);
+  PatchTensorType(path, "blk.0.ffn_down.weight", kIq2Xxs);
   auto bad = LoadGgufModel(path);
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.status().code(), Status::Code::kUnsupported);
-  EXPECT_NE(bad.status().message().find("unsupported type Q4_K in tensor blk.0.ffn_down.weight"),
+  EXPECT_NE(bad.status().message().find("unsupported type IQ2_XXS in tensor blk.0.ffn_down.weight"),
             std::string::npos)
       << bad.status().message();
   EXPECT_NE(bad.status().message().find(path), std::string::npos);
@@ -502,14 +503,14 @@ TEST(GgufReaderTest, LlamaMetadataErrors) {
   std::string p = Rewrite(*m, [](GgufWriter*) {});
   ASSERT_TRUE(LoadGgufModel(p).ok());
   {
-    // general.architecture must be llama.
+    // general.architecture must be a row of the architecture table (format/arch_spec.h).
     GgufWriter w;
     w.AddString("general.architecture", "gpt2");
     std::string p = testing::TempDir() + "/arch.gguf";
     ASSERT_TRUE(w.Write(p).ok());
     auto r = LoadGgufModel(p);
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("general.architecture is 'gpt2'; weir loads only 'llama'"),
+    EXPECT_NE(r.status().message().find("general.architecture is 'gpt2'; weir loads llama, qwen2, qwen3, gemma3"),
               std::string::npos)
         << r.status().message();
   }

@@ -5,7 +5,9 @@
 
 Checks, each printed as "ok: ..." or "FAIL: ...":
   1. Element decoders: hand-built Q8_0 / Q4_0 / F16 / BF16 blocks decode to known values (the
-     Q4_0 nibble order included), through a GGUF file written here.
+     Q4_0 nibble order included), through a GGUF file written here; the gguf package (used for
+     every other type) decodes the Q8_0 / Q4_0 blocks the same way. Gemma 3's GELU and
+     sliding-window mask give hand-computed values.
   2. GGUF metadata of every value type, arrays included, round-trips; every truncation of a
      GGUF header is a clean ModelError.
   3. Real models (skipped when absent): stories260K.bin greedy from BOS reproduces llama2.c's
@@ -95,6 +97,35 @@ def check_decoders(tmp):
     bf = np.float32([1.0, -3.0, 0.15625, np.frombuffer(struct.pack("<I", struct.unpack(
         "<I", struct.pack("<f", 1e30))[0] & 0xFFFF0000), "<f4")[0]])
     check(np.array_equal(t["bf16"], bf), "BF16 decodes as the upper half of an F32")
+    # Types other than these five go through the gguf package: it must agree with the decoders
+    # above on theirs (so a package that reads blocks differently cannot pass unnoticed).
+    for ttype, raw, name in ((8, q8, "Q8_0"), (2, q4, "Q4_0")):
+        pkg = weir_ref._gguf_package_type(ttype)
+        if pkg is None:
+            print(f"skip: gguf package absent ({name} cross-check)")
+            continue
+        check(np.array_equal(pkg[3](raw, 1), weir_ref.GGML_TYPES[ttype][3](raw, 1)),
+              f"the gguf package decodes {name} as the oracle's own decoder does")
+
+
+def check_gemma3_block():
+    """Gemma 3's pieces against hand-computed values: GELU's tanh form, QK-norm over each head,
+    the sliding-window mask (a query at p sees p-w+1..p)."""
+    g = np.array([-3.0, -1.0, 0.0, 0.5, 2.0])
+    want = np.array([-0.0036373920817729943, -0.15880800939172324, 0.0, 0.34571400982514394,
+                     1.954597694087775])  # 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3)))
+    check(np.allclose(weir_ref.gelu_tanh(g), want, rtol=1e-12, atol=1e-15), "GELU (tanh form)")
+    m = weir_ref.Model()
+    m.head_dim, m.n_rot, m.theta, m.rope, m.eps = 2, 2, 10000.0, "half", 1e-6
+    m.n_heads, m.n_kv_heads, m.window, m.sliding = [1], [1], 2, [True]
+    eye = np.eye(2)
+    # wq = 0 makes every score 0, so each query averages the values it can see: with v = x,
+    # position p's output is the mean of x over its window.
+    x = np.array([[1.0, 0.0], [0.0, 1.0], [3.0, 3.0], [5.0, 1.0]])
+    layer = dict(wq=np.zeros((2, 2)), wk=eye, wv=eye, wo=eye)
+    out = weir_ref.attention(m, layer, x, 0)
+    want = np.array([x[0], (x[0] + x[1]) / 2, (x[1] + x[2]) / 2, (x[2] + x[3]) / 2])
+    check(np.allclose(out, want), "sliding window of 2: each query sees itself and one before")
 
 
 def check_metadata(tmp):
@@ -201,6 +232,7 @@ def main():
         os.path.dirname(os.path.abspath(__file__)), "../../../shared")
     with tempfile.TemporaryDirectory() as tmp:
         check_decoders(tmp)
+        check_gemma3_block()
         check_metadata(tmp)
         check_real_models(shared, tmp)
     print(f"{len(failures)} failure(s)")

@@ -18,7 +18,19 @@ Model files it reads (each reader checks every offset and length against the fil
     padding to general.alignment (default 32) | data section
     Tensor types read: 0 F32, 1 F16, 30 BF16, 8 Q8_0 {f16 d; i8 q[32]} x = d*q,
     2 Q4_0 {f16 d; u8 qs[16]}: value j = low nibble of qs[j], value j+16 = high nibble,
-    x = d*(q-8).  Architecture "llama": RoPE on adjacent pairs (2i, 2i+1).
+    x = d*(q-8), decoded here; every other ggml type (Q4_1, Q5_0, Q4_K, Q6_K, ...) through the
+    `gguf` package's dequantize (pip install gguf), an implementation independent of weir's.
+    Architectures (general.architecture, which also prefixes the hyperparameter keys):
+      llama   RoPE on adjacent pairs (2i, 2i+1), SwiGLU
+      qwen2   RoPE on halves (i, i + n_rot/2), q/k/v biases
+      qwen3   RoPE on halves, RMSNorm over each q and k head (attn_q_norm, attn_k_norm)
+      gemma3  RoPE on halves, QK-norm, RMSNorm on each block's output before the residual add
+              (post_attention_norm, post_ffw_norm), GeGLU with gelu's tanh form, embeddings
+              times sqrt(d_model), sliding-window attention (a query at p sees keys p-w+1..p)
+              on the layers of gemma3.attention.sliding_window_pattern (default: all but every
+              6th) with RoPE base gemma3.rope.freq_base_swa (default 10000), and
+              cap*tanh(logits/cap) when gemma3.final_logit_softcapping is set. The converter
+              stores Gemma's RMSNorm scale (1 + w) as the norm weight, so norms are plain.
 
   Hugging Face safetensors + config.json (LlamaForCausalLM)
     u64 header_length | JSON header {name: {dtype, shape, data_offsets [begin, end)}} | data
@@ -87,6 +99,26 @@ def _q4_0(buf, n_blocks):
     qs = blocks[:, 2:]  # [n_blocks, 16]
     q = np.concatenate([qs & 0x0F, qs >> 4], axis=1).astype(np.float32) - 8.0  # [n_blocks, 32]
     return (d * q).reshape(-1)
+
+
+def _gguf_package_type(ttype):
+    """(name, values per block, bytes per block, decoder) for a ggml type the `gguf` package
+    dequantizes, or None."""
+    try:
+        import gguf  # noqa: PLC0415 -- optional: only files with such types need it
+        from gguf.quants import dequantize
+    except ImportError:
+        return None
+    try:
+        qtype = gguf.GGMLQuantizationType(ttype)
+    except ValueError:
+        return None
+    block, block_bytes = gguf.GGML_QUANT_SIZES[qtype]
+
+    def decode(buf, n_blocks):
+        raw = np.frombuffer(buf, dtype=np.uint8, count=n_blocks * block_bytes)
+        return dequantize(raw.reshape(1, -1), qtype).reshape(-1).astype(np.float32)
+    return (qtype.name, block, block_bytes, decode)
 
 
 # ggml type id -> (name, values per block, bytes per block, decoder(buffer, n_blocks))
@@ -185,9 +217,11 @@ def read_gguf(path):
     data_start = (cur.pos + alignment - 1) // alignment * alignment
     tensors = {}
     for name, ne, ttype, offset in infos:
-        if ttype not in GGML_TYPES:
-            raise ModelError(f"{path}: unsupported type {ttype} in tensor {name}")
-        tname, block, block_bytes, decode = GGML_TYPES[ttype]
+        kind = GGML_TYPES.get(ttype) or _gguf_package_type(ttype)
+        if kind is None:
+            raise ModelError(f"{path}: unsupported type {ttype} in tensor {name} (types other "
+                             f"than F32/F16/BF16/Q8_0/Q4_0 need the gguf package)")
+        tname, block, block_bytes, decode = kind
         n = math.prod(ne) if ne else 1
         if ne and ne[0] % block:
             raise ModelError(f"{path}: tensor {name}: row length {ne[0]} is not a multiple of "
@@ -209,19 +243,33 @@ def read_gguf(path):
 
 class Model:
     """d_model, n_layers, per-layer n_heads / n_kv_heads / d_ff, head_dim, n_rot, eps, theta,
-    rope ("adjacent" or "half"), vocab, bos; weights as float64 arrays [out, in]."""
+    rope ("adjacent" or "half"), vocab, bos; weights as float64 arrays [out, in]. The
+    architecture's extras default to Llama's: act ("silu" or "gelu_tanh"), embed_scale,
+    attn_scale (None = 1/sqrt(head_dim)), softcap (0 = none), window (0 = none) with one
+    sliding flag and one RoPE base per layer (sliding, thetas)."""
 
     def __init__(self):
         self.layers = []  # dicts: attn_norm [D], wq [H*hd, D], wk [KV*hd, D], wv [KV*hd, D],
         #                   wo [D, H*hd], ffn_norm [D], w_gate [F, D], w_up [F, D], w_down [D, F]
+        #                   optional: bq [H*hd], bk / bv [KV*hd], q_norm / k_norm [hd],
+        #                   post_attn_norm [D], post_ffn_norm [D]
         self.tok_emb = None  # [V, D]
         self.out_norm = None  # [D]
         self.w_out = None  # [V, D]
+        self.arch = "llama"
+        self.act = "silu"
+        self.embed_scale = 1.0
+        self.attn_scale = None
+        self.softcap = 0.0
+        self.window = 0
+        self.sliding = None  # [n_layers] bools, None = every layer global
+        self.thetas = None  # [n_layers] RoPE bases, None = theta everywhere
 
     def info(self):
         return {k: getattr(self, k) for k in (
-            "format", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_rot",
-            "d_ff", "eps", "theta", "rope", "vocab", "bos")}
+            "format", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_rot",
+            "d_ff", "eps", "theta", "rope", "vocab", "bos", "act", "embed_scale", "softcap",
+            "window", "sliding", "thetas")}
 
     def check(self, path):
         """Validates every weight shape against the hyperparameters."""
@@ -246,6 +294,11 @@ class Model:
                                 ("wv", (KV * hd, D)), ("wo", (D, H * hd)), ("ffn_norm", (D,)),
                                 ("w_gate", (F, D)), ("w_up", (F, D)), ("w_down", (D, F))):
                 need(f"layer {i} {name}", l.get(name), shape)
+            for name, shape in (("bq", (H * hd,)), ("bk", (KV * hd,)), ("bv", (KV * hd,)),
+                                ("q_norm", (hd,)), ("k_norm", (hd,)), ("post_attn_norm", (D,)),
+                                ("post_ffn_norm", (D,))):
+                if l.get(name) is not None:
+                    need(f"layer {i} {name}", l[name], shape)
         if self.n_rot % 2 or not 0 < self.n_rot <= hd:
             raise ModelError(f"{path}: rope dimension {self.n_rot} invalid for head_dim {hd}")
         return self
@@ -263,14 +316,28 @@ def _f64(a):
     return None if a is None else np.asarray(a, dtype=np.float64)
 
 
+# The architectures the GGUF reader knows, from their published definitions (llama.cpp's graph
+# per architecture, Hugging Face's modeling files): RoPE pairing, activation, which optional
+# per-layer tensors the block must have, and the sliding-window defaults.
+GGUF_ARCHS = {
+    "llama": dict(rope="adjacent", act="silu", need=()),
+    "qwen2": dict(rope="half", act="silu", need=()),
+    "qwen3": dict(rope="half", act="silu", need=("q_norm", "k_norm")),
+    "gemma3": dict(rope="half", act="gelu_tanh", emb_sqrt_d=True, swa_period=6, theta_swa=10000.0,
+                   need=("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")),
+}
+
+
 def load_gguf(path):
     meta, t = read_gguf(path)
     arch = meta.get("general.architecture")
-    if arch != "llama":
-        raise ModelError(f"{path}: general.architecture is {arch!r}, only 'llama' is supported")
+    if arch not in GGUF_ARCHS:
+        raise ModelError(f"{path}: general.architecture is {arch!r}, supported: "
+                         f"{', '.join(GGUF_ARCHS)}")
+    spec = GGUF_ARCHS[arch]
 
     def key(name, default=None):
-        k = "llama." + name
+        k = arch + "." + name
         if k not in meta:
             if default is None:
                 raise ModelError(f"{path}: missing metadata {k}")
@@ -278,6 +345,7 @@ def load_gguf(path):
         return meta[k]
     m = Model()
     m.format = "gguf"
+    m.arch = arch
     m.d_model = int(key("embedding_length"))
     m.n_layers = int(key("block_count"))
     m.n_heads = _per_layer(key("attention.head_count"), m.n_layers, path, "head_count")
@@ -288,10 +356,30 @@ def load_gguf(path):
     m.n_rot = int(key("rope.dimension_count", m.head_dim))
     m.eps = float(key("attention.layer_norm_rms_epsilon"))
     m.theta = float(key("rope.freq_base", 10000.0))
-    scaling = meta.get("llama.rope.scaling.type", "none")
+    scaling = meta.get(arch + ".rope.scaling.type", "none")
     if scaling not in ("none", ""):
-        raise ModelError(f"{path}: llama.rope.scaling.type {scaling!r} is not supported")
-    m.rope = "adjacent"
+        raise ModelError(f"{path}: {arch}.rope.scaling.type {scaling!r} is not supported")
+    m.rope = spec["rope"]
+    m.act = spec["act"]
+    if spec.get("emb_sqrt_d"):
+        m.embed_scale = math.sqrt(m.d_model)
+    m.softcap = float(meta.get(arch + ".final_logit_softcapping", 0.0))
+    if arch == "gemma3" and m.n_layers == 62:  # Gemma 3 27B: query_pre_attn_scalar d/heads
+        m.attn_scale = 1.0 / math.sqrt(m.d_model // m.n_heads[0])
+    window = int(meta.get(arch + ".attention.sliding_window", 0)) if spec.get("swa_period") else 0
+    if window > 0:
+        m.window = window
+        pattern = meta.get(arch + ".attention.sliding_window_pattern", spec["swa_period"])
+        if isinstance(pattern, list):
+            if len(pattern) != m.n_layers:
+                raise ModelError(f"{path}: sliding_window_pattern has {len(pattern)} entries, "
+                                 f"expected {m.n_layers}")
+            m.sliding = [bool(v) for v in pattern]
+        else:
+            n = int(pattern)
+            m.sliding = [n == 0 or i % n < n - 1 for i in range(m.n_layers)]
+        theta_swa = float(meta.get(arch + ".rope.freq_base_swa", spec["theta_swa"]))
+        m.thetas = [theta_swa if sl else m.theta for sl in m.sliding]
     m.bos = int(meta.get("tokenizer.ggml.bos_token_id", 1))
     m.tok_emb = _f64(t.get("token_embd.weight"))
     if m.tok_emb is None:
@@ -300,10 +388,17 @@ def load_gguf(path):
     m.out_norm = _f64(t.get("output_norm.weight"))
     m.w_out = _f64(t["output.weight"]) if "output.weight" in t else m.tok_emb  # tied
     for i in range(m.n_layers):
-        g = lambda n: _f64(t.get(f"blk.{i}.{n}.weight"))  # noqa: E731
-        m.layers.append(dict(attn_norm=g("attn_norm"), wq=g("attn_q"), wk=g("attn_k"),
-                             wv=g("attn_v"), wo=g("attn_output"), ffn_norm=g("ffn_norm"),
-                             w_gate=g("ffn_gate"), w_up=g("ffn_up"), w_down=g("ffn_down")))
+        g = lambda n, kind="weight": _f64(t.get(f"blk.{i}.{n}.{kind}"))  # noqa: E731
+        layer = dict(attn_norm=g("attn_norm"), wq=g("attn_q"), wk=g("attn_k"),
+                     wv=g("attn_v"), wo=g("attn_output"), ffn_norm=g("ffn_norm"),
+                     w_gate=g("ffn_gate"), w_up=g("ffn_up"), w_down=g("ffn_down"),
+                     bq=g("attn_q", "bias"), bk=g("attn_k", "bias"), bv=g("attn_v", "bias"),
+                     q_norm=g("attn_q_norm"), k_norm=g("attn_k_norm"),
+                     post_attn_norm=g("post_attention_norm"), post_ffn_norm=g("post_ffw_norm"))
+        for name in spec["need"]:
+            if layer[name] is None:
+                raise ModelError(f"{path}: {arch} layer {i} has no {name} tensor")
+        m.layers.append(layer)
     return m.check(path)
 
 
@@ -496,24 +591,42 @@ def rope(x, n_rot, theta, style):
 def attention(m, l, h, i):  # h [n, D] (normed) -> [n, D]
     n, hd = h.shape[0], m.head_dim
     H, KV = m.n_heads[i], m.n_kv_heads[i]
-    q = rope((h @ l["wq"].T).reshape(n, H, hd), m.n_rot, m.theta, m.rope)  # [n, H, hd]
-    k = rope((h @ l["wk"].T).reshape(n, KV, hd), m.n_rot, m.theta, m.rope)  # [n, KV, hd]
-    v = (h @ l["wv"].T).reshape(n, KV, hd)  # [n, KV, hd]
+    theta = m.thetas[i] if m.thetas else m.theta
+
+    def project(w, b, heads, norm):  # -> [n, heads, hd]
+        y = h @ w.T
+        if b is not None:
+            y = y + b
+        y = y.reshape(n, heads, hd)
+        return y if norm is None else rms_norm(y, norm, m.eps)  # QK-norm: over each head
+    q = rope(project(l["wq"], l.get("bq"), H, l.get("q_norm")), m.n_rot, theta, m.rope)
+    k = rope(project(l["wk"], l.get("bk"), KV, l.get("k_norm")), m.n_rot, theta, m.rope)
+    v = project(l["wv"], l.get("bv"), KV, None)  # [n, KV, hd]
     group = H // KV
     k = np.repeat(k, group, axis=1)  # query head j reads kv head j // group
     v = np.repeat(v, group, axis=1)
-    scores = np.einsum("qhd,khd->hqk", q, k) / math.sqrt(hd)  # [H, n, n]
-    scores = np.where(np.tril(np.ones((n, n), dtype=bool))[None], scores, -np.inf)
+    scale = m.attn_scale if m.attn_scale else 1.0 / math.sqrt(hd)
+    scores = np.einsum("qhd,khd->hqk", q, k) * scale  # [H, n, n]
+    dist = np.arange(n)[:, None] - np.arange(n)[None, :]  # query pos - key pos
+    visible = dist >= 0  # causal
+    if m.sliding and m.sliding[i]:
+        visible &= dist < m.window  # the last `window` positions, the query's own included
+    scores = np.where(visible[None], scores, -np.inf)
     scores = np.exp(scores - scores.max(axis=-1, keepdims=True))
     scores /= scores.sum(axis=-1, keepdims=True)
     out = np.einsum("hqk,khd->qhd", scores, v).reshape(n, H * hd)
     return out @ l["wo"].T
 
 
-def mlp(l, h):  # h [n, D] (normed) -> [n, D]
+def gelu_tanh(g):
+    return 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g ** 3)))
+
+
+def mlp(m, l, h):  # h [n, D] (normed) -> [n, D]
     g = h @ l["w_gate"].T  # [n, F]
     u = h @ l["w_up"].T
-    return (g / (1.0 + np.exp(-g)) * u) @ l["w_down"].T
+    a = gelu_tanh(g) if m.act == "gelu_tanh" else g / (1.0 + np.exp(-g))
+    return (a * u) @ l["w_down"].T
 
 
 def forward(m, tokens):
@@ -523,11 +636,20 @@ def forward(m, tokens):
         raise ModelError("no tokens")
     if tokens.min() < 0 or tokens.max() >= m.vocab:
         raise ModelError(f"token id out of range [0, {m.vocab}): {tokens.min()}..{tokens.max()}")
-    x = m.tok_emb[tokens]  # [n, D]
+    x = m.tok_emb[tokens] * m.embed_scale  # [n, D]
     for i, l in enumerate(m.layers):
-        x = x + attention(m, l, rms_norm(x, l["attn_norm"], m.eps), i)
-        x = x + mlp(l, rms_norm(x, l["ffn_norm"], m.eps))
-    return rms_norm(x, m.out_norm, m.eps) @ m.w_out.T
+        a = attention(m, l, rms_norm(x, l["attn_norm"], m.eps), i)
+        if l.get("post_attn_norm") is not None:
+            a = rms_norm(a, l["post_attn_norm"], m.eps)
+        x = x + a
+        f = mlp(m, l, rms_norm(x, l["ffn_norm"], m.eps))
+        if l.get("post_ffn_norm") is not None:
+            f = rms_norm(f, l["post_ffn_norm"], m.eps)
+        x = x + f
+    logits = rms_norm(x, m.out_norm, m.eps) @ m.w_out.T
+    if m.softcap:
+        logits = m.softcap * np.tanh(logits / m.softcap)
+    return logits
 
 
 def greedy(m, prompt, n_predict):

@@ -15,11 +15,14 @@ int GenMain(int argc, char** argv) {
   CLI::App app("Write a Llama-shaped GGUF with random weights N(0, 0.02), norms 1.0, and a synthetic\n"
                "byte-fallback vocabulary. Presets: tiny (tests), llama-1b (TinyLlama-1.1B shapes),\n"
                "llama-7b (Llama-2-7B shapes).", "gen");
-  std::string preset, dims, type = "q8_0", out;
+  std::string preset, dims, type = "q8_0", out, arch = "llama";
   uint64_t seed = 1;
   int threads = 0;
   bool json = false, no_progress = false;
-  auto* p = app.add_option("--preset", preset, "shape preset: tiny, llama-1b, llama-7b");
+  app.add_option("--arch", arch, "architecture: " + format::ArchNameList() + " (default llama)");
+  auto* p = app.add_option("--preset", preset,
+                           "shape preset: tiny, llama-1b, llama-7b (llama); tiny (others); "
+                           "gemma3-270m (gemma3)");
   app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
   app.add_option("--type", type, "weight type: f32, f16, bf16, q8_0, q4_0 (default q8_0)");
   app.add_option("-o,--output", out, "output .gguf")->required();
@@ -36,7 +39,7 @@ int GenMain(int argc, char** argv) {
   }
   format::SynthSpec spec;
   if (!preset.empty()) {
-    auto s = format::SynthPreset(preset);
+    auto s = format::SynthPreset(preset, arch);
     if (!s.ok()) return Fail("gen", s.status());
     spec = *s;
   } else if (!dims.empty()) {
@@ -51,6 +54,7 @@ int GenMain(int argc, char** argv) {
     spec.n_head_kv = v[3];
     spec.d_ff = v[4];
     spec.vocab_size = v[5];
+    spec.arch = arch;
   } else {
     std::fprintf(stderr, "weir gen: give --preset or --dims\n");
     return kExitUsage;
@@ -62,12 +66,12 @@ int GenMain(int argc, char** argv) {
   bar.Finish();
   if (!st.ok()) return Fail("gen", st);
   if (json) {
-    PrintJson({{"output", out}, {"preset", spec.name}, {"type", DTypeName(*dtype)}, {"seed", seed},
+    PrintJson({{"output", out}, {"arch", spec.arch}, {"preset", spec.name}, {"type", DTypeName(*dtype)}, {"seed", seed},
                {"d_model", spec.d_model}, {"n_layers", spec.n_layers}, {"n_head", spec.n_head},
                {"n_head_kv", spec.n_head_kv}, {"d_ff", spec.d_ff}, {"vocab_size", spec.vocab_size}});
   } else {
-    std::printf("wrote %s (%s, %s, seed %llu)\n", out.c_str(), spec.name.c_str(), DTypeName(*dtype),
-                static_cast<unsigned long long>(seed));
+    std::printf("wrote %s (%s %s, %s, seed %llu)\n", out.c_str(), spec.arch.c_str(), spec.name.c_str(),
+                DTypeName(*dtype), static_cast<unsigned long long>(seed));
   }
   return kExitOk;
 }

@@ -1,0 +1,183 @@
+// The architecture table. The tensor names are llama.cpp's GGUF names (they are the file format);
+// each row lists the tensors its forward pass reads, in the order weir writes them.
+#include "format/arch_spec.h"
+
+#include "base/status.h"
+#include "format/model_file.h"
+
+namespace weir::format {
+
+namespace {
+
+using R = TensorRole;
+using D = Dim;
+constexpr bool kLayer = true, kGlobal = false, kReq = true, kOpt = false;
+
+// clang-format off
+// Each table spells out its tensors in the order weir writes them, so that a row reads on its
+// own. Columns: role, name, per layer, required, shape [outer, inner].
+constexpr TensorSpec kLlamaTensors[] = {
+    {R::kTokenEmbd,  "token_embd.weight",  kGlobal, kReq, D::kVocab,  D::kDModel},
+    {R::kAttnNorm,   "attn_norm.weight",   kLayer,  kReq, D::kDModel, D::kNone},
+    {R::kAttnQ,      "attn_q.weight",      kLayer,  kReq, D::kQDim,   D::kDModel},
+    {R::kAttnK,      "attn_k.weight",      kLayer,  kReq, D::kKvDim,  D::kDModel},
+    {R::kAttnV,      "attn_v.weight",      kLayer,  kReq, D::kKvDim,  D::kDModel},
+    {R::kAttnQBias,  "attn_q.bias",        kLayer,  kOpt, D::kQDim,   D::kNone},
+    {R::kAttnKBias,  "attn_k.bias",        kLayer,  kOpt, D::kKvDim,  D::kNone},
+    {R::kAttnVBias,  "attn_v.bias",        kLayer,  kOpt, D::kKvDim,  D::kNone},
+    {R::kAttnOutput, "attn_output.weight", kLayer,  kReq, D::kDModel, D::kQDim},
+    {R::kFfnNorm,    "ffn_norm.weight",    kLayer,  kReq, D::kDModel, D::kNone},
+    {R::kFfnGate,    "ffn_gate.weight",    kLayer,  kReq, D::kDff,    D::kDModel},
+    {R::kFfnUp,      "ffn_up.weight",      kLayer,  kReq, D::kDff,    D::kDModel},
+    {R::kFfnDown,    "ffn_down.weight",    kLayer,  kReq, D::kDModel, D::kDff},
+    {R::kOutputNorm, "output_norm.weight", kGlobal, kReq, D::kDModel, D::kNone},
+    {R::kOutput,     "output.weight",      kGlobal, kOpt, D::kVocab,  D::kDModel},  // absent: tied
+};
+
+// Qwen3: Llama's tensors plus QK-norm.
+constexpr TensorSpec kQwen3Tensors[] = {
+    {R::kTokenEmbd,  "token_embd.weight",  kGlobal, kReq, D::kVocab,   D::kDModel},
+    {R::kAttnNorm,   "attn_norm.weight",   kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kAttnQ,      "attn_q.weight",      kLayer,  kReq, D::kQDim,    D::kDModel},
+    {R::kAttnK,      "attn_k.weight",      kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnV,      "attn_v.weight",      kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnQBias,  "attn_q.bias",        kLayer,  kOpt, D::kQDim,    D::kNone},
+    {R::kAttnKBias,  "attn_k.bias",        kLayer,  kOpt, D::kKvDim,   D::kNone},
+    {R::kAttnVBias,  "attn_v.bias",        kLayer,  kOpt, D::kKvDim,   D::kNone},
+    {R::kAttnQNorm,  "attn_q_norm.weight", kLayer,  kReq, D::kHeadDim, D::kNone},
+    {R::kAttnKNorm,  "attn_k_norm.weight", kLayer,  kReq, D::kHeadDim, D::kNone},
+    {R::kAttnOutput, "attn_output.weight", kLayer,  kReq, D::kDModel,  D::kQDim},
+    {R::kFfnNorm,    "ffn_norm.weight",    kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnGate,    "ffn_gate.weight",    kLayer,  kReq, D::kDff,     D::kDModel},
+    {R::kFfnUp,      "ffn_up.weight",      kLayer,  kReq, D::kDff,     D::kDModel},
+    {R::kFfnDown,    "ffn_down.weight",    kLayer,  kReq, D::kDModel,  D::kDff},
+    {R::kOutputNorm, "output_norm.weight", kGlobal, kReq, D::kDModel,  D::kNone},
+    {R::kOutput,     "output.weight",      kGlobal, kOpt, D::kVocab,   D::kDModel},
+};
+
+// Gemma 3: QK-norm, and a norm on the output of each block before the residual add. The GGUF
+// converter stores Gemma's RMSNorm scale (1 + w) as the norm weight, so every norm here is an
+// ordinary RMSNorm.
+constexpr TensorSpec kGemma3Tensors[] = {
+    {R::kTokenEmbd,    "token_embd.weight",          kGlobal, kReq, D::kVocab,   D::kDModel},
+    {R::kAttnNorm,     "attn_norm.weight",           kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kAttnQ,        "attn_q.weight",              kLayer,  kReq, D::kQDim,    D::kDModel},
+    {R::kAttnK,        "attn_k.weight",              kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnV,        "attn_v.weight",              kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnQBias,    "attn_q.bias",                kLayer,  kOpt, D::kQDim,    D::kNone},
+    {R::kAttnKBias,    "attn_k.bias",                kLayer,  kOpt, D::kKvDim,   D::kNone},
+    {R::kAttnVBias,    "attn_v.bias",                kLayer,  kOpt, D::kKvDim,   D::kNone},
+    {R::kAttnQNorm,    "attn_q_norm.weight",         kLayer,  kReq, D::kHeadDim, D::kNone},
+    {R::kAttnKNorm,    "attn_k_norm.weight",         kLayer,  kReq, D::kHeadDim, D::kNone},
+    {R::kAttnOutput,   "attn_output.weight",         kLayer,  kReq, D::kDModel,  D::kQDim},
+    {R::kPostAttnNorm, "post_attention_norm.weight", kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnNorm,      "ffn_norm.weight",            kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnGate,      "ffn_gate.weight",            kLayer,  kReq, D::kDff,     D::kDModel},
+    {R::kFfnUp,        "ffn_up.weight",              kLayer,  kReq, D::kDff,     D::kDModel},
+    {R::kFfnDown,      "ffn_down.weight",            kLayer,  kReq, D::kDModel,  D::kDff},
+    {R::kPostFfnNorm,  "post_ffw_norm.weight",       kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kOutputNorm,   "output_norm.weight",         kGlobal, kReq, D::kDModel,  D::kNone},
+    {R::kOutput,       "output.weight",              kGlobal, kOpt, D::kVocab,   D::kDModel},
+};
+
+// One row per architecture.
+//                        name      RoPE pairing               activation
+//                        qk_norm post_norms emb_sqrt_d swa_period theta_swa softcap qkv_bias tensors
+constexpr ArchSpec kLlama{"llama",  RopeStyle::kAdjacentPairs, Activation::kSilu,
+                          false,  false,     false,     0,         0.0f,     false,  false,   kLlamaTensors};
+constexpr ArchSpec kQwen2{"qwen2",  RopeStyle::kRotateHalf,    Activation::kSilu,
+                          false,  false,     false,     0,         0.0f,     false,  true,    kLlamaTensors};
+constexpr ArchSpec kQwen3{"qwen3",  RopeStyle::kRotateHalf,    Activation::kSilu,
+                          true,   false,     false,     0,         0.0f,     false,  false,   kQwen3Tensors};
+constexpr ArchSpec kGemma3{"gemma3", RopeStyle::kRotateHalf,   Activation::kGeluTanh,
+                          true,   true,      true,      6,         10000.0f, true,   false,   kGemma3Tensors};
+// clang-format on
+
+constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen3, &kGemma3};
+
+}  // namespace
+
+const char* ActivationName(Activation a) { return a == Activation::kSilu ? "silu" : "gelu-tanh"; }
+
+const char* DimName(Dim d) {
+  switch (d) {
+    case Dim::kNone:
+      return "";
+    case Dim::kDModel:
+      return "d_model";
+    case Dim::kVocab:
+      return "vocab_size";
+    case Dim::kQDim:
+      return "n_head * head_dim";
+    case Dim::kKvDim:
+      return "n_head_kv * head_dim";
+    case Dim::kDff:
+      return "d_ff";
+    case Dim::kHeadDim:
+      return "head_dim";
+  }
+  return "?";
+}
+
+std::span<const ArchSpec* const> AllArchs() { return kArchs; }
+
+const ArchSpec* FindArch(std::string_view name) {
+  for (const ArchSpec* a : kArchs) {
+    if (name == a->name) return a;
+  }
+  return nullptr;
+}
+
+std::string ArchNameList() {
+  std::string s;
+  for (const ArchSpec* a : kArchs) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  return s;
+}
+
+const ArchSpec& LlamaArch() { return kLlama; }
+
+const TensorSpec* FindTensorSpec(const ArchSpec& arch, TensorRole role) {
+  for (const TensorSpec& t : arch.tensors) {
+    if (t.role == role) return &t;
+  }
+  return nullptr;
+}
+
+std::string TensorName(const TensorSpec& t, int layer) {
+  return t.per_layer ? StrFormat("blk.%d.%s", layer, t.name) : std::string(t.name);
+}
+
+Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& c, int layer) {
+  LayerDims L{c.n_head, c.n_head_kv, c.d_ff};
+  if (t.per_layer && layer >= 0 && static_cast<size_t>(layer) < c.layers.size()) {
+    L = c.layers[static_cast<size_t>(layer)];
+  }
+  auto size = [&](Dim d) -> int64_t {
+    switch (d) {
+      case Dim::kNone:
+        return 0;
+      case Dim::kDModel:
+        return c.d_model;
+      case Dim::kVocab:
+        return c.vocab_size;
+      case Dim::kQDim:
+        return int64_t{L.n_head} * c.head_dim;
+      case Dim::kKvDim:
+        return int64_t{L.n_head_kv} * c.head_dim;
+      case Dim::kDff:
+        return L.d_ff;
+      case Dim::kHeadDim:
+        return c.head_dim;
+    }
+    return 0;
+  };
+  if (t.vector()) return Shape{size(t.outer)};
+  return Shape{size(t.outer), size(t.inner)};
+}
+
+std::string ShapeDerivation(const TensorSpec& t) {
+  if (t.vector()) return StrFormat("[%s]", DimName(t.outer));
+  return StrFormat("[%s, %s]", DimName(t.outer), DimName(t.inner));
+}
+
+}  // namespace weir::format

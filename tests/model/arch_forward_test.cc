@@ -1,0 +1,153 @@
+// The forward pass on the architectures other than Llama (generated tiny models): results do not
+// depend on how a prompt is split into forward calls (the sliding layers' KV rings wrap many
+// times over 48 tokens), the rings hold window + n_batch - 1 rows, sparsity policies that only
+// select columns give the dense logits at density 1 (GeGLU in the sparse MLP), and the
+// combinations that would compute the wrong thing are refused. Agreement with an independent
+// forward pass is tests/integration/oracle_test.cc's job.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "format/synth_llama.h"
+#include "format/weir_pack_writer.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/session.h"
+#include "sparsity/policy.h"
+#include "testing/testing.h"
+
+namespace weir::model {
+namespace {
+
+std::unique_ptr<Model> TinyModel(const std::string& arch, DType type = DType::kF32) {
+  const std::string path = testing::TempDir() + "/tiny_" + arch + ".gguf";
+  auto spec = format::SynthPreset("tiny", arch);
+  EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  EXPECT_TRUE(format::WriteRandomLlamaGguf(*spec, type, 11, path, nullptr).ok());
+  auto m = Model::Load(path);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  return m.ok() ? std::move(m).value() : nullptr;
+}
+
+std::vector<int32_t> Ids(int n, int vocab) {
+  std::vector<int32_t> ids;
+  for (int i = 0; i < n; ++i) ids.push_back((i * 53 + 7) % vocab);
+  return ids;
+}
+
+// Logits [ids, vocab] of every position, fed in calls of `step` tokens.
+std::vector<float> AllLogits(const Model& m, const std::vector<int32_t>& ids, int n_batch, int step,
+                             ThreadPool* pool, const sparsity::SparsityPolicy* policy = nullptr) {
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = n_batch;
+  so.sparsity = policy;
+  auto s = Session::Create(m, pool, so);
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  if (!s.ok()) return {};
+  std::vector<float> out;
+  const int vocab = m.config().vocab_size;
+  for (size_t i = 0; i < ids.size(); i += static_cast<size_t>(step)) {
+    const size_t n = std::min(ids.size() - i, static_cast<size_t>(step));
+    auto l = (*s)->Forward(std::span<const int32_t>(ids).subspan(i, n), LogitsFor::kAll);
+    EXPECT_TRUE(l.ok()) << l.status().ToString();
+    if (!l.ok()) return {};
+    out.insert(out.end(), *l, *l + n * vocab);
+  }
+  return out;
+}
+
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  EXPECT_EQ(a.size(), b.size());
+  double max_abs = 0, max_diff = 0;
+  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(b[i])));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return max_abs > 0 ? max_diff / max_abs : 0;
+}
+
+class ArchForwardTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ArchForwardTest, SplittingThePromptDoesNotChangeLogits) {
+  std::unique_ptr<Model> m = TinyModel(GetParam());
+  ASSERT_NE(m, nullptr);
+  ThreadPool pool(2);
+  const std::vector<int32_t> ids = Ids(48, m->config().vocab_size);  // 12 windows of 4
+  const std::vector<float> one = AllLogits(*m, ids, 1, 1, &pool);
+  for (auto [n_batch, step] : {std::pair{8, 8}, {8, 3}, {16, 16}, {5, 5}}) {
+    const double d = MaxRelDiff(AllLogits(*m, ids, n_batch, step, &pool), one);
+    EXPECT_LT(d, 1e-5) << GetParam() << " n_batch " << n_batch << " step " << step;
+  }
+}
+
+TEST_P(ArchForwardTest, ColumnPoliciesAtDensityOneEqualDense) {
+  std::unique_ptr<Model> m = TinyModel(GetParam());
+  ASSERT_NE(m, nullptr);
+  ThreadPool pool(2);
+  const std::vector<int32_t> ids = Ids(20, m->config().vocab_size);
+  const std::vector<float> dense = AllLogits(*m, ids, 8, 8, &pool);
+  for (const char* spec : {"glu:1", "up:1", "topk-all:1", "dip:1", "dip-ca:1"}) {
+    auto p = sparsity::ParseSparsity(spec, nullptr);
+    ASSERT_TRUE(p.ok()) << spec << ": " << p.status().ToString();
+    const std::vector<float> got = AllLogits(*m, ids, 8, 8, &pool, p->get());
+    ASSERT_EQ(got.size(), dense.size()) << spec;
+    for (size_t i = 0; i < got.size(); ++i) ASSERT_EQ(got[i], dense[i]) << spec << " at " << i;
+  }
+  // Below density 1 the sparse MLP runs (with the architecture's activation) and stays close.
+  auto p = sparsity::ParseSparsity("dip:0.7", nullptr);
+  ASSERT_TRUE(p.ok());
+  EXPECT_LT(MaxRelDiff(AllLogits(*m, ids, 8, 8, &pool, p->get()), dense), 0.5) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest, ::testing::Values("gemma3", "qwen2", "qwen3"),
+                         [](const ::testing::TestParamInfo<const char*>& info) {
+                           return std::string(info.param);
+                         });
+
+TEST(SlidingWindowTest, RingsHoldTheWindowPlusABatch) {
+  auto spec = format::SynthPreset("tiny", "gemma3");
+  ASSERT_TRUE(spec.ok());
+  const format::LlamaConfig c = format::SynthConfig(*spec);  // window 4, layers 0-4 sliding
+  const uint64_t row = 2ull * c.n_head_kv * c.head_dim * sizeof(float);  // K and V
+  EXPECT_EQ(KVCache::BytesFor(c, 64, 8), row * (5 * (4 + 8 - 1) + 64));
+  EXPECT_EQ(KVCache::BytesFor(c, 6, 8), row * 6 * 6);  // never more rows than the context
+  KVCache kv;
+  ASSERT_TRUE(kv.Init(c, 64, 8).ok());
+  EXPECT_EQ(kv.rows(0), 11);
+  EXPECT_EQ(kv.rows(5), 64);
+  EXPECT_EQ(kv.k(0, 11), kv.k(0, 0));  // position 11 reuses row 0
+  EXPECT_EQ(kv.bytes(), KVCache::BytesFor(c, 64, 8));
+}
+
+TEST(SlidingWindowTest, GatePredictorIsRefusedOnGeglu) {
+  std::unique_ptr<Model> m = TinyModel("gemma3");
+  ASSERT_NE(m, nullptr);
+  auto p = sparsity::ParseSparsity("gate:0.5", nullptr);
+  ASSERT_TRUE(p.ok());
+  SessionOptions so;
+  so.ctx = 32;
+  so.sparsity = p->get();
+  auto s = Session::Create(*m, nullptr, so);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Status::Code::kUnsupported);
+  EXPECT_NE(s.status().message().find("|silu(gate)|"), std::string::npos) << s.status().message();
+  EXPECT_NE(s.status().message().find("gelu-tanh"), std::string::npos) << s.status().message();
+}
+
+TEST(SlidingWindowTest, PacksAreRefusedForOtherArchitectures) {
+  std::unique_ptr<Model> m = TinyModel("gemma3");
+  ASSERT_NE(m, nullptr);
+  const std::string out = testing::TempDir() + "/g.weirpack";
+  Status st = format::WritePack(m->file(), out, {});
+  ASSERT_FALSE(st.ok());
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported);
+  EXPECT_NE(st.message().find("weir packs support the llama architecture only"), std::string::npos)
+      << st.message();
+}
+
+}  // namespace
+}  // namespace weir::model
