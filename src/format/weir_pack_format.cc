@@ -1,5 +1,7 @@
 #include "format/weir_pack_format.h"
 
+#include <algorithm>
+
 #include "format/weights_in_memory.h"
 
 #include <cstring>
@@ -135,6 +137,39 @@ std::vector<std::string> PackStaticTensorNames(const LlamaConfig& c) {
     for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
   }
   return names;
+}
+
+Status SetPackOrder(const std::vector<int32_t>& order, int64_t n, const char* what,
+                    std::vector<int32_t>* order_out, std::vector<int32_t>* slot_out) {
+  order_out->clear();
+  slot_out->clear();
+  if (order.empty()) return Status::Ok();
+  if (static_cast<int64_t>(order.size()) != n) {
+    return Status::InvalidArgument(StrFormat("%s has %zu entries, expected %lld", what,
+                                             order.size(), static_cast<long long>(n)));
+  }
+  std::vector<int32_t> slot(order.size(), -1);
+  for (size_t s = 0; s < order.size(); ++s) {
+    const int32_t v = order[s];
+    if (v < 0 || v >= n || slot[static_cast<size_t>(v)] >= 0) {
+      return Status::InvalidArgument(
+          StrFormat("%s is not a permutation of 0..%lld (entry %zu = %d)", what,
+                    static_cast<long long>(n - 1), s, v));
+    }
+    slot[static_cast<size_t>(v)] = static_cast<int32_t>(s);
+  }
+  *order_out = order;
+  *slot_out = std::move(slot);
+  return Status::Ok();
+}
+
+std::vector<int32_t> OrderByScore(const std::vector<double>& score) {
+  std::vector<int32_t> order(score.size());
+  for (size_t i = 0; i < order.size(); ++i) order[i] = static_cast<int32_t>(i);
+  std::stable_sort(order.begin(), order.end(), [&](int32_t a, int32_t b) {
+    return score[static_cast<size_t>(a)] > score[static_cast<size_t>(b)];
+  });
+  return order;
 }
 
 }  // namespace weir::format

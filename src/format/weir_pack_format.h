@@ -120,6 +120,12 @@ inline constexpr char kPackDownTKey[] = "weir.pack.down_t";
 inline constexpr char kPackSourceKey[] = "weir.pack.source";
 inline constexpr char kPackTiledKey[] = "weir.pack.tiled_bundles";
 inline constexpr char kPackTiledStaticKey[] = "weir.pack.tiled_static";
+// Column packs written with an activation order (weir pack --calib): per layer group g, the
+// input channels (d_model entries) and the neurons (d_ff entries) in file order, hottest first:
+// weir.pack.in_order.<g>[s] is the channel whose gate^T / up^T rows sit at slot s. Absent: the
+// natural order. Each must be a permutation of 0..n-1.
+inline constexpr char kPackInOrderPrefix[] = "weir.pack.in_order.";
+inline constexpr char kPackDownOrderPrefix[] = "weir.pack.down_order.";
 
 // Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
 inline constexpr int kMaxPackGroupSize = 64;
@@ -181,6 +187,9 @@ struct PackGroup {
   uint64_t in_offset = 0;
   uint64_t in_nbytes = 0;     // d_model * n_layers * 2 * in_row_bytes
   size_t in_row_bytes = 0;    // RowBytes(dtype, d_ff)
+  // kColumns with an activation order (kPackInOrderPrefix): slot -> channel / neuron, and the
+  // inverses; all empty for the natural order.
+  std::vector<int32_t> in_order, down_order, in_slot, down_slot;
 
   // Every streamed MLP byte of the group.
   uint64_t mlp_bytes() const { return nbytes + in_nbytes; }
@@ -188,9 +197,20 @@ struct PackGroup {
   int64_t in_rows() const { return int64_t{d_model} * n_layers * 2; }
   int64_t down_rows() const { return int64_t{d_ff} * n_layers; }
   int64_t InRow(int64_t i, int j, ColumnOp op) const {
-    return (i * n_layers + j) * 2 + static_cast<int>(op);
+    return (InSlot(i) * n_layers + j) * 2 + static_cast<int>(op);
   }
-  int64_t DownRow(int64_t c, int j) const { return c * n_layers + j; }
+  int64_t DownRow(int64_t c, int j) const { return DownSlot(c) * n_layers + j; }
+  // Where channel i / neuron c sits in the file's order, and which one sits at slot s.
+  int64_t InSlot(int64_t i) const { return in_slot.empty() ? i : in_slot[static_cast<size_t>(i)]; }
+  int64_t DownSlot(int64_t c) const {
+    return down_slot.empty() ? c : down_slot[static_cast<size_t>(c)];
+  }
+  int64_t InChannelAt(int64_t s) const {
+    return in_order.empty() ? s : in_order[static_cast<size_t>(s)];
+  }
+  int64_t DownNeuronAt(int64_t s) const {
+    return down_order.empty() ? s : down_order[static_cast<size_t>(s)];
+  }
 
   int64_t rows() const { return int64_t{d_ff} * n_layers * kBundleOps; }
   // Bundles: neurons in the chunk starting at c0 (a multiple of kBundleChunk).
@@ -227,6 +247,13 @@ bool TiledStatic(const std::string& name, DType dtype, const Shape& shape);
 // also ends where d_ff changes (bundles of one group share a channel count). Returns
 // (first_layer, n_layers) pairs. group_size must be in [1, kMaxPackGroupSize].
 std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int group_size);
+
+// Sets a group's order (slot -> index) and its inverse from `order`; InvalidArgument unless it is
+// a permutation of 0..n-1 (`what` names it in the message). An empty order means natural order.
+Status SetPackOrder(const std::vector<int32_t>& order, int64_t n, const char* what,
+                    std::vector<int32_t>* order_out, std::vector<int32_t>* slot_out);
+// The order that puts higher scores first (ties: lower index first).
+std::vector<int32_t> OrderByScore(const std::vector<double>& score);
 
 // Fills the derived fields of a group (row_bytes, bundle_bytes, nbytes; in_* for kColumns) from
 // its dims, layout and dtype; InvalidArgument when d_model (kColumns: or d_ff) is not whole

@@ -1,5 +1,7 @@
 #include "format/weir_pack_reader.h"
 
+#include <tuple>
+
 #include <cstring>
 #include <optional>
 
@@ -198,6 +200,21 @@ Status PackFile::Parse() {
     }
     grp.tiled = tiled_bundles && TiledBundles(grp);
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&grp).WithContext(f.path()));
+    // An activation order (column layouts): each must be a permutation.
+    for (const auto& [prefix, width, order, slot] :
+         {std::tuple{kPackInOrderPrefix, int64_t{grp.d_model}, &grp.in_order, &grp.in_slot},
+          std::tuple{kPackDownOrderPrefix, int64_t{grp.d_ff}, &grp.down_order, &grp.down_slot}}) {
+      const std::string key = prefix + std::to_string(grp.index);
+      if (!f.Has(key)) continue;
+      if (!IsColumnLayout(layout_)) {
+        return Status::Corrupt(StrFormat("%s: %s is set in a %s pack", p, key.c_str(),
+                                         PackLayoutName(layout_)));
+      }
+      WEIR_ASSIGN_OR_RETURN(std::vector<int32_t> v, f.GetI32Array(key));
+      if (Status st = SetPackOrder(v, width, key.c_str(), order, slot); !st.ok()) {
+        return Status::Corrupt(StrFormat("%s: %s", p, st.message().c_str()));
+      }
+    }
     if (sparse_type) {
       // Sizes are the byte tensors'; their offset tables must be well formed (records are
       // checked against their bitmaps when they are used).

@@ -67,7 +67,7 @@ Status FillDown(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   const PackGroup& g = s->group;
   WEIR_RETURN_IF_ERROR(Transposes(s->down, g.dtype, &s->down_t));
   for (int64_t r = begin; r < end; ++r) {
-    const int64_t c = r / g.n_layers;
+    const int64_t c = g.DownNeuronAt(r / g.n_layers);
     const size_t j = static_cast<size_t>(r % g.n_layers);
     std::memcpy(dst + static_cast<size_t>(r - begin) * g.row_bytes,
                 s->down_t[j].data() + static_cast<size_t>(c) * g.row_bytes, g.row_bytes);
@@ -84,7 +84,7 @@ Status FillInput(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   WEIR_RETURN_IF_ERROR(Transposes(s->up, g.dtype, &s->up_t));
   const size_t rb = g.in_row_bytes;
   for (int64_t r = begin; r < end; ++r) {
-    const int64_t i = r / (int64_t{g.n_layers} * 2);
+    const int64_t i = g.InChannelAt(r / (int64_t{g.n_layers} * 2));
     const size_t j = static_cast<size_t>((r / 2) % g.n_layers);
     const auto& src = (r % 2 == 0) ? s->gate_t[j] : s->up_t[j];
     std::memcpy(dst + static_cast<size_t>(r - begin) * rb, src.data() + static_cast<size_t>(i) * rb,
@@ -255,6 +255,41 @@ Status TransposeWeight(const TensorView& w, DType out, uint8_t* dst) {
   return Status::Ok();
 }
 
+// Orders a column group's channels and neurons by the options' scores, summed over its layers.
+Status OrderGroup(const PackOptions& options, const std::string& path, PackGroup* g) {
+  if (!IsColumnLayout(g->layout)) {
+    return Status::InvalidArgument(
+        StrFormat("%s: an activation order applies to column layouts only (--layout columns or "
+                  "sparse-columns)",
+                  path.c_str()));
+  }
+  auto summed = [&](const std::vector<std::vector<double>>& score, int64_t width,
+                    const char* what) -> Result<std::vector<double>> {
+    std::vector<double> sum(static_cast<size_t>(width), 0.0);
+    for (int j = 0; j < g->n_layers; ++j) {
+      const size_t l = static_cast<size_t>(g->first_layer + j);
+      if (l >= score.size() || static_cast<int64_t>(score[l].size()) != width) {
+        return Status::InvalidArgument(StrFormat(
+            "%s: %s scores of layer %zu: %zu values, expected %lld", path.c_str(), what, l,
+            l < score.size() ? score[l].size() : size_t{0}, static_cast<long long>(width)));
+      }
+      for (int64_t i = 0; i < width; ++i) sum[static_cast<size_t>(i)] += score[l][static_cast<size_t>(i)];
+    }
+    return sum;
+  };
+  if (!options.in_score.empty()) {
+    WEIR_ASSIGN_OR_RETURN(std::vector<double> s, summed(options.in_score, g->d_model, "input"));
+    WEIR_RETURN_IF_ERROR(
+        SetPackOrder(OrderByScore(s), g->d_model, "input order", &g->in_order, &g->in_slot));
+  }
+  if (!options.down_score.empty()) {
+    WEIR_ASSIGN_OR_RETURN(std::vector<double> s, summed(options.down_score, g->d_ff, "neuron"));
+    WEIR_RETURN_IF_ERROR(
+        SetPackOrder(OrderByScore(s), g->d_ff, "neuron order", &g->down_order, &g->down_slot));
+  }
+  return Status::Ok();
+}
+
 Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
                  const std::function<void(double)>& progress) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
@@ -338,14 +373,18 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     }
     g.tiled = options.tile_bundles && TiledBundles(g);
     WEIR_RETURN_IF_ERROR(FinishPackGroup(&g).WithContext(path));
+    if (!options.in_score.empty() || !options.down_score.empty()) {
+      WEIR_RETURN_IF_ERROR(OrderGroup(options, path, &g));
+    }
     if (g.layout == PackLayout::kSparseColumns) {
       const int n = g.n_layers;
+      const PackGroup order = g;  // the column_of functions map slots through its orders
       auto down = std::make_shared<SparseTensor>();
       down->type = g.dtype;
       down->len = g.d_model;
       down->ws = s->down;
-      down->column_of = [n](int64_t r) {
-        return std::pair<size_t, int64_t>(static_cast<size_t>(r % n), r / n);
+      down->column_of = [n, order](int64_t r) {
+        return std::pair<size_t, int64_t>(static_cast<size_t>(r % n), order.DownNeuronAt(r / n));
       };
       down->Plan(g.down_rows());
       auto in = std::make_shared<SparseTensor>();
@@ -355,10 +394,10 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
         in->ws.push_back(s->gate[static_cast<size_t>(j)]);
         in->ws.push_back(s->up[static_cast<size_t>(j)]);
       }
-      in->column_of = [n](int64_t r) {
-        // row (i * n + j) * 2 + op -> matrix 2 j + op, column i
+      in->column_of = [n, order](int64_t r) {
+        // row (s * n + j) * 2 + op -> matrix 2 j + op, column InChannelAt(s)
         return std::pair<size_t, int64_t>(static_cast<size_t>((r / 2) % n * 2 + r % 2),
-                                          r / (2 * int64_t{n}));
+                                          order.InChannelAt(r / (2 * int64_t{n})));
       };
       in->Plan(g.in_rows());
       g.nbytes = down->pages * kSparseTensorRowBytes;
@@ -415,6 +454,15 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   w.AddU32(kPackGroupSizeKey, static_cast<uint32_t>(options.group_size));
   w.Add(kPackGroupFirstKey, GgufValue::U32Array(firsts));
   w.Add(kPackGroupCountKey, GgufValue::U32Array(counts));
+  for (const auto& s : groups) {
+    const PackGroup& g = s->group;
+    if (!g.in_order.empty()) {
+      w.Add(kPackInOrderPrefix + std::to_string(g.index), GgufValue::I32Array(g.in_order));
+    }
+    if (!g.down_order.empty()) {
+      w.Add(kPackDownOrderPrefix + std::to_string(g.index), GgufValue::I32Array(g.down_order));
+    }
+  }
   w.AddString(kPackDownTKey, options.layout == PackLayout::kBundles ? "none"
                              : requantized                         ? "requantized"
                                                                    : "exact");

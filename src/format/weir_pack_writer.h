@@ -27,6 +27,12 @@ struct PackOptions {
   // Bundles: tile the Q8_0 / Q4_0 chunks (weir.pack.tiled_bundles, weir_pack_format.h). Off
   // only to write the layout of packs made before it, which weir still reads (tests).
   bool tile_bundles = true;
+  // Column layouts: activation scores per layer (n_layers vectors of d_model and of d_ff values,
+  // e.g. how often each input channel / neuron was among the kept half on calibration text).
+  // When given, each group stores its input channels and neurons hottest first (scores summed
+  // over the group's layers), so that columns used together share pages and reads
+  // (weir.pack.in_order.<g>, weir_pack_format.h). Empty: the natural order.
+  std::vector<std::vector<double>> in_score, down_score;
 };
 
 // Errors: the model's own validation, a bad group size, MLP tensors of one group in different

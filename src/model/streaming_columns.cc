@@ -13,6 +13,10 @@
 namespace weir::model {
 
 using format::ColumnOp;
+
+namespace {
+void SortBlocks(std::vector<uint64_t>* blocks);
+}  // namespace
 using sparsity::Site;
 
 std::pair<uint64_t, uint64_t> StreamingWeights::InputColumn(const Group& g, int64_t i,
@@ -108,9 +112,22 @@ void StreamingWeights::AddBlocks(uint64_t begin, uint64_t end, std::vector<uint6
   const uint64_t B = options_.block_bytes;
   uint64_t b0 = begin / B;
   const uint64_t b1 = (end - 1) / B;
-  if (!blocks->empty() && blocks->back() >= b0) b0 = blocks->back() + 1;
+  if (!blocks->empty() && blocks->back() >= b0 && blocks->back() <= b1) b0 = blocks->back() + 1;
   for (uint64_t b = b0; b <= b1; ++b) blocks->push_back(b);
 }
+
+namespace {
+// Columns are visited in channel order, which is file order only in a pack without an
+// activation order: the block list is put in ascending order, each block once.
+void SortBlocks(std::vector<uint64_t>* blocks) {
+  if (std::is_sorted(blocks->begin(), blocks->end(),
+                     [](uint64_t a, uint64_t b) { return a <= b; })) {
+    return;
+  }
+  std::sort(blocks->begin(), blocks->end());
+  blocks->erase(std::unique(blocks->begin(), blocks->end()), blocks->end());
+}
+}  // namespace
 
 uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
   uint64_t most = 0;
@@ -122,6 +139,7 @@ uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
       const auto [b, e] = input ? InputColumn(g, k, j) : DownColumn(g, k, j);
       AddBlocks(b, e, &blocks);
     }
+    SortBlocks(&blocks);
     most = std::max<uint64_t>(most, blocks.size());
   }
   return most;
@@ -181,6 +199,7 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
     const auto [b, e] = InputColumn(g, in[k], j);
     AddBlocks(b, e, &blocks);
   }
+  SortBlocks(&blocks);
   QueueMissing(g.in, blocks, 0, &predicted_);
 }
 
@@ -232,6 +251,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     const auto [b, e] = InputColumn(g, i, j);
     AddBlocks(b, e, &blocks_);
   }
+  SortBlocks(&blocks_);
   {
     Batch batch;
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
@@ -266,6 +286,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     const auto [b, e] = DownColumn(g, c, j);
     AddBlocks(b, e, &blocks_);
   }
+  SortBlocks(&blocks_);
   {
     Batch batch;
     // This layer's missing down columns are queued first, then the next layer's predicted

@@ -41,6 +41,7 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.accessed_bytes = accessed_bytes - o.accessed_bytes;
   d.cache_bytes = cache_bytes - o.cache_bytes;
   d.storage_bytes = storage_bytes - o.storage_bytes;
+  d.storage_reads = storage_reads - o.storage_reads;
   d.prefetched_bytes = prefetched_bytes - o.prefetched_bytes;
   d.transient_bytes = transient_bytes - o.transient_bytes;
   d.stall_seconds = stall_seconds - o.stall_seconds;
@@ -592,6 +593,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.io_seconds += io;
     stats_.storage_bytes += len;
+    ++stats_.storage_reads;
     stats_.transient_bytes += len;
   }
   stall();
@@ -810,6 +812,7 @@ StreamStats StreamingWeights::stats() const {
   s.block_hits += c.hits;
   s.cache_bytes += c.hit_bytes;
   s.storage_bytes += p.bytes_read;
+  s.storage_reads += p.reads;
   s.prefetched_bytes += p.bytes_prefetched;
   s.io_seconds += p.read_seconds;
   return s;

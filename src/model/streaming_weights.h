@@ -118,6 +118,7 @@ struct StreamStats {
   uint64_t accessed_bytes = 0;    // bytes of the blocks needed
   uint64_t cache_bytes = 0;       // ... served from DRAM without a read for this access
   uint64_t storage_bytes = 0;     // bytes read from the device (prefetch + demand + transient)
+  uint64_t storage_reads = 0;     // device reads of those bytes (adjacent blocks merged count once)
   uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
   uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
   double stall_seconds = 0;       // compute thread waiting for blocks (demand reads included)
@@ -244,7 +245,8 @@ class StreamingWeights {
   // Pins the ascending `blocks` of `e`: the missing ones are queued at once (unless the caller
   // has, `queued`), then each claimed.
   Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, bool queued, Batch* batch);
-  // Appends the blocks of e holding bytes [begin, end) of it (calls in ascending order).
+  // Appends the blocks of e holding bytes [begin, end) of it (a block equal to the last one is
+  // not repeated; the list is sorted and made unique after the calls, SortBlocks).
   void AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const;
   // Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
   // up^T rows) / neuron c of its layer j.

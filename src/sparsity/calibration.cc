@@ -80,6 +80,22 @@ Status ParseSampleSet(const Json& j, int64_t max_samples, const std::string& pat
     }
     set->sorted[static_cast<size_t>(i)] = f;
   }
+  auto kh = j.find("kept_half");
+  if (kh != j.end()) {
+    if (!kh->is_array() || static_cast<int64_t>(kh->size()) != set->width) {
+      return Bad(path, where + ".kept_half",
+                 StrFormat("is not an array of width %lld counts", (long long)set->width));
+    }
+    set->kept_half.resize(kh->size());
+    for (size_t i = 0; i < kh->size(); ++i) {
+      const Json& v = (*kh)[i];
+      if (!v.is_number_unsigned() || v.get<uint64_t>() > static_cast<uint64_t>(set->seen)) {
+        return Bad(path, StrFormat("%s.kept_half[%zu]", where.c_str(), i),
+                   "is not a count between 0 and seen: " + v.dump());
+      }
+      set->kept_half[i] = static_cast<uint32_t>(v.get<uint64_t>());
+    }
+  }
   return Status::Ok();
 }
 
@@ -146,7 +162,16 @@ std::string Calibration::ToJson() const {
         if (i) s += ", ";
         AppendFloat(&s, set.sorted[i]);
       }
-      s += "]}";
+      s += "]";
+      if (!set.kept_half.empty()) {
+        s += ", \"kept_half\": [";
+        for (size_t i = 0; i < set.kept_half.size(); ++i) {
+          if (i) s += ", ";
+          s += std::to_string(set.kept_half[i]);
+        }
+        s += "]";
+      }
+      s += "}";
     }
     s += first ? "}" : "\n    }";
   }

@@ -16,13 +16,18 @@
 //     "max_samples": 4096,            // reservoir size per (layer, statistic)
 //     "n_layer": 16,
 //     "layers": [                     // n_layer objects, layer 0 first
-//       { "attn_in":  {"width": 2048, "seen": 1048576, "samples": [0.0012, 0.0013, ...]},
+//       { "attn_in":  {"width": 2048, "seen": 1048576, "samples": [0.0012, 0.0013, ...],
+//                      "kept_half": [130, 4, ...]},   // optional, width entries (see below)
 //         "mlp_down": {...}, ... },   // any statistic may be absent (never observed)
 //       ...
 //     ]
 //   }
 // "samples" are non-negative finite magnitudes in ascending order, at most max_samples of them and
 // at most "seen" (the number of magnitudes offered to the reservoir).
+// "kept_half" (input sites only; absent in files written before it): per entry i of the vector,
+// on how many tokens |a_i| was among the ceil(width / 2) largest of its token: how often a top-K
+// policy at density 0.5 keeps that input channel / neuron. `weir pack --calib` orders a column
+// pack by it (hot channels together).
 //
 // Threshold rule: with N sorted samples s[0] <= ... <= s[N-1] and m = KeepCount(keep, N), the
 // threshold is t = s[N - m]; a policy keeps entries with |a| >= t, which keeps exactly m of the N
@@ -59,6 +64,7 @@ struct SampleSet {
   int64_t width = 0;          // entries per activation vector; 0 when never observed
   int64_t seen = 0;           // magnitudes offered to the reservoir
   std::vector<float> sorted;  // kept magnitudes, ascending
+  std::vector<uint32_t> kept_half;  // per entry: tokens on which it was in the top half (or empty)
 };
 
 struct Calibration {
@@ -101,6 +107,7 @@ class Calibrator {
 
   int64_t max_samples_;
   uint64_t rng_;
+  std::vector<int32_t> order_;  // scratch of Offer
   std::vector<std::array<SampleSet, kNumCalibStats>> layers_;  // samples unsorted here
 };
 

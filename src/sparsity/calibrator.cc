@@ -29,6 +29,19 @@ void Calibrator::Offer(int layer, CalibStat stat, std::span<const float> a, bool
   WEIR_CHECK(set.width == 0 || set.width == width);  // one site keeps one width
   set.width = width;
   const Magnitude mag = silu ? Magnitude::kAbsSilu : Magnitude::kAbs;
+  if (!silu && width > 0) {
+    // The entries among the top half of this token's magnitudes (ties: lower index first).
+    if (set.kept_half.empty()) set.kept_half.assign(static_cast<size_t>(width), 0);
+    order_.resize(static_cast<size_t>(width));
+    for (int64_t i = 0; i < width; ++i) order_[static_cast<size_t>(i)] = static_cast<int32_t>(i);
+    const int64_t keep = (width + 1) / 2;
+    auto larger = [&](int32_t x, int32_t y) {
+      const float ax = Score(a[static_cast<size_t>(x)], mag), ay = Score(a[static_cast<size_t>(y)], mag);
+      return ax > ay || (ax == ay && x < y);
+    };
+    std::nth_element(order_.begin(), order_.begin() + (keep - 1), order_.end(), larger);
+    for (int64_t k = 0; k < keep; ++k) ++set.kept_half[static_cast<size_t>(order_[static_cast<size_t>(k)])];
+  }
   for (float v : a) {
     const float m = Score(v, mag);
     if (set.seen < max_samples_) {

@@ -84,6 +84,7 @@ Status Prefetcher::Load(const UnitRead& read, CacheHandle& h, bool count_bytes) 
     stats_.read_seconds += seconds;
     if (count_bytes) {
       stats_.bytes_read += n;
+      ++stats_.reads;
       stats_.bytes_on_demand += n;
     }
   }
@@ -151,6 +152,7 @@ void Prefetcher::Loop() {
     }
     std::lock_guard<std::mutex> lock(mu_);
     stats_.bytes_read += bytes;
+    stats_.reads += merged.size();
     stats_.bytes_prefetched += bytes;
     stats_.read_seconds += seconds;
     for (size_t i = 0; i < batch.size(); ++i) {

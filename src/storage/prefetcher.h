@@ -68,6 +68,7 @@ class Prefetcher {
     uint64_t on_demand = 0;   // units Get read because they were neither cached nor queued
     uint64_t batches = 0;     // BlockDevice::Read calls by the I/O thread
     uint64_t bytes_read = 0;  // bytes asked of devices (after rounding up to their alignment)
+    uint64_t reads = 0;       // device reads those bytes took (merged neighbours count once)
     uint64_t bytes_prefetched = 0;  // of bytes_read: by the I/O thread, ahead of use
     uint64_t bytes_on_demand = 0;   // of bytes_read: by Get on the calling thread
     double read_seconds = 0;        // wall time inside device reads, I/O thread and Get together

@@ -464,3 +464,21 @@ TEST(WeirPack, SparseColumnLayout) {
 
 }  // namespace
 }  // namespace weir::format
+
+namespace weir::format {
+namespace {
+
+TEST(PackOrder, PermutationsOnly) {
+  std::vector<int32_t> order, slot;
+  EXPECT_TRUE(SetPackOrder({2, 0, 1}, 3, "order", &order, &slot).ok());
+  EXPECT_EQ(slot, (std::vector<int32_t>{1, 2, 0}));
+  EXPECT_FALSE(SetPackOrder({2, 0, 0}, 3, "order", &order, &slot).ok());  // repeated
+  EXPECT_FALSE(SetPackOrder({2, 0, 3}, 3, "order", &order, &slot).ok());  // out of range
+  EXPECT_FALSE(SetPackOrder({0, 1}, 3, "order", &order, &slot).ok());     // wrong length
+  EXPECT_TRUE(SetPackOrder({}, 3, "order", &order, &slot).ok());          // natural order
+  EXPECT_TRUE(order.empty() && slot.empty());
+  EXPECT_EQ(OrderByScore({0.5, 2.0, 0.5, 3.0}), (std::vector<int32_t>{3, 1, 0, 2}));
+}
+
+}  // namespace
+}  // namespace weir::format

@@ -169,3 +169,29 @@ TEST(CalibrationTest, LoadRejectsBadFilesWithClearMessages) {
 
 }  // namespace
 }  // namespace weir::sparsity
+
+namespace weir::sparsity {
+namespace {
+
+// kept_half counts, per entry, the tokens on which it was among the top half of |a|, and
+// survives a save / load.
+TEST(CalibratorTest, CountsTheTopHalfPerEntry) {
+  Calibrator c(1, 16);
+  const std::vector<float> t1 = {5, -1, 0.5f, -7, 2};  // top 3 of 5: entries 3, 0, 4
+  const std::vector<float> t2 = {0, 0, 9, -8, 1};      // entries 2, 3, 4
+  c.Add(0, Site::kMlpIn, t1);
+  c.Add(0, Site::kMlpIn, t2);
+  const Calibration cal = c.Finish("test");
+  EXPECT_EQ(cal.samples(0, CalibStat::kMlpIn).kept_half,
+            (std::vector<uint32_t>{1, 0, 1, 2, 2}));
+  auto back = Calibration::FromJson(cal.ToJson(), "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->samples(0, CalibStat::kMlpIn).kept_half,
+            cal.samples(0, CalibStat::kMlpIn).kept_half);
+  std::string bad = cal.ToJson();
+  bad.replace(bad.find("\"kept_half\": [1"), 15, "\"kept_half\": [-1");
+  EXPECT_FALSE(Calibration::FromJson(bad, "mem").ok());  // a negative count
+}
+
+}  // namespace
+}  // namespace weir::sparsity

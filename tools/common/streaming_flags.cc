@@ -103,6 +103,8 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
   const double n = tokens > 0 ? static_cast<double>(tokens) : 1.0;
   return {{"tokens", tokens},
           {"storage_bytes_per_token", s.storage_bytes / n},
+          {"storage_reads_per_token", s.storage_reads / n},
+          {"mean_read_bytes", s.storage_reads ? static_cast<double>(s.storage_bytes) / s.storage_reads : 0.0},
           {"prefetched_bytes_per_token", s.prefetched_bytes / n},
           {"transient_bytes_per_token", s.transient_bytes / n},
           {"cache_bytes_per_token", s.cache_bytes / n},

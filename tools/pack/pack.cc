@@ -11,6 +11,7 @@
 #include "format/weir_pack_format.h"
 #include "format/weir_pack_reader.h"
 #include "format/weir_pack_writer.h"
+#include "sparsity/calibration.h"
 
 namespace weir::tools {
 
@@ -36,6 +37,11 @@ int PackMain(int argc, char** argv) {
                  "neuron columns), or sparse-columns (columns stored as bitmap + non-zero values: "
                  "for models pruned with `weir prune --mode unstructured`)")
       ->check(CLI::IsMember({"bundles", "columns", "sparse-columns"}));
+  std::string calib;
+  app.add_option("--calib", calib,
+                 "column layouts: a calibration file (weir calibrate) whose per-channel counts "
+                 "order each layer group's input channels and neurons hottest first, so that "
+                 "columns kept together share pages and reads (default: the model's order)");
   app.add_flag("--json", json, "print a JSON summary");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
@@ -53,6 +59,33 @@ int PackMain(int argc, char** argv) {
   opt.tokenizer_path = tokenizer;
   auto mf = format::LoadModel(in, opt);
   if (!mf.ok()) return Fail("pack", mf.status());
+  if (!calib.empty()) {
+    if (!format::IsColumnLayout(options.layout)) {
+      std::fprintf(stderr, "weir pack: --calib orders column packs: add --layout columns\n");
+      return kExitUsage;
+    }
+    auto c = sparsity::Calibration::Load(calib);
+    if (!c.ok()) return Fail("pack", c.status());
+    if (c->n_layer() != mf->config.n_layers) {
+      return Fail("pack", Status::InvalidArgument(StrFormat(
+                              "%s has %d layers, the model %d", calib.c_str(), c->n_layer(),
+                              mf->config.n_layers)));
+    }
+    for (int l = 0; l < c->n_layer(); ++l) {
+      for (auto [stat, out] : {std::pair{sparsity::CalibStat::kMlpIn, &options.in_score},
+                               std::pair{sparsity::CalibStat::kMlpDown, &options.down_score}}) {
+        const sparsity::SampleSet& s = c->samples(l, stat);
+        if (s.kept_half.empty()) {
+          return Fail("pack", Status::InvalidArgument(StrFormat(
+                                  "%s: layer %d has no per-channel '%s' counts (kept_half); "
+                                  "write it again with this version of weir calibrate",
+                                  calib.c_str(), l,
+                                  std::string(sparsity::CalibStatName(stat)).c_str())));
+        }
+        out->emplace_back(s.kept_half.begin(), s.kept_half.end());
+      }
+    }
+  }
   std::error_code ec;
   if (std::filesystem::exists(out, ec) && std::filesystem::equivalent(in, out, ec)) {
     return Fail("pack", Status::InvalidArgument("output " + out +
