@@ -57,9 +57,12 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
   StreamingOptions mo = config.stream;
   mo.cache_budget = 0;  // planned by Fit
   if (mo.block_bytes == 0) {
-    // Dense bundles are read whole: large blocks. Sparse columns are read one by one: the
-    // smallest block O_DIRECT allows, so that bytes read follow the kept columns.
-    mo.block_bytes = format::IsColumnLayout(pack.layout()) ? 4096 : size_t{2} << 20;
+    // Dense bundles are read whole: large blocks. Columns: 64 KiB. A 4 KiB block lets the bytes
+    // read follow the kept columns, but each block is a cache entry with its own lookup, pin and
+    // bookkeeping, and on SmolLM2 that cost more than the bytes saved: its column pack at a
+    // budget of static + KV + 50 % of the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 /
+    // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru; docs/streaming.md, 3.2).
+    mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
   }
   m->config_.stream.block_bytes = mo.block_bytes;
   WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));

@@ -23,7 +23,9 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
       "--profile", f->profile,
       "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
   app.add_option("--policy", f->policy,
-                 "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default lru)");
+                 "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default mru: "
+                 "each token sweeps the layers in order, where LRU and LFU evict what is needed "
+                 "next and hit nothing)");
   app.add_option("--prefetch", f->prefetch,
                  "layers read ahead by the I/O thread (default 1; 0 = the current layer only; "
                  "-1 = no read-ahead, every block read on demand: deterministic cache counts)")
@@ -32,7 +34,7 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
                  "cache split: uniform (per layer group), proportional, shared (default uniform)");
   app.add_option("--block", f->block,
                  "cached unit of the streamed MLP tensors, a multiple of 4 KiB (default 2MiB for bundle "
-                 "packs, 4KiB for column packs)");
+                 "packs, 64KiB for column packs)");
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
       ->check(CLI::Range(1, 4096));
 }

@@ -21,7 +21,7 @@ struct StreamingFlags {
   std::string memory;             // --memory BYTES; "" = no limit
   std::string storage = "pread";  // --storage: pread, direct, io_uring, io_uring+direct, mmap
   std::string profile;            // --profile: throttle to a storage profile
-  std::string policy = "lru";     // --policy
+  std::string policy = "mru";     // --policy (measured: lru and lfu thrash, docs/streaming.md 3.2)
   int prefetch = 1;               // --prefetch: layers read ahead (-1: none)
   std::string partitions = "uniform";
   std::string block;  // --block; "" = 2 MiB for bundle packs, 4 KiB for column packs
