@@ -289,7 +289,10 @@ uint64_t StreamingWeights::fixed_bytes() const {
          (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
          (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
          3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t) +
-         std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_);
+         std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_) +
+         // Released cache blocks waiting to be given back in one batch (slab_placement.h).
+         (options_.block_bytes < (size_t{2} << 20) ? storage::SlabPlacement::kDeferredReleaseBytes
+                                                   : 0);
 }
 
 uint64_t StreamingWeights::streamed_bytes() const {

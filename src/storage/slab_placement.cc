@@ -3,6 +3,7 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -47,7 +48,7 @@ Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<S
   return p;
 }
 
-SlabPlacement::~SlabPlacement() = default;
+SlabPlacement::~SlabPlacement() = default;  // the regions unmap everything, queued or not
 
 std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
   const uint32_t s = UnitLayer(id);
@@ -58,11 +59,60 @@ std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
       !RangeInside(offset, capacity, r.memory.size())) {
     return nullptr;
   }
-  return r.memory.data() + offset;
+  std::byte* p = r.memory.data() + offset;
+  {
+    // A queued release of this place is cancelled: the unit's new bytes go into those pages.
+    std::lock_guard<std::mutex> lock(release_mu_);
+    if (!queued_.empty()) {
+      auto it = queued_.find(p);
+      if (it != queued_.end()) {
+        queued_bytes_ -= it->second;
+        queued_.erase(it);
+      }
+    }
+  }
+  return p;
 }
 
 void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {
-  Discard(data, capacity);
+  (void)id;
+  const size_t page = PageSize();
+  const size_t rounded = (capacity + page - 1) / page * page;
+  if (rounded >= kHugePage) {  // a huge unit is one madvise anyway
+    Discard(data, capacity);
+    return;
+  }
+  std::lock_guard<std::mutex> lock(release_mu_);
+  auto [it, added] = queued_.emplace(data, rounded);
+  if (!added) return;  // already queued
+  queued_bytes_ += rounded;
+  if (queued_bytes_ >= kDeferredReleaseBytes) FlushLocked();
+}
+
+void SlabPlacement::FlushReleases() {
+  std::lock_guard<std::mutex> lock(release_mu_);
+  FlushLocked();
+}
+
+void SlabPlacement::FlushLocked() {
+  if (queued_.empty()) return;
+  std::vector<std::pair<std::byte*, size_t>> runs(queued_.begin(), queued_.end());
+  queued_.clear();
+  queued_bytes_ = 0;
+  std::sort(runs.begin(), runs.end());
+  std::byte* start = runs[0].first;
+  size_t len = runs[0].second;
+  for (size_t i = 1; i <= runs.size(); ++i) {
+    if (i < runs.size() && runs[i].first == start + len) {
+      len += runs[i].second;
+      continue;
+    }
+    WEIR_CHECK(madvise(start, len, MADV_DONTNEED) == 0);
+    if (i < runs.size()) {
+      start = runs[i].first;
+      len = runs[i].second;
+    }
+  }
 }
 
 void SlabPlacement::Discard(std::byte* p, size_t bytes) {

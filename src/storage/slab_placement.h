@@ -17,13 +17,23 @@
 // MADV_DONTNEED, after which they read as zeros; so resident memory follows what is cached. The
 // page tables of committed pages (8 bytes per 4 KiB) are the only cost outside the cache budget.
 //
-// Thread safety: Place/Release/Discard may be called from any thread (they touch disjoint pages
-// and no shared state); bases are immutable after Create.
+// Released units smaller than a huge page are returned in batches: Release queues the range,
+// and once kDeferredReleaseBytes are queued they are sorted, neighbours merged, and each merged
+// run given back by one madvise. Each madvise costs a TLB shootdown on every core; one per
+// 4 KiB unit made a column pack spend more time there than reading (docs/streaming.md, 3.2).
+// A unit placed again while its range is queued leaves the queue (its pages are reused as
+// they are). So at most kDeferredReleaseBytes of released units stay resident: the streaming
+// plan counts them (StreamingWeights::fixed_bytes).
+//
+// Thread safety: Place/Release/Discard may be called from any thread; the release queue has its
+// own mutex; bases are immutable after Create.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "base/anon_region.h"
@@ -56,6 +66,11 @@ class SlabPlacement : public UnitPlacement {
   void Release(UnitId id, std::byte* data, size_t capacity) override;
   // Returns the pages of [p, p + bytes) (page-aligned) to the OS.
   void Discard(std::byte* p, size_t bytes);
+  // Gives back every queued release now.
+  void FlushReleases();
+
+  // Bytes of released units that may stay resident, waiting in the release queue.
+  static constexpr size_t kDeferredReleaseBytes = size_t{1} << 20;
 
  private:
   struct Region {
@@ -63,6 +78,11 @@ class SlabPlacement : public UnitPlacement {
     size_t unit_bytes = 0;
   };
   SlabPlacement() = default;
+  void FlushLocked();
+
+  std::mutex release_mu_;
+  std::unordered_map<std::byte*, size_t> queued_;  // start -> bytes (page-rounded)
+  size_t queued_bytes_ = 0;
   std::vector<Region> slabs_;
 };
 

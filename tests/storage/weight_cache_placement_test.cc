@@ -96,6 +96,38 @@ TEST(SlabPlacementTest, DiscardReturnsPagesAndZeroes) {
   for (size_t i = 0; i < bytes; i += 4096) ASSERT_EQ(p[i], std::byte{0});
 }
 
+// Small units are given back in batches: a released unit keeps its bytes until the queue is
+// flushed (or until kDeferredReleaseBytes are queued), a unit placed again leaves the queue, and
+// a flush returns the pages and zeroes them.
+TEST(SlabPlacementTest, SmallUnitReleasesAreBatched) {
+  const size_t unit = 4096;
+  auto s = SlabPlacement::Create({{400 * unit, unit}});
+  ASSERT_TRUE(s.ok());
+  SlabPlacement& sp = **s;
+  std::byte* a = sp.Place(MakeUnitId(0, 0, 3), unit);
+  std::byte* b = sp.Place(MakeUnitId(0, 0, 4), unit);
+  ASSERT_NE(a, nullptr);
+  std::memset(a, 0x11, unit);
+  std::memset(b, 0x22, unit);
+  sp.Release(MakeUnitId(0, 0, 3), a, unit);
+  sp.Release(MakeUnitId(0, 0, 4), b, unit);
+  EXPECT_EQ(a[0], std::byte{0x11});  // queued, not given back yet
+  EXPECT_EQ(sp.Place(MakeUnitId(0, 0, 4), unit), b);  // placed again: leaves the queue
+  sp.FlushReleases();
+  EXPECT_EQ(a[0], std::byte{0});      // given back
+  EXPECT_EQ(b[0], std::byte{0x22});   // kept: it was placed again
+  // Enough queued bytes flush by themselves.
+  std::vector<std::byte*> units;
+  for (uint64_t i = 8; i < 8 + SlabPlacement::kDeferredReleaseBytes / unit && i < 400; ++i) {
+    std::byte* p = sp.Place(MakeUnitId(0, 0, i), unit);
+    std::memset(p, 0x33, unit);
+    sp.Release(MakeUnitId(0, 0, i), p, unit);
+    units.push_back(p);
+  }
+  ASSERT_EQ(units.size() * unit, SlabPlacement::kDeferredReleaseBytes);
+  for (std::byte* p : units) EXPECT_EQ(p[0], std::byte{0});
+}
+
 TEST(SlabPlacementTest, HugePageUnitsAreAlignedAndReleased) {
   const size_t unit = 2 << 20;
   auto s = SlabPlacement::Create({{24 * unit + 5000, unit}});
