@@ -17,7 +17,7 @@ int ConvertMain(int argc, char** argv) {
   app.add_option("-m,--model", in, "input model")->required();
   app.add_option("--tokenizer", tokenizer, "tokenizer file to use instead of the one beside the model");
   app.add_option("-o,--output", out, "output .gguf")->required();
-  app.add_option("--type", type, "convert 2-D weights to f32, f16, bf16, q8_0 or q4_0 (default: keep)");
+  app.add_option("--type", type, "convert 2-D weights to " + DTypeNameList() + " (default: keep)");
   app.add_flag("--json", json, "print a JSON summary");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
@@ -25,7 +25,8 @@ int ConvertMain(int argc, char** argv) {
   if (!type.empty()) {
     to = DTypeFromName(type);
     if (!to) {
-      std::fprintf(stderr, "weir convert: unknown --type '%s'\n", type.c_str());
+      std::fprintf(stderr, "weir convert: unknown --type '%s' (%s)\n", type.c_str(),
+                   DTypeNameList().c_str());
       return kExitUsage;
     }
   }

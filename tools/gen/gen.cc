@@ -24,7 +24,7 @@ int GenMain(int argc, char** argv) {
                            "shape preset: tiny, llama-1b, llama-7b (llama); tiny (others); "
                            "gemma3-270m (gemma3)");
   app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
-  app.add_option("--type", type, "weight type: f32, f16, bf16, q8_0, q4_0 (default q8_0)");
+  app.add_option("--type", type, "weight type: " + DTypeNameList() + " (default q8_0)");
   app.add_option("-o,--output", out, "output .gguf")->required();
   app.add_option("--seed", seed, "random seed (default 1)");
   app.add_option("-t,--threads", threads, "threads (default: all cores)");
@@ -34,7 +34,8 @@ int GenMain(int argc, char** argv) {
 
   auto dtype = DTypeFromName(type);
   if (!dtype) {
-    std::fprintf(stderr, "weir gen: unknown --type '%s' (f32, f16, bf16, q8_0, q4_0)\n", type.c_str());
+    std::fprintf(stderr, "weir gen: unknown --type '%s' (%s)\n", type.c_str(),
+                 DTypeNameList().c_str());
     return kExitUsage;
   }
   format::SynthSpec spec;

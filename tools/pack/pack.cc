@@ -29,7 +29,7 @@ int PackMain(int argc, char** argv) {
          "layers per group: one read fetches a neuron's bundle for this many layers (default 1)")
       ->check(CLI::Range(1, format::kMaxPackGroupSize));
   app.add_option("--type", type,
-                 "convert weights to f32, f16, bf16, q8_0 or q4_0 first (default: keep)");
+                 "convert weights to " + DTypeNameList() + " first (default: keep)");
   std::string layout = "bundles";
   app.add_option("--layout", layout,
                  "MLP layout: bundles (dense streaming: one read per neuron's gate, up and down) "
@@ -51,7 +51,8 @@ int PackMain(int argc, char** argv) {
   if (!type.empty()) {
     options.type = DTypeFromName(type);
     if (!options.type) {
-      std::fprintf(stderr, "weir pack: unknown --type '%s'\n", type.c_str());
+      std::fprintf(stderr, "weir pack: unknown --type '%s' (%s)\n", type.c_str(),
+                   DTypeNameList().c_str());
       return kExitUsage;
     }
   }
