@@ -1,5 +1,7 @@
 #include "base/memory_info.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <fstream>
 #include <sstream>
@@ -61,6 +63,15 @@ std::optional<uint64_t> AvailableMemoryBytes() {
   if (!avail) return std::nullopt;
   if (auto room = CgroupRoom()) return std::min(*avail, *room);
   return avail;
+}
+
+std::optional<uint64_t> ResidentBytes() {
+  std::ifstream in("/proc/self/statm");
+  uint64_t size_pages = 0, resident_pages = 0;
+  if (!(in >> size_pages >> resident_pages)) return std::nullopt;
+  const long page = sysconf(_SC_PAGESIZE);
+  if (page <= 0) return std::nullopt;
+  return resident_pages * static_cast<uint64_t>(page);
 }
 
 }  // namespace weir

@@ -13,4 +13,7 @@ namespace weir {
 // nullopt when /proc/meminfo cannot be read (not Linux, or a restricted sandbox).
 std::optional<uint64_t> AvailableMemoryBytes();
 
+// The calling process's resident set now (/proc/self/statm), or nullopt where it cannot be read.
+std::optional<uint64_t> ResidentBytes();
+
 }  // namespace weir

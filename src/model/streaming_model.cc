@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/anon_region.h"
+#include "base/memory_info.h"
 #include "base/units.h"
 
 namespace weir::model {
@@ -27,8 +28,9 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 std::string MemoryPlan::ToString() const {
   const bool unlimited = budget == UINT64_MAX;
   return StrFormat(
-      "static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s (streamed %s)",
-      FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
+      "process %s + static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s "
+      "(streamed %s)",
+      FormatBytes(process_bytes).c_str(), FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
       FormatBytes(streamer_bytes).c_str(), FormatBytes(io_bytes).c_str(),
       FormatBytes(policy_bytes).c_str(), unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
       unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
@@ -78,6 +80,9 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
   // They live in one region (below), of huge pages when large (AnonRegion leaves a last partial
   // huge page on small pages, so the page-rounded sizes above are what can be committed).
   const bool huge_statics = m->plan_.static_bytes >= kHugeStaticBytes;
+  if (config.count_process) {
+    if (std::optional<uint64_t> rss = ResidentBytes()) m->plan_.process_bytes = *rss;
+  }
   // What can be checked before the session exists.
   MemoryPlan early;
   if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
@@ -161,11 +166,12 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
     p.policy_bytes += 16 * config_.stream.policy_options.belady_trace.size() + 64 * total_blocks_;
   if (budget < p.minimum()) {
     return Status::OutOfMemory(StrFormat(
-        "%s: memory budget %s is below the minimum %s (static tensors %s, KV cache and activations "
-        "%s, "
+        "%s: memory budget %s is below the minimum %s (the process before the weights %s, static "
+        "tensors %s, KV cache and activations %s, "
         "streaming scratch and transient reads %s, I/O buffers %s, policy %s; the cache of "
         "streamed weights gets what is left above that)",
         path_.c_str(), FormatBytes(budget).c_str(), FormatBytes(p.minimum()).c_str(),
+        FormatBytes(p.process_bytes).c_str(),
         FormatBytes(p.static_bytes).c_str(), FormatBytes(p.session_bytes).c_str(),
         FormatBytes(p.streamer_bytes).c_str(), FormatBytes(p.io_bytes).c_str(),
         FormatBytes(p.policy_bytes).c_str()));

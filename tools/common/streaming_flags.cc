@@ -75,6 +75,7 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.device.profile = f.profile;
   c.device.queue_depth = static_cast<uint32_t>(f.queue_depth);
   c.stream.policy = f.policy;
+  c.count_process = true;  // --memory bounds the whole process (streaming_model.h)
   c.stream.prefetch_layers = f.prefetch;
   c.stream.record_trace = f.record_trace;
   c.stream.partitions = f.partitions;
@@ -131,7 +132,7 @@ nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
   return {
       {"budget", p.budget},         {"minimum", p.minimum()},       {"static", p.static_bytes},
       {"session", p.session_bytes}, {"streamer", p.streamer_bytes}, {"io", p.io_bytes},
-      {"policy", p.policy_bytes},   {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}};
+      {"policy", p.policy_bytes},   {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}, {"process", p.process_bytes}};
 }
 
 uint64_t PeakRssBytes() {
