@@ -156,7 +156,10 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
           StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
     }
   }
-  WEIR_ASSIGN_OR_RETURN(s->slabs_, storage::SlabPlacement::Create(slabs));
+  // Releases are batched up to 16 blocks (at most 1 MiB): enough to merge neighbours, little
+  // next to a budget that holds a few lanes of blocks.
+  WEIR_ASSIGN_OR_RETURN(s->slabs_,
+                        storage::SlabPlacement::Create(slabs, 16 * options.block_bytes));
   for (Group& g : s->groups_) {
     g.extent.base = s->slabs_->base(g.extent.slab);
     if (g.columns) g.in.base = s->slabs_->base(g.in.slab);
@@ -291,8 +294,7 @@ uint64_t StreamingWeights::fixed_bytes() const {
          3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t) +
          std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_) +
          // Released cache blocks waiting to be given back in one batch (slab_placement.h).
-         (options_.block_bytes < (size_t{2} << 20) ? storage::SlabPlacement::kDeferredReleaseBytes
-                                                   : 0);
+         (options_.block_bytes < (size_t{2} << 20) ? slabs_->deferred_release_bytes() : 0);
 }
 
 uint64_t StreamingWeights::streamed_bytes() const {

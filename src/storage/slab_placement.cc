@@ -21,10 +21,12 @@ size_t SlabPlacement::PageSize() {
   return page;
 }
 
-Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<Slab>& slabs) {
+Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<Slab>& slabs,
+                                                             size_t deferred_release_bytes) {
   if (slabs.empty()) return Status::InvalidArgument("slab placement: no slabs");
   const size_t page = PageSize();
   std::unique_ptr<SlabPlacement> p(new SlabPlacement());
+  p->deferred_release_bytes_ = std::min(deferred_release_bytes, kDeferredReleaseBytes);
   for (size_t s = 0; s < slabs.size(); ++s) {
     const Slab& in = slabs[s];
     if (in.unit_bytes == 0 || in.unit_bytes % page != 0) {
@@ -78,7 +80,7 @@ void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {
   (void)id;
   const size_t page = PageSize();
   const size_t rounded = (capacity + page - 1) / page * page;
-  if (rounded >= kHugePage) {  // a huge unit is one madvise anyway
+  if (rounded >= kHugePage || deferred_release_bytes_ == 0) {  // one madvise anyway
     Discard(data, capacity);
     return;
   }
@@ -86,7 +88,7 @@ void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {
   auto [it, added] = queued_.emplace(data, rounded);
   if (!added) return;  // already queued
   queued_bytes_ += rounded;
-  if (queued_bytes_ >= kDeferredReleaseBytes) FlushLocked();
+  if (queued_bytes_ >= deferred_release_bytes_) FlushLocked();
 }
 
 void SlabPlacement::FlushReleases() {

@@ -18,11 +18,11 @@
 // page tables of committed pages (8 bytes per 4 KiB) are the only cost outside the cache budget.
 //
 // Released units smaller than a huge page are returned in batches: Release queues the range,
-// and once kDeferredReleaseBytes are queued they are sorted, neighbours merged, and each merged
+// and once deferred_release_bytes (at most kDeferredReleaseBytes) are queued they are sorted, neighbours merged, and each merged
 // run given back by one madvise. Each madvise costs a TLB shootdown on every core; one per
 // 4 KiB unit made a column pack spend more time there than reading (docs/streaming.md, 3.2).
 // A unit placed again while its range is queued leaves the queue (its pages are reused as
-// they are). So at most kDeferredReleaseBytes of released units stay resident: the streaming
+// they are). So at most deferred_release_bytes of released units stay resident: the streaming
 // plan counts them (StreamingWeights::fixed_bytes).
 //
 // Thread safety: Place/Release/Discard may be called from any thread; the release queue has its
@@ -50,7 +50,10 @@ class SlabPlacement : public UnitPlacement {
   };
   // InvalidArgument for a unit size that is not whole pages or an empty list; OutOfMemory when
   // the address space cannot be reserved.
-  static Result<std::unique_ptr<SlabPlacement>> Create(const std::vector<Slab>& slabs);
+  // deferred_release_bytes: how much released memory may wait to be given back in one batch
+  // (0: every release at once).
+  static Result<std::unique_ptr<SlabPlacement>> Create(
+      const std::vector<Slab>& slabs, size_t deferred_release_bytes = kDeferredReleaseBytes);
   ~SlabPlacement() override;
   SlabPlacement(const SlabPlacement&) = delete;
   SlabPlacement& operator=(const SlabPlacement&) = delete;
@@ -69,8 +72,9 @@ class SlabPlacement : public UnitPlacement {
   // Gives back every queued release now.
   void FlushReleases();
 
-  // Bytes of released units that may stay resident, waiting in the release queue.
+  // The default and largest release batch.
   static constexpr size_t kDeferredReleaseBytes = size_t{1} << 20;
+  size_t deferred_release_bytes() const { return deferred_release_bytes_; }
 
  private:
   struct Region {
@@ -83,6 +87,7 @@ class SlabPlacement : public UnitPlacement {
   std::mutex release_mu_;
   std::unordered_map<std::byte*, size_t> queued_;  // start -> bytes (page-rounded)
   size_t queued_bytes_ = 0;
+  size_t deferred_release_bytes_ = kDeferredReleaseBytes;
   std::vector<Region> slabs_;
 };
 

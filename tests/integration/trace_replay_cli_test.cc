@@ -46,7 +46,8 @@ TEST(TraceReplayCliTest, ReplayOfARealStreamedRunMatchesItsCountsExactly) {
     for (const char* budget : {"380KiB", "420KiB"}) {  // part of the model cached
       SCOPED_TRACE(budget);
       const std::string trace = f.dir + "/run-" + policy + "-" + budget + ".wtrace";
-      const std::string common = std::string(" --memory ") + budget + " --policy " + policy +
+      const std::string common = std::string(" --memory ") + budget +
+                                 " --memory-scope weights --policy " + policy +
                                  " --block 4KiB --prefetch -1";
       auto run = testing::RunCommand(w + " run -m " + f.pack +
                                      " -p 'Once upon a time' -n 12 -c 64 --temp 0 --json" +
@@ -115,7 +116,7 @@ TEST(TraceReplayCliTest, PlanAutoPrintsItsChoiceAndRuns) {
   const Files f = MakePack();
   const std::string w = testing::WeirBin();
   auto r = testing::RunCommand(w + " run -m " + f.pack +
-                               " -p hi -n 4 -c 64 --temp 0 --memory 8MiB --plan auto "
+                               " -p hi -n 4 -c 64 --temp 0 --memory 8MiB --memory-scope weights --plan auto "
                                "--plan-device a18");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("plan (ActiveFlow, device a18"), std::string::npos) << r.err;

@@ -118,13 +118,13 @@ TEST(SlabPlacementTest, SmallUnitReleasesAreBatched) {
   EXPECT_EQ(b[0], std::byte{0x22});   // kept: it was placed again
   // Enough queued bytes flush by themselves.
   std::vector<std::byte*> units;
-  for (uint64_t i = 8; i < 8 + SlabPlacement::kDeferredReleaseBytes / unit && i < 400; ++i) {
+  for (uint64_t i = 8; i < 8 + sp.deferred_release_bytes() / unit && i < 400; ++i) {
     std::byte* p = sp.Place(MakeUnitId(0, 0, i), unit);
     std::memset(p, 0x33, unit);
     sp.Release(MakeUnitId(0, 0, i), p, unit);
     units.push_back(p);
   }
-  ASSERT_EQ(units.size() * unit, SlabPlacement::kDeferredReleaseBytes);
+  ASSERT_EQ(units.size() * unit, sp.deferred_release_bytes());
   for (std::byte* p : units) EXPECT_EQ(p[0], std::byte{0});
 }
 

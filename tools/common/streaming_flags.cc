@@ -14,8 +14,13 @@ namespace weir::tools {
 void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
   app.add_option(
       "--memory", f->memory,
-      "memory budget for everything weir allocates when running a weir pack (e.g. 300MiB, "
-      "1.5GiB; default: no limit); docs/streaming.md");
+      "memory budget of the whole process when running a weir pack (e.g. 300MiB, 1.5GiB; "
+      "default: no limit); docs/streaming.md");
+  app.add_option("--memory-scope", f->memory_scope,
+                 "what --memory bounds: process (default: code, libraries and metadata too, their "
+                 "resident set counted when the pack is opened) or weights (only what weir "
+                 "allocates for the model: statics, KV cache, cache, buffers)")
+      ->check(CLI::IsMember({"process", "weights"}));
   app.add_option("--storage", f->storage,
                  "how a pack is read: pread, direct (O_DIRECT), io_uring, "
                  "io_uring+direct, mmap (default pread)");
@@ -75,7 +80,7 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.device.profile = f.profile;
   c.device.queue_depth = static_cast<uint32_t>(f.queue_depth);
   c.stream.policy = f.policy;
-  c.count_process = true;  // --memory bounds the whole process (streaming_model.h)
+  c.count_process = f.memory_scope == "process";  // streaming_model.h
   c.stream.prefetch_layers = f.prefetch;
   c.stream.record_trace = f.record_trace;
   c.stream.partitions = f.partitions;

@@ -19,6 +19,7 @@ namespace weir::tools {
 
 struct StreamingFlags {
   std::string memory;             // --memory BYTES; "" = no limit
+  std::string memory_scope = "process";  // --memory-scope process|weights
   std::string storage = "pread";  // --storage: pread, direct, io_uring, io_uring+direct, mmap
   std::string profile;            // --profile: throttle to a storage profile
   std::string policy = "mru";     // --policy (measured: lru and lfu thrash, docs/streaming.md 3.2)
