@@ -1,5 +1,9 @@
 // weir inspect: describe a model file -- format, hyperparameters, tokenizer, tensor table.
+#include <algorithm>
 #include <cstdio>
+#include <map>
+#include <string>
+#include <vector>
 
 #include "base/units.h"
 #include "common/cli.h"
@@ -115,6 +119,58 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
 
 }  // namespace
 
+// A GGUF weir cannot load (an architecture or a tensor type it does not run): what the file
+// holds, read without binding it to a model, and why it cannot run.
+int InspectUnloadable(const format::GgufFile& g, const Status& why, bool json) {
+  std::string arch = "?";
+  if (auto a = g.GetString("general.architecture"); a.ok()) arch = a->substr(0, 64);
+  std::map<std::string, uint64_t> bytes_by_type;
+  std::vector<std::string> cannot;
+  for (const format::GgufTensorInfo& info : g.tensors()) {
+    const std::string type = GgmlTypeName(info.ggml_type);
+    bytes_by_type[type] += info.nbytes;
+    if (!info.dtype && std::find(cannot.begin(), cannot.end(), type) == cannot.end()) {
+      cannot.push_back(type);
+    }
+  }
+  if (json) {
+    nlohmann::json j;
+    j["path"] = g.path();
+    j["format"] = "gguf";
+    j["architecture"] = arch;
+    j["runnable"] = false;
+    j["reason"] = why.ToString();
+    j["types_weir_cannot_compute"] = cannot;
+    nlohmann::json tensors = nlohmann::json::array();
+    for (const format::GgufTensorInfo& info : g.tensors()) {
+      std::vector<int64_t> shape(info.shape.dims.begin(), info.shape.dims.begin() + info.shape.ndim);
+      tensors.push_back({{"name", info.name}, {"type", GgmlTypeName(info.ggml_type)},
+                         {"shape", shape}, {"bytes", info.nbytes}});
+    }
+    j["tensors"] = tensors;
+    PrintJson(j);
+    return kExitOk;
+  }
+  std::printf("model:      %s\nformat:     gguf, architecture %s\n", g.path().c_str(), arch.c_str());
+  std::printf("weir cannot run it: %s\n", why.ToString().c_str());
+  if (!cannot.empty()) {
+    std::string list;
+    for (const std::string& t : cannot) list += (list.empty() ? "" : ", ") + t;
+    std::printf("tensor types weir does not compute: %s (it computes %s)\n", list.c_str(),
+                DTypeNameList().c_str());
+  }
+  std::printf("\n| %-28s | %-8s | %-16s | %12s |\n", "tensor", "type", "shape", "bytes");
+  for (const format::GgufTensorInfo& info : g.tensors()) {
+    std::printf("| %-28s | %-8s | %-16s | %12llu |\n", info.name.c_str(),
+                GgmlTypeName(info.ggml_type).c_str(), info.shape.ToString().c_str(),
+                static_cast<unsigned long long>(info.nbytes));
+  }
+  std::printf("\nbytes by type:");
+  for (const auto& [t, b] : bytes_by_type) std::printf(" %s %s", t.c_str(), FormatBytes(b).c_str());
+  std::printf("\n");
+  return kExitOk;
+}
+
 int InspectMain(int argc, char** argv) {
   CLI::App app("Describe a model file: format, hyperparameters, tokenizer and tensors.", "inspect");
   std::string path, tokenizer;
@@ -134,11 +190,22 @@ int InspectMain(int argc, char** argv) {
   format::LoadOptions opt;
   opt.tokenizer_path = tokenizer;
   auto mf = format::LoadModel(path, opt);
-  if (!mf.ok()) return Fail("inspect", mf.status());
+  if (!mf.ok()) {
+    // A GGUF that parses but does not load (unknown architecture or tensor type) is still
+    // described; anything else (a damaged file) is an error.
+    if (mf.status().code() == Status::Code::kUnsupported) {
+      if (auto g = format::GgufFile::Open(path); g.ok()) {
+        return InspectUnloadable(*g, mf.status(), json);
+      }
+    }
+    return Fail("inspect", mf.status());
+  }
   const auto& c = mf->config;
   const auto& t = mf->tokenizer;
   uint64_t total = 0;
   for (const auto& [n, v] : mf->tensors) total += v.nbytes();
+  int sliding = 0;
+  for (int l = 0; l < c.n_layers; ++l) sliding += c.IsSliding(l) ? 1 : 0;
   bool uniform = true;
   for (const auto& L : c.layers) {
     uniform = uniform && L.n_head == c.n_head && L.n_head_kv == c.n_head_kv && L.d_ff == c.d_ff;
@@ -152,7 +219,9 @@ int InspectMain(int argc, char** argv) {
                    {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim}, {"d_ff", c.d_ff},
                    {"vocab_size", c.vocab_size}, {"ctx_len", c.ctx_len}, {"rms_eps", c.rms_eps},
                    {"rope_theta", c.rope_theta}, {"rope_dim", c.rope_dim},
-                   {"rope_style", RopeStyleName(c.rope_style)}, {"tied_output", c.tied_output}};
+                   {"rope_style", RopeStyleName(c.rope_style)}, {"tied_output", c.tied_output},
+                   {"architecture", c.arch->name}, {"sliding_window", c.sliding_window},
+                   {"sliding_layers", sliding}, {"rope_theta_sliding", c.rope_theta_sliding}};
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : c.layers) layers.push_back({{"n_head", L.n_head}, {"n_head_kv", L.n_head_kv}, {"d_ff", L.d_ff}});
     j["layers"] = layers;
@@ -177,11 +246,17 @@ int InspectMain(int argc, char** argv) {
     return kExitOk;
   }
 
-  std::printf("model:      %s\nformat:     %s\n", mf->path.c_str(), format::FileFormatName(mf->format));
+  std::printf("model:      %s\nformat:     %s, architecture %s\n", mf->path.c_str(),
+              format::FileFormatName(mf->format), c.arch->name);
   std::printf("d_model %d | layers %d | heads %d (kv %d, head_dim %d) | d_ff %d | vocab %d | ctx %d\n",
               c.d_model, c.n_layers, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab_size, c.ctx_len);
   std::printf("rms_eps %g | rope %s, theta %g, dims %d | output head %s\n", c.rms_eps,
               RopeStyleName(c.rope_style), c.rope_theta, c.rope_dim, c.tied_output ? "tied to token_embd" : "separate");
+  if (c.sliding_window > 0) {
+    std::printf("sliding-window attention: %d of %d layers see the last %d positions (rope theta "
+                "%g); the others all\n",
+                sliding, c.n_layers, c.sliding_window, c.rope_theta_sliding);
+  }
   if (!uniform) {
     std::printf("per-layer dims (non-uniform):\n  layer  heads  kv_heads  d_ff\n");
     for (size_t l = 0; l < c.layers.size(); ++l) {
