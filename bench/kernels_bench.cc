@@ -14,7 +14,8 @@
 //
 //   BM_Stream/{read,copy,triad}/threads:T   memory bandwidth (read: sum of an array; copy c = a
 //                                           counts 2 arrays; triad a = b + s c counts 3)
-//   BM_MatVec/DTYPE/ROWSxCOLS/threads:T     dense decode product on the active path
+//   BM_MatVec/DTYPE/ROWSxCOLS/threads:T     dense decode product on the active path (Q4_1, Q5_0,
+//                                           Q4_K, Q6_K: the two FFN shapes only)
 //   BM_MatVecPath/PATH/DTYPE/...            the same on each supported path
 //   BM_DecodeMatVecs/DTYPE/llama-1b/...     every matvec of one llama-1b decode step (items =
 //                                           tokens: an upper bound on decode tok/s)
@@ -690,6 +691,20 @@ void RegisterAll() {
       }
     }
   }
+  // The other GGUF types the real models use (SmolLM2: Q4_1; Gemma 3 Q4_K_M: Q5_0, Q4_K, Q6_K),
+  // at the FFN shapes.
+  const DType kMoreTypes[] = {DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K};
+  for (DType t : kMoreTypes) {
+    for (Shape2 s : {Shape2{2048, 5632}, Shape2{5632, 2048}}) {
+      for (int threads : {1, 2}) {
+        RegisterBenchmark(("BM_MatVec/" + std::string(DTypeName(t)) + "/" + ShapeName(s) +
+                           "/threads:" + std::to_string(threads))
+                              .c_str(),
+                          BM_MatVec, t, s, threads, std::nullopt)
+            ->UseRealTime();
+      }
+    }
+  }
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
     for (bool tiled : {false, true}) {
       if (tiled && t == DType::kF16) continue;
@@ -704,7 +719,7 @@ void RegisterAll() {
   }
   for (Isa isa : SupportedIsas()) {
     if (isa == Isa::kScalar) continue;
-    for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+    for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kQ4_1, DType::kQ4_K}) {
       RegisterBenchmark(("BM_MatVecPath/" + std::string(IsaName(isa)) + "/" + DTypeName(t) +
                          "/2048x5632/threads:2")
                             .c_str(),
@@ -712,7 +727,8 @@ void RegisterAll() {
           ->UseRealTime();
     }
   }
-  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16}) {
+  for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kQ4_1, DType::kQ5_0,
+                  DType::kQ4_K, DType::kQ6_K}) {
     for (int64_t n : {16, 64}) {
       RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) +
                          "/2048x5632/tokens:" + std::to_string(n) + "/threads:2")

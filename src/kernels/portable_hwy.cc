@@ -3,7 +3,8 @@
 // picks the best one the CPU supports at run time, so a non-x86 build (phones) gets vector code
 // from this file alone. It is simpler than the hand-written x86 paths: quantized blocks are widened
 // to int16 and multiplied pairwise into int32 (ReorderWidenMulAccumulate), and the prepared
-// activation is the plain ref layout.
+// activation is the plain ref layout. Q4_1 (d * q + m) multiplies its raw nibbles and adds
+// m * d_x * sum(x_q) per block, from block sums computed with the activation.
 //
 // Like the hand-written paths, nothing here calls inline code from other headers outside
 // Highway's per-target namespaces.
@@ -39,15 +40,22 @@ constexpr int kQ = 32;
 constexpr size_t kPrefetchBytes = 2048;
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
+constexpr size_t kQ41Bytes = 20;  // Q4_1: f16 d, f16 m, 16 nibble bytes
 
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
-// Prepared activation (Q8_0 / Q4_0 weights): int8 q[cols] padded to 64 bytes, then f32 d[nb].
+// Prepared activation (Q8_0 / Q4_0 / Q4_1 weights): int8 q[cols] padded to 64 bytes, then
+// f32 d[nb]; for Q4_1 then f32 sx[nb] = d[b] * sum(q of block b), the min term's factor.
 inline size_t QOffsetOfScales(int64_t cols) { return (static_cast<size_t>(cols) + 63) / 64 * 64; }
 
+inline bool Int8Type(DType t) {
+  return t == DType::kQ8_0 || t == DType::kQ4_0 || t == DType::kQ4_1;
+}
+
 size_t PrepBytes(DType t, int64_t cols) {
-  if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
-  return QOffsetOfScales(cols) + 4 * static_cast<size_t>(cols / kQ);
+  if (!Int8Type(t)) return 0;
+  const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
+  return QOffsetOfScales(cols) + scale_arrays * 4 * static_cast<size_t>(cols / kQ);
 }
 
 // IEEE half to float, exact (normal, subnormal, inf, nan), without branches on the common path:
@@ -95,6 +103,7 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   const size_t n = hn::Lanes(df);
   auto* q = static_cast<int8_t*>(out);
   auto* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + QOffsetOfScales(cols));
+  float* sx = t == DType::kQ4_1 ? dx + cols / kQ : nullptr;
   for (int64_t b = 0; b < cols / kQ; ++b) {
     const float* xb = x + b * kQ;
     auto m = hn::Zero(df);
@@ -107,25 +116,51 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
       hn::StoreU(hn::DemoteTo(d8, qi), d8, q + b * kQ + j);
     }
     dx[b] = d;
+    if (sx != nullptr) {
+      int32_t sum = 0;
+      for (int j = 0; j < kQ; ++j) sum += q[b * kQ + j];
+      sx[b] = d * static_cast<float>(sum);
+    }
   }
 }
 
-template <bool kQ4, int NT>
+// The 16-bit weights j .. j + Lanes(d16) of a Q8_0 / Q4_0 / Q4_1 (kMin) block: Q4_0's nibble - 8,
+// Q4_1's raw nibble (its nibbles start at byte 4), Q8_0's byte.
+template <bool kQ4, bool kMin, class D16>
+inline hn::Vec<D16> BlockWeights(D16 d16, const uint8_t* blk, size_t j) {
+  const hn::Rebind<int8_t, D16> d8;
+  const hn::Rebind<uint8_t, D16> du8;
+  if constexpr (kQ4) {
+    const auto raw = hn::PromoteTo(d16, hn::LoadU(du8, blk + (kMin ? 4 : 2) + (j % 16)));
+    const auto nib = j < 16 ? hn::And(raw, hn::Set(d16, 15)) : hn::ShiftRight<4>(raw);
+    if constexpr (kMin) return nib;
+    return hn::Sub(nib, hn::Set(d16, 8));
+  } else {
+    return hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
+  }
+}
+
+// kMin (Q4_1, with kQ4): 20-byte blocks; sum_b m[b] * sx[b] is kept in a scalar accumulator, in
+// block order, and added to the vector sum at the end.
+template <bool kQ4, int NT, bool kMin = false>
 void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
                  size_t ys, const uint8_t* pf_end, const uint8_t* pf_shadow) {
   const hn::CappedTag<int16_t, 16> d16;
   const hn::Rebind<int8_t, decltype(d16)> d8;
-  const hn::Rebind<uint8_t, decltype(d16)> du8;
   const hn::RepartitionToWide<decltype(d16)> d32;
   const hn::Rebind<float, decltype(d32)> df;
   const size_t n = hn::Lanes(d16);
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   const int64_t nb = cols / kQ;
   const size_t d_off = QOffsetOfScales(cols);
   using VF = hn::Vec<decltype(df)>;
   using VI = hn::Vec<decltype(d32)>;
   VF acc[NT];
-  for (int t = 0; t < NT; ++t) acc[t] = hn::Zero(df);
+  float accm[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = hn::Zero(df);
+    accm[t] = 0;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const uint8_t* blk = row + static_cast<size_t>(b) * bb;
     if (blk + kPrefetchBytes < pf_end) __builtin_prefetch(blk + kPrefetchBytes, 0, kQ4 ? 3 : 2);
@@ -133,14 +168,7 @@ void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
     VI s0[NT], s1[NT];
     for (int t = 0; t < NT; ++t) s0[t] = s1[t] = hn::Zero(d32);
     for (size_t j = 0; j < static_cast<size_t>(kQ); j += n) {
-      hn::Vec<decltype(d16)> wv;
-      if constexpr (kQ4) {
-        const auto raw = hn::PromoteTo(d16, hn::LoadU(du8, blk + 2 + (j % 16)));
-        const auto nib = j < 16 ? hn::And(raw, hn::Set(d16, 15)) : hn::ShiftRight<4>(raw);
-        wv = hn::Sub(nib, hn::Set(d16, 8));
-      } else {
-        wv = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
-      }
+      const hn::Vec<decltype(d16)> wv = BlockWeights<kQ4, kMin>(d16, blk, j);
       for (int t = 0; t < NT; ++t) {
         const auto* xq = reinterpret_cast<const int8_t*>(xp + t * xs) + b * kQ + j;
         s0[t] = hn::ReorderWidenMulAccumulate(d32, wv, hn::PromoteTo(d16, hn::LoadU(d8, xq)), s0[t],
@@ -149,11 +177,13 @@ void DotQuantRow(const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs,
     }
     const float dw = LoadHalf(blk);
     for (int t = 0; t < NT; ++t) {
-      const float dxb = reinterpret_cast<const float*>(xp + t * xs + d_off)[b];
-      acc[t] = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0[t], s1[t])), hn::Set(df, dw * dxb), acc[t]);
+      const float* dxt = reinterpret_cast<const float*>(xp + t * xs + d_off);
+      acc[t] = hn::MulAdd(hn::ConvertTo(df, hn::Add(s0[t], s1[t])), hn::Set(df, dw * dxt[b]),
+                          acc[t]);
+      if constexpr (kMin) accm[t] += LoadHalf(blk + 2) * dxt[nb + b];
     }
   }
-  for (int t = 0; t < NT; ++t) y[t * ys] = hn::GetLane(hn::SumOfLanes(df, acc[t]));
+  for (int t = 0; t < NT; ++t) y[t * ys] = hn::GetLane(hn::SumOfLanes(df, acc[t])) + accm[t];
 }
 
 template <DType T, class D>
@@ -209,6 +239,9 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
     case DType::kQ4_0:
       DotQuantRow<true, NT>(row, cols, xp, xs, y, ys, pf_end, pf_shadow);
       return;
+    case DType::kQ4_1:
+      DotQuantRow<true, NT, true>(row, cols, xp, xs, y, ys, pf_end, pf_shadow);
+      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, xf, xs / 4, y, ys, pf_end, pf_shadow);
       return;
@@ -228,22 +261,25 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
 // the same order (so the same bits as MatVec); the activation is loaded once for the R rows and
 // R independent rows are in flight. pf: R rows of a later group (or nullptr), requested block by
 // block at the offsets being read.
-template <bool kQ4, int R>
+template <bool kQ4, int R, bool kMin = false>
 void DotQuantRowsGathered(const uint8_t* const* rows, int64_t cols, const uint8_t* xp,
                           float* const* y, const uint8_t* const* pf) {
   const hn::CappedTag<int16_t, 16> d16;
   const hn::Rebind<int8_t, decltype(d16)> d8;
-  const hn::Rebind<uint8_t, decltype(d16)> du8;
   const hn::RepartitionToWide<decltype(d16)> d32;
   const hn::Rebind<float, decltype(d32)> df;
   const size_t n = hn::Lanes(d16);
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   const int64_t nb = cols / kQ;
   const auto* dx = reinterpret_cast<const float*>(xp + QOffsetOfScales(cols));
   using VF = hn::Vec<decltype(df)>;
   using VI = hn::Vec<decltype(d32)>;
   VF acc[R];
-  for (int i = 0; i < R; ++i) acc[i] = hn::Zero(df);
+  float accm[R];
+  for (int i = 0; i < R; ++i) {
+    acc[i] = hn::Zero(df);
+    accm[i] = 0;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const size_t at = static_cast<size_t>(b) * bb;
     if (pf != nullptr) {
@@ -255,15 +291,7 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t cols, const uint8_
       const auto* xb = reinterpret_cast<const int8_t*>(xp) + b * kQ + j;
       const auto xq = hn::PromoteTo(d16, hn::LoadU(d8, xb));
       for (int i = 0; i < R; ++i) {
-        const uint8_t* blk = rows[i] + at;
-        hn::Vec<decltype(d16)> wv;
-        if constexpr (kQ4) {
-          const auto raw = hn::PromoteTo(d16, hn::LoadU(du8, blk + 2 + (j % 16)));
-          const auto nib = j < 16 ? hn::And(raw, hn::Set(d16, 15)) : hn::ShiftRight<4>(raw);
-          wv = hn::Sub(nib, hn::Set(d16, 8));
-        } else {
-          wv = hn::PromoteTo(d16, hn::LoadU(d8, reinterpret_cast<const int8_t*>(blk + 2) + j));
-        }
+        const hn::Vec<decltype(d16)> wv = BlockWeights<kQ4, kMin>(d16, rows[i] + at, j);
         s0[i] = hn::ReorderWidenMulAccumulate(d32, wv, xq, s0[i], s1[i]);
       }
     }
@@ -271,9 +299,10 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t cols, const uint8_
       const float dw = LoadHalf(rows[i] + at);
       acc[i] =
           hn::MulAdd(hn::ConvertTo(df, hn::Add(s0[i], s1[i])), hn::Set(df, dw * dx[b]), acc[i]);
+      if constexpr (kMin) accm[i] += LoadHalf(rows[i] + at + 2) * dx[nb + b];
     }
   }
-  for (int i = 0; i < R; ++i) *y[i] = hn::GetLane(hn::SumOfLanes(df, acc[i]));
+  for (int i = 0; i < R; ++i) *y[i] = hn::GetLane(hn::SumOfLanes(df, acc[i])) + accm[i];
 }
 
 template <DType T, int R>
@@ -315,6 +344,9 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
       return;
     case DType::kQ4_0:
       DotQuantRowsGathered<true, R>(rows, cols, xb, y, pf);
+      return;
+    case DType::kQ4_1:
+      DotQuantRowsGathered<true, R, true>(rows, cols, xb, y, pf);
       return;
     case DType::kF32:
       DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
@@ -370,9 +402,9 @@ void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const
   if (rest == 1) DotRowsGathered<1>(t, rows, cols, xp, out, nullptr);
 }
 
-// One token (decode) on Q8_0 / Q4_0 weights: four consecutive rows per pass through the gathered
-// row kernel, which gives each row the bits of DotQuantRow with one token while unpacking the
-// activation once for the four, and requests the next four rows as it reads. Measured
+// One token (decode) on Q8_0 / Q4_0 / Q4_1 weights: four consecutive rows per pass through the
+// gathered row kernel, which gives each row the bits of DotQuantRow with one token while unpacking
+// the activation once for the four, and requests the next four rows as it reads. Measured
 // (kernels_bench, 2 threads, AVX-512 target): Q4_0 14.7-15.5 -> 17.9-20.3 GB/s, Q8_0 2048x5632
 // 26.6-27.0 -> 30.4-30.5 GB/s, Q8_0 5632x2048 unchanged. Float weights stay on the row-by-row loop
 // (F16 5632x2048 ran 8% slower four rows at a time). Several tokens: each row against up to four.
@@ -381,7 +413,7 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
   const auto* x = static_cast<const uint8_t*>(xp);
   // Prefetches stay inside the rows this call reads: a gathered row's neighbours are not wanted.
   const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
-  if (n_tok == 1 && (t == DType::kQ8_0 || t == DType::kQ4_0)) {
+  if (n_tok == 1 && Int8Type(t)) {
     constexpr int R = 4;
     const uint8_t* rows[R];
     const uint8_t* ahead[R];
@@ -667,7 +699,7 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n);
 }
 
-const IsaKernels kTable = {kFloatQ8Q4Types, kFloatQ8Q4Types,
+const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
                            DispatchPrepBytes,  DispatchPrep,    DispatchDot,     DispatchDotGather,
                            DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
                            nullptr,            nullptr,         nullptr,         nullptr};

@@ -8,8 +8,10 @@
 #include "base/check.h"
 #include "kernels/gather.h"
 #include "kernels/internal/isa_kernels.h"
+#include "kernels/internal/typed_dispatch.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
+#include "tensor/quant_kquants.h"
 #include "tensor/quantize.h"
 
 namespace weir::kernels {
@@ -19,7 +21,7 @@ using internal::kGatherGroup;
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
-// Whether t's products run on the int8-quantized activation (Q8_0, Q4_0, Q4_1).
+// Whether t's products run on the int8-quantized activation (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K).
 bool Int8Dot(DType t) { return Traits(t).dot == DotKind::kInt8Block; }
 
 // Weight value j of a row of type t (any type), as f32: the value DequantizeRow gives.
@@ -50,13 +52,108 @@ float WeightAt(DType t, const uint8_t* row, int64_t j) {
   }
 }
 
-// Integer weight j (0..31) of an int8-dot block: Q8_0 q, Q4_0 nibble - 8, Q4_1 the raw nibble.
+// Integer weight j (0..31) of a Q8_0 / Q4_0 block (the column form's types): Q8_0 q, Q4_0
+// nibble - 8.
 int QuantAt(DType t, const uint8_t* block, int j) {
   if (t == DType::kQ8_0) return reinterpret_cast<const BlockQ8_0*>(block)->qs[j];
-  const uint8_t* qs = t == DType::kQ4_0 ? reinterpret_cast<const BlockQ4_0*>(block)->qs
-                                        : reinterpret_cast<const BlockQ4_1*>(block)->qs;
+  const uint8_t* qs = reinterpret_cast<const BlockQ4_0*>(block)->qs;
   const int q = j < kQK / 2 ? (qs[j] & 0x0f) : (qs[j - kQK / 2] >> 4);
-  return t == DType::kQ4_0 ? q - 8 : q;
+  return q - 8;
+}
+
+// The part of a row of an int8-dot type that one 32-value activation block meets: its integer
+// weights and, per sub-block of `sub` values (32, or 16 for Q6_K), the f32 scale d and offset m
+// with weight value j = d * q[j] + m (m = 0 and has_min false for types without one). d and m are
+// the f32 numbers the type's dequantizer multiplies and adds.
+struct Int8Piece {
+  int q[kQK];
+  int sub = kQK;
+  bool has_min = false;
+  float d[2] = {0, 0};
+  float m[2] = {0, 0};
+};
+
+// Q4_K / Q5_K: 6-bit scale and min of sub-block j (0..7) of the 12 packed bytes (quant_kquants.h).
+void ScaleMinK4(const uint8_t* p, int j, int* sc, int* m) {
+  if (j < 4) {
+    *sc = p[j] & 63;
+    *m = p[j + 4] & 63;
+  } else {
+    *sc = (p[j + 4] & 0x0f) | ((p[j - 4] >> 6) << 4);
+    *m = (p[j + 4] >> 4) | ((p[j] >> 6) << 4);
+  }
+}
+
+// Activation block b (values 32 b .. 32 b + 31) of a row of int8-dot type t.
+Int8Piece Int8PieceAt(DType t, const uint8_t* row, int64_t b) {
+  Int8Piece p;
+  switch (t) {
+    case DType::kQ8_0:
+    case DType::kQ4_0: {
+      const uint8_t* block = row + static_cast<size_t>(b) * BlockBytes(t);
+      uint16_t d;
+      std::memcpy(&d, block, 2);
+      p.d[0] = F16ToF32(d);
+      for (int j = 0; j < kQK; ++j) p.q[j] = QuantAt(t, block, j);
+      return p;
+    }
+    case DType::kQ4_1: {
+      const auto* block = reinterpret_cast<const BlockQ4_1*>(row) + b;
+      p.d[0] = F16ToF32(block->d);
+      p.m[0] = F16ToF32(block->m);
+      p.has_min = true;
+      for (int j = 0; j < kQK / 2; ++j) {
+        p.q[j] = block->qs[j] & 0x0f;
+        p.q[j + kQK / 2] = block->qs[j] >> 4;
+      }
+      return p;
+    }
+    case DType::kQ5_0: {
+      const auto* block = reinterpret_cast<const BlockQ5_0*>(row) + b;
+      p.d[0] = F16ToF32(block->d);
+      uint32_t qh;
+      std::memcpy(&qh, block->qh, 4);
+      for (int j = 0; j < kQK / 2; ++j) {
+        p.q[j] = ((block->qs[j] & 0x0f) | (((qh >> j) & 1) << 4)) - 16;
+        p.q[j + kQK / 2] = ((block->qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4)) - 16;
+      }
+      return p;
+    }
+    case DType::kQ4_K: {
+      // Sub-block j = 2 pair + half: low (half 0) or high nibbles of qs[32 pair .. 32 pair + 31].
+      const auto* block = reinterpret_cast<const BlockQ4_K*>(row) + b / 8;
+      const int j = static_cast<int>(b % 8);
+      int sc, m;
+      ScaleMinK4(block->scales, j, &sc, &m);
+      p.d[0] = F16ToF32(block->d) * static_cast<float>(sc);
+      p.m[0] = -(F16ToF32(block->dmin) * static_cast<float>(m));
+      p.has_min = true;
+      const uint8_t* qs = block->qs + 32 * (j / 2);
+      for (int l = 0; l < kQK; ++l) p.q[l] = (j % 2) ? (qs[l] >> 4) : (qs[l] & 0x0f);
+      return p;
+    }
+    case DType::kQ6_K: {
+      // Values 128 h + 32 quarter + l: low 4 bits in ql[64 h + 32 (quarter % 2) + l] (low nibble
+      // for quarters 0, 1, high for 2, 3), top 2 bits in qh[32 h + l] at shift 2 quarter.
+      const auto* block = reinterpret_cast<const BlockQ6_K*>(row) + b / 8;
+      const int jb = static_cast<int>(b % 8);
+      const int h = jb / 4, quarter = jb % 4;
+      const float d = F16ToF32(block->d);
+      p.sub = 16;
+      p.d[0] = d * static_cast<float>(block->scales[2 * jb]);
+      p.d[1] = d * static_cast<float>(block->scales[2 * jb + 1]);
+      for (int l = 0; l < kQK; ++l) {
+        const uint8_t ql = block->ql[64 * h + 32 * (quarter % 2) + l];
+        const int low = quarter < 2 ? (ql & 0x0f) : (ql >> 4);
+        const int high = (block->qh[32 * h + l] >> (2 * quarter)) & 3;
+        p.q[l] = (low | (high << 4)) - 32;
+      }
+      return p;
+    }
+    default:
+      WEIR_CHECK(false);  // not an int8-dot type
+      return p;
+  }
 }
 
 // Float weights (and, dequantized first, every type without an int8 dot) against f32 x.
@@ -72,24 +169,25 @@ float DotFloatRow(DType t, const uint8_t* row, const float* x, int64_t cols) {
   return s;
 }
 
-// Per block b: (d_w * d_x) * isum, plus (m_w * d_x) * sum(x_q) for Q4_1 (whose weights are
-// d * q + m). The block sums are added in block order.
+// Per activation block b and each weight sub-block k in it (one, or two for Q6_K):
+// (d_k * d_x) * isum_k, plus (m_k * d_x) * sum_k(x_q) for types with an offset (Q4_1, Q4_K,
+// whose weights are d * q + m). The block's terms are added in sub-block order, the blocks' sums
+// in block order.
 float DotQuantRow(DType t, const uint8_t* row, const int8_t* xq, const float* xd, int64_t cols) {
-  const size_t block_bytes = BlockBytes(t);
   float s = 0;
   for (int64_t b = 0; b < cols / kQK; ++b) {
-    const uint8_t* block = row + static_cast<size_t>(b) * block_bytes;
-    int32_t isum = 0, xsum = 0;
-    for (int j = 0; j < kQK; ++j) {
-      isum += QuantAt(t, block, j) * xq[b * kQK + j];
-      xsum += xq[b * kQK + j];
-    }
-    uint16_t dw;
-    std::memcpy(&dw, block, 2);
-    float v = (F16ToF32(dw) * xd[b]) * static_cast<float>(isum);
-    if (t == DType::kQ4_1) {
-      const float mw = F16ToF32(reinterpret_cast<const BlockQ4_1*>(block)->m);
-      v += (mw * xd[b]) * static_cast<float>(xsum);
+    const Int8Piece p = Int8PieceAt(t, row, b);
+    const int8_t* xb = xq + b * kQK;
+    float v = 0;
+    for (int k = 0; k < kQK / p.sub; ++k) {
+      int32_t isum = 0, xsum = 0;
+      for (int j = k * p.sub; j < (k + 1) * p.sub; ++j) {
+        isum += p.q[j] * xb[j];
+        xsum += xb[j];
+      }
+      float term = (p.d[k] * xd[b]) * static_cast<float>(isum);
+      if (p.has_min) term += (p.m[k] * xd[b]) * static_cast<float>(xsum);
+      v = k == 0 ? term : v + term;
     }
     s += v;
   }
@@ -171,8 +269,15 @@ void ScalarAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_o
   }
 }
 
+// ScalarDot computes every type itself (the reference arithmetic); the column form the types it
+// was written for.
+constexpr uint64_t kScalarDirectTypes = internal::kFloatQ8Q4Q41Types |
+                                        internal::TypeBit(DType::kQ5_0) |
+                                        internal::TypeBit(DType::kQ4_K) |
+                                        internal::TypeBit(DType::kQ6_K);
+
 const internal::IsaKernels kScalarTable = {
-    internal::kFloatQ8Q4Q41Types, internal::kFloatQ8Q4Q41Types,
+    kScalarDirectTypes, internal::kFloatQ8Q4Q41Types,
     ScalarPrepBytes, ScalarPrep,   ScalarDot,    nullptr, ScalarAxpyGather,
     ref::RmsNorm,    ref::Softmax, ref::SiluMul, nullptr, nullptr,
     nullptr,         nullptr,

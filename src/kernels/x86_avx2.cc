@@ -5,7 +5,9 @@
 // Quantized weights use vpmaddubsw (u8 x s8 -> s16 pairs) then vpmaddwd to s32, one 32-value
 // block per 256-bit vector. Q8_0 makes the weight unsigned with the sign trick
 // (|w| * sign(x, w)); Q4_0 uses the raw nibble 0..15 and adds back -8 * sum(x) from a bias
-// computed once per call when the activation is prepared.
+// computed once per call when the activation is prepared. Q4_1 (d * q + m) multiplies its raw
+// nibbles the same way, without the bias, and adds m * d_x * sum(x_q) per block from block sums
+// also computed at preparation.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -31,6 +33,7 @@ inline void PrefetchAhead(const uint8_t* p) {
 }
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
+constexpr size_t kQ41Bytes = 20;  // Q4_1: f16 d, f16 m, 16 nibble bytes
 
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -64,44 +67,59 @@ inline float HMax(__m256 v) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prepared activation for Q8_0 / Q4_0 weights: one 64-byte record per block,
+// Prepared activation for Q8_0 / Q4_0 / Q4_1 weights: one 64-byte record per block,
 //   int8 q[32]       quantized x in natural order
 //   int32 bias[8]    lane l: -8 * (q[4l] + ... + q[4l+3])   (used by Q4_0 only)
-// followed by f32 dx[nb], the activation scales, zero-padded to a multiple of 8.
+// followed by f32 dx[nb], the activation scales, zero-padded to a multiple of 8, and for Q4_1
+// by f32 sx[nb] = dx[b] * sum(q of block b) (the min term's factor), padded alike.
 constexpr size_t kRecBytes = 64;
 
 inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
 
 size_t PrepBytes(DType t, int64_t cols) {
-  if (t != DType::kQ8_0 && t != DType::kQ4_0) return 0;
+  if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1) return 0;
   const int64_t nb = cols / kQ;
-  return static_cast<size_t>(nb) * kRecBytes + static_cast<size_t>(Pad8(nb)) * 4;
+  const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
+  return static_cast<size_t>(nb) * kRecBytes + scale_arrays * static_cast<size_t>(Pad8(nb)) * 4;
 }
 
 // The f16 scales of up to 8 consecutive blocks (stride bb bytes) as f32, lanes past n zero.
 // One gather instead of 8 scalar half conversions.
 template <size_t bb>
-inline __m256 BlockScales8(const uint8_t* first, int64_t n) {
+inline __m256i BlockWords8(const uint8_t* first, int64_t n) {
   const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
   const __m256i offsets = _mm256_mullo_epi32(lane, _mm256_set1_epi32(static_cast<int>(bb)));
   const __m256i valid = _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)), lane);
-  __m256i words = _mm256_mask_i32gather_epi32(
-      _mm256_setzero_si256(), reinterpret_cast<const int*>(first), offsets, valid, 1);
+  return _mm256_mask_i32gather_epi32(_mm256_setzero_si256(), reinterpret_cast<const int*>(first),
+                                     offsets, valid, 1);
+}
+// The low f16 of each gathered word as f32.
+inline __m256 LowHalves(__m256i words) {
   words = _mm256_and_si256(words, _mm256_set1_epi32(0xffff));
   // Narrow 8 x 32-bit to 8 x 16-bit (packus works per 128-bit lane; gather the halves).
   const __m256i packed =
       _mm256_permute4x64_epi64(_mm256_packus_epi32(words, _mm256_setzero_si256()), 0x08);
   return _mm256_cvtph_ps(_mm256_castsi256_si128(packed));
 }
+// The high f16 of each word (a Q4_1 block starts with d, then m: one gather gives both).
+inline __m256 HighHalves(__m256i words) { return LowHalves(_mm256_srli_epi32(words, 16)); }
+template <size_t bb>
+inline __m256 BlockScales8(const uint8_t* first, int64_t n) {
+  return LowHalves(BlockWords8<bb>(first, n));
+}
 
 void Prep(DType t, const float* x, int64_t cols, void* out) {
   const int64_t nb = cols / kQ;
   auto* base = static_cast<uint8_t*>(out);
   auto* dx = reinterpret_cast<float*>(base + static_cast<size_t>(nb) * kRecBytes);
+  float* sx = t == DType::kQ4_1 ? dx + Pad8(nb) : nullptr;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
   for (int64_t b = nb; b < Pad8(nb); ++b) dx[b] = 0;
+  if (sx != nullptr) {
+    for (int64_t b = nb; b < Pad8(nb); ++b) sx[b] = 0;
+  }
   for (int64_t b = 0; b < nb; ++b) {
     const float* xb = x + b * kQ;
     __m256 v[4];
@@ -128,26 +146,34 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
     _mm256_storeu_si256(reinterpret_cast<__m256i*>(rec + 32),
                         _mm256_sub_epi32(_mm256_setzero_si256(), _mm256_slli_epi32(s4, 3)));
     dx[b] = d;
+    if (sx != nullptr) {
+      __m128i s = _mm_add_epi32(_mm256_castsi256_si128(s4), _mm256_extracti128_si256(s4, 1));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+      s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+      sx[b] = d * static_cast<float>(_mm_cvtsi128_si32(s));
+    }
   }
 }
 
 // One quantized block against NT tokens. x is the first token's record, xs the record stride
-// between tokens, scale[t] the block's weight scale times token t's activation scale.
-template <bool kQ4, int NT>
+// between tokens, scale[t] the block's weight scale times token t's activation scale. kMin
+// (Q4_1, with kQ4): the nibbles start at byte 4 and no bias is added (the min term is separate).
+template <bool kQ4, int NT, bool kMin = false>
 inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const float* scale,
                      __m256* acc) {
   const __m256i ones16 = _mm256_set1_epi16(1);
   if constexpr (kQ4) {
-    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 2));
+    const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + (kMin ? 4 : 2)));
     const __m256i w = _mm256_and_si256(
         _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
         _mm256_set1_epi8(0x0f));
     for (int t = 0; t < NT; ++t) {
       const uint8_t* r = x + t * xs;
       const __m256i xq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r));
-      const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32));
-      const __m256i isum =
-          _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16), bias);
+      __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16);
+      if constexpr (!kMin) {
+        isum = _mm256_add_epi32(isum, _mm256_loadu_si256(reinterpret_cast<const __m256i*>(r + 32)));
+      }
       acc[t] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale[8 * t]), acc[t]);
     }
   } else {
@@ -162,20 +188,30 @@ inline void DotBlock(const uint8_t* blk, const uint8_t* x, size_t xs, const floa
   }
 }
 
-template <bool kQ4, int NT>
+// kMin (Q4_1, with kQ4): 20-byte blocks; sum_b m[b] * sx[b] (sx from Prep) goes into a third
+// accumulator.
+template <bool kQ4, int NT, bool kMin = false>
 void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y, size_t ys,
                  const uint8_t* pf_end, const uint8_t* pf_shadow) {
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   const auto* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(nb) * kRecBytes);
   alignas(32) float scale[NT][8];
-  __m256 acc0[NT], acc1[NT];
-  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = _mm256_setzero_ps();
+  __m256 acc0[NT], acc1[NT], accm[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = accm[t] = _mm256_setzero_ps();
   for (int64_t c = 0; c < nb; c += 8) {
     const int64_t n = Min64(8, nb - c);
-    const __m256 sw = BlockScales8<bb>(row + c * bb, n);
+    const __m256i words = BlockWords8<bb>(row + c * bb, n);
+    const __m256 sw = LowHalves(words);
     for (int t = 0; t < NT; ++t) {
       _mm256_store_ps(scale[t],
                       _mm256_mul_ps(sw, _mm256_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + c)));
+    }
+    if constexpr (kMin) {
+      const __m256 mw = HighHalves(words);
+      for (int t = 0; t < NT; ++t) {
+        accm[t] = _mm256_fmadd_ps(
+            mw, _mm256_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + Pad8(nb) + c), accm[t]);
+      }
     }
     const uint8_t* a = row + c * bb;
     const uint8_t* xc = xp + static_cast<size_t>(c) * kRecBytes;
@@ -187,12 +223,17 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
     }
     int64_t k = 0;
     for (; k + 2 <= n; k += 2) {
-      DotBlock<kQ4, NT>(a + k * bb, xc + k * kRecBytes, xs, &scale[0][k], acc0);
-      DotBlock<kQ4, NT>(a + (k + 1) * bb, xc + (k + 1) * kRecBytes, xs, &scale[0][k + 1], acc1);
+      DotBlock<kQ4, NT, kMin>(a + k * bb, xc + k * kRecBytes, xs, &scale[0][k], acc0);
+      DotBlock<kQ4, NT, kMin>(a + (k + 1) * bb, xc + (k + 1) * kRecBytes, xs, &scale[0][k + 1],
+                              acc1);
     }
-    if (k < n) DotBlock<kQ4, NT>(a + k * bb, xc + k * kRecBytes, xs, &scale[0][k], acc0);
+    if (k < n) DotBlock<kQ4, NT, kMin>(a + k * bb, xc + k * kRecBytes, xs, &scale[0][k], acc0);
   }
-  for (int t = 0; t < NT; ++t) y[t * ys] = HSum(_mm256_add_ps(acc0[t], acc1[t]));
+  for (int t = 0; t < NT; ++t) {
+    __m256 sum = _mm256_add_ps(acc0[t], acc1[t]);
+    if constexpr (kMin) sum = _mm256_add_ps(sum, accm[t]);
+    y[t * ys] = HSum(sum);
+  }
 }
 
 template <DType T>
@@ -265,6 +306,9 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
     case DType::kQ4_0:
       DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
+    case DType::kQ4_1:
+      DotQuantRow<true, NT, true>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
+      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
                                    pf_end, pf_shadow);
@@ -320,8 +364,8 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 // R independent rows are in flight, and one call covers the whole index list. pf: R rows of a
 // later group (or nullptr), requested line by line at the offsets being read.
 
-// Block k of the chunk at byte offset `at` of each row into acc[i], as DotBlock<kQ4, 1>.
-template <bool kQ4, int R>
+// Block k of the chunk at byte offset `at` of each row into acc[i], as DotBlock<kQ4, 1, kMin>.
+template <bool kQ4, int R, bool kMin = false>
 inline void DotBlockRows(const uint8_t* const* rows, size_t at, const uint8_t* x,
                          const float (*scale)[8], int64_t k, __m256* acc) {
   const __m256i ones16 = _mm256_set1_epi16(1);
@@ -329,12 +373,13 @@ inline void DotBlockRows(const uint8_t* const* rows, size_t at, const uint8_t* x
   if constexpr (kQ4) {
     const __m256i bias = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(x + 32));
     for (int i = 0; i < R; ++i) {
-      const __m128i v = _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + at + 2));
+      const __m128i v =
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(rows[i] + at + (kMin ? 4 : 2)));
       const __m256i w = _mm256_and_si256(
           _mm256_inserti128_si256(_mm256_castsi128_si256(v), _mm_srli_epi16(v, 4), 1),
           _mm256_set1_epi8(0x0f));
-      const __m256i isum =
-          _mm256_add_epi32(_mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16), bias);
+      __m256i isum = _mm256_madd_epi16(_mm256_maddubs_epi16(w, xq), ones16);
+      if constexpr (!kMin) isum = _mm256_add_epi32(isum, bias);
       acc[i] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(isum), _mm256_set1_ps(scale[i][k]), acc[i]);
     }
   } else {
@@ -347,19 +392,25 @@ inline void DotBlockRows(const uint8_t* const* rows, size_t at, const uint8_t* x
   }
 }
 
-template <bool kQ4, int R>
+template <bool kQ4, int R, bool kMin = false>
 void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t* xp,
                           float* const* y, const uint8_t* const* pf) {
-  constexpr size_t bb = kQ4 ? kQ4Bytes : kQ8Bytes;
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   const auto* dx = reinterpret_cast<const float*>(xp + static_cast<size_t>(nb) * kRecBytes);
   alignas(32) float scale[R][8];
-  __m256 acc0[R], acc1[R];
-  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = _mm256_setzero_ps();
+  __m256 acc0[R], acc1[R], accm[R];
+  for (int i = 0; i < R; ++i) acc0[i] = acc1[i] = accm[i] = _mm256_setzero_ps();
   for (int64_t c = 0; c < nb; c += 8) {
     const int64_t n = Min64(8, nb - c);
     const __m256 dxc = _mm256_loadu_ps(dx + c);
+    __m256i words[R];
     for (int i = 0; i < R; ++i) {
-      _mm256_store_ps(scale[i], _mm256_mul_ps(BlockScales8<bb>(rows[i] + c * bb, n), dxc));
+      words[i] = BlockWords8<bb>(rows[i] + c * bb, n);
+      _mm256_store_ps(scale[i], _mm256_mul_ps(LowHalves(words[i]), dxc));
+    }
+    if constexpr (kMin) {
+      const __m256 sxc = _mm256_loadu_ps(dx + Pad8(nb) + c);
+      for (int i = 0; i < R; ++i) accm[i] = _mm256_fmadd_ps(HighHalves(words[i]), sxc, accm[i]);
     }
     if (pf != nullptr) {
       for (size_t off = 0; off < 8 * bb; off += 64) {
@@ -372,12 +423,17 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
     const uint8_t* xc = xp + static_cast<size_t>(c) * kRecBytes;
     int64_t k = 0;
     for (; k + 2 <= n; k += 2) {
-      DotBlockRows<kQ4, R>(rows, at + k * bb, xc + k * kRecBytes, scale, k, acc0);
-      DotBlockRows<kQ4, R>(rows, at + (k + 1) * bb, xc + (k + 1) * kRecBytes, scale, k + 1, acc1);
+      DotBlockRows<kQ4, R, kMin>(rows, at + k * bb, xc + k * kRecBytes, scale, k, acc0);
+      DotBlockRows<kQ4, R, kMin>(rows, at + (k + 1) * bb, xc + (k + 1) * kRecBytes, scale, k + 1,
+                                 acc1);
     }
-    if (k < n) DotBlockRows<kQ4, R>(rows, at + k * bb, xc + k * kRecBytes, scale, k, acc0);
+    if (k < n) DotBlockRows<kQ4, R, kMin>(rows, at + k * bb, xc + k * kRecBytes, scale, k, acc0);
   }
-  for (int i = 0; i < R; ++i) *y[i] = HSum(_mm256_add_ps(acc0[i], acc1[i]));
+  for (int i = 0; i < R; ++i) {
+    __m256 sum = _mm256_add_ps(acc0[i], acc1[i]);
+    if constexpr (kMin) sum = _mm256_add_ps(sum, accm[i]);
+    *y[i] = HSum(sum);
+  }
 }
 
 template <DType T, int R>
@@ -423,6 +479,9 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
       return;
     case DType::kQ4_0:
       DotQuantRowsGathered<true, R>(rows, cols / kQ, xb, y, pf);
+      return;
+    case DType::kQ4_1:
+      DotQuantRowsGathered<true, R, true>(rows, cols / kQ, xb, y, pf);
       return;
     case DType::kF32:
       DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
@@ -901,7 +960,7 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-const IsaKernels kTable = {kFloatQ8Q4Types, kFloatQ8Q4Types,
+const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
                            nullptr,   DotTiled};

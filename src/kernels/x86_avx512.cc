@@ -6,12 +6,15 @@
 // made unsigned (Q8_0: q + 128 by flipping the sign bit; Q4_0: the raw nibble 0..15) and the
 // offset is taken back out by starting each block's integer accumulator at -offset * sum(x), a
 // bias computed once per call when the activation is prepared. Two blocks fill one 512-bit vector.
+// Q5_0 is Q4_0 with a fifth bit (added as 16 under a byte mask) and offset 16. The K types Q4_K
+// and Q6_K have their kernels in x86_avx512_kquants.cc (internal/avx512_kquants.h).
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 
 #include <cstring>
 
+#include "kernels/internal/avx512_kquants.h"
 #include "kernels/internal/avx512_vbmi.h"
 #include "kernels/internal/isa_kernels.h"
 
@@ -23,6 +26,16 @@ constexpr int kQ = 32;
 // prefetchers alone leave the compute-heavier kernels (Q4_0) at ~75% of the read bandwidth of one
 // core; 2 KiB ahead brings them to ~95% (1-4 KiB measured alike).
 constexpr size_t kPrefetchBytes = 2048;
+
+// Rows of a later group are requested while this group runs: far enough ahead that about 4 KiB
+// is in flight (rows of a gather start at unrelated addresses, where the hardware prefetchers
+// need a few misses of their own to lock on), at least one group.
+constexpr size_t kGatherLeadBytes = 4096;
+// The dense decode product (consecutive rows) asks for 8 KiB ahead: with 4 KiB, short rows
+// (one group of 4 rows of 2048 Q4_K / Q4_0 / Q4_1 values is 4.5-5 KiB) lost up to a quarter of
+// their speed at one thread (kernels_bench, 5632x2048, 1 thread: Q4_K 25.5 -> 33.3 GB/s, Q4_0
+// 27.8 -> 31.6, Q4_1 28.4 -> 31.6; the long rows of 2048x5632 and Q6_K / Q8_0 alike).
+constexpr size_t kDenseLeadBytes = 8192;
 
 // The dense products' look-ahead goes to L2 (at 2 threads F16 reads ~20% faster than with an L1
 // hint, Q8_0 ~5%), except for Q4_0, whose weights are consumed fastest per byte and do slightly
@@ -38,6 +51,7 @@ inline void PrefetchAhead(const uint8_t* p) {
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 constexpr size_t kQ41Bytes = 20;  // Q4_1: f16 d, f16 m, 16 nibble bytes
+constexpr size_t kQ50Bytes = 22;  // Q5_0: f16 d, u32 qh (fifth bits), 16 nibble bytes
 
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -46,12 +60,15 @@ inline __mmask16 TailMask(int64_t n) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Prepared activation for Q8_0 / Q4_0 weights: one 128-byte record per pair of weight blocks,
+// Prepared activation for Q8_0 / Q4_0 / Q4_1 / Q5_0 weights: one 128-byte record per pair of
+// weight blocks,
 //   int8  q[64]     both blocks' quantized x, in the order the weight vector is unpacked
-//   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 128 or 8
+//   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 128 (Q8_0),
+//                   8 (Q4_0), 16 (Q5_0) or 0 (Q4_1)
 // Q8_0 order: A[0..31] B[0..31]                 (lanes 0-7 block A, 8-15 block B)
 // Q4_0 order: A[0..15] B[0..15] A[16..31] B[16..31]  (lanes 0-3 A, 4-7 B, 8-11 A, 12-15 B),
-//             matching the unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 | B.qs >> 4].
+//             matching the unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 | B.qs >> 4]
+//             (Q4_1 and Q5_0 alike).
 // With an odd number of blocks the last record's B half is all zeros. The records are followed
 // by f32 dx[nb] (the activation scales), zero-padded to a multiple of 16.
 constexpr size_t kPairBytes = 128;
@@ -60,7 +77,8 @@ inline int64_t PairCount(int64_t nb) { return (nb + 1) / 2; }
 inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 size_t PrepBytes(DType t, int64_t cols) {
-  if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1) return 0;
+  if (Avx512KType(t)) return Avx512KPrepBytes(t, cols);
+  if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1 && t != DType::kQ5_0) return 0;
   const int64_t nb = cols / kQ;
   // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term.
   const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
@@ -84,8 +102,12 @@ inline float QuantizeBlock(const float* x, int8_t* lo, int8_t* hi) {
 }
 
 void Prep(DType t, const float* x, int64_t cols, void* out) {
-  // Q4_1 uses Q4_0's records (its nibbles are unsigned already, so no offset: bias 0).
-  const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1;
+  if (Avx512KType(t)) {
+    Avx512KPrep(t, x, cols, out);
+    return;
+  }
+  // Q4_1 and Q5_0 use Q4_0's records (Q4_1's nibbles are unsigned already, so no offset: bias 0).
+  const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0;
   const bool with_min = t == DType::kQ4_1;
   const int64_t nb = cols / kQ;
   const __m512i ones = _mm512_set1_epi8(1);
@@ -125,8 +147,9 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
       if (b < nb) sx[b] = dx[b] * static_cast<float>(sum_b);
       continue;
     }
-    const __m512i bias = _mm512_sub_epi32(
-        _mm512_setzero_si512(), q4 ? _mm512_slli_epi32(sum4, 3) : _mm512_slli_epi32(sum4, 7));
+    const int shift = t == DType::kQ5_0 ? 4 : (q4 ? 3 : 7);
+    const __m512i bias =
+        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_sll_epi32(sum4, _mm_cvtsi32_si128(shift)));
     _mm512_storeu_si512(rec + 64, bias);
   }
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
@@ -170,6 +193,49 @@ inline __m512i LoadSingle(const uint8_t* a) {
   }
 }
 
+// Q5_0: the pair of blocks at a and b (block starts) arranged as LoadPair<true> does, plus 16 on
+// the bytes whose fifth bit is set: fifth has bit i set for byte i of that arrangement
+// (ChunkScales computes it for every pair of a chunk at once).
+inline __m512i LoadPairQ5(const uint8_t* a, const uint8_t* b, __mmask64 fifth) {
+  const __m256i v = _mm256_inserti128_si256(
+      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 6))),
+      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6)), 1);
+  const __m512i w = _mm512_and_si512(
+      _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
+      _mm512_set1_epi8(0x0f));
+  return _mm512_mask_add_epi8(w, fifth, w, _mm512_set1_epi8(16));
+}
+
+// A lone final Q5_0 block (the B half zero; so are its bits in fifth).
+inline __m512i LoadSingleQ5(const uint8_t* a, __mmask64 fifth) {
+  const __m256i v =
+      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 6)));
+  const __m512i w = _mm512_and_si512(
+      _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
+      _mm512_set1_epi8(0x0f));
+  return _mm512_mask_add_epi8(w, fifth, w, _mm512_set1_epi8(16));
+}
+
+// The weight vector of a pair (single: the lone last block) for the kernels below: pointers at
+// the nibbles (Q8_0 / Q4_0 / Q4_1: 2 bytes before them) or, for Q5_0, at the block starts, with
+// the pair's fifth-bit mask.
+template <bool kQ4, bool kQ5>
+inline __m512i LoadW(const uint8_t* a, const uint8_t* b, uint64_t fifth) {
+  if constexpr (kQ5) {
+    return LoadPairQ5(a, b, fifth);
+  } else {
+    return LoadPair<kQ4>(a, b);
+  }
+}
+template <bool kQ4, bool kQ5>
+inline __m512i LoadW1(const uint8_t* a, uint64_t fifth) {
+  if constexpr (kQ5) {
+    return LoadSingleQ5(a, fifth);
+  } else {
+    return LoadSingle<kQ4>(a);
+  }
+}
+
 // Whether the quantized column form may use the VBMI kernel: the CPU has AVX-512 VBMI and tests
 // have not turned it off (internal/avx512_vbmi.h). A plain int with __atomic builtins, because
 // this file must not instantiate std::atomic (see internal/isa_kernels.h).
@@ -181,15 +247,103 @@ bool Avx512VbmiEnabled() {
   return has && __atomic_load_n(&vbmi_allowed, __ATOMIC_RELAXED) != 0;
 }
 
-// The f16 scales of up to 16 consecutive blocks (stride bb bytes) as f32, lanes past n zero.
-// One gather instead of 16 scalar half conversions.
+// Where two consecutive 16-bit words (from word `first` on) of each of 16 consecutive blocks of
+// bb bytes lie in the chunk's bytes read as 3 pairs of 512-bit vectors (32 words each): output
+// word o (block o / 2, word first + o % 2) comes from word idx[p][o] of pair p, where bit o of
+// mask[p] is set.
+struct ChunkWordTable {
+  alignas(64) uint16_t idx[3][32];
+  uint32_t mask[3];
+};
+constexpr ChunkWordTable MakeChunkWordTable(size_t bb, int first) {
+  ChunkWordTable t{};
+  for (int o = 0; o < 32; ++o) {
+    const int src = static_cast<int>(bb / 2) * (o / 2) + first + (o & 1);
+    t.idx[src / 64][o] = static_cast<uint16_t>(src % 64);
+    t.mask[src / 64] |= 1u << o;
+  }
+  return t;
+}
+template <size_t bb, int first>
+constexpr ChunkWordTable kChunkWords = MakeChunkWordTable(bb, first);
+
+// The bytes of the blocks of a chunk (m: the blocks present, a run of low bits) of bb <= 22 bytes
+// per block, zero past them, in six vectors (masked loads read nothing past the last block).
+template <size_t bb>
+inline void LoadChunk(const uint8_t* first, __mmask16 m, __m512i* z) {
+  const size_t bytes = static_cast<size_t>(__builtin_popcount(m)) * bb;
+  for (int v = 0; v < 6; ++v) {
+    const size_t off = static_cast<size_t>(64 * v);
+    if (off + 64 <= bytes) {
+      z[v] = _mm512_loadu_si512(first + off);
+    } else if (off < bytes) {
+      z[v] = _mm512_maskz_loadu_epi8((~uint64_t{0}) >> (64 - (bytes - off)), first + off);
+    } else {
+      z[v] = _mm512_setzero_si512();
+    }
+  }
+}
+
+// The 32-bit words at word `first` of each block of a chunk loaded by LoadChunk.
+template <size_t bb, int first>
+inline __m512i PickWords(const __m512i* z) {
+  const ChunkWordTable& t = kChunkWords<bb, first>;
+  __m512i r = _mm512_permutex2var_epi16(z[0], _mm512_load_si512(t.idx[0]), z[1]);
+  r = _mm512_mask_mov_epi16(r, t.mask[1],
+                            _mm512_permutex2var_epi16(z[2], _mm512_load_si512(t.idx[1]), z[3]));
+  return _mm512_mask_mov_epi16(r, t.mask[2],
+                               _mm512_permutex2var_epi16(z[4], _mm512_load_si512(t.idx[2]), z[5]));
+}
+
+// The first 32-bit word of each of up to 16 consecutive blocks (stride bb bytes), lanes past the
+// mask (a run of low bits) zero. The 4- and 5-bit types (blocks of 18-22 bytes) read the chunk's
+// bytes with up to six vector loads and pick the words out with three vpermt2w: on the AMD EPYC
+// (Zen 5) this was measured on, vpgatherdd zmm cost more than the nibble arithmetic around it,
+// and 16 scalar loads stored and reloaded as a vector stalled on the store forwarding
+// (kernels_bench, 1 thread, 2048x5632: Q4_0 29-30 -> 34-35 GB/s, Q4_1 24 -> 37-40 (also one
+// word for d and m), Q5_0 27 -> 29; docs/performance.md). Q8_0 (34-byte blocks, closer to the
+// memory bound) keeps the gather, which ran ~8% faster than scalar loads.
+template <size_t bb>
+inline __m512i BlockWords16(const uint8_t* first, __mmask16 m) {
+  if constexpr (bb <= 22) {
+    __m512i z[6];
+    LoadChunk<bb>(first, m, z);
+    return PickWords<bb, 0>(z);
+  } else {
+    const __m512i offsets = _mm512_mullo_epi32(
+        _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
+        _mm512_set1_epi32(static_cast<int>(bb)));
+    return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, first, 1);
+  }
+}
+
+// BlockWords16 and, for Q5_0 (kQ5), the fifth-bit masks of the chunk's 8 pairs for LoadPairQ5:
+// the u32 qh of blocks A, B of pair k arranged as [A bits 0-15 | B 0-15 | A 16-31 | B 16-31],
+// one byte shuffle for all pairs.
+template <size_t bb, bool kQ5>
+inline __m512i ChunkScales(const uint8_t* first, __mmask16 m, uint64_t* fifth) {
+  if constexpr (kQ5) {
+    __m512i z[6];
+    LoadChunk<bb>(first, m, z);
+    const __m512i order = _mm512_broadcast_i32x4(
+        _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
+    _mm512_store_si512(fifth, _mm512_shuffle_epi8(PickWords<bb, 1>(z), order));
+    return PickWords<bb, 0>(z);
+  } else {
+    return BlockWords16<bb>(first, m);
+  }
+}
+
+// The low / high f16 of each gathered word as f32 (a Q4_1 block starts with d, then m: one
+// gather gives both).
+inline __m512 LowHalves(__m512i words) { return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words)); }
+inline __m512 HighHalves(__m512i words) {
+  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(words, 16)));
+}
+// The f16 scales of up to 16 consecutive blocks (stride bb bytes) as f32, lanes past m zero.
 template <size_t bb>
 inline __m512 BlockScales16(const uint8_t* first, __mmask16 m) {
-  const __m512i offsets =
-      _mm512_mullo_epi32(_mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
-                         _mm512_set1_epi32(static_cast<int>(bb)));
-  const __m512i words = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, first, 1);
-  return _mm512_cvtph_ps(_mm512_cvtepi32_epi16(words));
+  return LowHalves(BlockWords16<bb>(first, m));
 }
 
 // For pair k (0..7) of a 16-block chunk: which of the 16 chunk scales each lane takes.
@@ -225,11 +379,12 @@ inline void DotPair(__m512i wv, int k, const uint8_t* x, size_t xs, const __m512
 }
 
 // kMin (Q4_1, kQ4 set too): 20-byte blocks whose nibbles start at byte 4 and whose min m adds
-// sum_b m[b] * sx[b] (sx from Prep) in a third accumulator.
-template <bool kQ4, int NT, bool kMin = false>
+// sum_b m[b] * sx[b] (sx from Prep) in a third accumulator. kQ5 (Q5_0, kQ4 set too): 22-byte
+// blocks (LoadPairQ5).
+template <bool kQ4, int NT, bool kMin = false, bool kQ5 = false>
 void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y, size_t ys,
                  const uint8_t* pf_end, const uint8_t* pf_shadow) {
-  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
+  constexpr size_t bb = kQ5 ? kQ50Bytes : kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   constexpr size_t qs_shift = kMin ? 2 : 0;  // LoadPair reads from +2
   const float* dx =
       reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
@@ -237,12 +392,14 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = accm[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nb; c += 16) {
     const int64_t n = Min64(16, nb - c);
-    const __m512 sw = BlockScales16<bb>(row + c * bb, TailMask(n));
+    alignas(64) uint64_t fifth[8];
+    const __m512i words = ChunkScales<bb, kQ5>(row + c * bb, TailMask(n), fifth);
+    const __m512 sw = LowHalves(words);
     for (int t = 0; t < NT; ++t) {
       s[t] = _mm512_mul_ps(sw, _mm512_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + c));
     }
     if constexpr (kMin) {
-      const __m512 mw = BlockScales16<bb>(row + c * bb + 2, TailMask(n));
+      const __m512 mw = HighHalves(words);
       for (int t = 0; t < NT; ++t) {
         accm[t] = _mm512_fmadd_ps(
             mw, _mm512_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + Pad16(nb) + c), accm[t]);
@@ -258,19 +415,21 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
           _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + c * bb + off), _MM_HINT_T0);
       }
       for (int k = 0; k < 8; k += 2) {
-        DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
+        DotPair<kQ4, NT>(LoadW<kQ4, kQ5>(a + 2 * k * bb, a + (2 * k + 1) * bb, fifth[k]), k,
                          xc + k * kPairBytes, xs, s, acc0);
-        DotPair<kQ4, NT>(LoadPair<kQ4>(a + (2 * k + 2) * bb, a + (2 * k + 3) * bb), k + 1,
-                         xc + (k + 1) * kPairBytes, xs, s, acc1);
+        DotPair<kQ4, NT>(
+            LoadW<kQ4, kQ5>(a + (2 * k + 2) * bb, a + (2 * k + 3) * bb, fifth[k + 1]), k + 1,
+            xc + (k + 1) * kPairBytes, xs, s, acc1);
       }
     } else {
       int k = 0;
       for (; 2 * k + 1 < n; ++k) {
-        DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
+        DotPair<kQ4, NT>(LoadW<kQ4, kQ5>(a + 2 * k * bb, a + (2 * k + 1) * bb, fifth[k]), k,
                          xc + k * kPairBytes, xs, s, (k & 1) ? acc1 : acc0);
       }
       if (n & 1) {
-        DotPair<kQ4, NT>(LoadSingle<kQ4>(a + 2 * k * bb), k, xc + k * kPairBytes, xs, s, acc1);
+        DotPair<kQ4, NT>(LoadW1<kQ4, kQ5>(a + 2 * k * bb, fifth[k]), k, xc + k * kPairBytes, xs,
+                         s, acc1);
       }
     }
   }
@@ -354,6 +513,9 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
     case DType::kQ4_1:
       DotQuantRow<true, NT, true>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
+    case DType::kQ5_0:
+      DotQuantRow<true, NT, false, true>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
+      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
                                    pf_end, pf_shadow);
@@ -374,11 +536,15 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
 // Below, with the row form of the gathered product.
 template <class RowAt, class OutAt>
 void DotRowsInGroups(DType t, size_t row_bytes, int64_t cols, int64_t n, const RowAt& row_at,
-                     const OutAt& out_at, const void* xp);
+                     const OutAt& out_at, const void* xp, size_t lead_bytes);
 
 void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
          size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
   const auto* x = static_cast<const uint8_t*>(xp);
+  if (Avx512KType(t) && !(n_tok == 1 && pf == nullptr)) {
+    Avx512KDot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    return;
+  }
   if (n_tok == 1 && pf == nullptr) {
     // One token (decode): 4 rows per pass with the activation loaded once for them, each row
     // computed by the same operations as DotRowTokens<1> (the gathered row form's contract).
@@ -386,7 +552,7 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
     DotRowsInGroups(
         t, row_stride, cols, n_rows,
         [&](int64_t k) { return w + static_cast<size_t>(k) * row_stride; },
-        [&](int64_t k) { return y + k; }, xp);
+        [&](int64_t k) { return y + k; }, xp, kDenseLeadBytes);
     return;
   }
   // Prefetches stay inside the rows this call reads: a gathered row's neighbours are not wanted.
@@ -424,10 +590,10 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 // R independent rows are in flight at once, and there is one call for the whole index list.
 // pf: R rows of a later group (or nullptr), requested line by line at the offsets being read.
 
-template <bool kQ4, int R, bool kMin = false>
+template <bool kQ4, int R, bool kMin = false, bool kQ5 = false>
 void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t* xp,
                           float* const* y, const uint8_t* const* pf) {
-  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
+  constexpr size_t bb = kQ5 ? kQ50Bytes : kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   constexpr size_t qs_shift = kMin ? 2 : 0;  // LoadPair reads from +2
   const float* dx =
       reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
@@ -437,12 +603,15 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
     const int64_t n = Min64(16, nb - c);
     const __mmask16 m = TailMask(n);
     const __m512 dxc = _mm512_loadu_ps(dx + c);
-    for (int i = 0; i < R; ++i) s[i] = _mm512_mul_ps(BlockScales16<bb>(rows[i] + c * bb, m), dxc);
+    __m512i words[R];
+    alignas(64) uint64_t fifth[R][8];
+    for (int i = 0; i < R; ++i) {
+      words[i] = ChunkScales<bb, kQ5>(rows[i] + c * bb, m, fifth[i]);
+      s[i] = _mm512_mul_ps(LowHalves(words[i]), dxc);
+    }
     if constexpr (kMin) {
       const __m512 sxc = _mm512_loadu_ps(dx + Pad16(nb) + c);
-      for (int i = 0; i < R; ++i) {
-        accm[i] = _mm512_fmadd_ps(BlockScales16<bb>(rows[i] + c * bb + 2, m), sxc, accm[i]);
-      }
+      for (int i = 0; i < R; ++i) accm[i] = _mm512_fmadd_ps(HighHalves(words[i]), sxc, accm[i]);
     }
     const uint8_t* xc = xp + static_cast<size_t>(c / 2) * kPairBytes;
     // Pair k of the chunk into acc (acc0 for even k, acc1 for odd, as DotQuantRow does).
@@ -464,7 +633,7 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
       }
       for (int i = 0; i < R; ++i) {
         const uint8_t* a = rows[i] + c * bb + qs_shift;
-        const __m512i wv = LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb);
+        const __m512i wv = LoadW<kQ4, kQ5>(a + 2 * k * bb, a + (2 * k + 1) * bb, fifth[i][k]);
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
         acc[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc[i]);
       }
@@ -484,7 +653,7 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
       const __m512i xq = _mm512_loadu_si512(r);
       const __m512i bias = _mm512_loadu_si512(r + 64);
       for (int i = 0; i < R; ++i) {
-        const __m512i wv = LoadSingle<kQ4>(rows[i] + c * bb + qs_shift + 2 * k * bb);
+        const __m512i wv = LoadW1<kQ4, kQ5>(rows[i] + c * bb + qs_shift + 2 * k * bb, fifth[i][k]);
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
         acc1[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc1[i]);
       }
@@ -544,6 +713,13 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
     case DType::kQ4_1:
       DotQuantRowsGathered<true, R, true>(rows, cols / kQ, xb, y, pf);
       return;
+    case DType::kQ5_0:
+      DotQuantRowsGathered<true, R, false, true>(rows, cols / kQ, xb, y, pf);
+      return;
+    case DType::kQ4_K:
+    case DType::kQ6_K:
+      Avx512KDotRows(t, rows, R, cols, xp, y, pf);
+      return;
     case DType::kF32:
       DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
       return;
@@ -558,19 +734,14 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
   }
 }
 
-// Rows of a later group are requested while this group runs: far enough ahead that about 4 KiB
-// is in flight (rows of a gather start at unrelated addresses, where the hardware prefetchers
-// need a few misses of their own to lock on), at least one group.
-constexpr size_t kGatherLeadBytes = 4096;
-
 // rows_at(k) (k < n) against one token, R rows per pass, y at out_at(k); the rows of the group
-// groups_ahead later are requested meanwhile.
+// groups_ahead later (about lead_bytes on) are requested meanwhile.
 template <class RowAt, class OutAt>
 void DotRowsInGroups(DType t, size_t row_bytes, int64_t cols, int64_t n, const RowAt& row_at,
-                     const OutAt& out_at, const void* xp) {
+                     const OutAt& out_at, const void* xp, size_t lead_bytes) {
   constexpr int R = 4;
   const int64_t groups_ahead =
-      static_cast<int64_t>((kGatherLeadBytes + R * row_bytes - 1) / (R * row_bytes));
+      static_cast<int64_t>((lead_bytes + R * row_bytes - 1) / (R * row_bytes));
   const uint8_t* rows[R];
   const uint8_t* ahead[R];
   float* out[R];
@@ -609,7 +780,7 @@ void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const
   DotRowsInGroups(
       t, row_stride, cols, n_idx,
       [&](int64_t k) { return w + static_cast<size_t>(idx[k]) * row_stride; },
-      [&](int64_t k) { return y + idx[k]; }, xp);
+      [&](int64_t k) { return y + idx[k]; }, xp, kGatherLeadBytes);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -1144,7 +1315,11 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
+// The float types, Q8_0, Q4_0, Q4_1, Q5_0 (id 6), Q4_K (12) and Q6_K (14).
+constexpr uint64_t kDirectTypes =
+    kFloatQ8Q4Q41Types | (uint64_t{1} << 6) | (uint64_t{1} << 12) | (uint64_t{1} << 14);
+
+const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
                            PrepTiled, DotTiled};

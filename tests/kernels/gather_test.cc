@@ -141,8 +141,8 @@ TEST(GatherColsTest, RawQuantizedBlocksAndThreads) {
     AllowVbmi vbmi(path.vbmi);
     for (DType t : AllDTypes()) {
       const int64_t n_out = testing::ValidCols(t, 160);
-      Weights wt =
-          IsQuantized(t) ? RawQuantWeights(rng, t, 67, n_out) : RandomWeights(rng, t, 67, n_out);
+      Weights wt = IsBlockQuantized(t) ? RawQuantWeights(rng, t, 67, n_out)
+                                       : RandomWeights(rng, t, 67, n_out);
       std::vector<float> x = RandomFloats(rng, 67, -2, 2);
       for (ThreadPool* pool : {&pool2, &pool3}) {
         std::vector<int32_t> idx = RandomIndices(rng, 67, 0.5, false);
@@ -270,8 +270,8 @@ TEST(GatherRowsTest, ActiveRowsEqualMatVecAndOthersUntouched) {
         for (int64_t cols : testing::ValidColsList(
                  t, IsBlockQuantized(t) ? std::vector<int64_t>{32, 96, 160, 4128}
                                         : std::vector<int64_t>{7, 67, 160, 4128})) {
-          Weights w = (IsQuantized(t) && rows == 3) ? RawQuantWeights(rng, t, rows, cols)
-                                                    : RandomWeights(rng, t, rows, cols);
+          Weights w = (IsBlockQuantized(t) && rows == 3) ? RawQuantWeights(rng, t, rows, cols)
+                                                         : RandomWeights(rng, t, rows, cols);
           std::vector<float> x = RandomFloats(rng, cols, -2, 2);
           std::vector<float> dense(static_cast<size_t>(rows));
           MatVec(w.view(), x.data(), dense.data(), nullptr);

@@ -85,24 +85,57 @@ inline Weights RandomWeights(std::mt19937& rng, DType t, int64_t rows, int64_t c
   return w;
 }
 
-// Raw random blocks for Q8_0 / Q4_0, including bytes the quantizer never writes (q = -128), with
-// finite scales; exercises the kernels on whatever a file may hold.
-inline Weights RawQuantWeights(std::mt19937& rng, DType t, int64_t rows, int64_t cols) {
+// Byte offsets of the f16 fields (scales, mins) of one block of a block-quantized type; every
+// other byte of a block may hold any value (layouts in tensor/dtype.h and tensor/quant_kquants.h).
+inline std::vector<size_t> HalfFieldOffsets(DType t) {
+  switch (t) {
+    case DType::kQ4_1:
+    case DType::kQ5_1:
+    case DType::kQ4_K:
+    case DType::kQ5_K:
+      return {0, 2};
+    case DType::kQ2_K:
+      return {80, 82};
+    case DType::kQ3_K:
+      return {108};
+    case DType::kQ6_K:
+      return {208};
+    default:  // Q4_0, Q5_0, Q8_0
+      return {0};
+  }
+}
+
+// Blocks of a block-quantized type t whose f16 fields are half() (called once per field, in
+// order) and whose other bytes are byte(); values are what DequantizeRow makes of them.
+template <class HalfFn, class ByteFn>
+inline Weights BlockWeights(DType t, int64_t rows, int64_t cols, HalfFn half, ByteFn byte) {
   Weights w{t, rows, cols, {}, {}};
   w.bytes.resize(RowBytes(t, cols) * static_cast<size_t>(rows));
-  std::uniform_int_distribution<int> byte(0, 255);
-  for (uint8_t& b : w.bytes) b = static_cast<uint8_t>(byte(rng));
-  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  for (uint8_t& b : w.bytes) b = byte();
   const size_t bb = BlockBytes(t);
+  const std::vector<size_t> fields = HalfFieldOffsets(t);
   for (size_t off = 0; off < w.bytes.size(); off += bb) {
-    uint16_t h = F32ToF16(scale(rng));
-    std::memcpy(&w.bytes[off], &h, 2);
+    for (size_t f : fields) {
+      const uint16_t h = half();
+      std::memcpy(&w.bytes[off + f], &h, 2);
+    }
   }
   w.values.resize(static_cast<size_t>(rows * cols));
   for (int64_t r = 0; r < rows; ++r) {
     DequantizeRow(t, w.bytes.data() + RowBytes(t, cols) * r, w.values.data() + r * cols, cols);
   }
   return w;
+}
+
+// Raw random blocks of any block-quantized type, including bytes its quantizer never writes
+// (Q8_0 q = -128, Q6_K scale -128, every 6-bit K scale and min), with finite f16 scales and mins;
+// exercises the kernels on whatever a file may hold.
+inline Weights RawQuantWeights(std::mt19937& rng, DType t, int64_t rows, int64_t cols) {
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_real_distribution<float> scale(-0.05f, 0.05f);
+  return BlockWeights(
+      t, rows, cols, [&] { return F32ToF16(scale(rng)); },
+      [&] { return static_cast<uint8_t>(byte(rng)); });
 }
 
 // The activation the kernels actually multiply with: x itself for float (and dequantized)

@@ -4,10 +4,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
+#include <string>
 #include <random>
 #include <vector>
 
 #include "base/thread_pool.h"
+#include "kernels/gather.h"
 #include "kernels/isa.h"
 #include "kernels/tiled.h"
 #include "base/aligned_buffer.h"
@@ -75,13 +78,108 @@ TEST(MatVecTest, RawQuantizedBlocksIncludingMinus128) {
   std::mt19937 rng(2);
   for (Isa isa : SupportedIsas()) {
     ScopedIsaOverride use(isa);
-    for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
-      for (int64_t cols : kColsQuant) {
+    for (DType t : AllDTypes()) {
+      if (!IsBlockQuantized(t)) continue;
+      for (int64_t cols : ColsFor(t)) {
         Weights w = RawQuantWeights(rng, t, 5, cols);
         std::vector<float> x = RandomFloats(rng, cols, -3, 3);
         std::vector<float> y(5);
         MatVec(w.view(), x.data(), y.data(), nullptr);
         ExpectNearRef(w, x, 1, y, Describe(isa, t, 5, cols));
+      }
+    }
+  }
+}
+
+// Blocks that break naive scale arithmetic, for every block-quantized type on every path: f16
+// scales and mins at the f16 extremes (+-65504, the smallest normal, subnormals, zero, mixed),
+// blocks whose quant bytes are all equal, and what the quantizer makes of all-equal, zero,
+// outlier, +-65504 and f32-denormal rows. Against the reference, and MatMul / gathered rows
+// bitwise equal to MatVec.
+TEST(MatVecTest, AdversarialBlocksEveryPath) {
+  std::mt19937 rng(9);
+  std::uniform_int_distribution<int> byte(0, 255);
+  std::uniform_int_distribution<int> subnormal(1, 0x3ff);
+  std::normal_distribution<float> normal(0, 1);
+  struct Case {
+    std::string name;
+    std::function<uint16_t()> half;       // raw blocks: the f16 fields
+    int fill;                             // raw blocks: every other byte, or -1: random bytes
+    std::function<float(int64_t)> value;  // or: quantize these values
+  };
+  auto raw = [](std::string name, std::function<uint16_t()> half, int fill = -1) {
+    return Case{std::move(name), std::move(half), fill, {}};
+  };
+  auto quantized = [](std::string name, std::function<float(int64_t)> value) {
+    return Case{std::move(name), {}, -1, std::move(value)};
+  };
+  auto random_byte = [&] { return static_cast<uint8_t>(byte(rng)); };
+  const uint16_t kMaxHalf = 0x7bff, kMinNormal = 0x0400;
+  const std::vector<Case> cases = {
+      raw("max_scales", [&] { return static_cast<uint16_t>(kMaxHalf | (byte(rng) & 0x80) << 8); }),
+      raw("min_normal_scales", [&] { return kMinNormal; }),
+      raw("subnormal_scales",
+          [&] { return static_cast<uint16_t>(subnormal(rng) | (byte(rng) & 0x80) << 8); }),
+      raw("mixed_scales",
+          [&] {
+            const uint16_t pick[] = {kMaxHalf, 0xfbff, 0x3c00, kMinNormal, 0x0001, 0x0000, 0x8000};
+            return pick[byte(rng) % 7];
+          }),
+      raw("all_bytes_00", [&] { return F32ToF16(0.03f); }, 0x00),
+      raw("all_bytes_ff", [&] { return F32ToF16(-0.02f); }, 0xff),
+      raw("all_bytes_88", [&] { return F32ToF16(0.5f); }, 0x88),
+      quantized("equal_pos", [](int64_t) { return 0.37f; }),
+      quantized("equal_neg", [](int64_t) { return -1.25f; }),
+      quantized("zero", [](int64_t) { return 0.0f; }),
+      quantized("outliers", [&](int64_t i) { return i % 256 == 17 ? 1000.0f : normal(rng); }),
+      quantized("pm_65504", [](int64_t i) { return i % 3 == 0 ? 65504.0f : -65504.0f; }),
+      quantized("f32_denormals", [&](int64_t) { return std::ldexp(normal(rng), -140); }),
+  };
+  ThreadPool pool(2);
+  for (DType t : AllDTypes()) {
+    if (!IsBlockQuantized(t)) continue;
+    for (const Case& c : cases) {
+      const int64_t rows = 7, cols = testing::ValidCols(t, 512);
+      Weights w;
+      if (c.value) {
+        std::vector<float> src(static_cast<size_t>(rows * cols));
+        for (int64_t i = 0; i < rows * cols; ++i) src[static_cast<size_t>(i)] = c.value(i);
+        w = Weights{t, rows, cols, {}, {}};
+        w.bytes.resize(RowBytes(t, cols) * rows);
+        w.values.resize(src.size());
+        for (int64_t r = 0; r < rows; ++r) {
+          uint8_t* row = w.bytes.data() + RowBytes(t, cols) * r;
+          QuantizeRow(t, src.data() + r * cols, row, cols);
+          DequantizeRow(t, row, w.values.data() + r * cols, cols);
+        }
+      } else if (c.fill >= 0) {
+        w = testing::BlockWeights(t, rows, cols, c.half,
+                                  [&] { return static_cast<uint8_t>(c.fill); });
+      } else {
+        w = testing::BlockWeights(t, rows, cols, c.half, random_byte);
+      }
+      bool finite = true;
+      for (float v : w.values) finite = finite && std::isfinite(v);
+      ASSERT_TRUE(finite) << DTypeName(t) << " " << c.name << ": the bound needs finite weights";
+      const int64_t n = 5;
+      std::vector<float> x = RandomFloats(rng, n * cols, -2, 2);
+      for (Isa isa : SupportedIsas()) {
+        ScopedIsaOverride use(isa);
+        const std::string what = Describe(isa, t, rows, cols) + " " + c.name;
+        std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+        MatMul(w.view(), x.data(), n, y.data(), &pool);
+        ExpectNearRef(w, x, n, y, what);
+        std::vector<int32_t> all(static_cast<size_t>(rows));
+        for (int32_t i = 0; i < rows; ++i) all[static_cast<size_t>(i)] = rows - 1 - i;
+        for (int64_t tok = 0; tok < n; ++tok) {
+          std::vector<float> yv(static_cast<size_t>(rows)), yg(static_cast<size_t>(rows));
+          MatVec(w.view(), x.data() + tok * cols, yv.data(), nullptr);
+          GatherMatVecRows(w.view(), all.data(), rows, x.data() + tok * cols, yg.data(), nullptr);
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(yv[r], y[tok * rows + r]) << what << " tok " << tok << " row " << r;
+            ASSERT_EQ(yv[r], yg[r]) << what << " (gathered) tok " << tok << " row " << r;
+          }
+        }
       }
     }
   }

@@ -49,8 +49,8 @@ TEST(PortableTargetsTest, EveryHighwayTargetMatchesReference) {
                                                         : std::vector<int64_t>{7, 67, 4128});
       for (int64_t cols : cols_list) {
         const int64_t rows = 17, n = 5;
-        Weights w = IsQuantized(t) ? RawQuantWeights(rng, t, rows, cols)
-                                   : RandomWeights(rng, t, rows, cols);
+        Weights w = IsBlockQuantized(t) ? RawQuantWeights(rng, t, rows, cols)
+                                        : RandomWeights(rng, t, rows, cols);
         std::vector<float> x = RandomFloats(rng, n * cols, -2, 2);
         std::vector<float> y(static_cast<size_t>(n * rows)), want(y.size());
         MatMul(w.view(), x.data(), n, y.data(), nullptr);

@@ -5,8 +5,9 @@
 //
 // Numerics of the fallback: the row dequantized to f32 exactly as DequantizeRow does, then the
 // F32 product (MatVec's F32 numerics) against the activation the type's products use: x itself
-// for DotKind::kDequant types, and for kInt8Block types (Q4_1 on a path without its kernel) x
-// quantized to int8 blocks and widened back, so every path computes the same real-number sum.
+// for DotKind::kDequant types, and for kInt8Block types (Q5_0 or Q4_K on a path without their
+// kernels) x quantized to int8 blocks and widened back, so every path computes the same
+// real-number sum.
 //
 // Thread safety: re-entrant; the fallback's row buffer is the calling thread's scratch
 // (ScratchSlot::kDequantRows).
