@@ -591,6 +591,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   std::byte* dst = e.base + block * options_.block_bytes;
   const size_t len =
       storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
+  slabs_->Reclaim(dst, len);  // a queued release of this place must not zero what is read now
   const Clock::time_point io0 = Clock::now();
   Status st = device_->ReadAt(r.offset, len, dst);
   const double io = Since(io0);

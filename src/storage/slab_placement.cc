@@ -91,6 +91,18 @@ void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {
   if (queued_bytes_ >= deferred_release_bytes_) FlushLocked();
 }
 
+void SlabPlacement::Reclaim(std::byte* p, size_t bytes) {
+  std::lock_guard<std::mutex> lock(release_mu_);
+  for (auto it = queued_.begin(); it != queued_.end();) {
+    if (it->first < p + bytes && p < it->first + it->second) {
+      queued_bytes_ -= it->second;
+      it = queued_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+}
+
 void SlabPlacement::FlushReleases() {
   std::lock_guard<std::mutex> lock(release_mu_);
   FlushLocked();

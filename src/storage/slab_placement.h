@@ -71,6 +71,9 @@ class SlabPlacement : public UnitPlacement {
   void Discard(std::byte* p, size_t bytes);
   // Gives back every queued release now.
   void FlushReleases();
+  // Takes [p, p + bytes) out of the release queue before bytes are written there without Place
+  // (a transient read): a later batch must not give those pages back under their reader.
+  void Reclaim(std::byte* p, size_t bytes);
 
   // The default and largest release batch.
   static constexpr size_t kDeferredReleaseBytes = size_t{1} << 20;

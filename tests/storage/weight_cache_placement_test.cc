@@ -113,7 +113,13 @@ TEST(SlabPlacementTest, SmallUnitReleasesAreBatched) {
   sp.Release(MakeUnitId(0, 0, 4), b, unit);
   EXPECT_EQ(a[0], std::byte{0x11});  // queued, not given back yet
   EXPECT_EQ(sp.Place(MakeUnitId(0, 0, 4), unit), b);  // placed again: leaves the queue
+  // Reclaimed (a transient read into the place): the queued release is dropped too.
+  std::byte* c = sp.Place(MakeUnitId(0, 0, 5), unit);
+  std::memset(c, 0x44, unit);
+  sp.Release(MakeUnitId(0, 0, 5), c, unit);
+  sp.Reclaim(c, unit);
   sp.FlushReleases();
+  EXPECT_EQ(c[0], std::byte{0x44});
   EXPECT_EQ(a[0], std::byte{0});      // given back
   EXPECT_EQ(b[0], std::byte{0x22});   // kept: it was placed again
   // Enough queued bytes flush by themselves.
