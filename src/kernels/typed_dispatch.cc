@@ -1,9 +1,9 @@
 #include "kernels/internal/typed_dispatch.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "kernels/internal/dispatch.h"
+#include "kernels/matvec.h"
 
 namespace weir::kernels::internal {
 namespace {
@@ -30,19 +30,14 @@ void TypedPrep(const IsaKernels& k, DType t, const float* x, int64_t cols, void*
     return;
   }
   if (Traits(t).dot != DotKind::kInt8Block) return;
-  // x quantized to blocks of 32 int8 exactly as ref::QuantizeActivation does, then widened
-  // back: the dequantized rows times these values are the int8 product's terms.
+  // x quantized to blocks of 32 int8 by ref::QuantizeActivation, then widened back: the
+  // dequantized rows times these values are the int8 product's terms.
   auto* xe = static_cast<float*>(out);
   for (int64_t b = 0; b < cols / kQK; ++b) {
-    const float* xb = x + b * kQK;
-    float amax = 0;
-    for (int j = 0; j < kQK; ++j) amax = std::fmax(amax, std::fabs(xb[j]));
-    const float d = amax / 127.0f;
-    const float id = d != 0 ? 1.0f / d : 0.0f;
-    for (int j = 0; j < kQK; ++j) {
-      const auto q = static_cast<int8_t>(std::nearbyint(xb[j] * id));
-      xe[b * kQK + j] = d * static_cast<float>(q);
-    }
+    int8_t q[kQK];
+    float d = 0;
+    ref::QuantizeActivation(x + b * kQK, kQK, q, &d);
+    for (int j = 0; j < kQK; ++j) xe[b * kQK + j] = d * static_cast<float>(q[j]);
   }
 }
 
