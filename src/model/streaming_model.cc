@@ -63,7 +63,8 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     // read follow the kept columns, but each block is a cache entry with its own lookup, pin and
     // bookkeeping, and on SmolLM2 that cost more than the bytes saved: its column pack at a
     // budget of static + KV + 50 % of the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 /
-    // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru; docs/streaming.md, 3.2).
+    // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru, outside a cgroup; docs/streaming.md,
+    // 3.2; inside one of the budget a column pack is still OOM-killed at any block size).
     mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
   }
   m->config_.stream.block_bytes = mo.block_bytes;
