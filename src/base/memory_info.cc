@@ -1,5 +1,9 @@
 #include "base/memory_info.h"
 
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
+
 #include <unistd.h>
 
 #include <algorithm>
@@ -72,6 +76,12 @@ std::optional<uint64_t> ResidentBytes() {
   const long page = sysconf(_SC_PAGESIZE);
   if (page <= 0) return std::nullopt;
   return resident_pages * static_cast<uint64_t>(page);
+}
+
+void ReturnFreeHeap() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
 }
 
 }  // namespace weir

@@ -16,4 +16,8 @@ std::optional<uint64_t> AvailableMemoryBytes();
 // The calling process's resident set now (/proc/self/statm), or nullopt where it cannot be read.
 std::optional<uint64_t> ResidentBytes();
 
+// Gives the heap's free pages back to the OS (glibc's malloc_trim; nothing elsewhere), so that
+// what a load freed is not counted as resident afterwards.
+void ReturnFreeHeap();
+
 }  // namespace weir

@@ -30,9 +30,10 @@ std::string MemoryPlan::ToString() const {
   return StrFormat(
       "process %s + static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s "
       "(streamed %s)",
-      FormatBytes(process_bytes).c_str(), FormatBytes(static_bytes).c_str(), FormatBytes(session_bytes).c_str(),
-      FormatBytes(streamer_bytes).c_str(), FormatBytes(io_bytes).c_str(),
-      FormatBytes(policy_bytes).c_str(), unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
+      FormatBytes(process_bytes).c_str(), FormatBytes(static_bytes).c_str(),
+      FormatBytes(session_bytes).c_str(), FormatBytes(streamer_bytes).c_str(),
+      FormatBytes(io_bytes).c_str(), FormatBytes(policy_bytes).c_str(),
+      unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
       unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
       FormatBytes(streamed_bytes).c_str());
 }
@@ -55,94 +56,111 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
   m->path_ = path;
   m->config_ = config;
   m->device_ = std::move(device);
-  WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(path));
-  StreamingOptions mo = config.stream;
-  mo.cache_budget = 0;  // planned by Fit
-  if (mo.block_bytes == 0) {
-    // Dense bundles are read whole: large blocks. Columns: 64 KiB. A 4 KiB block lets the bytes
-    // read follow the kept columns, but each block is a cache entry with its own lookup, pin and
-    // bookkeeping, and on SmolLM2 that cost more than the bytes saved: its column pack at a
-    // budget of static + KV + 50 % of the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 /
-    // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru, outside a cgroup; docs/streaming.md,
-    // 3.2; inside one of the budget a column pack is still OOM-killed at any block size).
-    mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
-  }
-  m->config_.stream.block_bytes = mo.block_bytes;
-  WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));
-  for (const format::PackGroup& g : pack.groups()) {
-    m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes +
-                        (g.in_nbytes + mo.block_bytes - 1) / mo.block_bytes;
-  }
-  m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
-  for (const format::PackTensor& t : pack.static_tensors()) {
-    if (m->streamer_->TensorAddress(t.name) == nullptr)
-      m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
-  }
-  // They live in one region (below), of huge pages when large (AnonRegion leaves a last partial
-  // huge page on small pages, so the page-rounded sizes above are what can be committed).
-  const bool huge_statics = m->plan_.static_bytes >= kHugeStaticBytes;
-  if (config.count_process) {
-    if (std::optional<uint64_t> rss = ResidentBytes()) m->plan_.process_bytes = *rss;
-  }
-  // What can be checked before the session exists.
-  MemoryPlan early;
-  if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
+  uint64_t region_bytes = 0;  // the static tensors' region, all of it read (resident)
+  {
+    // The pack's parse (metadata, vocabulary arrays) lives only in this block: the process is
+    // measured after it, below.
+    WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(path));
+    StreamingOptions mo = config.stream;
+    mo.cache_budget = 0;  // planned by Fit
+    if (mo.block_bytes == 0) {
+      // Dense bundles are read whole: large blocks. Columns: 64 KiB. A 4 KiB block lets the bytes
+      // read follow the kept columns, but each block is a cache entry with its own lookup, pin and
+      // bookkeeping, and on SmolLM2 that cost more than the bytes saved: its column pack at a
+      // budget of static + KV + 50 % of the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 /
+      // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru, outside a cgroup;
+      // docs/streaming.md, 3.2; inside one of the budget a column pack is still OOM-killed at any
+      // block size).
+      mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
+    }
+    m->config_.stream.block_bytes = mo.block_bytes;
+    WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));
+    for (const format::PackGroup& g : pack.groups()) {
+      m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes +
+                          (g.in_nbytes + mo.block_bytes - 1) / mo.block_bytes;
+    }
+    m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
+    for (const format::PackTensor& t : pack.static_tensors()) {
+      if (m->streamer_->TensorAddress(t.name) == nullptr)
+        m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
+    }
+    // They live in one region (below), of huge pages when large (AnonRegion leaves a last partial
+    // huge page on small pages, so the page-rounded sizes above are what can be committed).
+    const bool huge_statics = m->plan_.static_bytes >= kHugeStaticBytes;
+    if (config.count_process) {
+      if (std::optional<uint64_t> rss = ResidentBytes()) m->plan_.process_bytes = *rss;
+    }
+    // What can be checked before the session exists.
+    MemoryPlan early;
+    if (Status st = m->Plan(config.memory_budget, 0, &early); !st.ok()) return st;
 
-  // The static tensors, read through the device into page-aligned places of one region.
-  auto statics = std::make_shared<StaticBuffers>();
-  uint64_t region_bytes = 0;
-  for (const format::PackTensor& t : pack.static_tensors()) {
-    if (m->streamer_->TensorAddress(t.name) == nullptr) region_bytes += RoundUp(t.nbytes, kPage);
-  }
-  if (region_bytes > 0) {
-    auto region = AnonRegion::Create(static_cast<size_t>(region_bytes), huge_statics);
-    if (!region.ok()) return region.status().WithContext(path + ": static tensors");
-    statics->region = std::move(region).value();
-  }
-  uint64_t region_used = 0;
-  format::ModelFile file;
-  file.path = path;
-  file.format = format::FileFormat::kGguf;
-  file.config = pack.config();
-  file.tokenizer = pack.tokenizer();
-  file.metadata = pack.RenderMetadata();
-  for (const format::PackTensor& t : pack.static_tensors()) {
-    if (const std::byte* p = m->streamer_->TensorAddress(t.name)) {
-      // Streamed (attention): the view points where the streamer pins its bytes.
-      TensorView v{t.dtype, t.shape, p};
+    // The static tensors, read through the device into page-aligned places of one region.
+    auto statics = std::make_shared<StaticBuffers>();
+    for (const format::PackTensor& t : pack.static_tensors()) {
+      if (m->streamer_->TensorAddress(t.name) == nullptr) region_bytes += RoundUp(t.nbytes, kPage);
+    }
+    if (region_bytes > 0) {
+      auto region = AnonRegion::Create(static_cast<size_t>(region_bytes), huge_statics);
+      if (!region.ok()) return region.status().WithContext(path + ": static tensors");
+      statics->region = std::move(region).value();
+    }
+    uint64_t region_used = 0;
+    format::ModelFile file;
+    file.path = path;
+    file.format = format::FileFormat::kGguf;
+    file.config = pack.config();
+    file.tokenizer = pack.tokenizer();
+    file.metadata = pack.RenderMetadata();
+    for (const format::PackTensor& t : pack.static_tensors()) {
+      if (const std::byte* p = m->streamer_->TensorAddress(t.name)) {
+        // Streamed (attention): the view points where the streamer pins its bytes.
+        TensorView v{t.dtype, t.shape, p};
+        v.layout = t.layout;
+        file.tensors.emplace(t.name, v);
+        file.tensor_order.push_back(t.name);
+        continue;
+      }
+      const size_t capacity = static_cast<size_t>(RoundUp(t.nbytes, kPage));
+      std::byte* dst = statics->region.data() + region_used;
+      region_used += capacity;
+      const size_t len = storage::RoundedReadLength(*m->device_, t.offset,
+                                                    static_cast<size_t>(t.nbytes), dst, capacity);
+      if (Status st = m->device_->ReadAt(t.offset, len, dst); !st.ok()) {
+        return st.WithContext(StrFormat("%s: reading %s", path.c_str(), t.name.c_str()));
+      }
+      TensorView v{t.dtype, t.shape, dst};
       v.layout = t.layout;
       file.tensors.emplace(t.name, v);
       file.tensor_order.push_back(t.name);
-      continue;
     }
-    const size_t capacity = static_cast<size_t>(RoundUp(t.nbytes, kPage));
-    std::byte* dst = statics->region.data() + region_used;
-    region_used += capacity;
-    const size_t len = storage::RoundedReadLength(
-        *m->device_, t.offset, static_cast<size_t>(t.nbytes), dst, capacity);
-    if (Status st = m->device_->ReadAt(t.offset, len, dst); !st.ok()) {
-      return st.WithContext(StrFormat("%s: reading %s", path.c_str(), t.name.c_str()));
+    // The MLP tensors stand in by shape only: StreamingWeights computes them.
+    for (const format::PackGroup& g : pack.groups()) {
+      for (int j = 0; j < g.n_layers; ++j) {
+        const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+        file.tensors.emplace(b + "ffn_gate.weight",
+                             TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+        file.tensors.emplace(b + "ffn_up.weight",
+                             TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+        file.tensors.emplace(b + "ffn_down.weight",
+                             TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
+      }
     }
-    TensorView v{t.dtype, t.shape, dst};
-    v.layout = t.layout;
-    file.tensors.emplace(t.name, v);
-    file.tensor_order.push_back(t.name);
+    file.backing.push_back(std::move(statics));
+    WEIR_ASSIGN_OR_RETURN(m->model_, Model::FromFile(std::move(file)));
+    m->plan_ = early;
   }
-  // The MLP tensors stand in by shape only: StreamingWeights computes them.
-  for (const format::PackGroup& g : pack.groups()) {
-    for (int j = 0; j < g.n_layers; ++j) {
-      const std::string b = StrFormat("blk.%d.", g.first_layer + j);
-      file.tensors.emplace(b + "ffn_gate.weight",
-                           TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-      file.tensors.emplace(b + "ffn_up.weight",
-                           TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-      file.tensors.emplace(b + "ffn_down.weight",
-                           TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
+  if (config.count_process) {
+    // The process as it runs: the model's tokenizer and metadata built, the pack's parse freed
+    // and the heap's free pages given back (copies made while loading would otherwise stay
+    // resident as holes in the heap, outside every share: on SmolLM2 the first measurement,
+    // taken before the model was built, was 8.6 MiB short). The static region is its own share.
+    ReturnFreeHeap();
+    if (std::optional<uint64_t> rss = ResidentBytes()) {
+      m->plan_.process_bytes = *rss > region_bytes ? *rss - region_bytes : 0;
     }
+    MemoryPlan checked;
+    WEIR_RETURN_IF_ERROR(m->Plan(config.memory_budget, 0, &checked));
   }
-  file.backing.push_back(std::move(statics));
-  WEIR_ASSIGN_OR_RETURN(m->model_, Model::FromFile(std::move(file)));
-  m->plan_ = early;
   return m;
 }
 
@@ -172,10 +190,9 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
         "streaming scratch and transient reads %s, I/O buffers %s, policy %s; the cache of "
         "streamed weights gets what is left above that)",
         path_.c_str(), FormatBytes(budget).c_str(), FormatBytes(p.minimum()).c_str(),
-        FormatBytes(p.process_bytes).c_str(),
-        FormatBytes(p.static_bytes).c_str(), FormatBytes(p.session_bytes).c_str(),
-        FormatBytes(p.streamer_bytes).c_str(), FormatBytes(p.io_bytes).c_str(),
-        FormatBytes(p.policy_bytes).c_str()));
+        FormatBytes(p.process_bytes).c_str(), FormatBytes(p.static_bytes).c_str(),
+        FormatBytes(p.session_bytes).c_str(), FormatBytes(p.streamer_bytes).c_str(),
+        FormatBytes(p.io_bytes).c_str(), FormatBytes(p.policy_bytes).c_str()));
   }
   p.cache_bytes = budget - p.minimum();
   *plan = p;
