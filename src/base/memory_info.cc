@@ -10,6 +10,8 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <utility>
+#include <vector>
 
 namespace weir {
 namespace {
@@ -25,11 +27,11 @@ std::optional<uint64_t> ReadNumber(const std::string& path) {
   }
 }
 
-// Room left under the memory cgroup's limit, when the process is in one with a limit.
-std::optional<uint64_t> CgroupRoom() {
+// The memory cgroups this process is in that have a limit: (limit, usage) of each.
+std::vector<std::pair<uint64_t, uint64_t>> CgroupLimits() {
   std::ifstream in("/proc/self/cgroup");
   std::string line;
-  std::optional<uint64_t> room;
+  std::vector<std::pair<uint64_t, uint64_t>> out;
   while (std::getline(in, line)) {
     // "ID:CONTROLLERS:PATH"; v2 has ID 0 and no controllers, v1 lists "memory".
     const size_t a = line.find(':'), b = line.find(':', a + 1);
@@ -45,7 +47,16 @@ std::optional<uint64_t> CgroupRoom() {
     }
     // v1 reports "no limit" as a huge number; anything past 2^60 is treated as none.
     if (!limit || !usage || *limit >= (uint64_t{1} << 60)) continue;
-    const uint64_t r = *limit > *usage ? *limit - *usage : 0;
+    out.emplace_back(*limit, *usage);
+  }
+  return out;
+}
+
+// Room left under the memory cgroup's limit, when the process is in one with a limit.
+std::optional<uint64_t> CgroupRoom() {
+  std::optional<uint64_t> room;
+  for (const auto& [limit, usage] : CgroupLimits()) {
+    const uint64_t r = limit > usage ? limit - usage : 0;
     room = room ? std::min(*room, r) : r;
   }
   return room;
@@ -76,6 +87,12 @@ std::optional<uint64_t> ResidentBytes() {
   const long page = sysconf(_SC_PAGESIZE);
   if (page <= 0) return std::nullopt;
   return resident_pages * static_cast<uint64_t>(page);
+}
+
+std::optional<uint64_t> CgroupMemoryLimit() {
+  std::optional<uint64_t> smallest;
+  for (const auto& lu : CgroupLimits()) smallest = smallest ? std::min(*smallest, lu.first) : lu.first;
+  return smallest;
 }
 
 void ReturnFreeHeap() {

@@ -13,6 +13,10 @@ namespace weir {
 // nullopt when /proc/meminfo cannot be read (not Linux, or a restricted sandbox).
 std::optional<uint64_t> AvailableMemoryBytes();
 
+// The memory limit of the process's memory cgroup (the smallest, v1 or v2; page cache counts
+// against it), or nullopt when it is in none with a limit.
+std::optional<uint64_t> CgroupMemoryLimit();
+
 // The calling process's resident set now (/proc/self/statm), or nullopt where it cannot be read.
 std::optional<uint64_t> ResidentBytes();
 

@@ -18,6 +18,14 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   internal::ActiveKernels().silu_mul(gate, up, n);
 }
 
+void GatedActivation(Glu glu, float* gate, const float* up, int64_t n) {
+  if (glu == Glu::kGeluTanh) {
+    GeluTanhMul(gate, up, n);
+  } else {
+    SiluMul(gate, up, n);
+  }
+}
+
 void GeluTanhMul(float* gate, const float* up, int64_t n) {
   constexpr float kSqrt2OverPi = 0.79788456080286535588f;
   constexpr float kCubic = 0.044715f;

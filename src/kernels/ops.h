@@ -29,6 +29,11 @@ void SiluMul(float* gate, const float* up, int64_t n);
 //   gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
 void GeluTanhMul(float* gate, const float* up, int64_t n);
 
+// The gated linear unit of an MLP: gate[i] = act(gate[i]) * up[i], the one place every MLP
+// path (resident, sparse, streamed bundles and columns) applies its activation.
+enum class Glu : uint8_t { kSilu, kGeluTanh };
+void GatedActivation(Glu glu, float* gate, const float* up, int64_t n);
+
 // x[i] = cap * tanh(x[i] / cap): final logit soft-capping (Gemma 2/3); cap > 0.
 void SoftCap(float* x, int64_t n, float cap);
 

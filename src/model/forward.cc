@@ -8,9 +8,9 @@
 // costs a null-pointer test.
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
-// chosen per token) and SparseMlpToken (the MLP with unit and down-column selection, DIP §3 /
-// docs/sparsity.md); without a policy both reduce to the dense batched products. A weir pack's
-// MLP is read from storage by the session's StreamingWeights (docs/streaming.md).
+// chosen per token) and the MLP's provider (mlp_provider.h: the sparse one selects units and
+// down columns, DIP §3 / docs/sparsity.md); without a policy both are the dense batched
+// products. A weir pack's MLP is the streamed provider's (docs/streaming.md).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -130,49 +130,23 @@ Status Session::Attention(int layer, int n) {
   return Status::Ok();
 }
 
-// x += PostNorm(W_down · (act(W_gate · RMSNorm(x)) ⊙ (W_up · RMSNorm(x)))), act = SiLU or GELU.
+// x += PostNorm(MLP(RMSNorm(x))), where the layer's provider (mlp_provider.h) computes
+// MLP(x) = W_down · (act(W_gate · x) ⊙ (W_up · x)), act = SiLU or GELU: dense, sparse (the
+// policy's columns per token) or streamed from a weir pack.
 Status Session::Mlp(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-  const int d = c.d_model, d_ff = c.layers[static_cast<size_t>(layer)].d_ff;
-  float* x = x_.data<float>();        // [n, d]
-  float* xb = xb_.data<float>();      // [n, d]
-  float* gate = gate_.data<float>();  // [n, d_ff]
-  float* up = up_.data<float>();      // [n, d_ff]
+  const int d = c.d_model;
+  float* x = x_.data<float>();    // [n, d]
+  float* xb = xb_.data<float>();  // [n, d]
 
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.ffn_norm, d, c.rms_eps);
   Observe(layer, Site::kMlpIn, xb, d, n);
-  float* y = xb;  // [n, d] the MLP's output
-  if (streamed_) {
-    // A weir pack: the same product from neuron bundles read from storage (streaming_weights.h).
-    // With a policy (column layout) it selects the columns, as SparseMlpToken does below.
-    y = gate;  // [n, d]
-    uint64_t used = 0;
-    WEIR_RETURN_IF_ERROR(streamed_->Forward(layer, xb, n, y, pool_, policy_.get(), &used));
-    const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
-    traffic_.mlp_used += used;
-    traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
-  } else if (policy_) {
-    // Sparse: selections are per token (DIP §3), so tokens go one at a time.
-    for (int t = 0; t < n; ++t) SparseMlpToken(layer, xb + t * d, xb + t * d);
-  } else {
-    const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
-    float* gate_up_out[] = {gate, up};
-    kernels::MatMulShared(gate_up, xb, n, gate_up_out, pool_);
-    if (observer_) {
-      for (int t = 0; t < n; ++t) observer_->OnGate(layer, gate + t * d_ff, d_ff);
-    }
-    GatedActivation(gate, up, static_cast<int64_t>(n) * d_ff);
-    Observe(layer, Site::kMlpDown, gate, d_ff, n);
-    kernels::MatMul(w.w_down, gate, n, xb, pool_);  // xb = W_down · h
-    const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
-    traffic_.mlp_used += bytes * static_cast<uint64_t>(n);
-    traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
-  }
+  WEIR_RETURN_IF_ERROR(mlp_of_layer_[static_cast<size_t>(layer)]->Forward(layer, xb, n));
   if (w.post_ffn_norm) {
-    for (int t = 0; t < n; ++t) kernels::RmsNorm(y + t * d, y + t * d, w.post_ffn_norm, d, c.rms_eps);
+    for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, xb + t * d, w.post_ffn_norm, d, c.rms_eps);
   }
-  for (int i = 0; i < n * d; ++i) x[i] += y[i];
+  for (int i = 0; i < n * d; ++i) x[i] += xb[i];
   return Status::Ok();
 }
 
@@ -232,99 +206,6 @@ void Session::Project(int layer, Site site, const float* x, int64_t cols, int n,
         *used += idx.size() * o.w_t->row_bytes();
       }
     }
-  }
-}
-
-// One token of the MLP under a sparsity policy (the engine hook of sparsity/policy.h):
-//   in    = SelectInput(kMlpIn, xm)            columns of W_gate, W_up
-//   units = all, or SelectUnits(g or u)        rows of W_gate / W_up computed
-//   h     = silu(g) ⊙ u on the units, 0 elsewhere
-//   down  = SelectDown(h, units)               columns of W_down
-//   out   = W_down[:, down] · h[down]
-void Session::SparseMlpToken(int layer, const float* xm, float* out) {
-  const auto& c = model_.config();
-  const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
-  const LayerTransposed& wt = transposed_->layer(layer);
-  const int d = c.d_model, d_ff = c.layers[static_cast<size_t>(layer)].d_ff;
-  float* g = gate_.data<float>();  // [d_ff]
-  float* u = up_.data<float>();    // [d_ff]
-  uint64_t used = 0;
-  const std::span<const float> xs(xm, static_cast<size_t>(d));
-
-  // Full product of one projection over the selected input columns.
-  auto full = [&](const TensorView& W, const TensorView& W_t, float* y) {
-    if (sel_in_.all()) {
-      kernels::MatVec(W, xm, y, pool_);
-      used += W.nbytes();
-    } else {
-      auto idx = sel_in_.indices();
-      kernels::GatherMatVecCols(W_t, idx.data(), static_cast<int64_t>(idx.size()), xm, y, pool_);
-      used += idx.size() * W_t.row_bytes();
-    }
-  };
-  // Rows `units` of one projection (the others are not computed).
-  auto rows = [&](const TensorView& W, float* y) {
-    auto idx = sel_units_.indices();
-    kernels::GatherMatVecRows(W, idx.data(), static_cast<int64_t>(idx.size()), xm, y, pool_);
-    used += idx.size() * W.row_bytes();
-  };
-
-  if (Prunes(Site::kMlpIn)) {
-    policy_->SelectInput(layer, Site::kMlpIn, xs, nullptr, &sel_in_);
-  } else {
-    sel_in_.SetAll(d);
-  }
-  switch (policy_->unit_predictor()) {
-    case sparsity::UnitPredictor::kNone:
-      full(w.w_gate, wt.w_gate_t, g);
-      full(w.w_up, wt.w_up_t, u);
-      sel_units_.SetAll(d_ff);
-      break;
-    case sparsity::UnitPredictor::kGate:
-      full(w.w_gate, wt.w_gate_t, g);
-      policy_->SelectUnits(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), &sel_units_);
-      if (sel_units_.all()) full(w.w_up, wt.w_up_t, u); else rows(w.w_up, u);
-      break;
-    case sparsity::UnitPredictor::kUp:
-      full(w.w_up, wt.w_up_t, u);
-      policy_->SelectUnits(layer, std::span<const float>(u, static_cast<size_t>(d_ff)), &sel_units_);
-      if (sel_units_.all()) full(w.w_gate, wt.w_gate_t, g); else rows(w.w_gate, g);
-      break;
-  }
-  if (observer_) observer_->OnGate(layer, g, d_ff);
-  // h = act(g) ⊙ u on the computed units, 0 elsewhere (kept in g).
-  if (sel_units_.all()) {
-    GatedActivation(g, u, d_ff);
-  } else {
-    auto idx = sel_units_.indices();
-    for (int32_t i : idx) {
-      GatedActivation(g + i, u + i, 1);
-      u[i] = g[i];
-    }
-    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
-    for (int32_t i : idx) g[i] = u[i];
-  }
-  const std::span<const float> h(g, static_cast<size_t>(d_ff));
-  if (observer_) observer_->OnInput(layer, Site::kMlpDown, g, d_ff);
-  policy_->SelectDown(layer, h, sel_units_, nullptr, &sel_down_);
-  if (observer_) observer_->OnMlpUnits(layer, sel_down_);
-  if (sel_down_.all()) {
-    kernels::MatVec(w.w_down, g, out, pool_);
-    used += w.w_down.nbytes();
-  } else {
-    auto idx = sel_down_.indices();
-    kernels::GatherMatVecCols(wt.w_down_t, idx.data(), static_cast<int64_t>(idx.size()), g, out, pool_);
-    used += idx.size() * wt.w_down_t.row_bytes();
-  }
-  traffic_.mlp_used += used;
-  traffic_.mlp_dense += w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
-}
-
-void Session::GatedActivation(float* gate, const float* up, int64_t n) const {
-  if (model_.config().arch->activation == format::Activation::kGeluTanh) {
-    kernels::GeluTanhMul(gate, up, n);
-  } else {
-    kernels::SiluMul(gate, up, n);
   }
 }
 

@@ -101,6 +101,26 @@ Status Session::Allocate(const SessionOptions& options) {
     sel_units_.Reserve(widest);
     sel_down_.Reserve(widest);
   }
+
+  // The MLP provider, once for every layer (mlp_provider.h).
+  MlpContext mc;
+  mc.model = &model_;
+  mc.pool = pool_;
+  mc.glu = c.arch->activation == format::Activation::kGeluTanh ? kernels::Glu::kGeluTanh
+                                                                 : kernels::Glu::kSilu;
+  mc.gate = gate_.data<float>();
+  mc.up = up_.data<float>();
+  mc.observer = &observer_;
+  mc.traffic = &traffic_;
+  if (streamed_ != nullptr) {
+    mlp_.push_back(MakeStreamedMlp(mc, streamed_, policy_.get()));
+  } else if (policy_ != nullptr) {
+    mlp_.push_back(MakeSparseMlp(mc, policy_.get(), transposed_.get(), &sel_in_, &sel_units_,
+                                 &sel_down_));
+  } else {
+    mlp_.push_back(MakeDenseMlp(mc));
+  }
+  mlp_of_layer_.assign(static_cast<size_t>(c.n_layers), mlp_.back().get());
   return Status::Ok();
 }
 

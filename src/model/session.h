@@ -4,7 +4,8 @@
 // The forward pass (forward.cc) reads top to bottom like the Llama paper:
 //   x = embed(token)                              (Gemma: times sqrt(d_model))
 //   for each layer:  x += Attention(RMSNorm(x))   -- RoPE, grouped-query, causal, KV cache
-//                    x += SwiGLU-MLP(RMSNorm(x))
+//                    x += MLP(RMSNorm(x))          -- SwiGLU; its layer's provider computes it
+//                                                     (dense, sparse or streamed: mlp_provider.h)
 //   logits = Output(RMSNorm(x))
 // with the switches of the model's architecture (format/arch_spec.h) where others differ:
 // QK-norm, a post-norm on each block's output, GeGLU, sliding-window layers, logit soft-cap.
@@ -23,6 +24,7 @@
 #include "base/thread_pool.h"
 #include "model/activation_observer.h"
 #include "model/kv_cache.h"
+#include "model/mlp_provider.h"
 #include "model/model.h"
 #include "model/streaming_weights.h"
 #include "model/transposed_weights.h"
@@ -106,9 +108,6 @@ class Session {
   };
   void Project(int layer, sparsity::Site site, const float* x, int64_t cols, int n,
                std::initializer_list<Projection> outs, uint64_t* used, uint64_t* dense);
-  void SparseMlpToken(int layer, const float* xm, float* out);
-  // gate[i] = act(gate[i]) * up[i] with the architecture's activation (SiLU or GELU-tanh).
-  void GatedActivation(float* gate, const float* up, int64_t n) const;
   static void AddBias(float* y, const float* bias, int64_t n);
   void Observe(int layer, sparsity::Site site, const float* x, int64_t dim, int n);
   bool Prunes(sparsity::Site site) const { return policy_ && policy_->MayPrune(site); }
@@ -122,6 +121,9 @@ class Session {
   std::unique_ptr<sparsity::SparsityPolicy> policy_;
   std::unique_ptr<TransposedWeights> transposed_;
   StreamingWeights* streamed_ = nullptr;
+  // The MLP of each layer (mlp_provider.h), chosen in Allocate; mlp_ owns them.
+  std::vector<std::unique_ptr<MlpProvider>> mlp_;
+  std::vector<MlpProvider*> mlp_of_layer_;
   sparsity::IndexList sel_in_, sel_units_, sel_down_;  // capacity = widest site
   WeightTraffic traffic_;
 

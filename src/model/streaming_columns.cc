@@ -261,7 +261,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     Release(&batch, UINT64_MAX, g.in);
     WEIR_RETURN_IF_ERROR(st);
   }
-  kernels::SiluMul(gate, up, d_ff);  // h, in gate
+  kernels::GatedActivation(glu_, gate, up, d_ff);  // h, in gate
   const float* h = gate;
 
   // Down columns.

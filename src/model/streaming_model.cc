@@ -42,7 +42,12 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(const std::string& 
                                                              const StreamingConfig& config) {
   WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::BlockDevice> device,
                         storage::OpenDevice(path, config.device));
-  return Open(path, std::move(device), config);
+  StreamingConfig c = config;
+  if (c.device.kind == "auto") {
+    // The kind that opened ("io_uring+direct:PATH"): the plan counts its buffers.
+    c.device.kind = device->name().substr(0, device->name().find(':'));
+  }
+  return Open(path, std::move(device), c);
 }
 
 StreamingModel::~StreamingModel() {

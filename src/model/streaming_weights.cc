@@ -81,6 +81,10 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   s->options_ = options;
   s->device_ = device;
   s->d_model_ = pack.config().d_model;
+  s->glu_ = pack.config().arch != nullptr &&
+                    pack.config().arch->activation == format::Activation::kGeluTanh
+                ? kernels::Glu::kGeluTanh
+                : kernels::Glu::kSilu;
   s->n_layers_ = pack.config().n_layers;
   s->group_of_.assign(static_cast<size_t>(s->n_layers_), 0);
   // Lanes of about 1 MiB of bundles, whole bundle chunks: a lane is still in L2 when its down
@@ -677,7 +681,7 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
                 gate[c] = rows_y[idx_rows[2 * c]];
                 up[c] = rows_y[idx_rows[2 * c + 1]];
               }
-              kernels::SiluMul(gate + c0, up + c0, c1 - c0);
+              kernels::GatedActivation(glu_, gate + c0, up + c0, c1 - c0);
               // partial_k = sum over the lane's chunks, in order, of W_down[:, chunk] · h[chunk]:
               // the full chunks in one call, then a narrower last chunk (float types) added.
               float* part = partials + static_cast<size_t>(k) * d;
@@ -744,7 +748,7 @@ void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, 
               kernels::DotTiledPrepared(piece, xp, y + c);
             }
           }
-          kernels::SiluMul(gate + c0, up + c0, c1 - c0);
+          kernels::GatedActivation(glu_, gate + c0, up + c0, c1 - c0);
           // Records of chunk c start at hp + (c / 32) * 64: lanes write disjoint ranges.
           uint8_t* h =
               hp + static_cast<size_t>(c0 / format::kBundleChunk) * kernels::kTiledRecordBytes;

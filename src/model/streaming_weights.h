@@ -75,6 +75,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "format/weir_pack_reader.h"
+#include "kernels/ops.h"
 #include "storage/block_device.h"
 #include "storage/eviction_policy.h"
 #include "storage/prefetcher.h"
@@ -299,6 +300,7 @@ class StreamingWeights {
   std::map<std::string, const std::byte*> tensor_address_;  // streamed static tensors
   Batch attention_batch_;  // the pinned attention of the layer being computed
   int d_model_ = 0;
+  kernels::Glu glu_ = kernels::Glu::kSilu;  // the architecture's gated unit
   int lane_channels_ = 0;
   int n_layers_ = 0;
   uint64_t all_blocks_charge_ = 0;

@@ -1,6 +1,7 @@
 #include "storage/eviction_policy.h"
 
 #include "storage/belady_policy.h"
+#include "storage/hot_prefix_policy.h"
 #include "storage/lfu_policy.h"
 #include "storage/lru_policy.h"
 #include "storage/token_policies.h"
@@ -8,13 +9,14 @@
 namespace weir::storage {
 
 std::vector<std::string> EvictionPolicyNames() {
-  return {"lru", "lfu", "belady", "atu", "window", "mru"};
+  return {"lru", "lfu", "belady", "atu", "window", "mru", "hot"};
 }
 
 Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name,
                                                            PolicyOptions options) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruPolicy());
   if (name == "mru") return std::unique_ptr<EvictionPolicy>(new LruPolicy(/*most_recent=*/true));
+  if (name == "hot") return std::unique_ptr<EvictionPolicy>(new HotPrefixPolicy());
   if (name == "lfu") return std::unique_ptr<EvictionPolicy>(new LfuPolicy());
   if (name == "atu") return std::unique_ptr<EvictionPolicy>(new AtuPolicy());
   if (name == "window") {

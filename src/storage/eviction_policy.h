@@ -1,5 +1,5 @@
 // EvictionPolicy: decides which cached unit leaves the DRAM weight cache when room is needed.
-// One interface, five policies chosen by name (`--policy NAME`, MakeEvictionPolicy):
+// One interface, seven policies chosen by name (`--policy NAME`, MakeEvictionPolicy):
 //   lru     least recently used
 //   lfu     least frequently used in the current sequence (contextual LFU of DIP / ActiveFlow:
 //           counts are kept for every unit touched, resident or not, and reset by
@@ -12,6 +12,8 @@
 //           each token boundary; under pressure the least recently used goes first
 //   mru     most recently used: optimal for a cyclic scan larger than the cache (dense
 //           streaming of a model that does not fit: keeps a fixed part, streams the rest)
+//   hot     a static priority by position: the lowest unit indices of each extent stay (the
+//           hottest columns of a pack ordered by activation, hot_prefix_policy.h)
 // docs/storage.md describes each rule and its source.
 //
 // How the cache drives a policy (all calls under the cache's mutex, so policies need no locks;

@@ -9,11 +9,26 @@
 namespace weir::storage {
 
 std::vector<std::string> DeviceKinds() {
-  return {"pread", "direct", "io_uring", "io_uring+direct", "mmap"};
+  return {"auto", "pread", "direct", "io_uring", "io_uring+direct", "mmap"};
 }
 
 Result<std::unique_ptr<BlockDevice>> OpenDevice(const std::string& path,
                                                 const DeviceOptions& options) {
+  if (options.kind == "auto") {
+    // Reads that bypass the page cache first: under a memory limit the page cache is the same
+    // memory as the budget. O_DIRECT fails to open on file systems without it (tmpfs), and
+    // io_uring where the kernel or a sandbox refuses it.
+    Status first;
+    for (const char* kind : {"io_uring+direct", "direct", "pread"}) {
+      DeviceOptions o = options;
+      o.kind = kind;
+      Result<std::unique_ptr<BlockDevice>> dev = OpenDevice(path, o);
+      if (dev.ok()) return dev;
+      if (first.ok()) first = dev.status();
+      if (dev.status().code() == Status::Code::kNotFound) break;  // no file: no other kind helps
+    }
+    return first;
+  }
   std::unique_ptr<BlockDevice> dev;
   const std::string& kind = options.kind;
   if (kind == "pread" || kind == "direct") {

@@ -21,6 +21,8 @@
 namespace weir::storage {
 
 struct DeviceOptions {
+  // pread, direct, io_uring, io_uring+direct, mmap; or auto: the first of io_uring+direct,
+  // direct, pread that opens (the device's name() says which).
   std::string kind = "pread";
   uint32_t queue_depth = 32;              // io_uring: operations in flight per batch
   uint32_t max_rings = 4;                 // io_uring: rings shared by concurrent callers

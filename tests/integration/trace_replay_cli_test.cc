@@ -116,7 +116,7 @@ TEST(TraceReplayCliTest, PlanAutoPrintsItsChoiceAndRuns) {
   const Files f = MakePack();
   const std::string w = testing::WeirBin();
   auto r = testing::RunCommand(w + " run -m " + f.pack +
-                               " -p hi -n 4 -c 64 --temp 0 --memory 8MiB --memory-scope weights --plan auto "
+                               " -p hi -n 4 -c 64 --temp 0 --memory 12MiB --memory-scope weights --plan auto "
                                "--plan-device a18");
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_NE(r.err.find("plan (ActiveFlow, device a18"), std::string::npos) << r.err;

@@ -49,6 +49,7 @@ std::vector<DeviceCase> AllFileDevices() {
   add("io_uring_direct_qd1", "io_uring+direct", 1, 8192);
   add("io_uring_direct_qd32", "io_uring+direct", 32, size_t{1} << 20);
   add("mmap", "mmap", 32, 0);
+  add("auto", "auto", 32, size_t{1} << 20);
   return cases;
 }
 
@@ -288,6 +289,32 @@ TEST(OpenDeviceTest, ErrorsNameTheProblem) {
   o.kind = "direct";
   o.direct_alignment = 3000;
   EXPECT_EQ(OpenDevice(f.path, o).status().code(), Status::Code::kInvalidArgument);
+}
+
+// auto takes the first of io_uring+direct, direct, pread that opens on this file system.
+TEST(OpenDeviceTest, AutoPicksTheFirstKindThatOpens) {
+  test::RandomFile f = test::MakeRandomFile(3 * 4096 + 7, 15);
+  DeviceOptions o;
+  o.kind = "auto";
+  auto dev = OpenDevice(f.path, o);
+  ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+  std::string expected;
+  for (const char* kind : {"io_uring+direct", "direct", "pread"}) {
+    DeviceOptions k;
+    k.kind = kind;
+    if (OpenDevice(f.path, k).ok()) {
+      expected = kind;
+      break;
+    }
+  }
+  EXPECT_EQ((*dev)->name(), expected + ":" + f.path);
+  std::string buf(f.bytes.size(), '\0');
+  ASSERT_TRUE((*dev)->ReadAt(0, buf.size(), buf.data()).ok());
+  EXPECT_EQ(buf, f.bytes);
+
+  auto missing = OpenDevice(f.path + ".missing", o);
+  ASSERT_FALSE(missing.ok());
+  EXPECT_EQ(missing.status().code(), Status::Code::kNotFound);
 }
 
 TEST(OpenDeviceTest, EmptyFile) {

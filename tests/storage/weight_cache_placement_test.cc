@@ -260,6 +260,36 @@ TEST(WeightCacheMoveTest, MruAdmitsOnlyIntoFreeRoom) {
   EXPECT_EQ(c->stats().evicted_entries, 0u);
 }
 
+TEST(WeightCacheMoveTest, HotKeepsTheLowestIndices) {
+  // hot: a unit comes in only into free room or in place of a unit of higher index (colder in an
+  // activation-ordered pack), and the highest index is the victim. Whatever the order of use,
+  // the partition ends up holding the lowest indices it has seen.
+  auto c = MakeCache(0, nullptr, "hot", {1, 1});
+  const uint64_t charge = c->EntryCharge(4096);
+  ASSERT_TRUE(c->SetBudget(2 * 3 * charge).ok());
+  auto use = [&](uint64_t index) {
+    const UnitId id = MakeUnitId(0, 1, index);
+    auto r = c->Acquire(id, 4096, 1);  // lands in staging (1), then moves to the group (0)
+    ASSERT_TRUE(r.ok());
+    if (r->is_loader()) r->Publish();
+    (void)c->Move(*r, 0);
+  };
+  for (uint64_t index : {9, 7, 5, 8, 2, 6, 3, 1, 4}) use(index);
+  std::vector<uint64_t> kept;
+  for (uint64_t index = 0; index < 10; ++index) {
+    auto h = c->Lookup(MakeUnitId(0, 1, index));
+    if (h && h.partition() == 0) kept.push_back(index);
+  }
+  EXPECT_EQ(kept, (std::vector<uint64_t>{1, 2, 3}));
+  // A colder unit is refused: it would take the place of 3.
+  use(9);
+  auto cold = c->Lookup(MakeUnitId(0, 1, 9));
+  EXPECT_TRUE(!cold || cold.partition() == 1);
+  auto three = c->Lookup(MakeUnitId(0, 1, 3));
+  ASSERT_TRUE(three);
+  EXPECT_EQ(three.partition(), 0u);
+}
+
 TEST(WeightCacheMoveTest, RefusedWhenTheTargetIsPinned) {
   auto c = MakeCache(0, nullptr, "lru", {1, 1});
   const uint64_t charge = c->EntryCharge(4096);

@@ -65,6 +65,7 @@ int BenchMain(int argc, char** argv) {
   if (!session.ok()) return Fail("bench", session.status());
   model::Session& s = **session;
   if (Status st = m->Fit(s); !st.ok()) return Fail("bench", st);
+  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
   auto trace = StartTrace(tf, s, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("bench", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
@@ -121,7 +122,7 @@ int BenchMain(int argc, char** argv) {
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
                {"peak_rss", peak_rss}, {"weights", weights}, {"tiled_tensors", model.file().TiledTensorCount()}, {"load_s", load_s},
-               {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
+               {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"device", m->streaming->device().name()},
                                                        {"policy", stf.policy},
                                                        {"prefetch_layers", stf.prefetch},

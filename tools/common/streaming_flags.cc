@@ -1,8 +1,11 @@
 #include "common/streaming_flags.h"
 
+#include <filesystem>
 #include <fstream>
+#include <optional>
 #include <sstream>
 
+#include "base/memory_info.h"
 #include "base/units.h"
 #include "format/gguf_reader.h"
 #include "format/weir_pack_reader.h"
@@ -15,28 +18,36 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
   app.add_option(
       "--memory", f->memory,
       "memory budget of the whole process when running a weir pack (e.g. 300MiB, 1.5GiB; "
-      "default: no limit); docs/streaming.md");
+      "default: inside a memory cgroup its limit less a headroom of 5 % (at least 8 MiB), "
+      "else no limit); docs/streaming.md");
   app.add_option("--memory-scope", f->memory_scope,
                  "what --memory bounds: process (default: code, libraries and metadata too, their "
                  "resident set counted when the pack is opened) or weights (only what weir "
                  "allocates for the model: statics, KV cache, cache, buffers)")
       ->check(CLI::IsMember({"process", "weights"}));
   app.add_option("--storage", f->storage,
-                 "how a pack is read: pread, direct (O_DIRECT), io_uring, "
-                 "io_uring+direct, mmap (default pread)");
+                 "how a pack is read: auto, pread, direct (O_DIRECT), io_uring, "
+                 "io_uring+direct, mmap (default auto: the first of io_uring+direct, direct, "
+                 "pread that opens; reads that bypass the page cache, which a memory limit "
+                 "counts)");
   app.add_option(
       "--profile", f->profile,
       "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
   app.add_option("--policy", f->policy,
-                 "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru (default mru: "
-                 "each token sweeps the layers in order, where LRU and LFU evict what is needed "
-                 "next and hit nothing)");
+                 "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru, hot (default "
+                 "mru: each token sweeps the layers in order, where LRU and LFU evict what is "
+                 "needed next and hit nothing; hot keeps the leading blocks of each extent, the "
+                 "hottest columns of a pack ordered with --calib)");
+  app.add_flag("--static-attention", f->static_attention,
+               "keep the attention projections in memory (read once) instead of streaming them "
+               "with the MLP; they count in the static share of the budget");
   app.add_option("--prefetch", f->prefetch,
                  "layers read ahead by the I/O thread (default 1; 0 = the current layer only; "
                  "-1 = no read-ahead, every block read on demand: deterministic cache counts)")
       ->check(CLI::Range(-1, 64));
   app.add_option("--partitions", f->partitions,
-                 "cache split: uniform (per layer group), proportional, shared (default uniform)");
+                 "cache split: shared (one pool), uniform (per layer group), proportional "
+                 "(default shared: per-group shares smaller than a block cache nothing)");
   app.add_option("--block", f->block,
                  "cached unit of the streamed MLP tensors, a multiple of 4 KiB (default 2MiB for bundle "
                  "packs, 64KiB for column packs)");
@@ -58,15 +69,80 @@ Status RunModel::Fit(const model::Session& session) const {
   return streaming->Fit(session.allocated_bytes());
 }
 
+namespace {
+
+// "MODEL.weir" in the working directory (the model's own folder may be read-only), for the
+// command a refusal suggests.
+std::string PackPathFor(const std::string& model) {
+  const size_t slash = model.find_last_of('/');
+  std::string name = slash == std::string::npos ? model : model.substr(slash + 1);
+  const size_t dot = name.find_last_of('.');
+  if (dot != std::string::npos && dot > 0) name.resize(dot);
+  return name + ".weir";
+}
+
+// A model copied into memory must fit in what the machine (or its cgroup) has left: refused
+// before anything is loaded otherwise, with the commands that stream it instead.
+Status CheckFitsInMemory(const ModelFlags& mf) {
+  if (mf.mmap) return Status::Ok();  // asked for: the page cache holds what it can
+  std::error_code ec;
+  const uintmax_t file_bytes = std::filesystem::file_size(mf.model, ec);
+  if (ec) return Status::Ok();  // the loader reports an unreadable file
+  std::optional<uint64_t> room = AvailableMemoryBytes();
+  if (std::optional<uint64_t> limit = CgroupMemoryLimit()) {
+    const uint64_t rss = ResidentBytes().value_or(0);
+    const uint64_t r = *limit > rss ? *limit - rss : 0;
+    room = room ? std::min(*room, r) : r;
+  }
+  if (!room || file_bytes <= *room) return Status::Ok();
+  const uint64_t budget = std::optional<uint64_t>(CgroupMemoryLimit()).value_or(*room);
+  const std::string pack = PackPathFor(mf.model);
+  return Status::OutOfMemory(StrFormat(
+      "%s: the model needs about %s in memory (its file) but %s is available%s; stream it from "
+      "storage instead: `weir pack -m %s -o %s` then `weir run -m %s --memory %s` (or --mmap to "
+      "let the page cache hold what it can, slowly)",
+      mf.model.c_str(), FormatBytes(file_bytes).c_str(), FormatBytes(*room).c_str(),
+      CgroupMemoryLimit() ? " under this memory cgroup's limit" : "", mf.model.c_str(),
+      pack.c_str(), pack.c_str(),
+      StrFormat("%lluMiB",
+                static_cast<unsigned long long>((budget - CgroupHeadroomBytes(budget)) >> 20))
+          .c_str()));
+}
+
+}  // namespace
+
+uint64_t CgroupHeadroomBytes(uint64_t limit) {
+  return std::min(limit, std::max<uint64_t>(uint64_t{8} << 20, limit / 20));
+}
+
+std::string MemoryLine(const RunModel& m) {
+  if (!m.streaming) return "";
+  const model::MemoryPlan& p = m.streaming->plan();
+  const std::string& dev = m.streaming->device().name();
+  return StrFormat("memory budget %s (%s), storage %s",
+                   p.budget == UINT64_MAX ? "unlimited" : FormatBytes(p.budget).c_str(),
+                   m.memory_source.c_str(), dev.substr(0, dev.find(':')).c_str());
+}
+
+nlohmann::json MemoryJson(const RunModel& m) {
+  if (!m.streaming) return nullptr;
+  const model::MemoryPlan& p = m.streaming->plan();
+  const std::string& dev = m.streaming->device().name();
+  return {{"budget", p.budget == UINT64_MAX ? nlohmann::json(nullptr) : nlohmann::json(p.budget)},
+          {"source", m.memory_source},
+          {"storage", dev.substr(0, dev.find(':'))}};
+}
+
 Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   RunModel r;
   if (!IsPackFile(mf.model)) {
     if (!f.memory.empty()) {
       return Status::InvalidArgument(
           StrFormat("--memory needs a weir pack; %s is not one (make one with `weir pack -m %s -o "
-                    "MODEL.weir`)",
-                    mf.model.c_str(), mf.model.c_str()));
+                    "%s`)",
+                    mf.model.c_str(), mf.model.c_str(), PackPathFor(mf.model).c_str()));
     }
+    WEIR_RETURN_IF_ERROR(CheckFitsInMemory(mf));
     WEIR_ASSIGN_OR_RETURN(r.resident, LoadModel(mf));
     return r;
   }
@@ -75,6 +151,14 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
     auto b = ParseBytes(f.memory);
     if (!b.ok()) return b.status().WithContext("--memory");
     c.memory_budget = *b;
+    r.memory_source = "--memory";
+  } else if (std::optional<uint64_t> limit = CgroupMemoryLimit()) {
+    const uint64_t headroom = CgroupHeadroomBytes(*limit);
+    c.memory_budget = *limit - headroom;
+    r.memory_source = StrFormat("cgroup limit %s less %s headroom", FormatBytes(*limit).c_str(),
+                                FormatBytes(headroom).c_str());
+  } else {
+    r.memory_source = "none: no --memory and no cgroup limit";
   }
   c.device.kind = f.storage;
   c.device.profile = f.profile;
@@ -84,6 +168,7 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.stream.prefetch_layers = f.prefetch;
   c.stream.record_trace = f.record_trace;
   c.stream.partitions = f.partitions;
+  c.stream.stream_attention = !f.static_attention;
   c.stream.block_bytes = 0;  // auto: by the pack's layout (StreamingModel::Open)
   if (!f.block.empty()) {
     auto block = ParseBytes(f.block);

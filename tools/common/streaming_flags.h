@@ -20,13 +20,14 @@ namespace weir::tools {
 struct StreamingFlags {
   std::string memory;             // --memory BYTES; "" = no limit
   std::string memory_scope = "process";  // --memory-scope process|weights
-  std::string storage = "pread";  // --storage: pread, direct, io_uring, io_uring+direct, mmap
+  std::string storage = "auto";   // --storage: auto, pread, direct, io_uring, io_uring+direct, mmap
   std::string profile;            // --profile: throttle to a storage profile
   std::string policy = "mru";     // --policy (measured: lru and lfu thrash, docs/streaming.md 3.2)
   int prefetch = 1;               // --prefetch: layers read ahead (-1: none)
-  std::string partitions = "uniform";
-  std::string block;  // --block; "" = 2 MiB for bundle packs, 4 KiB for column packs
+  std::string partitions = "shared";  // measured: docs/streaming.md, 3.2
+  std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs
   int queue_depth = 32;
+  bool static_attention = false;  // --static-attention
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
@@ -39,6 +40,9 @@ struct RunModel {
   std::unique_ptr<model::Model> resident;
   std::unique_ptr<model::StreamingModel> streaming;
   const model::Model& model() const { return streaming ? streaming->model() : *resident; }
+  // Streaming: where the budget in force came from ("--memory", "cgroup limit ... less ...
+  // headroom", "none: no --memory and no cgroup limit"), for the start line and --json.
+  std::string memory_source;
   // Points the session options at the streamed MLP, if any.
   void Configure(model::SessionOptions* options) const;
   // Streaming: plans the budget with the session's allocations (refusing one below the minimum).
@@ -47,6 +51,15 @@ struct RunModel {
 // A pack when the file is one (with the streaming flags), else the model resident; --memory
 // with a file that is not a pack is an error that says how to make one.
 Result<RunModel> LoadRunModel(const ModelFlags& model_flags, const StreamingFlags& flags);
+
+// Streaming: "memory budget 76.00 MiB (cgroup limit 80.00 MiB less 4.00 MiB headroom), storage
+// io_uring+direct", the line run/bench/ppl print at start; {"budget", "source", "storage"} in JSON.
+std::string MemoryLine(const RunModel& m);
+nlohmann::json MemoryJson(const RunModel& m);
+// The headroom left under a cgroup's limit when --memory is not given: the limit counts the
+// kernel's memory for the process and the page cache of the program's own files, outside weir's
+// plan.
+uint64_t CgroupHeadroomBytes(uint64_t limit);
 
 // "storage 1.2 MiB, cache 3.4 MiB, hit 82.1%, stall 1.20 ms, overlap 64%" for a per-token delta.
 std::string FormatStreamStats(const model::StreamStats& s);

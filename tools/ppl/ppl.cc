@@ -61,6 +61,7 @@ int PplMain(int argc, char** argv) {
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("ppl", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("ppl", st);
+  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("ppl", trace.status());
   model::PerplexityOptions po;
@@ -81,7 +82,8 @@ int PplMain(int argc, char** argv) {
                {"ppl", r->ppl}, {"ppl_stderr", r->ppl_stderr}, {"mean_nll", r->mean_nll},
                {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
                {"mlp_density", (*session)->traffic().mlp_density()},
-               {"linear_density", (*session)->traffic().linear_density()}});
+               {"linear_density", (*session)->traffic().linear_density()},
+               {"memory", MemoryJson(*m)}});
   } else {
     std::printf("perplexity: %.4f +/- %.4f  (%lld tokens scored, %d chunks of %d, score=%s)\n", r->ppl,
                 r->ppl_stderr, static_cast<long long>(r->tokens_scored), r->chunks, mf.ctx, score.c_str());

@@ -66,6 +66,7 @@ int RunMain(int argc, char** argv) {
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
+  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("run", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
@@ -138,7 +139,7 @@ int RunMain(int argc, char** argv) {
                {"prompt_tok_s", stats->prompt_tok_s()},
                {"decode_tok_s", stats->decode_tok_s()},
                {"threads", pool.size()},
-               {"streaming", streamed ? nlohmann::json{{"plan", MemoryPlanJson(m->streaming->plan())},
+               {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"per_token", stream_tokens},
                                                        {"total", StreamTotalsJson(streamed->stats())},
                                                        {"peak_rss", PeakRssBytes()}}
