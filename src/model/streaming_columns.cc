@@ -1,6 +1,7 @@
 // StreamingWeights for a column-layout pack: the MLP of one token as DIP computes it (paper 000
 // §3, Algorithm 1), over columns streamed from storage. The layout is in
-// format/weir_pack_format.h; the memory, cache and I/O machinery in streaming_weights.cc.
+// format/weir_pack_format.h; the memory and cache plan in streaming_weights.cc, the block
+// streamer in streaming_blocks.cc.
 #include <algorithm>
 #include <cstring>
 
