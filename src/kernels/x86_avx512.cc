@@ -926,6 +926,46 @@ void AxpyQuantRows(const uint8_t* const* rows, const float* xs, int64_t n_out, f
   }
 }
 
+// Q4_1 column form: acc[j] += x[i] * w[i, j] with w = q * d + m formed in f32 as DequantizeRow
+// forms it (a rounded product, then a rounded sum; the _round_ intrinsics keep the compiler from
+// fusing them), then one fused multiply-add per row, rows in index order: the same bits as the
+// dequantize-then-F32 fallback of typed_dispatch.h, without its scratch row.
+template <int R>
+void AxpyQ41Rows(const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
+                 const uint8_t* const* pf) {
+  constexpr int kRn = _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC;
+  const int64_t nb = n_out / kQ;
+  const __m512i low = _mm512_set1_epi32(0x0f);
+  __m512 xv[R];
+  for (int i = 0; i < R; ++i) xv[i] = _mm512_set1_ps(xs[i]);
+  for (int64_t b = 0; b < nb; ++b) {
+    if (pf != nullptr && (b * kQ41Bytes) % 64 < kQ41Bytes) {
+      for (int i = 0; i < R; ++i) {
+        _mm_prefetch(reinterpret_cast<const char*>(pf[i] + b * kQ41Bytes), _MM_HINT_T0);
+      }
+    }
+    __m512 a0 = _mm512_loadu_ps(acc + b * kQ);
+    __m512 a1 = _mm512_loadu_ps(acc + b * kQ + 16);
+    for (int i = 0; i < R; ++i) {
+      const uint8_t* blk = rows[i] + static_cast<size_t>(b) * kQ41Bytes;
+      uint32_t dm;
+      std::memcpy(&dm, blk, 4);
+      const __m512 d = LowHalves(_mm512_set1_epi32(static_cast<int32_t>(dm)));
+      const __m512 m = HighHalves(_mm512_set1_epi32(static_cast<int32_t>(dm)));
+      const __m512i z =
+          _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 4)));
+      const __m512 q0 = _mm512_cvtepi32_ps(_mm512_and_si512(z, low));
+      const __m512 q1 = _mm512_cvtepi32_ps(_mm512_srli_epi32(z, 4));
+      const __m512 w0 = _mm512_add_round_ps(_mm512_mul_round_ps(q0, d, kRn), m, kRn);
+      const __m512 w1 = _mm512_add_round_ps(_mm512_mul_round_ps(q1, d, kRn), m, kRn);
+      a0 = _mm512_fmadd_ps(xv[i], w0, a0);
+      a1 = _mm512_fmadd_ps(xv[i], w1, a1);
+    }
+    _mm512_storeu_ps(acc + b * kQ, a0);
+    _mm512_storeu_ps(acc + b * kQ + 16, a1);
+  }
+}
+
 template <int R>
 void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_out, float* acc,
               const uint8_t* const* pf) {
@@ -945,7 +985,10 @@ void AxpyRows(DType t, const uint8_t* const* rows, const float* xs, int64_t n_ou
     case DType::kQ4_0:
       AxpyQuantRows<true, R>(rows, xs, n_out, acc, pf);
       return;
-    default:  // not in direct_types: internal/typed_dispatch.h never sends it
+    case DType::kQ4_1:
+      AxpyQ41Rows<R>(rows, xs, n_out, acc, pf);
+      return;
+    default:  // not in direct_axpy_types: internal/typed_dispatch.h never sends it
       __builtin_trap();
   }
 }
@@ -1319,7 +1362,7 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
 constexpr uint64_t kDirectTypes =
     kFloatQ8Q4Q41Types | (uint64_t{1} << 6) | (uint64_t{1} << 12) | (uint64_t{1} << 14);
 
-const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Types,
+const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Q41Types,
                            PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
                            PrepTiled, DotTiled};

@@ -198,7 +198,9 @@ TEST(GatherColsTest, X86QuantizedColumnPathsGiveTheSameBits) {
   }
   if (paths.size() < 2) GTEST_SKIP() << "fewer than two x86 SIMD paths on this CPU";
   std::mt19937 rng(16);
-  for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
+  // Q4_1: AVX-512 computes the column form itself, AVX2 through dequantize + its F32 kernel;
+  // both are one fused multiply-add per row in index order.
+  for (DType t : {DType::kQ8_0, DType::kQ4_0, DType::kQ4_1}) {
     for (int64_t n_out : {32, 96, 544, 4128}) {
       Weights wt = RawQuantWeights(rng, t, 67, n_out);
       std::vector<float> x = RandomFloats(rng, 67, -2, 2);
