@@ -237,10 +237,6 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
             : nullptr;
     policy->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
                         cache, &sel_in_);
-    if (options_.select_blocks && !sel_in_.all()) {
-      SelectWholeBlocks(g.in, d, x, sel_in_.size(),
-                        [&](int64_t i) { return InputColumn(g, i, j); }, &sel_in_);
-    }
   } else {
     sel_in_.SetAll(d);
   }
@@ -278,10 +274,6 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
             : nullptr;
     policy->SelectDown(layer, std::span<const float>(h, static_cast<size_t>(d_ff)), all_units_,
                        cache, &sel_down_);
-    if (options_.select_blocks && !sel_down_.all()) {
-      SelectWholeBlocks(g.extent, d_ff, h, sel_down_.size(),
-                        [&](int64_t c) { return DownColumn(g, c, j); }, &sel_down_);
-    }
   } else {
     sel_down_.SetAll(d_ff);
   }

@@ -109,10 +109,6 @@ struct StreamingOptions {
   // False skips the arithmetic: the cache, its policy and the reads run exactly as they would,
   // which is how `weir sim` replays a trace of a streamed run (model/stream_replay.h).
   bool compute = true;
-  // Column layout with a policy: keep columns in whole cache blocks -- every resident one, then
-  // the best-scoring blocks until the policy's count -- so that what is read is used
-  // (streaming_block_select.cc). False: the policy's columns as they are (DIP, DIP-CA).
-  bool select_blocks = false;
 };
 
 // Cumulative counters; per-token figures are differences between two readings.
@@ -271,11 +267,6 @@ class StreamingWeights {
   const sparsity::CacheStateView* ColumnCacheState(
       const Extent& e, int64_t channels,
       const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range);
-  // Read-aware selection (select_blocks): at least k of the `columns` columns of e, in whole
-  // blocks, resident ones first, then by the sum of |score| per block; ascending into *out.
-  void SelectWholeBlocks(const Extent& e, int64_t columns, const float* score, int64_t k,
-                         const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range,
-                         sparsity::IndexList* out);
   // Queues the blocks of layer + 1's input columns `in` (cross-layer preloading).
   void PredictNextLayer(int layer, const sparsity::IndexList& in);
   // Releases the predicted blocks that were not used.
@@ -351,10 +342,6 @@ class StreamingWeights {
   std::vector<uint64_t> block_words_, cache_words_;
   sparsity::CacheStateView cache_view_;
   std::vector<storage::UnitId> predicted_;  // blocks queued by PredictNextLayer
-  std::vector<double> select_block_score_;    // SelectWholeBlocks scratch, per block
-  std::vector<uint8_t> select_block_taken_;
-  std::vector<uint64_t> select_block_order_;
-  std::vector<int64_t> select_block_starts_;
 
   mutable std::mutex stats_mu_;
   StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)

@@ -259,36 +259,6 @@ TEST(StreamingColumnsTest, DipCaReadsTheCacheState) {
   for (float v : ca_small->trace.logits) ASSERT_TRUE(std::isfinite(v));
 }
 
-// --select blocks: with everything resident every column is kept (the dense product); with a
-// small cache and 4 KiB blocks it reads less than DIP at the same policy, keeps at least DIP's
-// column count, and a run is deterministic without read-ahead.
-TEST(StreamingColumnsTest, WholeBlockSelectionReadsWhatItUses) {
-  ThreadPool pool(2);
-  const Files f = MakeFiles(DType::kF32);
-  StreamingConfig all = Config(UINT64_MAX, "lru");
-  all.stream.select_blocks = true;
-  auto dense = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "", &pool, 4);
-  auto blocks_all = RunPack(f.pack, Memory(f.pack), all, "dip:0.5", &pool, 4);
-  ASSERT_TRUE(dense.ok() && blocks_all.ok());
-  EXPECT_TRUE(Same(dense->trace, blocks_all->trace));
-
-  auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "", &pool, 0);
-  ASSERT_TRUE(probe.ok());
-  StreamingConfig small = Config(probe->plan.minimum() + probe->plan.streamed_bytes / 4, "hot");
-  small.stream.prefetch_layers = -1;
-  small.stream.block_bytes = 4096;
-  auto dip = RunPack(f.pack, Memory(f.pack), small, "dip:0.5", &pool, 8);
-  small.stream.select_blocks = true;
-  auto whole = RunPack(f.pack, Memory(f.pack), small, "dip:0.5", &pool, 8);
-  auto again = RunPack(f.pack, Memory(f.pack), small, "dip:0.5", &pool, 8);
-  ASSERT_TRUE(dip.ok() && whole.ok() && again.ok());
-  EXPECT_LT(whole->stats.storage_bytes, dip->stats.storage_bytes);
-  EXPECT_GE(whole->trace.traffic.mlp_used, dip->trace.traffic.mlp_used);
-  EXPECT_TRUE(Same(whole->trace, again->trace));
-  EXPECT_EQ(whole->stats.storage_bytes, again->stats.storage_bytes);
-  for (float v : whole->trace.logits) ASSERT_TRUE(std::isfinite(v));
-}
-
 TEST(StreamingColumnsTest, RefusesWhatStreamingCannotServe) {
   ThreadPool pool(2);
   const Files f = MakeFiles(DType::kQ8_0);

@@ -38,11 +38,6 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
                  "mru: each token sweeps the layers in order, where LRU and LFU evict what is "
                  "needed next and hit nothing; hot keeps the leading blocks of each extent, the "
                  "hottest columns of a pack ordered with --calib)");
-  app.add_option("--select", f->select,
-                 "column packs with --sparsity: columns (default: the policy's columns as they "
-                 "are) or blocks (whole cache blocks: every resident one, then the best-scoring "
-                 "blocks up to the policy's count, so that what is read is used)")
-      ->check(CLI::IsMember({"columns", "blocks"}));
   app.add_flag("--static-attention", f->static_attention,
                "keep the attention projections in memory (read once) instead of streaming them "
                "with the MLP; they count in the static share of the budget");
@@ -174,7 +169,6 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.stream.record_trace = f.record_trace;
   c.stream.partitions = f.partitions;
   c.stream.stream_attention = !f.static_attention;
-  c.stream.select_blocks = f.select == "blocks";
   c.stream.block_bytes = 0;  // auto: by the pack's layout (StreamingModel::Open)
   if (!f.block.empty()) {
     auto block = ParseBytes(f.block);

@@ -28,7 +28,6 @@ struct StreamingFlags {
   std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs
   int queue_depth = 32;
   bool static_attention = false;  // --static-attention
-  std::string select = "columns";  // --select columns|blocks
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
