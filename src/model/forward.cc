@@ -5,7 +5,7 @@
 // the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
 // (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
 // layers with their own RoPE base, and final logit soft-capping (Gemma 3). A switch that is off
-// costs a null-pointer test.
+// costs a null-pointer test. A mixture-of-experts row's MLP is model/moe.h's MoeMlp.
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and SparseMlpToken (the MLP with unit and down-column selection, DIP §3 /
@@ -152,6 +152,14 @@ Status Session::Mlp(int layer, int n) {
     const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
     traffic_.mlp_used += used;
     traffic_.mlp_dense += bytes * static_cast<uint64_t>(n);
+  } else if (moe_) {
+    // Mixture of experts: the router picks n_expert_used experts per token (model/moe.h).
+    y = gate;  // [n, d]
+    uint64_t bytes = 0;
+    WEIR_RETURN_IF_ERROR(
+        moe_->Forward(layer, w.ffn_gate_inp, xb, n, y, experts_.get(), pool_, &bytes));
+    traffic_.mlp_used += bytes;
+    traffic_.mlp_dense += bytes;  // a dense pass reads the same experts
   } else if (policy_) {
     // Sparse: selections are per token (DIP §3), so tokens go one at a time.
     for (int t = 0; t < n; ++t) SparseMlpToken(layer, xb + t * d, xb + t * d);

@@ -4,7 +4,7 @@
 // The forward pass (forward.cc) reads top to bottom like the Llama paper:
 //   x = embed(token)                              (Gemma: times sqrt(d_model))
 //   for each layer:  x += Attention(RMSNorm(x))   -- RoPE, grouped-query, causal, KV cache
-//                    x += SwiGLU-MLP(RMSNorm(x))
+//                    x += SwiGLU-MLP(RMSNorm(x))   (or the mixture of experts, model/moe.h)
 //   logits = Output(RMSNorm(x))
 // with the switches of the model's architecture (format/arch_spec.h) where others differ:
 // QK-norm, a post-norm on each block's output, GeGLU, sliding-window layers, logit soft-cap.
@@ -24,6 +24,7 @@
 #include "model/activation_observer.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/streaming_weights.h"
 #include "model/transposed_weights.h"
 #include "sparsity/policy.h"
@@ -88,6 +89,8 @@ class Session {
   const WeightTraffic& traffic() const { return traffic_; }
   void ResetTraffic() { traffic_ = {}; }
   const sparsity::SparsityPolicy* sparsity() const { return policy_.get(); }
+  // The mixture-of-experts MLP of an MoE model (its last routing), else nullptr.
+  const MoeMlp* moe() const { return moe_.get(); }
 
  private:
   Session(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {}
@@ -122,6 +125,8 @@ class Session {
   std::unique_ptr<sparsity::SparsityPolicy> policy_;
   std::unique_ptr<TransposedWeights> transposed_;
   StreamingWeights* streamed_ = nullptr;
+  std::unique_ptr<MoeMlp> moe_;                  // MoE models only
+  std::unique_ptr<ExpertSource> experts_;        // where moe_ gets the experts (resident)
   sparsity::IndexList sel_in_, sel_units_, sel_down_;  // capacity = widest site
   WeightTraffic traffic_;
 
