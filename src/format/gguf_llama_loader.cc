@@ -251,10 +251,10 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   c.n_head_kv = c.layers[0].n_head_kv;
   c.d_ff = c.layers[0].d_ff;
 
-  // head_dim: stated (Gemma, Qwen3; weir writes it for pruned models whose layer 0 lost heads),
-  // else derived.
   if (arch->moe) WEIR_RETURN_IF_ERROR(ReadExperts(f, prefix, &c));
 
+  // head_dim: stated (Gemma, Qwen3; weir writes it for pruned models whose layer 0 lost heads),
+  // else derived.
   if (f.Has(K("attention.key_length"))) {
     WEIR_ASSIGN_OR_RETURN(c.head_dim, GetInt(f, K("attention.key_length"), 1, lim::kMaxHeadDim));
   } else {
