@@ -96,6 +96,10 @@ class MoeMlp {
 
   // The last Forward's routing: n_expert_used choices per token, token-major.
   std::span<const ExpertChoice> routing() const { return {choices_.data(), last_n_ * k_}; }
+  // Its router logits, [n, n_expert] token-major (how close each choice was).
+  std::span<const float> router_logits() const {
+    return {logits_.data<float>(), last_n_ * static_cast<size_t>(n_expert_)};
+  }
   int n_expert() const { return n_expert_; }
   int n_expert_used() const { return k_; }
   uint64_t allocated_bytes() const;

@@ -24,7 +24,10 @@ int GenMain(int argc, char** argv) {
   auto* p = app.add_option("--preset", preset,
                            "shape preset: tiny, llama-1b, llama-7b (llama); tiny (others); "
                            "gemma3-270m (gemma3); small (mixtral, qwen3moe)");
-  app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
+  auto* d = app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
+  std::string experts;
+  app.add_option("--experts", experts, "with --dims on mixtral/qwen3moe: n_expert,n_expert_used (d_ff is each expert's)")
+      ->needs(d);
   app.add_option("--type", type, "weight type: " + DTypeNameList() + " (default q8_0)");
   app.add_option("-o,--output", out, "output .gguf")->required();
   app.add_option("--seed", seed, "random seed (default 1)");
@@ -57,6 +60,12 @@ int GenMain(int argc, char** argv) {
     spec.d_ff = v[4];
     spec.vocab_size = v[5];
     spec.arch = arch;
+    if (arch == "qwen3moe") spec.rms_eps = 1e-6f, spec.rope_theta = 1e6f;
+    if (!experts.empty() &&
+        std::sscanf(experts.c_str(), "%d,%d", &spec.n_expert, &spec.n_expert_used) != 2) {
+      std::fprintf(stderr, "weir gen: --experts wants n_expert,n_expert_used\n");
+      return kExitUsage;
+    }
   } else {
     std::fprintf(stderr, "weir gen: give --preset or --dims\n");
     return kExitUsage;
