@@ -180,6 +180,27 @@ TEST(MoeFormatTest, WhatWeirDoesNotComputeIsRefusedByName) {
   ExpectError(LoadModel(sigmoid), Status::Code::kUnsupported, "expert_gating_func' = 2");
 }
 
+// weir convert: expert stacks are converted like any weight, the router keeps its type, and the
+// file loads back as the same architecture with the same experts.
+TEST(MoeFormatTest, ConvertKeepsTheRouterAndConvertsTheExperts) {
+  for (const char* arch : {"mixtral", "qwen3moe"}) {
+    SCOPED_TRACE(arch);
+    auto m = LoadModel(Rewrite(arch, std::string("conv_src_") + arch, nullptr));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const std::string out = testing::TempDir() + "/conv_" + arch + ".gguf";
+    ASSERT_TRUE(WriteLlamaGguf(*m, out, DType::kQ8_0).ok());
+    auto back = LoadModel(out);
+    ASSERT_TRUE(back.ok()) << back.status().ToString();
+    EXPECT_EQ(back->config.arch, FindArch(arch));
+    EXPECT_EQ(back->config.n_expert, m->config.n_expert);
+    EXPECT_EQ(back->config.n_expert_used, m->config.n_expert_used);
+    EXPECT_EQ(back->Find("blk.1.ffn_gate_inp.weight")->dtype, DType::kF32);
+    EXPECT_EQ(back->Find("blk.1.ffn_down_exps.weight")->dtype, DType::kQ8_0);
+    EXPECT_EQ(back->Find("blk.1.ffn_down_exps.weight")->shape,
+              m->Find("blk.1.ffn_down_exps.weight")->shape);
+  }
+}
+
 TEST(MoeFormatTest, ExpertWeightsNormIsReadAndWritten) {
   const std::string path =
       Rewrite("qwen3moe", "nonorm", [](ModelFile* m) { m->config.expert_weights_norm = false; });

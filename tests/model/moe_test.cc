@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "format/gguf_reader.h"
 #include "format/synth_llama.h"
 #include "format/weir_pack_writer.h"
 #include "kernels/matvec.h"
@@ -348,6 +349,57 @@ INSTANTIATE_TEST_SUITE_P(Archs, TinyMoeTest,
                          [](const ::testing::TestParamInfo<TinyCase>& info) {
                            return std::string(info.param.arch) + "_" + DTypeName(info.param.type);
                          });
+
+// Hostile MoE headers: random bytes written over the metadata and tensor infos of a tiny
+// Mixtral file (expert counts, 3-D shapes, key names included) give an error or a model, and a
+// model that loads also decodes (the MoE op never sees a file the validator let through with
+// experts it cannot index).
+TEST(TinyMoeRefusals, MutatedHeadersFailCleanlyOrDecode) {
+  const std::string path = testing::TempDir() + "/fuzz_mixtral.gguf";
+  auto spec = format::SynthPreset("tiny", "mixtral");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(format::WriteRandomLlamaGguf(*spec, DType::kF32, 3, path, nullptr).ok());
+  const std::string file = testing::ReadFile(path);
+  auto clean = format::GgufFile::Parse("fuzz.gguf", reinterpret_cast<const uint8_t*>(file.data()),
+                                       file.size(), nullptr);
+  ASSERT_TRUE(clean.ok());
+  const uint64_t header = clean->data_offset();
+  std::mt19937_64 rng(21);
+  int errors = 0, decoded = 0;
+  for (int iter = 0; iter < 400; ++iter) {
+    std::vector<uint8_t> b(file.begin(), file.end());
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < flips; ++i) b[rng() % header] = static_cast<uint8_t>(rng());
+    auto f = format::GgufFile::Parse("fuzz.gguf", b.data(), b.size(), nullptr);
+    if (!f.ok()) {
+      ++errors;
+      continue;
+    }
+    auto mf = format::LoadGgufModel(*f);
+    if (!mf.ok()) {
+      ++errors;
+      EXPECT_EQ(mf.status().message().find('\n'), std::string::npos) << mf.status().message();
+      continue;
+    }
+    auto m = Model::FromFile(std::move(mf).value());
+    if (!m.ok()) {
+      ++errors;
+      continue;
+    }
+    SessionOptions so;
+    so.ctx = 8;
+    auto s = Session::Create(**m, nullptr, so);
+    if (!s.ok()) {
+      ++errors;
+      continue;
+    }
+    const int32_t ids[] = {1, 2};
+    EXPECT_TRUE((*s)->Forward(ids, LogitsFor::kLast).ok());
+    ++decoded;
+  }
+  EXPECT_GT(errors, 0);
+  EXPECT_GT(decoded, 0);  // most single-byte changes hit token strings and still load
+}
 
 TEST(TinyMoeRefusals, SparsityAndPacksAreRefused) {
   std::unique_ptr<Model> m = TinyMoe("mixtral", DType::kF32);
