@@ -13,7 +13,7 @@
 namespace weir::model {
 
 void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out) {
-  WEIR_CHECK(k >= 1 && k <= n_expert);
+  WEIR_CHECK(k >= 1 && k <= n_expert && n_expert <= format::limits::kMaxExperts);
   auto key = [&](int32_t e) {
     const float l = logits[e];
     return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
