@@ -350,6 +350,48 @@ INSTANTIATE_TEST_SUITE_P(Archs, TinyMoeTest,
                            return std::string(info.param.arch) + "_" + DTypeName(info.param.type);
                          });
 
+// Expert stacks loaded tiled for the dense kernels (each expert's rows are whole groups of 16,
+// so each expert's slice is tiled): the same logits as row-major to 1e-4 relative and the same
+// argmax, as for dense weights (weights_placement_test.cc).
+TEST_P(TinyMoeTest, TiledExpertsAgreeWithRowMajor) {
+  if (GetParam().type != DType::kQ8_0 && GetParam().type != DType::kQ4_0) GTEST_SKIP() << "F32";
+  const std::string path = testing::TempDir() + "/tiled_" + GetParam().arch + ".gguf";
+  auto spec = format::SynthPreset("tiny", GetParam().arch);
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(format::WriteRandomLlamaGguf(*spec, GetParam().type, 13, path, nullptr).ok());
+  format::LoadOptions o;
+  o.placement = format::WeightPlacement::kMemory;
+  auto rows = Model::Load(path, o);
+  o.tile_linear = true;
+  auto tiled = Model::Load(path, o);
+  ASSERT_TRUE(rows.ok() && tiled.ok());
+  if ((*tiled)->file().TiledTensorCount() == 0) GTEST_SKIP() << "no fast tiled product on this CPU";
+  const auto& tf = (*tiled)->file();
+  EXPECT_EQ(tf.Find("blk.0.ffn_up_exps.weight")->layout, Layout::kTiled16);
+  EXPECT_EQ(tf.Find("blk.1.ffn_down_exps.weight")->layout, Layout::kTiled16);
+  EXPECT_EQ(tf.Find("blk.0.ffn_gate_inp.weight")->layout, Layout::kRowMajor);  // F32 router
+  ThreadPool pool(2);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back((i * 53 + 7) % (*rows)->config().vocab_size);
+  const std::vector<float> a = AllLogits(**rows, ids, 4, 4, &pool);
+  const std::vector<float> b = AllLogits(**tiled, ids, 4, 4, &pool);
+  ASSERT_EQ(a.size(), b.size());
+  const size_t vocab = static_cast<size_t>((*rows)->config().vocab_size);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    double diff = 0, norm = 0;
+    size_t best_a = 0, best_b = 0;
+    for (size_t i = 0; i < vocab; ++i) {
+      const float x = a[t * vocab + i], y = b[t * vocab + i];
+      diff = std::max(diff, std::fabs(static_cast<double>(x) - y));
+      norm = std::max(norm, std::fabs(static_cast<double>(x)));
+      if (x > a[t * vocab + best_a]) best_a = i;
+      if (y > b[t * vocab + best_b]) best_b = i;
+    }
+    EXPECT_LE(diff, 1e-4 * norm) << "token " << t;
+    EXPECT_EQ(best_a, best_b) << "token " << t;
+  }
+}
+
 // Hostile MoE headers: random bytes written over the metadata and tensor infos of a tiny
 // Mixtral file (expert counts, 3-D shapes, key names included) give an error or a model, and a
 // model that loads also decodes (the MoE op never sees a file the validator let through with
