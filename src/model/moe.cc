@@ -139,16 +139,16 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
 
   // Each chosen expert once, over its tokens; y[t] accumulates in ascending expert order.
   std::memset(y, 0, sizeof(float) * static_cast<size_t>(n) * d);
-  float* xg = xg_.data<float>();  // [m, d]
-  float* yg = yg_.data<float>();  // [m, d]
+  float* xg = xg_.data<float>();   // [m, d]
+  float* yg = yg_.data<float>();   // [m, d]
   float* g = gate_.data<float>();  // [m, d_ff]
   float* u = up_.data<float>();    // [m, d_ff]
   uint64_t bytes = router.nbytes() * static_cast<uint64_t>(n);
   for (int32_t e : active_) {
     const int first = start_[e], m = start_[e + 1] - start_[e];
     for (int i = 0; i < m; ++i) {
-      std::memcpy(xg + static_cast<size_t>(i) * d, x + static_cast<size_t>(slot_token_[first + i]) * d,
-                  sizeof(float) * d);
+      const float* xt = x + static_cast<size_t>(slot_token_[first + i]) * d;
+      std::memcpy(xg + static_cast<size_t>(i) * d, xt, sizeof(float) * d);
     }
     WEIR_ASSIGN_OR_RETURN(ExpertWeights w, experts->Acquire(layer, e));
     const TensorView* gate_up[] = {&w.w_gate, &w.w_up};

@@ -113,10 +113,10 @@ class MoeMlp {
   std::vector<int> d_ff_;  // per layer
   size_t last_n_ = 0;
 
-  AlignedBuffer logits_;             // [n_batch, n_expert]
-  AlignedBuffer xg_;                 // [n_batch, d_model] the tokens routed to one expert
-  AlignedBuffer yg_;                 // [n_batch, d_model] their expert outputs
-  AlignedBuffer gate_, up_;          // [n_batch, max d_ff]
+  AlignedBuffer logits_;               // [n_batch, n_expert]
+  AlignedBuffer xg_;                   // [n_batch, d_model] the tokens routed to one expert
+  AlignedBuffer yg_;                   // [n_batch, d_model] their expert outputs
+  AlignedBuffer gate_, up_;            // [n_batch, max d_ff]
   std::vector<ExpertChoice> choices_;  // [n_batch * k]
   std::vector<int32_t> count_;         // [n_expert] tokens per expert in this step
   std::vector<int32_t> start_;         // [n_expert + 1] first slot of each expert

@@ -119,7 +119,8 @@ TEST(MoeFormatTest, ZeroExpertsIsAnError) {
               q + ": metadata 'qwen3moe.expert_count' = 0, but qwen3moe is a mixture-of-experts");
   // A llama file without experts is a dense Llama, whose MLP tensors a Mixtral file lacks.
   const std::string l = Rewrite("mixtral", "zero_l", [](ModelFile* m) { m->config.n_expert = 0; });
-  ExpectError(LoadModel(l), Status::Code::kCorrupt, "required tensor blk.0.ffn_gate.weight is missing");
+  ExpectError(LoadModel(l), Status::Code::kCorrupt,
+              "required tensor blk.0.ffn_gate.weight is missing");
   // Zero experts used.
   const std::string u =
       Rewrite("mixtral", "used0", [](ModelFile* m) { m->config.n_expert_used = 0; });
@@ -141,8 +142,9 @@ TEST(MoeFormatTest, ShapeMismatchesNameTheTensorAndTheDerivation) {
       v.shape = Shape{7, v.shape[1], v.shape[2]};
     });
     ExpectError(LoadModel(path), Status::Code::kCorrupt,
-                path + ": tensor blk.1.ffn_down_exps.weight has shape [7, 64, 64], expected "
-                       "[n_expert, d_model, d_ff] = [8, 64, 64]");
+                path +
+                    ": tensor blk.1.ffn_down_exps.weight has shape [7, 64, 64], expected "
+                    "[n_expert, d_model, d_ff] = [8, 64, 64]");
   }
   {  // a router for fewer experts
     const std::string path = Rewrite("qwen3moe", "router", [](ModelFile* m) {
@@ -162,9 +164,8 @@ TEST(MoeFormatTest, ShapeMismatchesNameTheTensorAndTheDerivation) {
                 "tensor blk.0.ffn_gate_exps.weight has shape [512, 64], expected");
   }
   {  // a missing expert stack
-    const std::string path = Rewrite("qwen3moe", "noup", [](ModelFile* m) {
-      m->tensors.erase("blk.1.ffn_up_exps.weight");
-    });
+    const std::string path = Rewrite(
+        "qwen3moe", "noup", [](ModelFile* m) { m->tensors.erase("blk.1.ffn_up_exps.weight"); });
     ExpectError(LoadModel(path), Status::Code::kCorrupt,
                 "required tensor blk.1.ffn_up_exps.weight is missing (expected shape "
                 "[n_expert, d_ff, d_model] = [16, 32, 64])");
@@ -172,11 +173,11 @@ TEST(MoeFormatTest, ShapeMismatchesNameTheTensorAndTheDerivation) {
 }
 
 TEST(MoeFormatTest, WhatWeirDoesNotComputeIsRefusedByName) {
-  const std::string shared = Rewrite("qwen3moe", "shared", nullptr,
-                                     {{"qwen3moe.expert_shared_count", GgufValue::U32(1)}});
+  const std::string shared =
+      Rewrite("qwen3moe", "shared", nullptr, {{"qwen3moe.expert_shared_count", GgufValue::U32(1)}});
   ExpectError(LoadModel(shared), Status::Code::kUnsupported, "expert_shared_count' = 1");
-  const std::string sigmoid = Rewrite("mixtral", "sigmoid", nullptr,
-                                      {{"llama.expert_gating_func", GgufValue::U32(2)}});
+  const std::string sigmoid =
+      Rewrite("mixtral", "sigmoid", nullptr, {{"llama.expert_gating_func", GgufValue::U32(2)}});
   ExpectError(LoadModel(sigmoid), Status::Code::kUnsupported, "expert_gating_func' = 2");
 }
 

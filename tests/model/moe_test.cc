@@ -143,8 +143,9 @@ TEST(MoeMlpTest, IdenticalExpertsEqualTheDenseMlp) {
   const std::vector<float> x = Inputs(n, D, 1);
   std::vector<float> y(n * D);
   uint64_t bytes = 0;
-  ASSERT_TRUE((*moe)->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
-                              nullptr, &bytes)
+  ASSERT_TRUE((*moe)
+                  ->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
+                            nullptr, &bytes)
                   .ok());
   for (int t = 0; t < n; ++t) {
     const std::vector<double> want = ExpertRef(f, 0, x.data() + t * D);
@@ -164,8 +165,9 @@ TEST(MoeMlpTest, OutputIsTheWeightedSumOfTheChosenExperts) {
   const std::vector<float> x = Inputs(n, D, 2);
   std::vector<float> y(n * D);
   uint64_t bytes = 0;
-  ASSERT_TRUE((*moe)->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
-                              nullptr, &bytes)
+  ASSERT_TRUE((*moe)
+                  ->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
+                            nullptr, &bytes)
                   .ok());
   std::set<int> used;
   for (int t = 0; t < n; ++t) {
@@ -230,8 +232,9 @@ TEST(MoeMlpTest, SourceSeesEachChosenExpertOnceInOrder) {
   const std::vector<float> x = Inputs(n, D, 3);
   std::vector<float> y(n * D);
   uint64_t bytes = 0;
-  ASSERT_TRUE((*moe)->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
-                              nullptr, &bytes)
+  ASSERT_TRUE((*moe)
+                  ->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
+                            nullptr, &bytes)
                   .ok());
   std::set<int32_t> chosen;
   for (int i = 0; i < n * K; ++i) chosen.insert((*moe)->routing()[i].expert);
@@ -270,8 +273,8 @@ std::unique_ptr<Model> TinyMoe(const std::string& arch, DType type) {
   return m.ok() ? std::move(m).value() : nullptr;
 }
 
-std::vector<float> AllLogits(const Model& m, const std::vector<int32_t>& ids, int n_batch,
-                             int step, ThreadPool* pool) {
+std::vector<float> AllLogits(const Model& m, const std::vector<int32_t>& ids, int n_batch, int step,
+                             ThreadPool* pool) {
   SessionOptions so;
   so.ctx = 64;
   so.n_batch = n_batch;
