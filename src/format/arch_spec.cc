@@ -2,6 +2,8 @@
 // each row lists the tensors its forward pass reads, in the order weir writes them.
 #include "format/arch_spec.h"
 
+#include <iterator>
+
 #include "base/status.h"
 #include "format/model_file.h"
 
@@ -80,20 +82,62 @@ constexpr TensorSpec kGemma3Tensors[] = {
     {R::kOutput,       "output.weight",              kGlobal, kOpt, D::kVocab,   D::kDModel},
 };
 
+// Mixtral: Llama's attention; the MLP is a router and 3-D stacks of experts (GGUF ne
+// [d_model, d_ff, n_expert] etc., innermost first).
+constexpr TensorSpec kMixtralTensors[] = {
+    {R::kTokenEmbd,    "token_embd.weight",    kGlobal, kReq, D::kVocab,   D::kDModel},
+    {R::kAttnNorm,     "attn_norm.weight",     kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kAttnQ,        "attn_q.weight",        kLayer,  kReq, D::kQDim,    D::kDModel},
+    {R::kAttnK,        "attn_k.weight",        kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnV,        "attn_v.weight",        kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnOutput,   "attn_output.weight",   kLayer,  kReq, D::kDModel,  D::kQDim},
+    {R::kFfnNorm,      "ffn_norm.weight",      kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnGateInp,   "ffn_gate_inp.weight",  kLayer,  kReq, D::kExperts, D::kDModel},
+    {R::kFfnGateExps,  "ffn_gate_exps.weight", kLayer,  kReq, D::kDff,     D::kDModel, D::kExperts},
+    {R::kFfnUpExps,    "ffn_up_exps.weight",   kLayer,  kReq, D::kDff,     D::kDModel, D::kExperts},
+    {R::kFfnDownExps,  "ffn_down_exps.weight", kLayer,  kReq, D::kDModel,  D::kDff,    D::kExperts},
+    {R::kOutputNorm,   "output_norm.weight",   kGlobal, kReq, D::kDModel,  D::kNone},
+    {R::kOutput,       "output.weight",        kGlobal, kOpt, D::kVocab,   D::kDModel},
+};
+
+// Qwen3 MoE: Qwen3's attention (QK-norm) and Mixtral's MLP; d_ff is the expert's width
+// (qwen3moe.expert_feed_forward_length).
+constexpr TensorSpec kQwen3MoeTensors[] = {
+    {R::kTokenEmbd,    "token_embd.weight",    kGlobal, kReq, D::kVocab,   D::kDModel},
+    {R::kAttnNorm,     "attn_norm.weight",     kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kAttnQ,        "attn_q.weight",        kLayer,  kReq, D::kQDim,    D::kDModel},
+    {R::kAttnK,        "attn_k.weight",        kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnV,        "attn_v.weight",        kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnQNorm,    "attn_q_norm.weight",   kLayer,  kReq, D::kHeadDim, D::kNone},
+    {R::kAttnKNorm,    "attn_k_norm.weight",   kLayer,  kReq, D::kHeadDim, D::kNone},
+    {R::kAttnOutput,   "attn_output.weight",   kLayer,  kReq, D::kDModel,  D::kQDim},
+    {R::kFfnNorm,      "ffn_norm.weight",      kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnGateInp,   "ffn_gate_inp.weight",  kLayer,  kReq, D::kExperts, D::kDModel},
+    {R::kFfnGateExps,  "ffn_gate_exps.weight", kLayer,  kReq, D::kDff,     D::kDModel, D::kExperts},
+    {R::kFfnUpExps,    "ffn_up_exps.weight",   kLayer,  kReq, D::kDff,     D::kDModel, D::kExperts},
+    {R::kFfnDownExps,  "ffn_down_exps.weight", kLayer,  kReq, D::kDModel,  D::kDff,    D::kExperts},
+    {R::kOutputNorm,   "output_norm.weight",   kGlobal, kReq, D::kDModel,  D::kNone},
+    {R::kOutput,       "output.weight",        kGlobal, kOpt, D::kVocab,   D::kDModel},
+};
+
 // One row per architecture.
-//                        name      RoPE pairing               activation
-//                        qk_norm post_norms emb_sqrt_d swa_period theta_swa softcap qkv_bias tensors
-constexpr ArchSpec kLlama{"llama",  RopeStyle::kAdjacentPairs, Activation::kSilu,
-                          false,  false,     false,     0,         0.0f,     false,  false,   kLlamaTensors};
-constexpr ArchSpec kQwen2{"qwen2",  RopeStyle::kRotateHalf,    Activation::kSilu,
-                          false,  false,     false,     0,         0.0f,     false,  true,    kLlamaTensors};
-constexpr ArchSpec kQwen3{"qwen3",  RopeStyle::kRotateHalf,    Activation::kSilu,
-                          true,   false,     false,     0,         0.0f,     false,  false,   kQwen3Tensors};
-constexpr ArchSpec kGemma3{"gemma3", RopeStyle::kRotateHalf,   Activation::kGeluTanh,
-                          true,   true,      true,      6,         10000.0f, true,   false,   kGemma3Tensors};
+//                          name        gguf_name   RoPE pairing               activation
+//                          qk_norm post_norms emb_sqrt_d swa_period theta_swa softcap qkv_bias moe    tensors
+constexpr ArchSpec kLlama{   "llama",    "llama",    RopeStyle::kAdjacentPairs, Activation::kSilu,
+                            false,  false,     false,     0,         0.0f,     false,  false,   false, kLlamaTensors};
+constexpr ArchSpec kQwen2{   "qwen2",    "qwen2",    RopeStyle::kRotateHalf,    Activation::kSilu,
+                            false,  false,     false,     0,         0.0f,     false,  true,    false, kLlamaTensors};
+constexpr ArchSpec kQwen3{   "qwen3",    "qwen3",    RopeStyle::kRotateHalf,    Activation::kSilu,
+                            true,   false,     false,     0,         0.0f,     false,  false,   false, kQwen3Tensors};
+constexpr ArchSpec kGemma3{  "gemma3",   "gemma3",   RopeStyle::kRotateHalf,    Activation::kGeluTanh,
+                            true,   true,      true,      6,         10000.0f, true,   false,   false, kGemma3Tensors};
+constexpr ArchSpec kMixtral{ "mixtral",  "llama",    RopeStyle::kAdjacentPairs, Activation::kSilu,
+                            false,  false,     false,     0,         0.0f,     false,  false,   true,  kMixtralTensors};
+constexpr ArchSpec kQwen3Moe{"qwen3moe", "qwen3moe", RopeStyle::kRotateHalf,    Activation::kSilu,
+                            true,   false,     false,     0,         0.0f,     false,  false,   true,  kQwen3MoeTensors};
 // clang-format on
 
-constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen3, &kGemma3};
+constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen3, &kGemma3, &kMixtral, &kQwen3Moe};
 
 }  // namespace
 
@@ -115,6 +159,8 @@ const char* DimName(Dim d) {
       return "d_ff";
     case Dim::kHeadDim:
       return "head_dim";
+    case Dim::kExperts:
+      return "n_expert";
   }
   return "?";
 }
@@ -126,6 +172,30 @@ const ArchSpec* FindArch(std::string_view name) {
     if (name == a->name) return a;
   }
   return nullptr;
+}
+
+const ArchSpec* FindGgufArch(std::string_view gguf_name, bool has_experts) {
+  const ArchSpec* any = nullptr;
+  for (const ArchSpec* a : kArchs) {
+    if (gguf_name != a->gguf_name) continue;
+    if (a->moe == has_experts) return a;
+    if (any == nullptr) any = a;
+  }
+  // One row for the name: the loader then checks the file against that row (a qwen3moe file
+  // without experts is an error about its expert_count, not an unknown architecture).
+  return any;
+}
+
+std::string GgufArchNameList() {
+  std::string s;
+  for (size_t i = 0; i < std::size(kArchs); ++i) {
+    bool first = true;  // the first row with this GGUF name
+    for (size_t j = 0; j < i; ++j) {
+      first = first && std::string_view(kArchs[j]->gguf_name) != kArchs[i]->gguf_name;
+    }
+    if (first) s += (s.empty() ? "" : ", ") + std::string(kArchs[i]->gguf_name);
+  }
+  return s;
 }
 
 std::string ArchNameList() {
@@ -168,15 +238,21 @@ Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& c, int layer) {
         return L.d_ff;
       case Dim::kHeadDim:
         return c.head_dim;
+      case Dim::kExperts:
+        return c.n_expert;
     }
     return 0;
   };
   if (t.vector()) return Shape{size(t.outer)};
+  if (t.stack != Dim::kNone) return Shape{size(t.stack), size(t.outer), size(t.inner)};
   return Shape{size(t.outer), size(t.inner)};
 }
 
 std::string ShapeDerivation(const TensorSpec& t) {
   if (t.vector()) return StrFormat("[%s]", DimName(t.outer));
+  if (t.stack != Dim::kNone) {
+    return StrFormat("[%s, %s, %s]", DimName(t.stack), DimName(t.outer), DimName(t.inner));
+  }
   return StrFormat("[%s, %s]", DimName(t.outer), DimName(t.inner));
 }
 

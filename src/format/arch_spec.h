@@ -22,6 +22,14 @@
 //   qwen3   rotate-half  SiLU       yes      -           1           -               optional
 //   gemma3  rotate-half  GELU-tanh  yes      yes         sqrt(d)     5 of every 6    optional
 //
+// Mixture-of-experts rows (`moe`): the MLP is n_expert experts of width d_ff stacked in 3-D
+// tensors ([n_expert, d_ff, d_model] ...), and a router (ffn_gate_inp, [n_expert, d_model]) picks
+// n_expert_used of them per token (model/moe.h computes it):
+//   mixtral   GGUF "llama" with <prefix>.expert_count > 0 (Mixtral 8x7B); Llama's attention
+//   qwen3moe  GGUF "qwen3moe" (Qwen3-30B-A3B); Qwen3's attention (QK-norm)
+// A row's `name` is weir's name for it (`weir gen --arch`, messages); `gguf_name` is the file's
+// general.architecture and key prefix, shared by llama and mixtral.
+//
 // Thread safety: the rows are immutable statics.
 #pragma once
 
@@ -53,6 +61,7 @@ enum class Dim : uint8_t {
   kKvDim,    // n_head_kv * head_dim
   kDff,      // d_ff
   kHeadDim,  // head_dim
+  kExperts,  // n_expert (MoE rows)
 };
 // "d_model", "n_head * head_dim", ... (the symbols of error messages).
 const char* DimName(Dim d);
@@ -78,6 +87,11 @@ enum class TensorRole : uint8_t {
   kFfnUp,
   kFfnDown,
   kPostFfnNorm,
+  // Mixture of experts (ArchSpec::moe).
+  kFfnGateInp,   // router [n_expert, d_model]
+  kFfnGateExps,  // [n_expert, d_ff, d_model]
+  kFfnUpExps,    // [n_expert, d_ff, d_model]
+  kFfnDownExps,  // [n_expert, d_model, d_ff]
 };
 
 struct TensorSpec {
@@ -87,12 +101,15 @@ struct TensorSpec {
   bool required;
   Dim outer;  // shape outermost first: [outer, inner], or [outer] when inner is kNone
   Dim inner;
-  // 1-D tensors (norms, biases) are F32; 2-D ones are weights of any type.
+  // kExperts for the stacked expert tensors: the shape is [n_expert, outer, inner].
+  Dim stack = Dim::kNone;
+  // 1-D tensors (norms, biases) are F32; 2-D and 3-D ones are weights of any type.
   bool vector() const { return inner == Dim::kNone; }
 };
 
 struct ArchSpec {
-  const char* name;  // GGUF general.architecture and metadata key prefix
+  const char* name;       // weir's name of the row (`weir gen --arch`, messages); unique
+  const char* gguf_name;  // GGUF general.architecture and metadata key prefix
   RopeStyle rope_style;
   Activation activation;
   bool qk_norm;             // RMSNorm (weights attn_q_norm / attn_k_norm) over each head's q, k
@@ -105,15 +122,24 @@ struct ArchSpec {
   float rope_theta_sliding;  // RoPE base of sliding layers unless <name>.rope.freq_base_swa
   bool logit_softcap;        // <name>.final_logit_softcapping may be stated
   bool qkv_bias;             // its converter writes q/k/v biases (`weir gen` writes them too)
+  // Mixture of experts: the MLP is the router and stacked experts (model/moe.h), and the file
+  // states <gguf_name>.expert_count and .expert_used_count.
+  bool moe;
   std::span<const TensorSpec> tensors;
 };
 
 // Every architecture weir runs.
 std::span<const ArchSpec* const> AllArchs();
-// The row named `name`, or nullptr.
+// The row named `name` (weir's name: "mixtral", not "llama"), or nullptr.
 const ArchSpec* FindArch(std::string_view name);
-// "llama, qwen2, qwen3, gemma3" (for error messages and --help).
+// The row of a GGUF file's general.architecture: `has_experts` (the file states
+// <gguf_name>.expert_count > 0) picks the MoE row where one GGUF name has both (llama ->
+// mixtral). nullptr when weir has no such row.
+const ArchSpec* FindGgufArch(std::string_view gguf_name, bool has_experts);
+// "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe" (for --arch help and messages).
 std::string ArchNameList();
+// The distinct GGUF names: "llama, qwen2, qwen3, gemma3, qwen3moe".
+std::string GgufArchNameList();
 // The default row of configs that do not say otherwise (llama2.c, safetensors Llama, synthetic).
 const ArchSpec& LlamaArch();
 
@@ -123,7 +149,8 @@ const TensorSpec* FindTensorSpec(const ArchSpec& arch, TensorRole role);
 std::string TensorName(const TensorSpec& t, int layer);
 // The tensor's shape for `config` (layer's own head counts and d_ff for per-layer tensors).
 Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& config, int layer);
-// "[n_head * head_dim, d_model]": how the expected shape is derived, for messages.
+// "[n_head * head_dim, d_model]", "[n_expert, d_ff, d_model]": how the expected shape is
+// derived, for messages.
 std::string ShapeDerivation(const TensorSpec& t);
 
 }  // namespace weir::format

@@ -158,6 +158,44 @@ Status ReadSlidingWindow(const GgufFile& f, const ArchSpec& arch, const std::str
   return Status::Ok();
 }
 
+// The router's hyperparameters of a mixture-of-experts row: how many experts, how many each
+// token uses, and how their weights are normalised. What weir does not compute (shared experts,
+// a gating function other than softmax) is refused by name.
+Status ReadExperts(const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
+  const char* path = f.path().c_str();
+  const std::string count_key = prefix + ".expert_count", used_key = prefix + ".expert_used_count";
+  WEIR_ASSIGN_OR_RETURN(c->n_expert, GetInt(f, count_key, 0, lim::kMaxExperts));
+  if (c->n_expert == 0) {
+    return Status::InvalidArgument(
+        StrFormat("%s: metadata '%s' = 0, but %s is a mixture-of-experts architecture (its MLP "
+                  "needs at least one expert)",
+                  path, count_key.c_str(), prefix.c_str()));
+  }
+  WEIR_ASSIGN_OR_RETURN(c->n_expert_used, GetInt(f, used_key, 1, lim::kMaxExperts));
+  if (c->n_expert_used > c->n_expert) {
+    return Status::InvalidArgument(StrFormat("%s: metadata '%s' = %d exceeds '%s' = %d", path,
+                                             used_key.c_str(), c->n_expert_used,
+                                             count_key.c_str(), c->n_expert));
+  }
+  WEIR_ASSIGN_OR_RETURN(c->expert_weights_norm,
+                        GetBoolOr(f, prefix + ".expert_weights_norm", true));
+  WEIR_ASSIGN_OR_RETURN(int shared,
+                        GetInt(f, prefix + ".expert_shared_count", 0, lim::kMaxExperts, 0));
+  if (shared != 0) {
+    return Status::Unsupported(StrFormat("%s: metadata '%s.expert_shared_count' = %d; weir "
+                                         "computes routed experts only (no shared experts)",
+                                         path, prefix.c_str(), shared));
+  }
+  // llama.cpp's gating functions: 1 = softmax, 2 = sigmoid.
+  WEIR_ASSIGN_OR_RETURN(int gating, GetInt(f, prefix + ".expert_gating_func", 0, 1 << 20, 1));
+  if (gating != 1) {
+    return Status::Unsupported(StrFormat("%s: metadata '%s.expert_gating_func' = %d; weir "
+                                         "routes with softmax (1) only",
+                                         path, prefix.c_str(), gating));
+  }
+  return Status::Ok();
+}
+
 size_t NaturalAlignment(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 }  // namespace
@@ -165,14 +203,18 @@ size_t NaturalAlignment(DType t) { return t == DType::kF32 ? 4 : 2; }
 Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   const char* path = f.path().c_str();
   WEIR_ASSIGN_OR_RETURN(std::string arch_name, f.GetString("general.architecture"));
-  const ArchSpec* arch = FindArch(arch_name);
+  // A stated expert count > 0 picks the mixture-of-experts row of a GGUF name that has one
+  // (llama -> mixtral).
+  WEIR_ASSIGN_OR_RETURN(int stated_experts,
+                        GetInt(f, arch_name + ".expert_count", 0, lim::kMaxExperts, 0));
+  const ArchSpec* arch = FindGgufArch(arch_name, stated_experts > 0);
   if (arch == nullptr) {
     return Status::Unsupported(StrFormat("%s: general.architecture is '%s'; weir loads %s", path,
                                          arch_name.substr(0, 64).c_str(),
-                                         ArchNameList().c_str()));
+                                         GgufArchNameList().c_str()));
   }
-  // Every hyperparameter key is prefixed with the architecture's name.
-  const std::string prefix = arch->name;
+  // Every hyperparameter key is prefixed with the architecture's GGUF name.
+  const std::string prefix = arch->gguf_name;
   auto K = [&](const char* key) { return prefix + "." + key; };
   LlamaConfig c;
   c.arch = arch;
@@ -190,11 +232,16 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   WEIR_ASSIGN_OR_RETURN(auto kv_heads, GetPerLayer(f, K("attention.head_count_kv"), L, 0,
                                                    lim::kMaxHeads, count_key));
   if (!kv_heads) kv_heads = heads;
-  WEIR_ASSIGN_OR_RETURN(
-      auto ffs, GetPerLayer(f, K("feed_forward_length"), L, 0, lim::kMaxFfnDim, count_key));
+  // An MoE layer's d_ff is its experts' width: <prefix>.expert_feed_forward_length where stated
+  // (qwen3moe, whose feed_forward_length is a dense width no layer uses), else
+  // feed_forward_length (Mixtral).
+  const std::string ff_key = arch->moe && f.Has(K("expert_feed_forward_length"))
+                                 ? K("expert_feed_forward_length")
+                                 : K("feed_forward_length");
+  WEIR_ASSIGN_OR_RETURN(auto ffs, GetPerLayer(f, ff_key, L, 0, lim::kMaxFfnDim, count_key));
   if (!ffs) {
-    return Status::NotFound(StrFormat("%s: metadata key '%s' is missing", path,
-                                      K("feed_forward_length").c_str()));
+    return Status::NotFound(
+        StrFormat("%s: metadata key '%s' is missing", path, K("feed_forward_length").c_str()));
   }
   c.layers.resize(static_cast<size_t>(L));
   for (int l = 0; l < L; ++l) {
@@ -203,6 +250,8 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   c.n_head = c.layers[0].n_head;
   c.n_head_kv = c.layers[0].n_head_kv;
   c.d_ff = c.layers[0].d_ff;
+
+  if (arch->moe) WEIR_RETURN_IF_ERROR(ReadExperts(f, prefix, &c));
 
   // head_dim: stated (Gemma, Qwen3; weir writes it for pruned models whose layer 0 lost heads),
   // else derived.

@@ -151,7 +151,7 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
   }
   const std::vector<LayerDims> layers = LayersOf(c);
   const ArchSpec& arch = *c.arch;
-  const std::string prefix = arch.name;  // every hyperparameter key is "<arch>.<name>"
+  const std::string prefix = arch.gguf_name;  // every hyperparameter key is "<arch>.<name>"
   auto K = [&](const char* key) { return prefix + "." + key; };
   w->AddString("general.architecture", prefix);
   w->AddString("general.name", name);
@@ -192,6 +192,14 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
     }
     if (!default_pattern) w->Add(K("attention.sliding_window_pattern"), GgufValue::U32Array(flags));
     w->AddF32(K("rope.freq_base_swa"), c.rope_theta_sliding);
+  }
+  if (arch.moe) {
+    // llama.cpp reads the experts' width from expert_feed_forward_length (qwen3moe) or
+    // feed_forward_length (llama); both are written.
+    AddPerLayer(w, K("expert_feed_forward_length"), layers, &LayerDims::d_ff);
+    w->AddU32(K("expert_count"), static_cast<uint32_t>(c.n_expert));
+    w->AddU32(K("expert_used_count"), static_cast<uint32_t>(c.n_expert_used));
+    if (!c.expert_weights_norm) w->AddBool(K("expert_weights_norm"), false);
   }
   if (c.final_logit_softcap > 0 && arch.logit_softcap) {
     w->AddF32(K("final_logit_softcapping"), c.final_logit_softcap);
@@ -255,7 +263,9 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
     Plan p{v, v->dtype, false};
     if (v->shape.ndim == 1) {
       p.out = DType::kF32;
-    } else if (convert_to && v->cols() % BlockSize(*convert_to) == 0) {
+    } else if (convert_to && v->cols() % BlockSize(*convert_to) == 0 &&
+               !n.ends_with(".ffn_gate_inp.weight")) {  // routers keep their type (as
+                                                        // llama-quantize keeps them)
       p.out = *convert_to;
     }
     // Only when the file's pairing differs from the one the architecture's GGUF files use.
@@ -267,7 +277,7 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
                                                path.c_str(), n.c_str(), v->shape.ToString().c_str(),
                                                c.head_dim));
     }
-    if (v->shape.ndim == 2)
+    if (v->shape.ndim >= 2)
       bytes_by_type[p.out] += RowBytes(p.out, v->cols()) * static_cast<uint64_t>(v->rows());
     plans.push_back(p);
   }

@@ -54,9 +54,10 @@ uint32_t LlamaFileType(DType t);
 Status AddLlamaGgufMetadata(const LlamaConfig& config, const TokenizerSpec& tokenizer,
                             const std::string& name, uint32_t file_type, GgufWriter* writer);
 
-// Writes `model` to `path` (via path.tmp + rename). With `convert_to`, every 2-D weight whose
-// row length is a multiple of the type's block size is converted (dequantize to F32, then
-// quantize with the reference QuantizeRow); others keep their type. 1-D tensors (the norms)
+// Writes `model` to `path` (via path.tmp + rename). With `convert_to`, every 2-D or 3-D weight
+// whose row length is a multiple of the type's block size is converted (dequantize to F32, then
+// quantize with the reference QuantizeRow) except mixture-of-experts routers (ffn_gate_inp,
+// kept as llama-quantize keeps them); others keep their type. 1-D tensors (the norms)
 // are always written as F32. rotate-half models of arch llama get the q/k row permutation
 // described above (the other architectures' GGUF files rotate halves themselves). Tensors
 // outside the architecture's table are not written. `extra_metadata` is appended after

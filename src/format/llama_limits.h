@@ -14,5 +14,6 @@ constexpr int64_t kMaxHeads = 1 << 12;
 constexpr int64_t kMaxHeadDim = 1 << 12;
 constexpr int64_t kMaxVocabSize = 1 << 24;
 constexpr int64_t kMaxContext = 1 << 24;
+constexpr int64_t kMaxExperts = 1 << 10;  // experts per MoE layer (llama.cpp: 512)
 
 }  // namespace weir::format::limits

@@ -203,6 +203,14 @@ Status ValidateArchValues(const ModelFile& m) {
   if (c.sliding_window > 0) {
     WEIR_RETURN_IF_ERROR(finite_at_least("rope_theta_sliding", c.rope_theta_sliding, 0.0f, true));
   }
+  if (c.arch->moe) {
+    WEIR_RETURN_IF_ERROR(CheckRange(m.path, "n_expert", c.n_expert, 1, limits::kMaxExperts));
+    WEIR_RETURN_IF_ERROR(CheckRange(m.path, "n_expert_used", c.n_expert_used, 1, c.n_expert));
+  } else if (c.n_expert != 0 || c.n_expert_used != 0) {
+    return Status::InvalidArgument(StrFormat("%s: config has n_expert %d, n_expert_used %d, but "
+                                             "%s is not a mixture-of-experts architecture",
+                                             p, c.n_expert, c.n_expert_used, c.arch->name));
+  }
   return Status::Ok();
 }
 

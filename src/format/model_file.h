@@ -17,7 +17,11 @@
 //   blk.N.ffn_up.weight      [d_ff, d_model]
 //   blk.N.ffn_down.weight    [d_model, d_ff]
 // and Gemma 3 adds blk.N.attn_q_norm / attn_k_norm [head_dim], post_attention_norm and
-// post_ffw_norm [d_model].
+// post_ffw_norm [d_model]. Mixture-of-experts rows replace ffn_gate/up/down with
+//   blk.N.ffn_gate_inp.weight   [n_expert, d_model]          (the router)
+//   blk.N.ffn_gate_exps.weight  [n_expert, d_ff, d_model]
+//   blk.N.ffn_up_exps.weight    [n_expert, d_ff, d_model]
+//   blk.N.ffn_down_exps.weight  [n_expert, d_model, d_ff]
 // Shapes are outermost first (see tensor/tensor_view.h).
 //
 // Thread safety: immutable after loading; views stay valid while the ModelFile lives.
@@ -75,6 +79,13 @@ struct LlamaConfig {
   int sliding_window = 0;            // keys a sliding layer sees, its own included; 0 = none
   float rope_theta_sliding = 0.0f;   // RoPE base of sliding layers
   std::vector<uint8_t> layer_sliding;  // n_layers flags, 1 = sliding; empty = every layer global
+  // Mixture of experts (arch->moe; 0 otherwise): each layer's MLP is n_expert experts of width
+  // d_ff (the layer's), of which the router picks n_expert_used per token. Their weights are
+  // softmax(router logits) over the chosen experts (expert_weights_norm, Mixtral and Qwen3's
+  // norm_topk_prob) or the chosen experts' share of the softmax over all n_expert.
+  int n_expert = 0;
+  int n_expert_used = 0;
+  bool expert_weights_norm = true;
 
   bool IsSliding(int layer) const {
     return sliding_window > 0 && static_cast<size_t>(layer) < layer_sliding.size() &&
@@ -85,6 +96,7 @@ struct LlamaConfig {
     return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }
   bool IsLlama() const { return arch == &LlamaArch(); }
+  bool IsMoe() const { return arch->moe; }
 };
 // The name says what the struct is now: the config of any architecture in format/arch_spec.h.
 using ModelConfig = LlamaConfig;

@@ -44,6 +44,30 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
   SynthSpec s;
   s.name = name;
   s.arch = arch;
+  if (arch == "mixtral" || arch == "qwen3moe") {
+    const bool qwen = arch == "qwen3moe";
+    if (name == "tiny") {
+      s.d_model = 64, s.n_layers = 2, s.n_head = 4, s.n_head_kv = 2, s.vocab_size = 320;
+      s.ctx_len = 512, s.rope_theta = 1e6f;
+      s.d_ff = qwen ? 32 : 64, s.n_expert = qwen ? 16 : 8, s.n_expert_used = qwen ? 4 : 2;
+      if (qwen) s.head_dim = 32, s.rms_eps = 1e-6f;
+      return s;
+    }
+    if (name == "small" && !qwen) {  // Mixtral 8x7B, 4 of its 32 layers
+      s.d_model = 4096, s.n_layers = 4, s.n_head = 32, s.n_head_kv = 8, s.d_ff = 14336;
+      s.n_expert = 8, s.n_expert_used = 2, s.vocab_size = 32000, s.ctx_len = 32768;
+      s.rope_theta = 1e6f;
+      return s;
+    }
+    if (name == "small") {  // Qwen3-30B-A3B, 8 of its 48 layers
+      s.d_model = 2048, s.n_layers = 8, s.n_head = 32, s.n_head_kv = 4, s.head_dim = 128;
+      s.d_ff = 768, s.n_expert = 128, s.n_expert_used = 8, s.vocab_size = 151936;
+      s.ctx_len = 40960, s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
+      return s;
+    }
+    return Status::InvalidArgument(StrFormat("unknown synthetic %s preset '%s' (known: tiny, small)",
+                                             arch.c_str(), name.c_str()));
+  }
   if (arch != "llama") {
     if (name == "tiny") {
       s.d_model = 64, s.n_layers = 2, s.n_head = 4, s.n_head_kv = 2, s.d_ff = 192, s.vocab_size = 320;
@@ -84,6 +108,7 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
 
 std::vector<std::string> SynthPresetNames(const std::string& arch) {
   if (arch == "gemma3") return {"tiny", "gemma3-270m"};
+  if (arch == "mixtral" || arch == "qwen3moe") return {"tiny", "small"};
   if (arch != "llama") return {"tiny"};
   return {"tiny", "llama-1b", "llama-7b"};
 }
@@ -107,6 +132,14 @@ Status ValidateSynthSpec(const SynthSpec& s, DType type) {
     return Status::InvalidArgument(StrFormat("synthetic model '%s': unknown architecture '%s' "
                                              "(known: %s)",
                                              s.name.c_str(), s.arch.c_str(), ArchNameList().c_str()));
+  }
+  const bool moe = FindArch(s.arch)->moe;
+  if (moe && (s.n_expert < 1 || s.n_expert > 1024 || s.n_expert_used < 1 ||
+              s.n_expert_used > s.n_expert)) {
+    return bad("a mixture-of-experts model needs 1 <= n_expert_used <= n_expert <= 1024");
+  }
+  if (!moe && (s.n_expert != 0 || s.n_expert_used != 0)) {
+    return bad("only mixture-of-experts architectures have experts");
   }
   if (s.head_dim < 0 || s.head_dim > 4096 || s.sliding_window < 0) {
     return bad("head_dim and sliding_window must be >= 0 and plausible");
@@ -150,6 +183,8 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   c.rope_dim = c.head_dim;
   c.rope_style = c.arch->rope_style;
   c.tied_output = false;
+  c.n_expert = s.n_expert;
+  c.n_expert_used = s.n_expert_used;
   c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0),
                   LayerDims{s.n_head, s.n_head_kv, s.d_ff});
   if (c.arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(s.d_model));
@@ -368,7 +403,7 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
       continue;
     }
     const uint64_t index = i;
-    const DType t = type;
+    const DType t = spec->role == TensorRole::kFfnGateInp ? DType::kF32 : type;  // routers F32
     const int64_t cols = shape.cols();
     w.AddTensor(n, t, shape,
                 [seed, index, t, cols, pool](int64_t begin, int64_t end, uint8_t* dst) -> Status {

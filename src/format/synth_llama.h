@@ -47,6 +47,8 @@ struct SynthSpec {
   float rms_eps = 1e-5f;
   int head_dim = 0;        // 0: d_model / n_head
   int sliding_window = 0;  // > 0: the architecture's sliding-window layers (gemma3) see this many
+  int n_expert = 0;        // mixture-of-experts rows: experts per layer (d_ff is each one's width)
+  int n_expert_used = 0;   //   and experts per token
 };
 
 // "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.
@@ -63,6 +65,13 @@ struct SynthSpec {
 //     (sliding), rms_eps 1e-6. A 20-token prompt crosses the window and the KV ring.
 //   gemma3 "gemma3-270m": Gemma 3 270M's shapes (640, 18 layers, 4 heads, 1 kv head, head_dim
 //     256, d_ff 2048, vocab 262144, window 512).
+//   mixtral "tiny": llama's tiny with 8 experts of d_ff 64, 2 per token, RoPE base 1e6.
+//   mixtral "small": Mixtral 8x7B's layer shapes with 4 layers (4096, 32 heads, 8 kv heads, 8
+//     experts of d_ff 14336, 2 per token, vocab 32000); about 3.3 GB as Q4_0.
+//   qwen3moe "tiny": qwen3's tiny with 16 experts of d_ff 32, 4 per token.
+//   qwen3moe "small": Qwen3-30B-A3B's layer shapes with 8 layers (2048, 32 heads, 4 kv heads,
+//     head_dim 128, 128 experts of d_ff 768, 8 per token, vocab 151936); about 3 GB as Q4_0.
+//   The router (ffn_gate_inp) is always written F32, as llama-quantize leaves it.
 Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch = "llama");
 std::vector<std::string> SynthPresetNames(const std::string& arch = "llama");
 

@@ -60,11 +60,27 @@ bool IsLinearWeight(const std::string& name) {
   if (dot == std::string::npos) return false;
   const std::string op = name.substr(dot + 1);
   for (const char* k : {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
-                        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight"}) {
+                        "ffn_gate.weight", "ffn_up.weight", "ffn_down.weight",
+                        "ffn_gate_exps.weight", "ffn_up_exps.weight", "ffn_down_exps.weight"}) {
     if (op == k) return true;
   }
   return false;
 }
+
+namespace {
+
+// The 2-D view that tiling sees: a stack of experts [n_expert, rows, cols] is tiled as
+// [n_expert * rows, cols] when each expert's rows are whole groups of 16, so that every group
+// lies inside one expert and an expert's slice (model/moe.h ExpertSlice) is itself tiled.
+// Anything else is returned unchanged (CanTile then decides).
+TensorView TilingView(const TensorView& v) {
+  if (v.shape.ndim != 3 || v.shape[1] % kernels::kTileRows != 0) return v;
+  TensorView flat = v;
+  flat.shape = Shape{v.shape[0] * v.shape[1], v.shape[2]};
+  return flat;
+}
+
+}  // namespace
 
 Status CopyWeightsToMemory(ModelFile* file, bool tile_linear, ThreadPool* pool) {
   std::map<const void*, uint64_t> offsets;
@@ -81,7 +97,7 @@ Status CopyWeightsToMemory(ModelFile* file, bool tile_linear, ThreadPool* pool) 
   std::map<const void*, bool> tile;
   for (const auto& [name, v] : file->tensors) {
     if (!v.data) continue;
-    const bool ok = tile_linear && IsLinearWeight(name) && kernels::CanTile(v);
+    const bool ok = tile_linear && IsLinearWeight(name) && kernels::CanTile(TilingView(v));
     auto [it, fresh] = tile.emplace(v.data, ok);
     if (!fresh) it->second = it->second && ok;
   }
@@ -111,7 +127,7 @@ Status CopyWeightsToMemory(ModelFile* file, bool tile_linear, ThreadPool* pool) 
       for (size_t i = b; i < e; ++i) {
         const Job& j = (*jobs)[i];
         if (j.tile) {
-          kernels::TileRows(j.src, region->data() + j.offset);
+          kernels::TileRows(TilingView(j.src), region->data() + j.offset);
         } else {
           std::memcpy(region->data() + j.offset, j.src.data, j.src.nbytes());
         }

@@ -30,8 +30,10 @@ namespace weir::format {
 Status CopyWeightsToMemory(ModelFile* file, bool tile_linear = false, ThreadPool* pool = nullptr);
 
 // The projections only ever multiplied densely or by row gathers: attn_q/k/v/output, ffn_gate/
-// up/down of every block and the output head ("output.weight"); not the token embedding, whose
-// rows are looked up one by one.
+// up/down of every block, the expert stacks ffn_{gate,up,down}_exps (tiled when each expert's
+// rows are whole groups of 16, so that each expert's slice is tiled too) and the output head
+// ("output.weight"); not the token embedding, whose rows are looked up one by one, nor a
+// mixture-of-experts router.
 bool IsLinearWeight(const std::string& name);
 
 // Bytes CopyWeightsToMemory would allocate (before rounding to huge pages).

@@ -5,7 +5,8 @@
 // the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
 // (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
 // layers with their own RoPE base, and final logit soft-capping (Gemma 3). A switch that is off
-// costs a null-pointer test.
+// costs a null-pointer test. A mixture-of-experts row's MLP is the MoE provider (moe_mlp.cc over
+// model/moe.h's MoeMlp).
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and the MLP's provider (mlp_provider.h: the sparse one selects units and

@@ -42,6 +42,14 @@ TensorView* LayerView(LayerWeights& L, TensorRole r) {
       return &L.w_up;
     case TensorRole::kFfnDown:
       return &L.w_down;
+    case TensorRole::kFfnGateInp:
+      return &L.ffn_gate_inp;
+    case TensorRole::kFfnGateExps:
+      return &L.w_gate_exps;
+    case TensorRole::kFfnUpExps:
+      return &L.w_up_exps;
+    case TensorRole::kFfnDownExps:
+      return &L.w_down_exps;
     default:
       return nullptr;
   }

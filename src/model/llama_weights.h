@@ -29,6 +29,11 @@ struct LayerWeights {
   TensorView w_up;                        // [d_ff, d_model]
   TensorView w_down;                      // [d_model, d_ff]
   const float* post_ffn_norm = nullptr;   // [d_model]   (Gemma 3)
+  // Mixture of experts (ArchSpec::moe) instead of w_gate / w_up / w_down; model/moe.h.
+  TensorView ffn_gate_inp;                // [n_expert, d_model]        the router
+  TensorView w_gate_exps;                 // [n_expert, d_ff, d_model]
+  TensorView w_up_exps;                   // [n_expert, d_ff, d_model]
+  TensorView w_down_exps;                 // [n_expert, d_model, d_ff]
 };
 
 struct LlamaWeights {

@@ -7,6 +7,8 @@
 //             resident weights and their transposed copies                        sparse_mlp.cc
 //   streamed  a weir pack's MLP read from storage by StreamingWeights: neuron bundles (dense)
 //             or columns (dense, or with the policy's selection)                  streamed_mlp.cc
+//   moe       a mixture of experts: the router's top-k experts per token, their weighted sum
+//             (model/moe.h), experts from an ExpertSource                         moe_mlp.cc
 //
 // Session::Mlp normalizes x, calls the layer's provider, applies the post-norm and adds the
 // residual; a provider computes only the MLP product. A new way to hold or compute an MLP (a
@@ -23,6 +25,7 @@
 #include "kernels/ops.h"
 #include "model/activation_observer.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/streaming_weights.h"
 #include "model/transposed_weights.h"
 #include "sparsity/index_list.h"
@@ -63,5 +66,9 @@ std::unique_ptr<MlpProvider> MakeSparseMlp(const MlpContext& ctx,
 // `policy` is null for a dense streamed run.
 std::unique_ptr<MlpProvider> MakeStreamedMlp(const MlpContext& ctx, StreamingWeights* streamed,
                                              sparsity::SparsityPolicy* policy);
+
+// `moe` holds the routing state (owned by the session), `experts` where the experts are read.
+std::unique_ptr<MlpProvider> MakeMoeMlp(const MlpContext& ctx, MoeMlp* moe,
+                                        ExpertSource* experts);
 
 }  // namespace weir::model

@@ -29,7 +29,14 @@ uint64_t Model::weight_bytes() const {
 uint64_t Model::dense_bytes_per_token() const {
   uint64_t total = 0;
   for (const auto& [name, view] : file_.tensors) {
-    if (name != "token_embd.weight") total += view.nbytes();
+    if (name == "token_embd.weight") continue;
+    if (config().IsMoe() && view.shape.ndim == 3 && view.shape[0] == config().n_expert) {
+      // A token reads n_expert_used of the n_expert stacked experts.
+      total += view.nbytes() / static_cast<uint64_t>(config().n_expert) *
+               static_cast<uint64_t>(config().n_expert_used);
+      continue;
+    }
+    total += view.nbytes();
   }
   total += weights_.token_embd.row_bytes();
   if (config().tied_output) total += weights_.output.nbytes();

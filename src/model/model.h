@@ -28,7 +28,7 @@ class Model {
   // Bytes of all weight tensors.
   uint64_t weight_bytes() const;
   // Weight bytes a dense decode step reads: every layer tensor, the output norm and head, and
-  // one row of the token embedding.
+  // one row of the token embedding (of a mixture of experts, n_expert_used experts per layer).
   uint64_t dense_bytes_per_token() const;
 
  private:

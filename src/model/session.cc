@@ -34,6 +34,11 @@ Status Session::Allocate(const SessionOptions& options) {
                                          "not %s",
                                          model_.file().path.c_str(), c.arch->name));
   }
+  if (c.IsMoe()) {
+    WEIR_ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, n_batch_));
+    experts_ = std::make_unique<ResidentExperts>(model_.weights());
+    max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
+  }
   if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
     streamed_->set_sparse(false);  // until a pruning policy says otherwise (below)
@@ -68,6 +73,12 @@ Status Session::Allocate(const SessionOptions& options) {
       return Status::Unsupported("--sparsity " + policy_->info().name + " predicts MLP units from |silu(gate)|, "
                                  "but " + c.arch->name + " uses " + format::ActivationName(c.arch->activation) +
                                  "; use a policy without the gate predictor (glu, up, teal, dip, dip-ca)");
+    }
+    if (prunes && moe_ != nullptr) {
+      // Pruning inside each chosen expert needs per-expert transposed copies and per-expert
+      // policy state (docs/moe.md); not built yet.
+      return Status::Unsupported("--sparsity " + policy_->info().name + " is not supported on " +
+                                 c.arch->name + " (mixture of experts) yet: run it dense");
     }
     if (prunes && streamed_ != nullptr) {
       // A streamed pack computes its MLP from the pack's own columns (streaming_weights.h).
@@ -114,6 +125,8 @@ Status Session::Allocate(const SessionOptions& options) {
   mc.traffic = &traffic_;
   if (streamed_ != nullptr) {
     mlp_.push_back(MakeStreamedMlp(mc, streamed_, policy_.get()));
+  } else if (moe_ != nullptr) {
+    mlp_.push_back(MakeMoeMlp(mc, moe_.get(), experts_.get()));
   } else if (policy_ != nullptr) {
     mlp_.push_back(MakeSparseMlp(mc, policy_.get(), transposed_.get(), &sel_in_, &sel_units_,
                                  &sel_down_));
@@ -125,7 +138,7 @@ Status Session::Allocate(const SessionOptions& options) {
 }
 
 uint64_t Session::allocated_bytes() const {
-  return (transposed_ ? transposed_->bytes() : 0) + kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
+  return (transposed_ ? transposed_->bytes() : 0) + (moe_ ? moe_->allocated_bytes() : 0) + kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
          scores_.size() + gate_.size() + up_.size() + logits_.size();
 }
 

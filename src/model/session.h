@@ -5,7 +5,8 @@
 //   x = embed(token)                              (Gemma: times sqrt(d_model))
 //   for each layer:  x += Attention(RMSNorm(x))   -- RoPE, grouped-query, causal, KV cache
 //                    x += MLP(RMSNorm(x))          -- SwiGLU; its layer's provider computes it
-//                                                     (dense, sparse or streamed: mlp_provider.h)
+//                                                     (dense, sparse, streamed or a mixture of
+//                                                     experts: mlp_provider.h)
 //   logits = Output(RMSNorm(x))
 // with the switches of the model's architecture (format/arch_spec.h) where others differ:
 // QK-norm, a post-norm on each block's output, GeGLU, sliding-window layers, logit soft-cap.
@@ -26,6 +27,7 @@
 #include "model/kv_cache.h"
 #include "model/mlp_provider.h"
 #include "model/model.h"
+#include "model/moe.h"
 #include "model/streaming_weights.h"
 #include "model/transposed_weights.h"
 #include "sparsity/policy.h"
@@ -90,6 +92,8 @@ class Session {
   const WeightTraffic& traffic() const { return traffic_; }
   void ResetTraffic() { traffic_ = {}; }
   const sparsity::SparsityPolicy* sparsity() const { return policy_.get(); }
+  // The mixture-of-experts MLP of an MoE model (its last routing), else nullptr.
+  const MoeMlp* moe() const { return moe_.get(); }
 
  private:
   Session(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {}
@@ -121,6 +125,8 @@ class Session {
   std::unique_ptr<sparsity::SparsityPolicy> policy_;
   std::unique_ptr<TransposedWeights> transposed_;
   StreamingWeights* streamed_ = nullptr;
+  std::unique_ptr<MoeMlp> moe_;                  // MoE models only
+  std::unique_ptr<ExpertSource> experts_;        // where moe_ gets the experts (resident)
   // The MLP of each layer (mlp_provider.h), chosen in Allocate; mlp_ owns them.
   std::vector<std::unique_ptr<MlpProvider>> mlp_;
   std::vector<MlpProvider*> mlp_of_layer_;

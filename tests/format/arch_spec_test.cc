@@ -9,6 +9,7 @@
 #include <cmath>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "format/gguf_reader.h"
 #include "format/gguf_writer.h"
@@ -31,22 +32,35 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
       EXPECT_TRUE(roles.insert(t.role).second) << "duplicate role of " << t.name;
       EXPECT_NE(t.outer, Dim::kNone) << t.name;
     }
-    // The core every forward pass reads.
-    for (TensorRole r :
-         {TensorRole::kTokenEmbd, TensorRole::kOutputNorm, TensorRole::kAttnNorm,
-          TensorRole::kAttnQ, TensorRole::kAttnK, TensorRole::kAttnV, TensorRole::kAttnOutput,
-          TensorRole::kFfnNorm, TensorRole::kFfnGate, TensorRole::kFfnUp, TensorRole::kFfnDown}) {
+    // The core every forward pass reads; the MLP is dense or a mixture of experts.
+    std::vector<TensorRole> core = {TensorRole::kTokenEmbd, TensorRole::kOutputNorm,
+                                    TensorRole::kAttnNorm,  TensorRole::kAttnQ,
+                                    TensorRole::kAttnK,     TensorRole::kAttnV,
+                                    TensorRole::kAttnOutput, TensorRole::kFfnNorm};
+    const std::vector<TensorRole> dense = {TensorRole::kFfnGate, TensorRole::kFfnUp,
+                                           TensorRole::kFfnDown};
+    const std::vector<TensorRole> moe = {TensorRole::kFfnGateInp, TensorRole::kFfnGateExps,
+                                         TensorRole::kFfnUpExps, TensorRole::kFfnDownExps};
+    core.insert(core.end(), (a->moe ? moe : dense).begin(), (a->moe ? moe : dense).end());
+    for (TensorRole r : core) {
       const TensorSpec* t = FindTensorSpec(*a, r);
       ASSERT_NE(t, nullptr) << static_cast<int>(r);
       EXPECT_TRUE(t->required) << t->name;
     }
+    for (TensorRole r : a->moe ? dense : moe) EXPECT_EQ(FindTensorSpec(*a, r), nullptr);
+    for (const TensorSpec& t : a->tensors) {  // only expert stacks are 3-D
+      const bool stack = t.role == TensorRole::kFfnGateExps || t.role == TensorRole::kFfnUpExps ||
+                         t.role == TensorRole::kFfnDownExps;
+      EXPECT_EQ(t.stack == Dim::kExperts, stack) << t.name;
+    }
+    EXPECT_EQ(FindGgufArch(a->gguf_name, a->moe), a);
     EXPECT_EQ(a->qk_norm, FindTensorSpec(*a, TensorRole::kAttnQNorm) != nullptr);
     EXPECT_EQ(a->post_norms, FindTensorSpec(*a, TensorRole::kPostFfnNorm) != nullptr);
     EXPECT_FALSE(FindTensorSpec(*a, TensorRole::kOutput)->required);  // absent = tied
   }
   EXPECT_EQ(FindArch("gpt2"), nullptr);
   EXPECT_EQ(&LlamaArch(), FindArch("llama"));
-  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3");
+  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe");
 }
 
 TEST(ArchSpecTest, ShapesFollowTheConfig) {
@@ -184,7 +198,7 @@ TEST(ArchSpecTest, UnknownArchitectureIsUnsupported) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), Status::Code::kUnsupported);
   EXPECT_NE(m.status().message().find(
-                "general.architecture is 'phi2'; weir loads llama, qwen2, qwen3, gemma3"),
+                "general.architecture is 'phi2'; weir loads llama, qwen2, qwen3, gemma3, qwen3moe"),
             std::string::npos)
       << m.status().message();
 }

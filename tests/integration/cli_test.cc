@@ -85,3 +85,37 @@ TEST(CliTest, BenchReportsWeightPlacement) {
 
 }  // namespace
 }  // namespace weir
+
+namespace weir {
+namespace {
+
+// A mixture of experts from `weir gen --dims --experts`: `weir inspect --json` reports the
+// experts, the experts per token and the bytes of one expert (gate + up + down of one layer), and
+// `weir run` decodes it; experts the file cannot have are a usage-free runtime error.
+TEST(CliTest, GenAndInspectMixtureOfExperts) {
+  const std::string dir = testing::TempDir(), model = dir + "/moe.gguf";
+  auto gen = RunCommand(Quote(WeirBin()) + " gen --arch qwen3moe --dims 64,2,4,2,32,320 --experts 6,3" +
+                        " --type q8_0 --no-progress -o " + Quote(model));
+  ASSERT_EQ(gen.exit_code, 0) << gen.err;
+  auto r = RunCommand(Quote(WeirBin()) + " inspect --json -m " + Quote(model));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  const auto j = nlohmann::json::parse(r.out);
+  EXPECT_EQ(j.at("config").at("architecture"), "qwen3moe");
+  EXPECT_EQ(j.at("experts").at("n_expert"), 6);
+  EXPECT_EQ(j.at("experts").at("n_expert_used"), 3);
+  // One Q8_0 expert: gate and up [32, 64], down [64, 32]; 34 bytes per 32 values.
+  EXPECT_EQ(j.at("experts").at("expert_bytes"), 3 * 32 * 64 / 32 * 34);
+  EXPECT_EQ(j.at("experts").at("all_experts_bytes"), 2 * 6 * 3 * 32 * 64 / 32 * 34);
+  auto text = RunCommand(Quote(WeirBin()) + " inspect -m " + Quote(model));
+  EXPECT_NE(text.out.find("experts:    6 per layer, 3 per token"), std::string::npos) << text.out;
+  auto run = RunCommand(Quote(WeirBin()) + " run -m " + Quote(model) + " -p hello -n 8 --temp 0 -t 2");
+  EXPECT_EQ(run.exit_code, 0) << run.err;
+
+  auto bad = RunCommand(Quote(WeirBin()) + " gen --arch mixtral --dims 64,2,4,2,64,320 --experts 4,5" +
+                        " --no-progress -o " + Quote(dir + "/bad.gguf"));
+  EXPECT_EQ(bad.exit_code, 1);
+  EXPECT_NE(bad.err.find("n_expert_used <= n_expert"), std::string::npos) << bad.err;
+}
+
+}  // namespace
+}  // namespace weir

@@ -249,7 +249,11 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                                            GenType{"f32", kF32Bound, "gemma3"},
                                            GenType{"q8_0", kQuantBound, "gemma3"},
                                            GenType{"f32", kF32Bound, "qwen2"},
-                                           GenType{"f32", kF32Bound, "qwen3"}),
+                                           GenType{"f32", kF32Bound, "qwen3"},
+                                           GenType{"f32", kF32Bound, "mixtral"},
+                                           GenType{"q8_0", kQuantBound, "mixtral"},
+                                           GenType{"f32", kF32Bound, "qwen3moe"},
+                                           GenType{"q4_0", kQuantBound, "qwen3moe"}),
                          [](const ::testing::TestParamInfo<GenType>& info) {
                            return GenName(info.param);
                          });

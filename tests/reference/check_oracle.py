@@ -7,7 +7,8 @@ Checks, each printed as "ok: ..." or "FAIL: ...":
   1. Element decoders: hand-built Q8_0 / Q4_0 / F16 / BF16 blocks decode to known values (the
      Q4_0 nibble order included), through a GGUF file written here; the gguf package (used for
      every other type) decodes the Q8_0 / Q4_0 blocks the same way. Gemma 3's GELU and
-     sliding-window mask give hand-computed values.
+     sliding-window mask give hand-computed values; so does mixture-of-experts routing, and an
+     MoE layer of identical experts equals the dense MLP.
   2. GGUF metadata of every value type, arrays included, round-trips; every truncation of a
      GGUF header is a clean ModelError.
   3. Real models (skipped when absent): stories260K.bin greedy from BOS reproduces llama2.c's
@@ -128,6 +129,42 @@ def check_gemma3_block():
     check(np.allclose(out, want), "sliding window of 2: each query sees itself and one before")
 
 
+def check_moe():
+    """Mixture-of-experts routing against hand-computed values, and an MoE layer whose experts
+    are all one MLP against that dense MLP (the chosen weights sum to 1)."""
+    logits = np.array([1.0, 3.0, 2.0, 3.0])
+    experts, w = weir_ref.route(logits, 2, True)
+    check(experts == [1, 3] and np.allclose(w, [0.5, 0.5]),
+          f"top-2 of [1, 3, 2, 3]: experts 1 and 3 (tie to the lower id), 0.5 each ({experts}, {w})")
+    experts, w = weir_ref.route(logits, 3, True)
+    want = np.exp([3.0, 3.0, 2.0]) / np.exp([3.0, 3.0, 2.0]).sum()
+    check(experts == [1, 3, 2] and np.allclose(w, want, rtol=1e-12),
+          "top-3 weights are the softmax over the chosen logits")
+    experts, w = weir_ref.route(logits, 2, False)
+    want = np.exp(3.0) / np.exp(logits).sum()
+    check(np.allclose(w, [want, want], rtol=1e-12),
+          "without expert_weights_norm: the chosen experts' softmax over all experts")
+    rng = np.random.default_rng(7)
+    D, F, E = 8, 12, 4
+    wg, wu, wd = rng.normal(size=(F, D)), rng.normal(size=(F, D)), rng.normal(size=(D, F))
+    h = rng.normal(size=(3, D))
+    m = weir_ref.Model()
+    m.n_expert, m.n_expert_used = E, 2
+    layer = dict(router=rng.normal(size=(E, D)), gate_exps=np.stack([wg] * E),
+                 up_exps=np.stack([wu] * E), down_exps=np.stack([wd] * E))
+    dense = weir_ref.gated_mlp("silu", wg, wu, wd, h)
+    check(np.allclose(weir_ref.mlp(m, layer, h), dense, rtol=1e-12, atol=1e-12),
+          "an MoE layer of identical experts equals the dense MLP")
+    # Different experts: the output is the weighted sum of the two chosen experts' outputs.
+    layer["gate_exps"] = rng.normal(size=(E, F, D))
+    t = h[:1]
+    experts, w = weir_ref.route((t @ layer["router"].T)[0], 2, True)
+    want = sum(wi * weir_ref.gated_mlp("silu", layer["gate_exps"][e], layer["up_exps"][e],
+                                       layer["down_exps"][e], t) for e, wi in zip(experts, w))
+    check(np.allclose(weir_ref.mlp(m, layer, t), want, rtol=1e-12),
+          "an MoE layer is the weighted sum of its chosen experts")
+
+
 def check_metadata(tmp):
     kvs = [("a.u8", "u8", 200), ("a.i8", "i8", -5), ("a.u16", "u16", 60000),
            ("a.i16", "i16", -30000), ("a.u32", "u32", 4000000000), ("a.i32", "i32", -7),
@@ -233,6 +270,7 @@ def main():
     with tempfile.TemporaryDirectory() as tmp:
         check_decoders(tmp)
         check_gemma3_block()
+        check_moe()
         check_metadata(tmp)
         check_real_models(shared, tmp)
     print(f"{len(failures)} failure(s)")

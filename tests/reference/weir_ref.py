@@ -31,6 +31,14 @@ Model files it reads (each reader checks every offset and length against the fil
               6th) with RoPE base gemma3.rope.freq_base_swa (default 10000), and
               cap*tanh(logits/cap) when gemma3.final_logit_softcapping is set. The converter
               stores Gemma's RMSNorm scale (1 + w) as the norm weight, so norms are plain.
+      Mixtures of experts: "llama" with llama.expert_count > 0 (Mixtral) and qwen3moe (Qwen3's
+              attention). The MLP is a router ffn_gate_inp [n_expert, D] and experts stacked
+              in ffn_{gate,up,down}_exps [n_expert, F, D] / [n_expert, D, F], F =
+              <arch>.expert_feed_forward_length if stated, else feed_forward_length. Each token
+              runs the <arch>.expert_used_count experts with the largest router logits (Mixtral's
+              torch.topk; ties to the lower id), weighted by the softmax over the chosen logits
+              (Mixtral; Qwen3 with norm_topk_prob) or, when <arch>.expert_weights_norm is false,
+              by their probabilities under the softmax over all experts.
 
   Hugging Face safetensors + config.json (LlamaForCausalLM)
     u64 header_length | JSON header {name: {dtype, shape, data_offsets [begin, end)}} | data
@@ -264,12 +272,15 @@ class Model:
         self.window = 0
         self.sliding = None  # [n_layers] bools, None = every layer global
         self.thetas = None  # [n_layers] RoPE bases, None = theta everywhere
+        self.n_expert = 0  # mixture of experts: layers hold router [E, D], gate_exps /
+        self.n_expert_used = 0  # up_exps [E, F, D], down_exps [E, D, F] instead of w_gate..
+        self.expert_norm = True
 
     def info(self):
         return {k: getattr(self, k) for k in (
             "format", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_rot",
             "d_ff", "eps", "theta", "rope", "vocab", "bos", "act", "embed_scale", "softcap",
-            "window", "sliding", "thetas")}
+            "window", "sliding", "thetas", "n_expert", "n_expert_used", "expert_norm")}
 
     def check(self, path):
         """Validates every weight shape against the hyperparameters."""
@@ -290,15 +301,22 @@ class Model:
             if H <= 0 or KV <= 0 or H % KV:
                 raise ModelError(f"{path}: layer {i}: n_heads {H} not a multiple of "
                                  f"n_kv_heads {KV}")
+            E = self.n_expert
+            mlp_shapes = ((("router", (E, D)), ("gate_exps", (E, F, D)), ("up_exps", (E, F, D)),
+                           ("down_exps", (E, D, F))) if E else
+                          (("w_gate", (F, D)), ("w_up", (F, D)), ("w_down", (D, F))))
             for name, shape in (("attn_norm", (D,)), ("wq", (H * hd, D)), ("wk", (KV * hd, D)),
-                                ("wv", (KV * hd, D)), ("wo", (D, H * hd)), ("ffn_norm", (D,)),
-                                ("w_gate", (F, D)), ("w_up", (F, D)), ("w_down", (D, F))):
+                                ("wv", (KV * hd, D)), ("wo", (D, H * hd)),
+                                ("ffn_norm", (D,))) + mlp_shapes:
                 need(f"layer {i} {name}", l.get(name), shape)
             for name, shape in (("bq", (H * hd,)), ("bk", (KV * hd,)), ("bv", (KV * hd,)),
                                 ("q_norm", (hd,)), ("k_norm", (hd,)), ("post_attn_norm", (D,)),
                                 ("post_ffn_norm", (D,))):
                 if l.get(name) is not None:
                     need(f"layer {i} {name}", l[name], shape)
+        if self.n_expert and not 1 <= self.n_expert_used <= self.n_expert:
+            raise ModelError(f"{path}: expert_used_count {self.n_expert_used} not in "
+                             f"1..expert_count {self.n_expert}")
         if self.n_rot % 2 or not 0 < self.n_rot <= hd:
             raise ModelError(f"{path}: rope dimension {self.n_rot} invalid for head_dim {hd}")
         return self
@@ -325,6 +343,7 @@ GGUF_ARCHS = {
     "qwen3": dict(rope="half", act="silu", need=("q_norm", "k_norm")),
     "gemma3": dict(rope="half", act="gelu_tanh", emb_sqrt_d=True, swa_period=6, theta_swa=10000.0,
                    need=("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")),
+    "qwen3moe": dict(rope="half", act="silu", need=("q_norm", "k_norm"), moe=True),
 }
 
 
@@ -351,7 +370,16 @@ def load_gguf(path):
     m.n_heads = _per_layer(key("attention.head_count"), m.n_layers, path, "head_count")
     m.n_kv_heads = _per_layer(key("attention.head_count_kv", m.n_heads), m.n_layers, path,
                               "head_count_kv")
-    m.d_ff = _per_layer(key("feed_forward_length"), m.n_layers, path, "feed_forward_length")
+    m.n_expert = int(meta.get(arch + ".expert_count", 0))
+    if spec.get("moe") and m.n_expert <= 0:
+        raise ModelError(f"{path}: {arch} needs {arch}.expert_count >= 1, got {m.n_expert}")
+    ff_key = "feed_forward_length"
+    if m.n_expert > 0:
+        m.n_expert_used = int(key("expert_used_count"))
+        m.expert_norm = bool(meta.get(arch + ".expert_weights_norm", True))
+        if arch + ".expert_feed_forward_length" in meta:
+            ff_key = "expert_feed_forward_length"
+    m.d_ff = _per_layer(key(ff_key), m.n_layers, path, ff_key)
     m.head_dim = int(key("attention.key_length", m.d_model // max(m.n_heads[0], 1)))
     m.n_rot = int(key("rope.dimension_count", m.head_dim))
     m.eps = float(key("attention.layer_norm_rms_epsilon"))
@@ -394,7 +422,9 @@ def load_gguf(path):
                      w_gate=g("ffn_gate"), w_up=g("ffn_up"), w_down=g("ffn_down"),
                      bq=g("attn_q", "bias"), bk=g("attn_k", "bias"), bv=g("attn_v", "bias"),
                      q_norm=g("attn_q_norm"), k_norm=g("attn_k_norm"),
-                     post_attn_norm=g("post_attention_norm"), post_ffn_norm=g("post_ffw_norm"))
+                     post_attn_norm=g("post_attention_norm"), post_ffn_norm=g("post_ffw_norm"),
+                     router=g("ffn_gate_inp"), gate_exps=g("ffn_gate_exps"),
+                     up_exps=g("ffn_up_exps"), down_exps=g("ffn_down_exps"))
         for name in spec["need"]:
             if layer[name] is None:
                 raise ModelError(f"{path}: {arch} layer {i} has no {name} tensor")
@@ -622,11 +652,34 @@ def gelu_tanh(g):
     return 0.5 * g * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (g + 0.044715 * g ** 3)))
 
 
+def gated_mlp(act, w_gate, w_up, w_down, h):  # h [n, D] -> [n, D]
+    g = h @ w_gate.T  # [n, F]
+    u = h @ w_up.T
+    a = gelu_tanh(g) if act == "gelu_tanh" else g / (1.0 + np.exp(-g))
+    return (a * u) @ w_down.T
+
+
+def route(logits, k, norm):
+    """One token's experts: the k largest logits (ties: lower id first) and their weights,
+    the softmax over the chosen logits (norm) or their probabilities under the softmax over
+    all experts."""
+    order = sorted(range(len(logits)), key=lambda e: (-logits[e], e))[:k]
+    p = np.exp(logits - np.max(logits))
+    chosen = p[order]
+    return order, chosen / (chosen.sum() if norm else p.sum())
+
+
 def mlp(m, l, h):  # h [n, D] (normed) -> [n, D]
-    g = h @ l["w_gate"].T  # [n, F]
-    u = h @ l["w_up"].T
-    a = gelu_tanh(g) if m.act == "gelu_tanh" else g / (1.0 + np.exp(-g))
-    return (a * u) @ l["w_down"].T
+    if l.get("router") is None:
+        return gated_mlp(m.act, l["w_gate"], l["w_up"], l["w_down"], h)
+    logits = h @ l["router"].T  # [n, E]
+    out = np.zeros_like(h)
+    for t in range(h.shape[0]):
+        experts, weights = route(logits[t], m.n_expert_used, m.expert_norm)
+        for e, w in zip(experts, weights):
+            out[t] += w * gated_mlp(m.act, l["gate_exps"][e], l["up_exps"][e],
+                                    l["down_exps"][e], h[t:t + 1])[0]
+    return out
 
 
 def forward(m, tokens):

@@ -14,7 +14,8 @@ namespace weir::tools {
 int GenMain(int argc, char** argv) {
   CLI::App app("Write a Llama-shaped GGUF with random weights N(0, 0.02), norms 1.0, and a synthetic\n"
                "byte-fallback vocabulary. Presets: tiny (tests), llama-1b (TinyLlama-1.1B shapes),\n"
-               "llama-7b (Llama-2-7B shapes).", "gen");
+               "llama-7b (Llama-2-7B shapes); --arch mixtral|qwen3moe: tiny, small (Mixtral 8x7B's\n"
+               "layers x4, Qwen3-30B-A3B's x8; ~3 GB as q4_0).", "gen");
   std::string preset, dims, type = "q8_0", out, arch = "llama";
   uint64_t seed = 1;
   int threads = 0;
@@ -22,8 +23,11 @@ int GenMain(int argc, char** argv) {
   app.add_option("--arch", arch, "architecture: " + format::ArchNameList() + " (default llama)");
   auto* p = app.add_option("--preset", preset,
                            "shape preset: tiny, llama-1b, llama-7b (llama); tiny (others); "
-                           "gemma3-270m (gemma3)");
-  app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
+                           "gemma3-270m (gemma3); small (mixtral, qwen3moe)");
+  auto* d = app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
+  std::string experts;
+  app.add_option("--experts", experts, "with --dims on mixtral/qwen3moe: n_expert,n_expert_used (d_ff is each expert's)")
+      ->needs(d);
   app.add_option("--type", type, "weight type: " + DTypeNameList() + " (default q8_0)");
   app.add_option("-o,--output", out, "output .gguf")->required();
   app.add_option("--seed", seed, "random seed (default 1)");
@@ -56,6 +60,12 @@ int GenMain(int argc, char** argv) {
     spec.d_ff = v[4];
     spec.vocab_size = v[5];
     spec.arch = arch;
+    if (arch == "qwen3moe") spec.rms_eps = 1e-6f, spec.rope_theta = 1e6f;
+    if (!experts.empty() &&
+        std::sscanf(experts.c_str(), "%d,%d", &spec.n_expert, &spec.n_expert_used) != 2) {
+      std::fprintf(stderr, "weir gen: --experts wants n_expert,n_expert_used\n");
+      return kExitUsage;
+    }
   } else {
     std::fprintf(stderr, "weir gen: give --preset or --dims\n");
     return kExitUsage;
@@ -69,7 +79,8 @@ int GenMain(int argc, char** argv) {
   if (json) {
     PrintJson({{"output", out}, {"arch", spec.arch}, {"preset", spec.name}, {"type", DTypeName(*dtype)}, {"seed", seed},
                {"d_model", spec.d_model}, {"n_layers", spec.n_layers}, {"n_head", spec.n_head},
-               {"n_head_kv", spec.n_head_kv}, {"d_ff", spec.d_ff}, {"vocab_size", spec.vocab_size}});
+               {"n_head_kv", spec.n_head_kv}, {"d_ff", spec.d_ff}, {"vocab_size", spec.vocab_size},
+               {"n_expert", spec.n_expert}, {"n_expert_used", spec.n_expert_used}});
   } else {
     std::printf("wrote %s (%s %s, %s, seed %llu)\n", out.c_str(), spec.arch.c_str(), spec.name.c_str(),
                 DTypeName(*dtype), static_cast<unsigned long long>(seed));

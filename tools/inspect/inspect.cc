@@ -206,6 +206,16 @@ int InspectMain(int argc, char** argv) {
   for (const auto& [n, v] : mf->tensors) total += v.nbytes();
   int sliding = 0;
   for (int l = 0; l < c.n_layers; ++l) sliding += c.IsSliding(l) ? 1 : 0;
+  // Mixture of experts: the bytes of one expert (gate + up + down of layer 0) and of all of them.
+  uint64_t expert_bytes = 0, all_experts_bytes = 0;
+  if (c.IsMoe()) {
+    for (const auto& [n, v] : mf->tensors) {
+      if (v.shape.ndim == 3 && v.shape[0] == c.n_expert) {
+        all_experts_bytes += v.nbytes();
+        if (n.rfind("blk.0.", 0) == 0) expert_bytes += v.nbytes() / static_cast<uint64_t>(c.n_expert);
+      }
+    }
+  }
   bool uniform = true;
   for (const auto& L : c.layers) {
     uniform = uniform && L.n_head == c.n_head && L.n_head_kv == c.n_head_kv && L.d_ff == c.d_ff;
@@ -225,6 +235,11 @@ int InspectMain(int argc, char** argv) {
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : c.layers) layers.push_back({{"n_head", L.n_head}, {"n_head_kv", L.n_head_kv}, {"d_ff", L.d_ff}});
     j["layers"] = layers;
+    if (c.IsMoe()) {
+      j["experts"] = {{"n_expert", c.n_expert}, {"n_expert_used", c.n_expert_used},
+                      {"weights_norm", c.expert_weights_norm}, {"expert_bytes", expert_bytes},
+                      {"all_experts_bytes", all_experts_bytes}};
+    }
     j["tokenizer"] = {{"kind", TokenizerKindName(t.kind)}, {"tokens", t.tokens.size()},
                       {"merges", t.merges.size()}, {"bos_id", t.bos_id}, {"eos_id", t.eos_id},
                       {"unk_id", t.unk_id}, {"add_bos", t.add_bos}};
@@ -256,6 +271,13 @@ int InspectMain(int argc, char** argv) {
     std::printf("sliding-window attention: %d of %d layers see the last %d positions (rope theta "
                 "%g); the others all\n",
                 sliding, c.n_layers, c.sliding_window, c.rope_theta_sliding);
+  }
+  if (c.IsMoe()) {
+    std::printf("experts:    %d per layer, %d per token (weights: softmax over %s) | one expert "
+                "%s (gate + up + down, d_ff %d) | all experts %s of %s\n",
+                c.n_expert, c.n_expert_used, c.expert_weights_norm ? "the chosen" : "all experts",
+                FormatBytes(expert_bytes).c_str(), c.d_ff, FormatBytes(all_experts_bytes).c_str(),
+                FormatBytes(total).c_str());
   }
   if (!uniform) {
     std::printf("per-layer dims (non-uniform):\n  layer  heads  kv_heads  d_ff\n");

@@ -1,0 +1,177 @@
+#include "model/moe.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <numeric>
+
+#include "format/llama_limits.h"
+#include "kernels/matvec.h"
+#include "kernels/ops.h"
+
+namespace weir::model {
+
+void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out) {
+  WEIR_CHECK(k >= 1 && k <= n_expert && n_expert <= format::limits::kMaxExperts);
+  auto key = [&](int32_t e) {
+    const float l = logits[e];
+    return std::isnan(l) ? -std::numeric_limits<float>::infinity() : l;
+  };
+  // k is small (2 of 8, 8 of 128): a partial selection over the ids.
+  int32_t ids[format::limits::kMaxExperts];
+  std::iota(ids, ids + n_expert, 0);
+  std::partial_sort(ids, ids + k, ids + n_expert, [&](int32_t a, int32_t b) {
+    const float ka = key(a), kb = key(b);
+    return ka > kb || (ka == kb && a < b);
+  });
+  // Softmax with the largest logit subtracted; the largest is the first chosen.
+  const float top = key(ids[0]);
+  double chosen_sum = 0;
+  for (int j = 0; j < k; ++j) {
+    const float l = key(ids[j]);
+    const float p = std::isinf(l) ? (l == top ? 1.0f : 0.0f) : std::exp(l - top);
+    out[j] = ExpertChoice{ids[j], p};
+    chosen_sum += p;
+  }
+  double denom = chosen_sum;
+  if (!renormalize) {
+    denom = 0;
+    for (int e = 0; e < n_expert; ++e) {
+      const float l = key(e);
+      denom += std::isinf(l) ? (l == top ? 1.0 : 0.0) : std::exp(l - top);
+    }
+  }
+  for (int j = 0; j < k; ++j) out[j].weight = static_cast<float>(out[j].weight / denom);
+}
+
+TensorView ExpertSlice(const TensorView& stacked, int e) {
+  WEIR_DCHECK(stacked.shape.ndim == 3 && e >= 0 && e < stacked.shape[0]);
+  TensorView v;
+  v.dtype = stacked.dtype;
+  v.shape = Shape{stacked.shape[1], stacked.shape[2]};
+  v.layout = stacked.layout;
+  v.data = static_cast<const uint8_t*>(stacked.data) + static_cast<size_t>(e) * v.nbytes();
+  return v;
+}
+
+Result<ExpertWeights> ResidentExperts::Acquire(int layer, int e) {
+  const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
+  return ExpertWeights{ExpertSlice(w.w_gate_exps, e), ExpertSlice(w.w_up_exps, e),
+                       ExpertSlice(w.w_down_exps, e)};
+}
+
+Result<std::unique_ptr<MoeMlp>> MoeMlp::Create(const format::LlamaConfig& c, int n_batch) {
+  if (!c.arch->moe || c.n_expert < 1 || c.n_expert > format::limits::kMaxExperts ||
+      c.n_expert_used < 1 || c.n_expert_used > c.n_expert || n_batch < 1) {
+    return Status::InvalidArgument(
+        StrFormat("mixture of experts: %s with n_expert %d, n_expert_used %d, batch %d",
+                  c.arch->name, c.n_expert, c.n_expert_used, n_batch));
+  }
+  auto m = std::unique_ptr<MoeMlp>(new MoeMlp());
+  m->n_expert_ = c.n_expert;
+  m->k_ = c.n_expert_used;
+  m->d_model_ = c.d_model;
+  m->renormalize_ = c.expert_weights_norm;
+  m->activation_ = c.arch->activation;
+  size_t max_ff = 0;
+  for (const auto& L : c.layers) {
+    m->d_ff_.push_back(L.d_ff);
+    max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
+  }
+  const size_t B = static_cast<size_t>(n_batch), f = sizeof(float);
+  const size_t d = static_cast<size_t>(c.d_model), E = static_cast<size_t>(c.n_expert);
+  const size_t K = static_cast<size_t>(c.n_expert_used);
+  if (!m->logits_.Reset(B * E * f) || !m->xg_.Reset(B * d * f) || !m->yg_.Reset(B * d * f) ||
+      !m->gate_.Reset(B * max_ff * f) || !m->up_.Reset(B * max_ff * f)) {
+    return Status::OutOfMemory("cannot allocate the mixture-of-experts buffers");
+  }
+  m->choices_.resize(B * K);
+  m->count_.resize(E);
+  m->start_.resize(E + 1);
+  m->slot_token_.resize(B * K);
+  m->slot_weight_.resize(B * K);
+  m->active_.reserve(E);
+  return m;
+}
+
+uint64_t MoeMlp::allocated_bytes() const {
+  return logits_.size() + xg_.size() + yg_.size() + gate_.size() + up_.size() +
+         choices_.size() * sizeof(ExpertChoice) +
+         (count_.size() + start_.size() + slot_token_.size() + active_.capacity()) *
+             sizeof(int32_t) +
+         slot_weight_.size() * sizeof(float);
+}
+
+Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int n, float* y,
+                       ExpertSource* experts, ThreadPool* pool, uint64_t* bytes_per_token_sum) {
+  const int E = n_expert_, k = k_, d = d_model_;
+  const int d_ff = d_ff_[static_cast<size_t>(layer)];
+  WEIR_CHECK(n >= 1 && static_cast<size_t>(n) * k <= choices_.size());
+  float* logits = logits_.data<float>();  // [n, E]
+
+  // Route every token.
+  kernels::MatMul(router, x, n, logits, pool);
+  for (int t = 0; t < n; ++t) {
+    RouteToken(logits + static_cast<size_t>(t) * E, E, k, renormalize_, &choices_[t * k]);
+  }
+  last_n_ = static_cast<size_t>(n);
+
+  // Group the (token, expert) pairs by expert: slots [start_[e], start_[e + 1]) are expert e's
+  // tokens in token order.
+  std::fill(count_.begin(), count_.end(), 0);
+  for (int i = 0; i < n * k; ++i) ++count_[choices_[i].expert];
+  start_[0] = 0;
+  active_.clear();
+  for (int e = 0; e < E; ++e) {
+    start_[e + 1] = start_[e] + count_[e];
+    if (count_[e] > 0) active_.push_back(e);
+  }
+  for (int t = 0; t < n; ++t) {
+    for (int j = 0; j < k; ++j) {
+      const ExpertChoice& c = choices_[t * k + j];
+      const int32_t s = start_[c.expert + 1] - count_[c.expert]--;
+      slot_token_[s] = t;
+      slot_weight_[s] = c.weight;
+    }
+  }
+  WEIR_RETURN_IF_ERROR(experts->Prepare(layer, active_));
+
+  // Each chosen expert once, over its tokens; y[t] accumulates in ascending expert order.
+  std::memset(y, 0, sizeof(float) * static_cast<size_t>(n) * d);
+  float* xg = xg_.data<float>();   // [m, d]
+  float* yg = yg_.data<float>();   // [m, d]
+  float* g = gate_.data<float>();  // [m, d_ff]
+  float* u = up_.data<float>();    // [m, d_ff]
+  uint64_t bytes = router.nbytes() * static_cast<uint64_t>(n);
+  for (int32_t e : active_) {
+    const int first = start_[e], m = start_[e + 1] - start_[e];
+    for (int i = 0; i < m; ++i) {
+      const float* xt = x + static_cast<size_t>(slot_token_[first + i]) * d;
+      std::memcpy(xg + static_cast<size_t>(i) * d, xt, sizeof(float) * d);
+    }
+    WEIR_ASSIGN_OR_RETURN(ExpertWeights w, experts->Acquire(layer, e));
+    const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
+    float* gate_up_out[] = {g, u};
+    kernels::MatMulShared(gate_up, xg, m, gate_up_out, pool);
+    const int64_t h = static_cast<int64_t>(m) * d_ff;
+    if (activation_ == format::Activation::kGeluTanh) {
+      kernels::GeluTanhMul(g, u, h);
+    } else {
+      kernels::SiluMul(g, u, h);
+    }
+    kernels::MatMul(w.w_down, g, m, yg, pool);
+    bytes += w.nbytes() * static_cast<uint64_t>(m);
+    experts->Release(layer, e);
+    for (int i = 0; i < m; ++i) {
+      float* yt = y + static_cast<size_t>(slot_token_[first + i]) * d;
+      const float* yi = yg + static_cast<size_t>(i) * d;
+      const float wt = slot_weight_[first + i];
+      for (int c = 0; c < d; ++c) yt[c] += wt * yi[c];
+    }
+  }
+  *bytes_per_token_sum += bytes;
+  return Status::Ok();
+}
+
+}  // namespace weir::model

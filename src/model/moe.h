@@ -1,0 +1,128 @@
+// The mixture-of-experts MLP (ArchSpec::moe rows: Mixtral, Qwen3 MoE), written once for every
+// way of holding the experts' weights:
+//   logits  = W_router · x                         [n_expert]       (ffn_gate_inp)
+//   chosen  = the n_expert_used largest logits     (ties: the lower expert id)
+//   w_j     = softmax over the chosen logits       (expert_weights_norm; Mixtral, Qwen3's
+//             norm_topk_prob), or the chosen experts' share of the softmax over all n_expert
+//   y       = Σ_j w_j · W_down,e_j · (act(W_gate,e_j · x) ⊙ (W_up,e_j · x))
+// Each expert is a dense gated MLP of width d_ff (the layer's d_ff), a slice of the stacked
+// tensors ffn_{gate,up,down}_exps [n_expert, rows, cols]. A batch of tokens is grouped by expert,
+// so prefill reads each chosen expert once, with matrix products over the tokens that chose it.
+//
+// Where the experts' bytes come from is an ExpertSource: ResidentExperts slices the model's
+// tensors; a streamed source (the MoE half of weir pack) will hand out experts read from storage
+// into its cache. MoeMlp::Forward tells the source every expert a step needs (Prepare) before it
+// asks for the first one (Acquire), and gives each back (Release) as soon as its product is done.
+//
+// Thread safety: RouteToken and ExpertSlice are free functions. An MoeMlp and an ExpertSource are
+// used by one thread at a time (the session's); Forward runs its products on the pool it is given.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include "base/aligned_buffer.h"
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "format/model_file.h"
+#include "model/llama_weights.h"
+#include "tensor/tensor_view.h"
+
+namespace weir::model {
+
+struct ExpertChoice {
+  int32_t expert = 0;
+  float weight = 0;
+};
+
+// Routes one token: out[0..k) = the k experts with the largest logits[0..n_expert), in
+// descending order of logit (ties: lower expert id first; a NaN logit ranks below every number),
+// with their weights (see the top of this file). Requires 1 <= k <= n_expert.
+void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out);
+
+// Expert e of a stacked row-major tensor [n_expert, rows, cols], as a 2-D view [rows, cols].
+TensorView ExpertSlice(const TensorView& stacked, int e);
+
+// One expert's weights.
+struct ExpertWeights {
+  TensorView w_gate;  // [d_ff, d_model]
+  TensorView w_up;    // [d_ff, d_model]
+  TensorView w_down;  // [d_model, d_ff]
+  uint64_t nbytes() const { return w_gate.nbytes() + w_up.nbytes() + w_down.nbytes(); }
+};
+
+// Where the routed experts' weights come from (the seam the streaming half plugs into).
+class ExpertSource {
+ public:
+  virtual ~ExpertSource() = default;
+  // The experts the tokens of one step chose in `layer`, ascending, each once, before any
+  // Acquire of that step: a streamed source starts all their reads here.
+  virtual Status Prepare(int layer, std::span<const int32_t> experts) {
+    (void)layer;
+    (void)experts;
+    return Status::Ok();
+  }
+  // Expert e of `layer`; its views stay valid until Release(layer, e).
+  virtual Result<ExpertWeights> Acquire(int layer, int e) = 0;
+  virtual void Release(int layer, int e) {
+    (void)layer;
+    (void)e;
+  }
+};
+
+// The experts of a resident model: slices of its ffn_*_exps tensors.
+class ResidentExperts final : public ExpertSource {
+ public:
+  explicit ResidentExperts(const LlamaWeights& weights) : weights_(weights) {}
+  Result<ExpertWeights> Acquire(int layer, int e) override;
+
+ private:
+  const LlamaWeights& weights_;
+};
+
+// The MoE MLP's computation and its buffers, allocated once for up to n_batch tokens.
+class MoeMlp {
+ public:
+  static Result<std::unique_ptr<MoeMlp>> Create(const format::LlamaConfig& config, int n_batch);
+
+  // y[t] = MoE(x[t]) for t < n (n <= n_batch) in `layer`, whose router is `router`
+  // [n_expert, d_model]. x and y are [n, d_model] and must not overlap. Fails only when the
+  // source cannot provide an expert. *bytes_per_token_sum += the weight bytes each token's
+  // computation reads (router + its k experts), summed over the n tokens.
+  Status Forward(int layer, const TensorView& router, const float* x, int n, float* y,
+                 ExpertSource* experts, ThreadPool* pool, uint64_t* bytes_per_token_sum);
+
+  // The last Forward's routing: n_expert_used choices per token, token-major.
+  std::span<const ExpertChoice> routing() const { return {choices_.data(), last_n_ * k_}; }
+  // Its router logits, [n, n_expert] token-major (how close each choice was).
+  std::span<const float> router_logits() const {
+    return {logits_.data<float>(), last_n_ * static_cast<size_t>(n_expert_)};
+  }
+  int n_expert() const { return n_expert_; }
+  int n_expert_used() const { return k_; }
+  uint64_t allocated_bytes() const;
+
+ private:
+  MoeMlp() = default;
+
+  int n_expert_ = 0, k_ = 0, d_model_ = 0;
+  bool renormalize_ = true;
+  format::Activation activation_ = format::Activation::kSilu;
+  std::vector<int> d_ff_;  // per layer
+  size_t last_n_ = 0;
+
+  AlignedBuffer logits_;               // [n_batch, n_expert]
+  AlignedBuffer xg_;                   // [n_batch, d_model] the tokens routed to one expert
+  AlignedBuffer yg_;                   // [n_batch, d_model] their expert outputs
+  AlignedBuffer gate_, up_;            // [n_batch, max d_ff]
+  std::vector<ExpertChoice> choices_;  // [n_batch * k]
+  std::vector<int32_t> count_;         // [n_expert] tokens per expert in this step
+  std::vector<int32_t> start_;         // [n_expert + 1] first slot of each expert
+  std::vector<int32_t> slot_token_;    // [n_batch * k] token of each (expert, token) slot
+  std::vector<float> slot_weight_;     // [n_batch * k] its routing weight
+  std::vector<int32_t> active_;        // experts chosen by at least one token, ascending
+};
+
+}  // namespace weir::model
