@@ -24,8 +24,9 @@ struct CandidateLess {
   }
 };
 
-void EncodeMarkedText(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
-  const std::string norm = MarkSpaces(text, v.add_space_prefix);
+void EncodeMarkedText(const Vocab& v, std::string_view text, bool at_start,
+                      std::vector<int32_t>* out) {
+  const std::string norm = MarkSpaces(text, v.add_space_prefix && at_start);
   std::vector<int32_t> ids;
   ids.reserve(norm.size());
   bool last_was_unknown = false;
@@ -47,16 +48,26 @@ void EncodeMarkedText(const Vocab& v, std::string_view text, std::vector<int32_t
   out->insert(out->end(), ids.begin(), ids.end());
 }
 
-void EncodeByteLevel(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
+void EncodeByteLevel(const Vocab& v, std::string_view text, bool at_start,
+                     std::vector<int32_t>* out) {
   std::string prefixed;
-  if (v.add_space_prefix) {
+  if (v.add_space_prefix && at_start) {
     prefixed.reserve(text.size() + 1);
     prefixed.push_back(' ');
     prefixed.append(text);
     text = prefixed;
   }
   std::vector<int32_t> ids;
-  for (std::string_view word : Gpt2PreSplit(text)) {
+  std::string mapped;
+  for (std::string_view word : v.splitter->Split(text)) {
+    if (v.ignore_merges) {
+      mapped.clear();
+      for (char c : word) AppendUtf8(ByteToCodePoint(static_cast<uint8_t>(c)), &mapped);
+      if (int32_t id = v.Find(mapped); id >= 0) {
+        out->push_back(id);
+        continue;
+      }
+    }
     ids.clear();
     for (char c : word) {
       int32_t id = v.byte_ids[static_cast<uint8_t>(c)];
@@ -110,12 +121,13 @@ void ApplyRankedMerges(const Vocab& v, std::vector<int32_t>* ids) {
   for (int64_t i = 0; i >= 0; i = syms[i].next) ids->push_back(syms[i].id);
 }
 
-void EncodeBpeMerges(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
+void EncodeBpeMerges(const Vocab& v, std::string_view text, bool at_start,
+                     std::vector<int32_t>* out) {
   if (text.empty()) return;
   if (v.byte_level) {
-    EncodeByteLevel(v, text, out);
+    EncodeByteLevel(v, text, at_start, out);
   } else {
-    EncodeMarkedText(v, text, out);
+    EncodeMarkedText(v, text, at_start, out);
   }
 }
 
