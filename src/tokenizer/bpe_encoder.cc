@@ -24,9 +24,8 @@ struct CandidateLess {
   }
 };
 
-void EncodeMarkedText(const Vocab& v, std::string_view text, bool at_start,
-                      std::vector<int32_t>* out) {
-  const std::string norm = MarkSpaces(text, v.add_space_prefix && at_start);
+void EncodeMarkedText(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
+  const std::string norm = MarkSpaces(text, v.add_space_prefix);
   std::vector<int32_t> ids;
   ids.reserve(norm.size());
   bool last_was_unknown = false;
@@ -48,10 +47,9 @@ void EncodeMarkedText(const Vocab& v, std::string_view text, bool at_start,
   out->insert(out->end(), ids.begin(), ids.end());
 }
 
-void EncodeByteLevel(const Vocab& v, std::string_view text, bool at_start,
-                     std::vector<int32_t>* out) {
+void EncodeByteLevel(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
   std::string prefixed;
-  if (v.add_space_prefix && at_start) {
+  if (v.add_space_prefix) {
     prefixed.reserve(text.size() + 1);
     prefixed.push_back(' ');
     prefixed.append(text);
@@ -121,13 +119,12 @@ void ApplyRankedMerges(const Vocab& v, std::vector<int32_t>* ids) {
   for (int64_t i = 0; i >= 0; i = syms[i].next) ids->push_back(syms[i].id);
 }
 
-void EncodeBpeMerges(const Vocab& v, std::string_view text, bool at_start,
-                     std::vector<int32_t>* out) {
+void EncodeBpeMerges(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
   if (text.empty()) return;
   if (v.byte_level) {
-    EncodeByteLevel(v, text, at_start, out);
+    EncodeByteLevel(v, text, out);
   } else {
-    EncodeMarkedText(v, text, at_start, out);
+    EncodeMarkedText(v, text, out);
   }
 }
 

@@ -28,8 +28,7 @@
 namespace weir::tokenizer::internal {
 
 // Appends the ids of `text` (without BOS) to *out. Empty text gives no ids.
-void EncodeBpeMerges(const Vocab& v, std::string_view text, bool at_start,
-                     std::vector<int32_t>* out);
+void EncodeBpeMerges(const Vocab& v, std::string_view text, std::vector<int32_t>* out);
 
 // Rewrites *ids by applying v.merges: repeatedly merge the adjacent pair with the lowest rank
 // (ties: leftmost) until no adjacent pair has a rule. A min-heap of candidate pairs over a linked

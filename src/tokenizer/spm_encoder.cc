@@ -44,10 +44,9 @@ std::string MarkSpaces(std::string_view text, bool add_prefix) {
   return out;
 }
 
-void EncodeSentencePiece(const Vocab& v, std::string_view text, bool at_start,
-                         std::vector<int32_t>* out) {
+void EncodeSentencePiece(const Vocab& v, std::string_view text, std::vector<int32_t>* out) {
   if (text.empty()) return;
-  const std::string norm = MarkSpaces(text, v.add_space_prefix && at_start);
+  const std::string norm = MarkSpaces(text, v.add_space_prefix);
 
   std::vector<Symbol> syms;
   syms.reserve(norm.size());

@@ -21,10 +21,7 @@
 namespace weir::tokenizer::internal {
 
 // Appends the ids of `text` (without BOS) to *out. Empty text gives no ids.
-// The space prefix applies only when at_start (the text begins the prompt, not after a special
-// token).
-void EncodeSentencePiece(const Vocab& v, std::string_view text, bool at_start,
-                         std::vector<int32_t>* out);
+void EncodeSentencePiece(const Vocab& v, std::string_view text, std::vector<int32_t>* out);
 
 // "▁"-marks text: an optional leading marker, and every ' ' replaced by the marker.
 std::string MarkSpaces(std::string_view text, bool add_prefix);

@@ -22,9 +22,9 @@ std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
     if (begin == end) return;
     std::string_view part = text.substr(begin, end - begin);
     if (v.kind == TokenizerSpec::Kind::kSentencePiece) {
-      internal::EncodeSentencePiece(v, part, begin == 0, &ids);
+      internal::EncodeSentencePiece(v, part, &ids);
     } else {
-      internal::EncodeBpeMerges(v, part, begin == 0, &ids);
+      internal::EncodeBpeMerges(v, part, &ids);
     }
   };
   // Leftmost, then longest, special piece; text between them is tokenized as text.

@@ -14,8 +14,9 @@
 // when typed user-defined) is always matched whole in the input, before the text is split, as
 // SentencePiece and tokenizers do; the piece of a control or unknown token ("<|im_start|>",
 // "<s>") only when Encode is asked to parse special tokens (llama.cpp's parse_special), else it
-// is ordinary text. At each position the longest such piece wins. Text after a special token gets
-// no space prefix (only the start of the input does).
+// is ordinary text. At each position the longest such piece wins. Each stretch of text between
+// special tokens is encoded on its own, space prefix included (tokenizers normalizes each such
+// segment separately, llama.cpp prefixes the text after each special token the same way).
 //
 // Decoding follows llama2.c: each id prints as its piece with "▁" turned into ' ' (byte level:
 // the GPT-2 byte mapping reversed), a <0xNN> token prints as that raw byte, a control token
