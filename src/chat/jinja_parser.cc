@@ -271,6 +271,13 @@ class ExprParser {
 
   // expr := or ["if" or ["else" expr]]
   Result<ExprPtr> ParseExpr() {
+    // Every nesting (parentheses, lists, calls, subscripts, conditionals) passes through here.
+    if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
+    Result<ExprPtr> e = ParseExprInner();
+    --depth_;
+    return e;
+  }
+  Result<ExprPtr> ParseExprInner() {
     WEIR_ASSIGN_OR_RETURN(ExprPtr value, ParseOr());
     if (!IsName("if")) return value;
     ++i_;
@@ -312,7 +319,9 @@ class ExprParser {
   }
   Result<ExprPtr> ParseNot() {
     if (TakeName("not")) {
+      if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
       WEIR_ASSIGN_OR_RETURN(ExprPtr inner, ParseNot());
+      --depth_;
       ExprPtr e = Make(Expr::Type::kUnary, "not");
       e->args.push_back(std::move(inner));
       return e;
@@ -382,7 +391,9 @@ class ExprParser {
   Result<ExprPtr> ParseUnary() {
     if (IsOp("-") || IsOp("+")) {
       std::string op = t_[i_++].text;
+      if (++depth_ > kMaxDepth) return Error("expression nested too deeply");
       WEIR_ASSIGN_OR_RETURN(ExprPtr inner, ParseUnary());
+      --depth_;
       ExprPtr e = Make(Expr::Type::kUnary, op);
       e->args.push_back(std::move(inner));
       return e;
@@ -565,8 +576,10 @@ class ExprParser {
     return Error(StrFormat("unexpected '%s'", tok.text.c_str()));
   }
 
+  static constexpr int kMaxDepth = 64;
   std::vector<Token> t_;
   size_t i_ = 0;
+  int depth_ = 0;
   int line_;
   std::string_view src_;
 };
@@ -628,6 +641,16 @@ class StmtParser {
   }
 
   Result<std::unique_ptr<Node>> ParseStatement(const std::string& kw, int line, ExprParser* p) {
+    if (++block_depth_ > kMaxBlockDepth) {
+      return Status::InvalidArgument(
+          StrFormat("chat template line %d: blocks nested more than %d deep", line, kMaxBlockDepth));
+    }
+    Result<std::unique_ptr<Node>> n = ParseStatementInner(kw, line, p);
+    --block_depth_;
+    return n;
+  }
+  Result<std::unique_ptr<Node>> ParseStatementInner(const std::string& kw, int line,
+                                                    ExprParser* p) {
     auto n = std::make_unique<Node>();
     n->line = line;
     std::string stop;
@@ -704,8 +727,10 @@ class StmtParser {
                   line, kw.c_str()));
   }
 
+  static constexpr int kMaxBlockDepth = 128;
   std::vector<Segment> segs_;
   size_t pos_ = 0;
+  int block_depth_ = 0;
 };
 
 }  // namespace

@@ -320,6 +320,9 @@ class Renderer {
     if (items.empty()) return Exec(n.bodies[1]);
     const int64_t len = static_cast<int64_t>(items.size());
     for (int64_t i = 0; i < len; ++i) {
+      if (++iterations_ > kMaxIterations) {
+        return Error(n.line, "more than 2^18 loop iterations: refusing to go on");
+      }
       frames_.emplace_back();
       Value loop = Value::Dict();
       loop.Set("index", Value::Int(i + 1));
@@ -944,6 +947,10 @@ class Renderer {
     return Error(line, StrFormat("unknown test '%s'", name.c_str()));
   }
 
+  // Loop iterations so far, across all loops: a template is a formatter, and nested loops over
+  // large ranges would otherwise keep the chat from ever starting.
+  static constexpr int64_t kMaxIterations = int64_t{1} << 18;
+  int64_t iterations_ = 0;
   const Value& context_;
   std::vector<Frame> frames_;
   std::string out_;

@@ -93,6 +93,7 @@ class Parser {
     Node n;
     char c = p_[pos_];
     if (c == '(') {
+      if (++depth_ > kMaxDepth) return Error("groups nested too deeply");
       ++pos_;
       n.type = Node::Type::kGroup;
       bool saved_icase = icase_;
@@ -114,6 +115,7 @@ class Parser {
       icase_ = saved_icase;
       if (AtEnd() || p_[pos_] != ')') return Error("missing ')'");
       ++pos_;
+      --depth_;
       return n;
     }
     if (c == '^' || c == '$') {
@@ -298,9 +300,11 @@ class Parser {
     return Status::Ok();
   }
 
+  static constexpr int kMaxDepth = 32;  // the registry's patterns nest 1 deep
   std::string_view p_;
   size_t pos_ = 0;
   bool icase_ = false;
+  int depth_ = 0;
 };
 
 // Backtracking matcher. A continuation is the rest of an enclosing sequence.

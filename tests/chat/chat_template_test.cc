@@ -40,7 +40,7 @@ TEST(JinjaTest, ScopingFollowsJinja2) {
 
 TEST(JinjaTest, ErrorsNameTheLineAndTheReason) {
   struct Case {
-    const char* source;
+    std::string source;
     const char* needle;
   } cases[] = {
       {"ok\n{% macro m() %}{% endmacro %}", "line 2: the tag {% macro %} is not supported"},
@@ -50,6 +50,10 @@ TEST(JinjaTest, ErrorsNameTheLineAndTheReason) {
       {"{{ raise_exception('roles must alternate') }}", "roles must alternate"},
       {"{{ 'a' + 1 }}", "unsupported operand types for +: 'str' and 'int'"},
       {"{{ 'unterminated }}", "never closed"},
+      {"{% for i in range(100000) %}{% for j in range(100000) %}{% endfor %}{% endfor %}",
+       "loop iterations"},
+      {"{{ " + std::string(5000, '(') + "1" + std::string(5000, ')') + " }}", "nested too deeply"},
+      {std::string(20000, '{') + "% if x %}", "never closed"},
   };
   for (const Case& c : cases) {
     auto t = JinjaTemplate::Parse(c.source);
@@ -109,6 +113,70 @@ TEST(ChatTemplateTest, EveryBuiltinRendersAConversationEndingInItsMarker) {
     const std::string marker = b.end_of_turn.empty() ? "</s>" : std::string(b.end_of_turn);
     EXPECT_NE(p->find("b" + marker), std::string::npos) << b.name << ": " << *p;
   }
+}
+
+}  // namespace
+}  // namespace weir::chat
+
+namespace weir::chat {
+namespace {
+
+// Hostile input: every prefix and random byte edits of the built-in templates either render or
+// fail with a Status; nothing crashes, loops or reads out of bounds (the sanitizer pass of CI
+// runs this suite).
+TEST(JinjaTest, MutatedTemplatesFailCleanly) {
+  Value ctx = Value::Dict(
+      {{"messages", Value::List({Value::Dict({{"role", Value::String("user")},
+                                              {"content", Value::String("hi")}})})},
+       {"add_generation_prompt", Value::Bool(true)},
+       {"bos_token", Value::String("<s>")},
+       {"eos_token", Value::String("</s>")}});
+  uint32_t state = 12345;
+  auto next = [&]() {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  int rendered = 0, refused = 0;
+  for (const BuiltinTemplate& b : BuiltinTemplates()) {
+    const std::string src(b.source);
+    for (size_t cut = 0; cut < src.size(); cut += 7) {
+      auto t = JinjaTemplate::Parse(src.substr(0, cut));
+      if (t.ok() && t->Render(ctx).ok()) {
+        ++rendered;
+      } else {
+        ++refused;
+      }
+    }
+    for (int trial = 0; trial < 300; ++trial) {
+      std::string m = src;
+      for (int k = 0; k < 3; ++k) {
+        static const char kBytes[] = "{}%#-+|()[]'\".:~ \nab0";
+        m[next() % m.size()] = kBytes[next() % (sizeof(kBytes) - 1)];
+      }
+      auto t = JinjaTemplate::Parse(m);
+      if (t.ok() && t->Render(ctx).ok()) {
+        ++rendered;
+      } else {
+        ++refused;
+      }
+    }
+  }
+  EXPECT_GT(rendered, 0);
+  EXPECT_GT(refused, 0);
+}
+
+}  // namespace
+}  // namespace weir::chat
+
+namespace weir::chat {
+namespace {
+
+TEST(JinjaTest, DeepBlockNestingIsRefused) {
+  std::string deep;
+  for (int i = 0; i < 1000; ++i) deep += "{% if true %}";
+  auto t = JinjaTemplate::Parse(deep);
+  ASSERT_FALSE(t.ok());
+  EXPECT_NE(t.status().message().find("nested more than"), std::string::npos) << t.status().ToString();
 }
 
 }  // namespace

@@ -178,3 +178,36 @@ TEST(SpecialTokensTest, MatchedWholeLongestFirstAndOnlyWhenAsked) {
 
 }  // namespace
 }  // namespace weir::tokenizer
+
+namespace weir::tokenizer {
+namespace {
+
+// Hostile patterns compile or fail with a Status; compiled ones match any bytes without crashing.
+TEST(PreRegexTest, MutatedPatternsFailCleanly) {
+  uint32_t state = 99;
+  auto next = [&]() {
+    state = state * 1664525u + 1013904223u;
+    return state >> 8;
+  };
+  const std::string base(format::kGpt2SplitRegex);
+  const CodePoints text = DecodeForMatch("it's 12 \xF0\x9F\x98\x80 ok\n\n  x\xFF");
+  int compiled = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    std::string p = base.substr(0, next() % (base.size() + 1));
+    for (int k = 0; k < 2 && !p.empty(); ++k) {
+      static const char kBytes[] = "()[]{}|?*+\\^$-,!:p{L}s1";
+      p[next() % p.size()] = kBytes[next() % (sizeof(kBytes) - 1)];
+    }
+    auto r = PreRegex::Compile(p);
+    if (!r.ok()) continue;
+    ++compiled;
+    for (size_t pos = 0; pos < text.size(); ++pos) {
+      size_t n = r->MatchAt(text, 0, text.size(), pos);
+      ASSERT_LE(pos + n, text.size()) << p;
+    }
+  }
+  EXPECT_GT(compiled, 0);
+}
+
+}  // namespace
+}  // namespace weir::tokenizer
