@@ -85,7 +85,7 @@ constexpr std::string_view kMistral =
 
 const std::vector<BuiltinTemplate>& BuiltinTemplates() {
   static const std::vector<BuiltinTemplate> kAll = {
-      {"chatml", kChatml, "<|im_end|>"},   {"llama3", kLlama3, "<|eot_id|>"},
+      {"chatml", kChatml, "<|im_end|>"},  {"llama3", kLlama3, "<|eot_id|>"},
       {"gemma", kGemma, "<end_of_turn>"}, {"phi3", kPhi3, "<|end|>"},
       {"mistral", kMistral, ""},
   };

@@ -80,8 +80,8 @@ Result<std::string> ChatTemplate::Apply(const std::vector<ChatMessage>& messages
                                         const std::string& eos_token) const {
   ValueList list;
   for (const ChatMessage& m : messages) {
-    list.push_back(Value::Dict({{"role", Value::String(m.role)},
-                                {"content", Value::String(m.content)}}));
+    list.push_back(
+        Value::Dict({{"role", Value::String(m.role)}, {"content", Value::String(m.content)}}));
   }
   Value ctx = Value::Dict({{"messages", Value::List(std::move(list))},
                            {"add_generation_prompt", Value::Bool(add_generation_prompt)},

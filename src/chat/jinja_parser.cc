@@ -17,7 +17,9 @@ struct Segment {
   int line;
 };
 
-bool IsSpace(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; }
+bool IsSpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
 
 int LineAt(std::string_view s, size_t pos) {
   int line = 1;
@@ -69,7 +71,8 @@ Result<std::vector<Segment>> Split(std::string_view src) {
       size_t l_pos = (nl == std::string::npos || nl < chunk_start) ? chunk_start : nl + 1;
       if (l_pos > chunk_start || line_starting) {
         bool blank = true;
-        for (size_t k = l_pos; k < text.size(); ++k) blank = blank && (text[k] == ' ' || text[k] == '\t');
+        for (size_t k = l_pos; k < text.size(); ++k)
+          blank = blank && (text[k] == ' ' || text[k] == '\t');
         if (blank) text.erase(l_pos);
       }
     }
@@ -96,8 +99,8 @@ Result<std::vector<Segment>> Split(std::string_view src) {
       if (src.compare(end, 2, close) == 0) break;
     }
     if (end + 1 >= src.size()) {
-      return Status::InvalidArgument(StrFormat("chat template line %d: '%c%c' is never closed",
-                                               LineAt(src, open), '{', kind));
+      return Status::InvalidArgument(
+          StrFormat("chat template line %d: '%c%c' is never closed", LineAt(src, open), '{', kind));
     }
     size_t content_end = end;
     char end_mod = 0;
@@ -157,7 +160,8 @@ Result<std::vector<Token>> Lex(std::string_view s, int line) {
     } else if (std::isdigit(static_cast<unsigned char>(c))) {
       size_t j = i;
       while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
-      bool is_float = j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
+      bool is_float =
+          j + 1 < s.size() && s[j] == '.' && std::isdigit(static_cast<unsigned char>(s[j + 1]));
       if (is_float) {
         ++j;
         while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
@@ -182,13 +186,27 @@ Result<std::vector<Token>> Lex(std::string_view s, int line) {
         }
         char e = s[++j];
         switch (e) {
-          case 'n': value.push_back('\n'); break;
-          case 't': value.push_back('\t'); break;
-          case 'r': value.push_back('\r'); break;
-          case '\\': value.push_back('\\'); break;
-          case '\'': value.push_back('\''); break;
-          case '"': value.push_back('"'); break;
-          default: value.push_back('\\'); value.push_back(e);
+          case 'n':
+            value.push_back('\n');
+            break;
+          case 't':
+            value.push_back('\t');
+            break;
+          case 'r':
+            value.push_back('\r');
+            break;
+          case '\\':
+            value.push_back('\\');
+            break;
+          case '\'':
+            value.push_back('\'');
+            break;
+          case '"':
+            value.push_back('"');
+            break;
+          default:
+            value.push_back('\\');
+            value.push_back(e);
         }
       }
       if (j >= s.size()) return error("unterminated string");
@@ -196,9 +214,9 @@ Result<std::vector<Token>> Lex(std::string_view s, int line) {
       t.text = value;
       i = j + 1;
     } else {
-      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+", "-", "*",
-                                   "/", "%", "~", "|", ".", ",", ":", "(", ")", "[", "]", "{",
-                                   "}", "="};
+      static const char* kOps[] = {"==", "!=", "<=", ">=", "//", "**", "<", ">", "+",
+                                   "-",  "*",  "/",  "%",  "~",  "|",  ".", ",", ":",
+                                   "(",  ")",  "[",  "]",  "{",  "}",  "="};
       bool found = false;
       for (const char* op : kOps) {
         size_t n = std::char_traits<char>::length(op);
@@ -256,7 +274,8 @@ class ExprParser {
   }
   Result<std::string> ExpectName() {
     if (Peek().type != Token::Type::kName) {
-      return Error(StrFormat("expected a name but found '%s'", AtEnd() ? "end of tag" : Peek().text.c_str()));
+      return Error(StrFormat("expected a name but found '%s'",
+                             AtEnd() ? "end of tag" : Peek().text.c_str()));
     }
     return t_[i_++].text;
   }
@@ -334,8 +353,8 @@ class ExprParser {
     while (true) {
       std::string op;
       if (Peek().type == Token::Type::kOp &&
-          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" ||
-           Peek().text == ">" || Peek().text == "<=" || Peek().text == ">=")) {
+          (Peek().text == "==" || Peek().text == "!=" || Peek().text == "<" || Peek().text == ">" ||
+           Peek().text == "<=" || Peek().text == ">=")) {
         op = t_[i_++].text;
       } else if (IsName("in")) {
         ++i_;
@@ -491,7 +510,8 @@ class ExprParser {
   Result<ExprPtr> ParsePrimary() {
     const Token tok = Peek();
     switch (tok.type) {
-      case Token::Type::kEnd: return Error("expected an expression");
+      case Token::Type::kEnd:
+        return Error("expected an expression");
       case Token::Type::kInt: {
         ++i_;
         ExprPtr e = Make(Expr::Type::kLiteral);
@@ -526,7 +546,8 @@ class ExprParser {
         }
         return e;
       }
-      case Token::Type::kOp: break;
+      case Token::Type::kOp:
+        break;
     }
     if (TakeOp("(")) {
       if (TakeOp(")")) {
@@ -642,8 +663,8 @@ class StmtParser {
 
   Result<std::unique_ptr<Node>> ParseStatement(const std::string& kw, int line, ExprParser* p) {
     if (++block_depth_ > kMaxBlockDepth) {
-      return Status::InvalidArgument(
-          StrFormat("chat template line %d: blocks nested more than %d deep", line, kMaxBlockDepth));
+      return Status::InvalidArgument(StrFormat(
+          "chat template line %d: blocks nested more than %d deep", line, kMaxBlockDepth));
     }
     Result<std::unique_ptr<Node>> n = ParseStatementInner(kw, line, p);
     --block_depth_;

@@ -40,8 +40,10 @@ std::string Strip(const std::string& s, const Value* chars, bool left, bool righ
     return IsPySpace(c);
   };
   size_t b = 0, e = s.size();
-  if (left) while (b < e && strip_char(s[b])) ++b;
-  if (right) while (e > b && strip_char(s[e - 1])) --e;
+  if (left)
+    while (b < e && strip_char(s[b])) ++b;
+  if (right)
+    while (e > b && strip_char(s[e - 1])) --e;
   return s.substr(b, e - b);
 }
 
@@ -104,7 +106,8 @@ bool NormIndex(int64_t i, size_t n, size_t* out) {
 }
 
 // Python's slice indices for a sequence of length n.
-std::vector<size_t> SliceIndices(size_t n, const Value& start, const Value& stop, const Value& step) {
+std::vector<size_t> SliceIndices(size_t n, const Value& start, const Value& stop,
+                                 const Value& step) {
   const int64_t len = static_cast<int64_t>(n);
   int64_t st = step.is_undefined() || step.is_none() ? 1 : step.as_int();
   if (st == 0) st = 1;
@@ -249,8 +252,9 @@ class Renderer {
         } else {
           Value target = Lookup(n.set_name);
           if (!target.is_dict()) {
-            return Error(n.line, StrFormat("cannot set attribute '%s' of %s '%s' (only of a namespace)",
-                                           n.set_attr.c_str(), target.TypeName(), n.set_name.c_str()));
+            return Error(n.line,
+                         StrFormat("cannot set attribute '%s' of %s '%s' (only of a namespace)",
+                                   n.set_attr.c_str(), target.TypeName(), n.set_name.c_str()));
           }
           target.Set(n.set_attr, std::move(v));
         }
@@ -273,7 +277,8 @@ class Renderer {
       case Value::Kind::kNone:
         if (v.is_none()) return Error(line, "'NoneType' object is not iterable");
         return ValueList{};
-      case Value::Kind::kList: return v.list();
+      case Value::Kind::kList:
+        return v.list();
       case Value::Kind::kDict: {
         ValueList keys;
         for (const auto& [k, _] : v.dict()) keys.push_back(Value::String(k));
@@ -284,7 +289,8 @@ class Renderer {
         for (std::string& c : Chars(v.str())) chars.push_back(Value::String(std::move(c)));
         return chars;
       }
-      default: return Error(line, StrFormat("'%s' object is not iterable", v.TypeName()));
+      default:
+        return Error(line, StrFormat("'%s' object is not iterable", v.TypeName()));
     }
   }
 
@@ -367,8 +373,10 @@ class Renderer {
 
   Result<Value> Eval(const Expr& e) {
     switch (e.type) {
-      case Expr::Type::kLiteral: return e.literal;
-      case Expr::Type::kName: return Lookup(e.name);
+      case Expr::Type::kLiteral:
+        return e.literal;
+      case Expr::Type::kName:
+        return Lookup(e.name);
       case Expr::Type::kList: {
         ValueList items;
         for (const auto& x : e.args) {
@@ -447,9 +455,12 @@ class Renderer {
       case Expr::Type::kUnary: {
         WEIR_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
         if (e.name == "not") return Value::Bool(!v.Truthy());
-        if (!v.is_number()) return Error(e.line, StrFormat("bad operand %s for unary %s", v.TypeName(), e.name.c_str()));
+        if (!v.is_number())
+          return Error(e.line,
+                       StrFormat("bad operand %s for unary %s", v.TypeName(), e.name.c_str()));
         if (e.name == "+") return v;
-        return v.kind() == Value::Kind::kFloat ? Value::Float(-v.as_float()) : Value::Int(-v.as_int());
+        return v.kind() == Value::Kind::kFloat ? Value::Float(-v.as_float())
+                                               : Value::Int(-v.as_int());
       }
       case Expr::Type::kCond: {
         WEIR_ASSIGN_OR_RETURN(Value c, Eval(*e.args[0]));
@@ -457,7 +468,8 @@ class Renderer {
         if (e.args[2]) return Eval(*e.args[2]);
         return Value();
       }
-      case Expr::Type::kBinary: return Binary(e);
+      case Expr::Type::kBinary:
+        return Binary(e);
     }
     return Value();
   }
@@ -584,7 +596,8 @@ class Renderer {
       if (name == "items") {
         return Value::Func([base](const CallArgs&) -> Result<Value> {
           ValueList items;
-          for (const auto& [k, v] : base.dict()) items.push_back(Value::Tuple({Value::String(k), v}));
+          for (const auto& [k, v] : base.dict())
+            items.push_back(Value::Tuple({Value::String(k), v}));
           return Value::List(std::move(items));
         });
       }
@@ -615,11 +628,18 @@ class Renderer {
           return Value::String(Strip(s, Arg(a, 0), l, r));
         });
       }
-      if (name == "upper") return Value::Func([s](const CallArgs&) -> Result<Value> { return Value::String(Upper(s)); });
-      if (name == "lower") return Value::Func([s](const CallArgs&) -> Result<Value> { return Value::String(Lower(s)); });
-      if (name == "title") return Value::Func([s](const CallArgs&) -> Result<Value> { return Value::String(Title(s)); });
+      if (name == "upper")
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Upper(s)); });
+      if (name == "lower")
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Lower(s)); });
+      if (name == "title")
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Title(s)); });
       if (name == "capitalize") {
-        return Value::Func([s](const CallArgs&) -> Result<Value> { return Value::String(Capitalize(s)); });
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Capitalize(s)); });
       }
       if (name == "startswith" || name == "endswith") {
         const bool starts = name == "startswith";
@@ -630,9 +650,9 @@ class Renderer {
           for (const Value& o : options) {
             if (!o.is_string()) return Status::InvalidArgument("startswith/endswith need strings");
             const std::string& p = o.str();
-            bool hit = p.size() <= s.size() &&
-                       (starts ? s.compare(0, p.size(), p) == 0
-                               : s.compare(s.size() - p.size(), p.size(), p) == 0);
+            bool hit =
+                p.size() <= s.size() && (starts ? s.compare(0, p.size(), p) == 0
+                                                : s.compare(s.size() - p.size(), p.size(), p) == 0);
             if (hit) return Value::Bool(true);
           }
           return Value::Bool(false);
@@ -696,7 +716,9 @@ class Renderer {
           }
           if (x->str().empty()) return Value::Int(static_cast<int64_t>(Chars(s).size()) + 1);
           int64_t n = 0;
-          for (size_t p = s.find(x->str()); p != std::string::npos; p = s.find(x->str(), p + x->str().size())) ++n;
+          for (size_t p = s.find(x->str()); p != std::string::npos;
+               p = s.find(x->str(), p + x->str().size()))
+            ++n;
           return Value::Int(n);
         });
       }
@@ -708,7 +730,8 @@ class Renderer {
   Result<Value> Filter(const std::string& name, const Value& v, const CallArgs& a, int line) {
     auto need_string = [&]() -> Status {
       if (v.is_string()) return Status::Ok();
-      return Error(line, StrFormat("filter '%s' needs a string, got %s", name.c_str(), v.TypeName()));
+      return Error(line,
+                   StrFormat("filter '%s' needs a string, got %s", name.c_str(), v.TypeName()));
     };
     if (name == "trim") {
       WEIR_RETURN_IF_ERROR(need_string());
@@ -729,10 +752,22 @@ class Renderer {
     }
     if (name == "string") return Value::String(v.ToString());
     if (name == "safe") return v;
-    if (name == "upper") { WEIR_RETURN_IF_ERROR(need_string()); return Value::String(Upper(v.str())); }
-    if (name == "lower") { WEIR_RETURN_IF_ERROR(need_string()); return Value::String(Lower(v.str())); }
-    if (name == "capitalize") { WEIR_RETURN_IF_ERROR(need_string()); return Value::String(Capitalize(v.str())); }
-    if (name == "title") { WEIR_RETURN_IF_ERROR(need_string()); return Value::String(Title(v.str())); }
+    if (name == "upper") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Upper(v.str()));
+    }
+    if (name == "lower") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Lower(v.str()));
+    }
+    if (name == "capitalize") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Capitalize(v.str()));
+    }
+    if (name == "title") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Title(v.str()));
+    }
     if (name == "replace") {
       WEIR_RETURN_IF_ERROR(need_string());
       const Value* from = Arg(a, 0);
@@ -821,7 +856,8 @@ class Renderer {
     }
     if (name == "selectattr" || name == "rejectattr") {
       const Value* attr = Arg(a, 0);
-      if (!attr || !attr->is_string()) return Error(line, "filter '" + name + "' needs an attribute name");
+      if (!attr || !attr->is_string())
+        return Error(line, "filter '" + name + "' needs an attribute name");
       WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
       ValueList out;
       for (const Value& item : items) {
@@ -935,12 +971,14 @@ class Renderer {
       if (!v.is_string()) return false;
       return name == "lower" ? Lower(v.str()) == v.str() : Upper(v.str()) == v.str();
     }
-    if (!arg) return Error(line, StrFormat("unknown test '%s' (or it needs an argument)", name.c_str()));
+    if (!arg)
+      return Error(line, StrFormat("unknown test '%s' (or it needs an argument)", name.c_str()));
     if (name == "eq" || name == "equalto" || name == "==") return v.Equals(*arg);
     if (name == "ne" || name == "!=") return !v.Equals(*arg);
     if (name == "in") return Contains(*arg, v, line);
     if (name == "lt" || name == "gt" || name == "le" || name == "ge") {
-      if (!v.is_number() || !arg->is_number()) return Error(line, "test '" + name + "' needs numbers");
+      if (!v.is_number() || !arg->is_number())
+        return Error(line, "test '" + name + "' needs numbers");
       double x = v.as_float(), y = arg->as_float();
       return name == "lt" ? x < y : name == "gt" ? x > y : name == "le" ? x <= y : x >= y;
     }

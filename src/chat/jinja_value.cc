@@ -27,14 +27,21 @@ void Value::Set(const std::string& key, Value v) const {
 bool Value::Truthy() const {
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return false;
+    case Kind::kNone:
+      return false;
     case Kind::kBool:
-    case Kind::kInt: return int_ != 0;
-    case Kind::kFloat: return float_ != 0;
-    case Kind::kString: return !str_->empty();
-    case Kind::kList: return !list_->empty();
-    case Kind::kDict: return !dict_->empty();
-    case Kind::kFunction: return true;
+    case Kind::kInt:
+      return int_ != 0;
+    case Kind::kFloat:
+      return float_ != 0;
+    case Kind::kString:
+      return !str_->empty();
+    case Kind::kList:
+      return !list_->empty();
+    case Kind::kDict:
+      return !dict_->empty();
+    case Kind::kFunction:
+      return true;
   }
   return false;
 }
@@ -98,13 +105,27 @@ void AppendJsonString(const std::string& s, std::string* out) {
   out->push_back('"');
   for (unsigned char c : s) {
     switch (c) {
-      case '"': out->append("\\\""); break;
-      case '\\': out->append("\\\\"); break;
-      case '\n': out->append("\\n"); break;
-      case '\r': out->append("\\r"); break;
-      case '\t': out->append("\\t"); break;
-      case '\b': out->append("\\b"); break;
-      case '\f': out->append("\\f"); break;
+      case '"':
+        out->append("\\\"");
+        break;
+      case '\\':
+        out->append("\\\\");
+        break;
+      case '\n':
+        out->append("\\n");
+        break;
+      case '\r':
+        out->append("\\r");
+        break;
+      case '\t':
+        out->append("\\t");
+        break;
+      case '\b':
+        out->append("\\b");
+        break;
+      case '\f':
+        out->append("\\f");
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           char buf[8];
@@ -126,16 +147,25 @@ Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
   };
   switch (v.kind()) {
     case Value::Kind::kUndefined:
-    case Value::Kind::kNone: out->append("null"); return Status::Ok();
-    case Value::Kind::kBool: out->append(v.as_bool() ? "true" : "false"); return Status::Ok();
-    case Value::Kind::kInt: out->append(std::to_string(v.as_int())); return Status::Ok();
+    case Value::Kind::kNone:
+      out->append("null");
+      return Status::Ok();
+    case Value::Kind::kBool:
+      out->append(v.as_bool() ? "true" : "false");
+      return Status::Ok();
+    case Value::Kind::kInt:
+      out->append(std::to_string(v.as_int()));
+      return Status::Ok();
     case Value::Kind::kFloat: {
       double d = v.as_float();
-      out->append(std::isnan(d) ? "NaN" : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
-                                                         : FormatPythonFloat(d));
+      out->append(std::isnan(d)   ? "NaN"
+                  : std::isinf(d) ? (d > 0 ? "Infinity" : "-Infinity")
+                                  : FormatPythonFloat(d));
       return Status::Ok();
     }
-    case Value::Kind::kString: AppendJsonString(v.str(), out); return Status::Ok();
+    case Value::Kind::kString:
+      AppendJsonString(v.str(), out);
+      return Status::Ok();
     case Value::Kind::kList: {
       out->push_back('[');
       if (v.list().empty()) {
@@ -182,12 +212,18 @@ Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
 
 std::string Value::ToString() const {
   switch (kind_) {
-    case Kind::kUndefined: return "";
-    case Kind::kNone: return "None";
-    case Kind::kBool: return int_ ? "True" : "False";
-    case Kind::kInt: return std::to_string(int_);
-    case Kind::kFloat: return FormatPythonFloat(float_);
-    case Kind::kString: return *str_;
+    case Kind::kUndefined:
+      return "";
+    case Kind::kNone:
+      return "None";
+    case Kind::kBool:
+      return int_ ? "True" : "False";
+    case Kind::kInt:
+      return std::to_string(int_);
+    case Kind::kFloat:
+      return FormatPythonFloat(float_);
+    case Kind::kString:
+      return *str_;
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -209,7 +245,8 @@ std::string Value::ToString() const {
       }
       return out + "}";
     }
-    case Kind::kFunction: return "<function>";
+    case Kind::kFunction:
+      return "<function>";
   }
   return "";
 }
@@ -234,8 +271,10 @@ bool Value::Equals(const Value& o) const {
   if (kind_ != o.kind_) return false;
   switch (kind_) {
     case Kind::kUndefined:
-    case Kind::kNone: return true;
-    case Kind::kString: return *str_ == *o.str_;
+    case Kind::kNone:
+      return true;
+    case Kind::kString:
+      return *str_ == *o.str_;
     case Kind::kList: {
       if (list_->size() != o.list_->size()) return false;
       for (size_t i = 0; i < list_->size(); ++i) {
@@ -251,22 +290,33 @@ bool Value::Equals(const Value& o) const {
       }
       return true;
     }
-    case Kind::kFunction: return func_ == o.func_;
-    default: return false;
+    case Kind::kFunction:
+      return func_ == o.func_;
+    default:
+      return false;
   }
 }
 
 const char* Value::TypeName() const {
   switch (kind_) {
-    case Kind::kUndefined: return "undefined";
-    case Kind::kNone: return "NoneType";
-    case Kind::kBool: return "bool";
-    case Kind::kInt: return "int";
-    case Kind::kFloat: return "float";
-    case Kind::kString: return "str";
-    case Kind::kList: return "list";
-    case Kind::kDict: return "dict";
-    case Kind::kFunction: return "function";
+    case Kind::kUndefined:
+      return "undefined";
+    case Kind::kNone:
+      return "NoneType";
+    case Kind::kBool:
+      return "bool";
+    case Kind::kInt:
+      return "int";
+    case Kind::kFloat:
+      return "float";
+    case Kind::kString:
+      return "str";
+    case Kind::kList:
+      return "list";
+    case Kind::kDict:
+      return "dict";
+    case Kind::kFunction:
+      return "function";
   }
   return "?";
 }

@@ -34,9 +34,21 @@ class Value {
 
   Value() = default;  // undefined
   static Value None() { return Value(Kind::kNone); }
-  static Value Bool(bool b) { Value v(Kind::kBool); v.int_ = b; return v; }
-  static Value Int(int64_t i) { Value v(Kind::kInt); v.int_ = i; return v; }
-  static Value Float(double d) { Value v(Kind::kFloat); v.float_ = d; return v; }
+  static Value Bool(bool b) {
+    Value v(Kind::kBool);
+    v.int_ = b;
+    return v;
+  }
+  static Value Int(int64_t i) {
+    Value v(Kind::kInt);
+    v.int_ = i;
+    return v;
+  }
+  static Value Float(double d) {
+    Value v(Kind::kFloat);
+    v.float_ = d;
+    return v;
+  }
   static Value String(std::string s) {
     Value v(Kind::kString);
     v.str_ = std::make_shared<std::string>(std::move(s));
@@ -70,7 +82,9 @@ class Value {
   bool is_string() const { return kind_ == Kind::kString; }
   bool is_list() const { return kind_ == Kind::kList; }
   bool is_dict() const { return kind_ == Kind::kDict; }
-  bool is_number() const { return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool; }
+  bool is_number() const {
+    return kind_ == Kind::kInt || kind_ == Kind::kFloat || kind_ == Kind::kBool;
+  }
   bool is_function() const { return kind_ == Kind::kFunction; }
   bool is_tuple() const { return tuple_; }
 

@@ -153,12 +153,24 @@ class Parser {
     if (AtEnd()) return Error("pattern ends in '\\'");
     char c = p_[pos_++];
     switch (c) {
-      case 'r': set->ranges.push_back({'\r', '\r'}); return Status::Ok();
-      case 'n': set->ranges.push_back({'\n', '\n'}); return Status::Ok();
-      case 't': set->ranges.push_back({'\t', '\t'}); return Status::Ok();
-      case 'f': set->ranges.push_back({'\f', '\f'}); return Status::Ok();
-      case 'v': set->ranges.push_back({'\v', '\v'}); return Status::Ok();
-      case 's': set->white_space = true; return Status::Ok();
+      case 'r':
+        set->ranges.push_back({'\r', '\r'});
+        return Status::Ok();
+      case 'n':
+        set->ranges.push_back({'\n', '\n'});
+        return Status::Ok();
+      case 't':
+        set->ranges.push_back({'\t', '\t'});
+        return Status::Ok();
+      case 'f':
+        set->ranges.push_back({'\f', '\f'});
+        return Status::Ok();
+      case 'v':
+        set->ranges.push_back({'\v', '\v'});
+        return Status::Ok();
+      case 's':
+        set->white_space = true;
+        return Status::Ok();
       case 'S':
         if (in_class) {
           set->not_white_space = true;
@@ -167,7 +179,9 @@ class Parser {
           set->negated = true;
         }
         return Status::Ok();
-      case 'd': set->categories |= 1u << static_cast<unsigned>(MajorCategory::kN); return Status::Ok();
+      case 'd':
+        set->categories |= 1u << static_cast<unsigned>(MajorCategory::kN);
+        return Status::Ok();
       case 'p':
       case 'P': {
         if (p_.substr(pos_, 1) != "{" || pos_ + 2 >= p_.size() || p_[pos_ + 2] != '}') {
@@ -276,11 +290,11 @@ class Parser {
         *out = std::stoi(s);
         return true;
       };
-      bool ok = comma == std::string::npos
-                    ? num(body, &mn) && (mx = mn, true)
-                    : num(body.substr(0, comma), &mn) &&
-                          (comma + 1 == body.size() ? (mx = -1, true)
-                                                    : num(body.substr(comma + 1), &mx));
+      bool ok =
+          comma == std::string::npos
+              ? num(body, &mn) && (mx = mn, true)
+              : num(body.substr(0, comma), &mn) &&
+                    (comma + 1 == body.size() ? (mx = -1, true) : num(body.substr(comma + 1), &mx));
       if (!ok || (mx >= 0 && mx < mn)) return Error("bad {n,m} quantifier");
       pos_ = close + 1;
     } else {

@@ -31,8 +31,7 @@ class PreSplitter {
   // The registry entry `name`; InvalidArgument naming it and the known names otherwise.
   static Result<PreSplitter> ForName(std::string_view name);
   // A splitter from explicit regexes (tokenizer.json). `name` is only for messages.
-  static Result<PreSplitter> FromRegexes(const std::vector<std::string>& regexes,
-                                         std::string name);
+  static Result<PreSplitter> FromRegexes(const std::vector<std::string>& regexes, std::string name);
   // The known names, comma-separated, for messages and --help.
   static std::string KnownNames();
   // The regexes of a registry entry (empty when unknown): what the oracle tests print.

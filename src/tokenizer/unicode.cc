@@ -48,8 +48,6 @@ uint8_t UnicodeFlags(uint32_t cp) {
   return Lookup(cp);
 }
 
-const char* UnicodeTablesVersion() {
-  return WEIR_UNICODE_TABLES_VERSION;
-}
+const char* UnicodeTablesVersion() { return WEIR_UNICODE_TABLES_VERSION; }
 
 }  // namespace weir::tokenizer

@@ -1,11 +1,12 @@
 // The chat-template renderer's errors and template selection. Rendering equality with jinja2 is
 // tests/chat/jinja_oracle.py (ctest Chat.Jinja2Oracle).
+#include "chat/chat_template.h"
+
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "chat/builtin_templates.h"
-#include "chat/chat_template.h"
 #include "chat/jinja_template.h"
 
 namespace weir::chat {
@@ -32,10 +33,11 @@ TEST(JinjaTest, WhitespaceRulesOfTransformers) {
 TEST(JinjaTest, ScopingFollowsJinja2) {
   Value ctx = Value::Dict({{"xs", Value::List({Value::Int(1), Value::Int(2)})}});
   // A set inside a loop stays in that iteration; a namespace attribute survives it.
-  EXPECT_EQ(Render("{% set n = 0 %}{% set ns = namespace(n=0) %}{% for x in xs %}{% set n = n + x %}"
-                   "{% set ns.n = ns.n + x %}{% endfor %}{{ n }} {{ ns.n }}",
-                   ctx),
-            "0 3");
+  EXPECT_EQ(
+      Render("{% set n = 0 %}{% set ns = namespace(n=0) %}{% for x in xs %}{% set n = n + x %}"
+             "{% set ns.n = ns.n + x %}{% endfor %}{{ n }} {{ ns.n }}",
+             ctx),
+      "0 3");
 }
 
 TEST(JinjaTest, ErrorsNameTheLineAndTheReason) {
@@ -80,7 +82,8 @@ TEST(ChatTemplateTest, FileTemplateFirstThenFamilyBuiltinSayingSo) {
   EXPECT_EQ(t->end_of_turn(), std::vector<std::string>{"<end_of_turn>"});
   auto prompt = t->Apply({{"system", "Be brief."}, {"user", "Hi"}}, true, "<bos>", "<eos>");
   ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
-  EXPECT_EQ(*prompt, "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
+  EXPECT_EQ(*prompt,
+            "<bos><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n<start_of_turn>model\n");
 
   t = ChatTemplate::Select("", "", "llama", gemma_tokens);  // recognised by its turn markers
   ASSERT_TRUE(t.ok()) << t.status().ToString();
@@ -106,7 +109,8 @@ TEST(ChatTemplateTest, FileTemplateFirstThenFamilyBuiltinSayingSo) {
 
 TEST(ChatTemplateTest, EveryBuiltinRendersAConversationEndingInItsMarker) {
   for (const BuiltinTemplate& b : BuiltinTemplates()) {
-    auto t = ChatTemplate::Select(std::string(b.name), "", "llama", [](std::string_view) { return false; });
+    auto t = ChatTemplate::Select(std::string(b.name), "", "llama",
+                                  [](std::string_view) { return false; });
     ASSERT_TRUE(t.ok()) << b.name << ": " << t.status().ToString();
     auto p = t->Apply({{"user", "a"}, {"assistant", "b"}, {"user", "c"}}, false, "<s>", "</s>");
     ASSERT_TRUE(p.ok()) << b.name << ": " << p.status().ToString();
@@ -125,12 +129,12 @@ namespace {
 // fail with a Status; nothing crashes, loops or reads out of bounds (the sanitizer pass of CI
 // runs this suite).
 TEST(JinjaTest, MutatedTemplatesFailCleanly) {
-  Value ctx = Value::Dict(
-      {{"messages", Value::List({Value::Dict({{"role", Value::String("user")},
-                                              {"content", Value::String("hi")}})})},
-       {"add_generation_prompt", Value::Bool(true)},
-       {"bos_token", Value::String("<s>")},
-       {"eos_token", Value::String("</s>")}});
+  Value ctx =
+      Value::Dict({{"messages", Value::List({Value::Dict({{"role", Value::String("user")},
+                                                          {"content", Value::String("hi")}})})},
+                   {"add_generation_prompt", Value::Bool(true)},
+                   {"bos_token", Value::String("<s>")},
+                   {"eos_token", Value::String("</s>")}});
   uint32_t state = 12345;
   auto next = [&]() {
     state = state * 1664525u + 1013904223u;
@@ -176,7 +180,8 @@ TEST(JinjaTest, DeepBlockNestingIsRefused) {
   for (int i = 0; i < 1000; ++i) deep += "{% if true %}";
   auto t = JinjaTemplate::Parse(deep);
   ASSERT_FALSE(t.ok());
-  EXPECT_NE(t.status().message().find("nested more than"), std::string::npos) << t.status().ToString();
+  EXPECT_NE(t.status().message().find("nested more than"), std::string::npos)
+      << t.status().ToString();
 }
 
 }  // namespace

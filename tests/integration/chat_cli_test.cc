@@ -22,7 +22,8 @@ std::string TinyModel() {
   static std::string path;  // generated once per test binary run
   if (path.empty()) {
     path = testing::TempDir() + "/tiny.gguf";
-    auto r = RunCommand(Quote(WeirBin()) + " gen --preset tiny --type f32 --no-progress -o " + Quote(path));
+    auto r = RunCommand(Quote(WeirBin()) + " gen --preset tiny --type f32 --no-progress -o " +
+                        Quote(path));
     EXPECT_EQ(r.exit_code, 0) << r.err;
   }
   return path;
@@ -49,22 +50,24 @@ std::string ChatJson(const std::string& model, const std::string& input, const s
 }
 
 TEST(ChatCliTest, PipeGivesOneTurnPerLineAndPrefillsOnlyTheNewTurn) {
-  const std::string out =
-      ChatJson(TinyModel(), "hello there\n\nsecond question\nthird\n", "--chat-template chatml -n 6 --temp 0 -t 1");
+  const std::string out = ChatJson(TinyModel(), "hello there\n\nsecond question\nthird\n",
+                                   "--chat-template chatml -n 6 --temp 0 -t 1");
   std::vector<nlohmann::json> turns = JsonLines(out);
   ASSERT_EQ(turns.size(), 3u) << out;  // the empty line is no turn
   EXPECT_EQ(turns[0]["user"], "hello there");
   EXPECT_EQ(turns[0]["reused_tokens"], 0);
   for (size_t i = 1; i < turns.size(); ++i) {
     // Everything the previous turn fed stays in the KV cache; only the new turn is prefilled.
-    const int fed_before = turns[i - 1]["reused_tokens"].get<int>() + turns[i - 1]["prompt_tokens"].get<int>() +
+    const int fed_before = turns[i - 1]["reused_tokens"].get<int>() +
+                           turns[i - 1]["prompt_tokens"].get<int>() +
                            turns[i - 1]["generated_tokens"].get<int>();
     EXPECT_EQ(turns[i]["reused_tokens"].get<int>(), fed_before) << turns[i].dump();
     EXPECT_LE(turns[i]["generated_tokens"].get<int>(), 6);
   }
   // Without reuse each turn prefills the whole conversation.
   std::vector<nlohmann::json> full =
-      JsonLines(ChatJson(TinyModel(), "hello there\nsecond question\n", "--chat-template chatml -n 6 --temp 0 -t 1 --no-cache-reuse"));
+      JsonLines(ChatJson(TinyModel(), "hello there\nsecond question\n",
+                         "--chat-template chatml -n 6 --temp 0 -t 1 --no-cache-reuse"));
   ASSERT_EQ(full.size(), 2u);
   EXPECT_EQ(full[1]["reused_tokens"], 0);
   EXPECT_GT(full[1]["prompt_tokens"].get<int>(), turns[1]["prompt_tokens"].get<int>());
@@ -73,10 +76,12 @@ TEST(ChatCliTest, PipeGivesOneTurnPerLineAndPrefillsOnlyTheNewTurn) {
 TEST(ChatCliTest, ContextFullDropsOldestTurnsAndSaysSoOnce) {
   const std::string dir = testing::TempDir();
   std::string input;
-  for (int i = 0; i < 8; ++i) input += "a fairly long user message number " + std::to_string(i) + " with padding words\n";
+  for (int i = 0; i < 8; ++i)
+    input += "a fairly long user message number " + std::to_string(i) + " with padding words\n";
   testing::WriteFile(dir + "/in.txt", input);
   auto r = RunCommand(Quote(WeirBin()) + " chat -m " + Quote(TinyModel()) +
-                      " --chat-template chatml -c 160 -n 8 --temp 0 -t 1 --json < " + Quote(dir + "/in.txt"));
+                      " --chat-template chatml -c 160 -n 8 --temp 0 -t 1 --json < " +
+                      Quote(dir + "/in.txt"));
   ASSERT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(JsonLines(r.out).size(), 8u);
   const std::string note = "the oldest turns are dropped";
@@ -103,7 +108,8 @@ TEST(ChatCliTest, PlainPipeOutputAndOneShotRun) {
 }
 
 TEST(ChatCliTest, ErrorsAreOneLineAndNameTheChoices) {
-  auto r = RunCommand(Quote(WeirBin()) + " chat -m " + Quote(TinyModel()) + " --chat-template nope < /dev/null");
+  auto r = RunCommand(Quote(WeirBin()) + " chat -m " + Quote(TinyModel()) +
+                      " --chat-template nope < /dev/null");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_NE(r.err.find("chatml, llama3, gemma, phi3, mistral"), std::string::npos) << r.err;
   // The generated model has no template and no recognisable turn markers.
@@ -113,8 +119,8 @@ TEST(ChatCliTest, ErrorsAreOneLineAndNameTheChoices) {
 }
 
 TEST(ChatCliTest, SmolLM2KeepsTheCacheWithoutChangingReplies) {
-  const std::string model = testing::SharedPath(
-      "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+  const std::string model =
+      testing::SharedPath("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
   if (!testing::FileExists(model)) GTEST_SKIP() << "no " << model;
   const std::string input = "Hi! Who are you?\nName three colours.\n";
   auto kept = JsonLines(ChatJson(model, input, "-n 16 --temp 0 -t 2"));

@@ -1,6 +1,8 @@
 // The pre-tokenizer regex engine, the registry, the generated Unicode tables and special-token
 // matching. The byte-for-byte comparison with Hugging Face tokenizers over a corpus is
 // tests/tokenizer/tokenizers_oracle.py (ctest Tokenizer.HfTokenizersOracle).
+#include "tokenizer/pre_split.h"
+
 #include <gtest/gtest.h>
 
 #include <random>
@@ -10,7 +12,6 @@
 #include "format/tokenizer_spec.h"
 #include "tokenizer/byte_level.h"
 #include "tokenizer/pre_regex.h"
-#include "tokenizer/pre_split.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 #include "tokenizer/utf8.h"
@@ -49,7 +50,8 @@ TEST(UnicodeTablesTest, CategoriesAndWhiteSpace) {
 }
 
 TEST(PreRegexTest, CompileErrorsNameThePatternAndOffset) {
-  for (std::string_view bad : {"(ab", "a)", "[abc", "\\p{Xx}", "a{3,1}", "(?<n>a)", "(ab)+", "a+?"}) {
+  for (std::string_view bad :
+       {"(ab", "a)", "[abc", "\\p{Xx}", "a{3,1}", "(?<n>a)", "(ab)+", "a+?"}) {
     auto r = PreRegex::Compile(bad);
     ASSERT_FALSE(r.ok()) << bad;
     EXPECT_NE(r.status().message().find(std::string(bad)), std::string::npos)
@@ -66,7 +68,7 @@ size_t MatchLen(std::string_view pattern, std::string_view text) {
 }
 
 TEST(PreRegexTest, BacktrackingLookaheadQuantifiersAndCase) {
-  EXPECT_EQ(MatchLen(R"(\s+(?!\S))", "   x"), 2u);   // leaves the last space to the word
+  EXPECT_EQ(MatchLen(R"(\s+(?!\S))", "   x"), 2u);  // leaves the last space to the word
   EXPECT_EQ(MatchLen(R"(\s+(?!\S))", "   "), 3u);
   EXPECT_EQ(MatchLen(R"(\p{N}{1,3})", "12345"), 3u);
   EXPECT_EQ(MatchLen(R"((?i:'s|'ll))", "'LL"), 3u);

@@ -10,9 +10,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <csignal>
 #include <cstdio>
-#include <chrono>
 #include <cstdlib>
 #include <string>
 #include <vector>
@@ -88,8 +88,12 @@ class ChatLoop {
  public:
   ChatLoop(const ChatSetup& setup, model::Session* session, model::Sampler* sampler, int n_predict,
            bool stream, bool reuse, const std::string& system)
-      : setup_(setup), session_(*session), sampler_(*sampler), n_predict_(n_predict),
-        stream_(stream), reuse_(reuse) {
+      : setup_(setup),
+        session_(*session),
+        sampler_(*sampler),
+        n_predict_(n_predict),
+        stream_(stream),
+        reuse_(reuse) {
     if (!system.empty()) messages_.push_back({"system", system});
   }
 
@@ -244,14 +248,15 @@ int ChatMain(int argc, char** argv) {
   AddChatFlags(app, &cf);
   app.add_option("-n,--n-predict", n_predict, "most tokens per reply (default 512)")
       ->check(CLI::Range(1, 1 << 20));
-  app.add_flag("--json", json, "print one JSON object per turn (one line each) instead of streaming");
+  app.add_flag("--json", json,
+               "print one JSON object per turn (one line each) instead of streaming");
   app.add_flag("--no-cache-reuse", no_reuse,
                "prefill the whole conversation every turn instead of only the new turn (for "
                "comparison; slower)");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
-  if (Status st = ApplyPlan(pf, mf, &spf, &stf, app.count("--prefetch") > 0,
-                            app.count("--sparsity") > 0);
+  if (Status st =
+          ApplyPlan(pf, mf, &spf, &stf, app.count("--prefetch") > 0, app.count("--sparsity") > 0);
       !st.ok()) {
     return Fail("chat", st);
   }
@@ -264,7 +269,8 @@ int ChatMain(int argc, char** argv) {
   const model::Model& model = m->model();
   auto setup = SetupChat(cf, model);
   if (!setup.ok()) return Fail("chat", setup.status());
-  if (!setup->tmpl.note().empty()) std::fprintf(stderr, "weir chat: %s\n", setup->tmpl.note().c_str());
+  if (!setup->tmpl.note().empty())
+    std::fprintf(stderr, "weir chat: %s\n", setup->tmpl.note().c_str());
 
   model::SessionOptions so;
   so.ctx = mf.ctx;
@@ -279,8 +285,10 @@ int ChatMain(int argc, char** argv) {
   InstallInterruptHandler();
   ChatLoop loop(*setup, session->get(), &sampler, n_predict, !json, !no_reuse, cf.system);
   if (tty && !json) {
-    std::fprintf(stderr, "weir chat: %s, %s template; /reset starts over, /exit quits, Ctrl-C stops a reply\n",
-                 model.file().path.c_str(), setup->tmpl.name().c_str());
+    std::fprintf(
+        stderr,
+        "weir chat: %s, %s template; /reset starts over, /exit quits, Ctrl-C stops a reply\n",
+        model.file().path.c_str(), setup->tmpl.name().c_str());
   }
   int turn = 0;
   while (true) {
@@ -313,15 +321,16 @@ int ChatMain(int argc, char** argv) {
     }
     ++turn;
     if (json) {
-      nlohmann::json j = {{"turn", turn},
-                          {"user", line},
-                          {"reply", r->reply},
-                          {"stop", r->stop},
-                          {"prompt_tokens", r->prompt_tokens},
-                          {"reused_tokens", r->reused_tokens},
-                          {"generated_tokens", r->generated_tokens},
-                          {"prompt_tok_s", r->prompt_seconds > 0 ? r->prompt_tokens / r->prompt_seconds : 0.0},
-                          {"decode_tok_s", r->decode_seconds > 0 ? r->generated_tokens / r->decode_seconds : 0.0}};
+      nlohmann::json j = {
+          {"turn", turn},
+          {"user", line},
+          {"reply", r->reply},
+          {"stop", r->stop},
+          {"prompt_tokens", r->prompt_tokens},
+          {"reused_tokens", r->reused_tokens},
+          {"generated_tokens", r->generated_tokens},
+          {"prompt_tok_s", r->prompt_seconds > 0 ? r->prompt_tokens / r->prompt_seconds : 0.0},
+          {"decode_tok_s", r->decode_seconds > 0 ? r->generated_tokens / r->decode_seconds : 0.0}};
       std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       std::fwrite(s.data(), 1, s.size(), stdout);
     }

@@ -46,12 +46,14 @@ std::vector<int32_t> ChatSetup::Encode(const std::string& text, bool at_start,
 Result<ChatSetup> SetupChat(const ChatFlags& flags, const model::Model& model) {
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) {
-    return Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer");
+    return Status::InvalidArgument(model.file().path +
+                                   ": the model has no tokenizer; pass --tokenizer");
   }
   auto has = [tok](std::string_view piece) { return tok->FindSpecial(piece) >= 0; };
-  WEIR_ASSIGN_OR_RETURN(chat::ChatTemplate t,
-                        chat::ChatTemplate::Select(flags.chat_template, model.file().tokenizer.chat_template,
-                                                   model.config().arch->name, has));
+  WEIR_ASSIGN_OR_RETURN(
+      chat::ChatTemplate t,
+      chat::ChatTemplate::Select(flags.chat_template, model.file().tokenizer.chat_template,
+                                 model.config().arch->name, has));
   ChatSetup s{std::move(t)};
   s.tok = tok;
   s.parse_special = !flags.no_special;

@@ -19,12 +19,17 @@ namespace {
 // Ordered: templates print dicts (tojson) in the order the JSON gives them, as Python does.
 chat::Value FromJson(const nlohmann::ordered_json& j) {
   switch (j.type()) {
-    case nlohmann::ordered_json::value_t::null: return chat::Value::None();
-    case nlohmann::ordered_json::value_t::boolean: return chat::Value::Bool(j.get<bool>());
+    case nlohmann::ordered_json::value_t::null:
+      return chat::Value::None();
+    case nlohmann::ordered_json::value_t::boolean:
+      return chat::Value::Bool(j.get<bool>());
     case nlohmann::ordered_json::value_t::number_integer:
-    case nlohmann::ordered_json::value_t::number_unsigned: return chat::Value::Int(j.get<int64_t>());
-    case nlohmann::ordered_json::value_t::number_float: return chat::Value::Float(j.get<double>());
-    case nlohmann::ordered_json::value_t::string: return chat::Value::String(j.get<std::string>());
+    case nlohmann::ordered_json::value_t::number_unsigned:
+      return chat::Value::Int(j.get<int64_t>());
+    case nlohmann::ordered_json::value_t::number_float:
+      return chat::Value::Float(j.get<double>());
+    case nlohmann::ordered_json::value_t::string:
+      return chat::Value::String(j.get<std::string>());
     case nlohmann::ordered_json::value_t::array: {
       chat::ValueList items;
       for (const auto& x : j) items.push_back(FromJson(x));
@@ -35,7 +40,8 @@ chat::Value FromJson(const nlohmann::ordered_json& j) {
       for (auto it = j.begin(); it != j.end(); ++it) d.Set(it.key(), FromJson(it.value()));
       return d;
     }
-    default: return chat::Value();
+    default:
+      return chat::Value();
   }
 }
 
@@ -47,7 +53,8 @@ int TemplateMain(int argc, char** argv) {
   std::string model, builtin, file, context_path;
   bool source_only = false;
   app.add_option("-m,--model", model, "take the template the way weir chat does for this model");
-  app.add_option("--chat-template", builtin, "a built-in template: " + chat::BuiltinTemplateNames());
+  app.add_option("--chat-template", builtin,
+                 "a built-in template: " + chat::BuiltinTemplateNames());
   app.add_option("--template-file", file, "a Jinja template file");
   app.add_option("--context", context_path,
                  "JSON object of template variables (messages, add_generation_prompt, bos_token, "
@@ -56,7 +63,7 @@ int TemplateMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
   nlohmann::ordered_json ctx = {{"messages", {{{"role", "user"}, {"content", "Hello"}}}},
-                        {"add_generation_prompt", true}};
+                                {"add_generation_prompt", true}};
   if (!context_path.empty()) {
     auto text = format::ReadSmallFile(context_path, 64ull << 20);
     if (!text.ok()) return Fail("template", text.status());
@@ -85,10 +92,13 @@ int TemplateMain(int argc, char** argv) {
         auto a = gguf->GetString("general.architecture");
         if (a.ok()) arch = *a;
       }
-      if (!ctx.contains("bos_token") && tok->bos_id() >= 0) ctx["bos_token"] = std::string(tok->piece(tok->bos_id()));
-      if (!ctx.contains("eos_token") && tok->eos_id() >= 0) ctx["eos_token"] = std::string(tok->piece(tok->eos_id()));
+      if (!ctx.contains("bos_token") && tok->bos_id() >= 0)
+        ctx["bos_token"] = std::string(tok->piece(tok->bos_id()));
+      if (!ctx.contains("eos_token") && tok->eos_id() >= 0)
+        ctx["eos_token"] = std::string(tok->piece(tok->eos_id()));
     } else if (builtin.empty()) {
-      return Fail("template", Status::InvalidArgument("give -m MODEL, --chat-template NAME or --template-file FILE"));
+      return Fail("template", Status::InvalidArgument(
+                                  "give -m MODEL, --chat-template NAME or --template-file FILE"));
     }
     auto has = [&](std::string_view piece) { return tok && tok->FindSpecial(piece) >= 0; };
     auto t = chat::ChatTemplate::Select(builtin, file_template, arch, has);

@@ -28,7 +28,8 @@ Result<std::string> FromHex(const std::string& hex, size_t line) {
   for (size_t i = 0; i < hex.size(); i += 2) {
     int hi = nibble(hex[i]), lo = nibble(hex[i + 1]);
     if (hi < 0 || lo < 0) {
-      return Status::InvalidArgument(StrFormat("line %zu: '%c%c' is not hex", line, hex[i], hex[i + 1]));
+      return Status::InvalidArgument(
+          StrFormat("line %zu: '%c%c' is not hex", line, hex[i], hex[i + 1]));
     }
     out.push_back(static_cast<char>(hi * 16 + lo));
   }
@@ -101,18 +102,21 @@ int TokenizeMain(int argc, char** argv) {
   auto spec = LoadTokenizerSpec(mf.model, mf.tokenizer);
   if (!spec.ok()) return Fail("tokenize", spec.status());
   if (spec->kind == format::TokenizerSpec::Kind::kNone) {
-    return Fail("tokenize", Status::InvalidArgument(mf.model + ": the model has no tokenizer; pass --tokenizer"));
+    return Fail("tokenize", Status::InvalidArgument(
+                                mf.model + ": the model has no tokenizer; pass --tokenizer"));
   }
   if (!pre.empty()) {
     if (!spec->byte_level) {
-      return Fail("tokenize", Status::InvalidArgument("--pre applies to byte-level BPE vocabularies only"));
+      return Fail("tokenize",
+                  Status::InvalidArgument("--pre applies to byte-level BPE vocabularies only"));
     }
     spec->pre = pre;
     spec->has_pre_regexes = false;
     spec->pre_regexes.clear();
   }
   auto tok = tokenizer::Tokenizer::Create(*spec);
-  if (!tok.ok()) return Fail("tokenize", tok.status().WithContext(mf.model.empty() ? mf.tokenizer : mf.model));
+  if (!tok.ok())
+    return Fail("tokenize", tok.status().WithContext(mf.model.empty() ? mf.tokenizer : mf.model));
   const double load_seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const bool add_bos = !no_bos && tok->add_bos();
