@@ -21,11 +21,6 @@ bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
 
-int LineAt(std::string_view s, size_t pos) {
-  int line = 1;
-  for (size_t i = 0; i < pos && i < s.size(); ++i) line += s[i] == '\n';
-  return line;
-}
 
 // jinja2's lexer with trim_blocks and lstrip_blocks: `text` collects output text across comments;
 // `chunk_start` is where the text since the previous tag (of any kind) begins, which is all that
@@ -38,6 +33,13 @@ Result<std::vector<Segment>> Split(std::string_view src) {
   bool strip_next = false;  // the previous tag ended in '-'
   bool line_starting = true;
   size_t pos = 0;
+  // Line numbers for messages, counted incrementally (tags are visited in order).
+  size_t counted = 0;
+  int line = 1;
+  auto line_at = [&](size_t at) {
+    for (; counted < at && counted < src.size(); ++counted) line += src[counted] == '\n';
+    return line;
+  };
   auto flush_text = [&]() {
     if (!text.empty()) segs.push_back({Segment::Type::kText, text, 0});
     text.clear();
@@ -100,7 +102,7 @@ Result<std::vector<Segment>> Split(std::string_view src) {
     }
     if (end + 1 >= src.size()) {
       return Status::InvalidArgument(
-          StrFormat("chat template line %d: '%c%c' is never closed", LineAt(src, open), '{', kind));
+          StrFormat("chat template line %d: '%c%c' is never closed", line_at(open), '{', kind));
     }
     size_t content_end = end;
     char end_mod = 0;
@@ -112,7 +114,7 @@ Result<std::vector<Segment>> Split(std::string_view src) {
     if (kind != '#') {
       flush_text();
       segs.push_back({kind == '{' ? Segment::Type::kExpr : Segment::Type::kStmt,
-                      std::string(src.substr(inner, content_end - inner)), LineAt(src, open)});
+                      std::string(src.substr(inner, content_end - inner)), line_at(open)});
     }
     line_starting = false;
     if (end_mod == '-') {
