@@ -3,6 +3,8 @@
 // when present (its replies with the KV cache kept equal those of a full re-prefill).
 #include <gtest/gtest.h>
 
+#include <cctype>
+#include <cstdlib>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
@@ -131,6 +133,38 @@ TEST(ChatCliTest, SmolLM2KeepsTheCacheWithoutChangingReplies) {
   EXPECT_LT(kept[1]["prompt_tokens"].get<int>(), full[1]["prompt_tokens"].get<int>());
   for (size_t i = 0; i < 2; ++i) EXPECT_EQ(kept[i]["reply"], full[i]["reply"]) << i;
   EXPECT_FALSE(kept[0]["reply"].get<std::string>().empty());
+}
+
+// Gemma 3 270M ($WEIR_GEMMA3, else the model cache): no template in the file, so the built-in
+// gemma one, said on stderr; the turn ends at <end_of_turn> or -n, and the second turn reuses the
+// cache (the file is the pretrained model: its words are not checked).
+TEST(ChatCliTest, Gemma3WithoutTemplateGetsItsFamilysBuiltin) {
+  const char* env = std::getenv("WEIR_GEMMA3");
+  const char* home = std::getenv("HOME");
+  const std::string model = env ? env
+                                : std::string(home ? home : "/root") +
+                                      "/.cache/weir/models/gemma-3-270m-Q4_K_M.gguf";
+  if (!testing::FileExists(model)) GTEST_SKIP() << model << " is absent";
+  const std::string dir = testing::TempDir();
+  testing::WriteFile(dir + "/in.txt", "Hello!\nHow are you?\n");
+  auto r = RunCommand(Quote(WeirBin()) + " chat -m " + Quote(model) +
+                      " -n 8 --temp 0 -t 2 --json < " + Quote(dir + "/in.txt"));
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("the file has no chat template; using the built-in gemma template"),
+            std::string::npos)
+      << r.err;
+  auto turns = JsonLines(r.out);
+  ASSERT_EQ(turns.size(), 2u) << r.out;
+  // Gemma's template trims a reply; only a reply with white space at an end is rendered
+  // differently from what the cache holds, and then the conversation is prefilled again.
+  const std::string first = turns[0]["reply"];
+  const bool trims = !first.empty() && (std::isspace(static_cast<unsigned char>(first.front())) ||
+                                        std::isspace(static_cast<unsigned char>(first.back())));
+  EXPECT_TRUE(turns[1]["reused_tokens"].get<int>() > 0 || trims) << turns[1].dump();
+  for (const auto& t : turns) {
+    const std::string stop = t["stop"];
+    EXPECT_TRUE(stop == "end_of_turn" || stop == "length") << t.dump();
+  }
 }
 
 }  // namespace
