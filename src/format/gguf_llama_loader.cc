@@ -387,6 +387,12 @@ Result<TokenizerSpec> ReadGgufTokenizer(const GgufFile& f) {
   }
   if (!spm) {
     WEIR_ASSIGN_OR_RETURN(t.merges, f.GetStringArray("tokenizer.ggml.merges"));
+    if (f.Has("tokenizer.ggml.pre")) {
+      WEIR_ASSIGN_OR_RETURN(t.pre, f.GetString("tokenizer.ggml.pre"));
+    }
+  }
+  if (f.Has("tokenizer.chat_template")) {
+    WEIR_ASSIGN_OR_RETURN(t.chat_template, f.GetString("tokenizer.chat_template"));
   }
   WEIR_ASSIGN_OR_RETURN(t.bos_id, GetTokenId(f, "tokenizer.ggml.bos_token_id", n));
   WEIR_ASSIGN_OR_RETURN(t.eos_id, GetTokenId(f, "tokenizer.ggml.eos_token_id", n));

@@ -216,7 +216,9 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
                   tok.tokens.size()));
   }
   w->AddString("tokenizer.ggml.model", gpt2 ? "gpt2" : "llama");
-  if (gpt2) w->AddString("tokenizer.ggml.pre", "default");
+  // A tokenizer.json's own split regexes have no GGUF name; they are written as "default" (GPT-2),
+  // which is what such files used before pre-tokenizers were named.
+  if (gpt2) w->AddString("tokenizer.ggml.pre", tok.pre.empty() ? "default" : tok.pre);
   w->Add("tokenizer.ggml.tokens", GgufValue::StringArray(tok.tokens));
   if (!gpt2) {
     std::vector<float> scores =
@@ -235,6 +237,7 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
     w->AddU32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(tok.pad_id));
   w->AddBool("tokenizer.ggml.add_bos_token", tok.add_bos);
   w->AddBool("tokenizer.ggml.add_space_prefix", tok.add_space_prefix);
+  if (!tok.chat_template.empty()) w->AddString("tokenizer.chat_template", tok.chat_template);
   return Status::Ok();
 }
 

@@ -190,6 +190,8 @@ struct HfPipeline {
   bool byte_level_prefix = false;  // ... with add_prefix_space
   bool byte_level_decoder = false;
   bool has_template = false;
+  bool split_stage = false;          // some stage splits words (Split, Digits, ByteLevel regex)
+  std::vector<std::string> regexes;  // those stages as regexes, in order
   std::string bos_piece;  // special token before $A in TemplateProcessing.single
   int64_t bos_template_id = -1;
 };
@@ -265,8 +267,13 @@ Status VisitPreTokenizer(const Json& n, int depth, const std::string& where, HfP
   if (type == "ByteLevel") {
     WEIR_ASSIGN_OR_RETURN(std::optional<bool> prefix,
                           GetOptionalBool(n, "add_prefix_space", where));
+    WEIR_ASSIGN_OR_RETURN(std::optional<bool> use_regex, GetOptionalBool(n, "use_regex", where));
     pl->byte_level_pre = true;
     pl->byte_level_prefix = prefix.value_or(true);  // the tokenizers library's default
+    if (use_regex.value_or(true)) {
+      pl->split_stage = true;
+      pl->regexes.emplace_back(kGpt2SplitRegex);
+    }
     return Status::Ok();
   }
   if (type == "Metaspace") {
@@ -294,9 +301,41 @@ Status VisitPreTokenizer(const Json& n, int depth, const std::string& where, HfP
     }
     return Status::Ok();
   }
-  // Regex / digit splitting refines word boundaries; TokenizerSpec does not carry the pattern,
-  // the tokenizer module applies its own split for byte-level vocabularies.
-  if (type == "Split" || type == "Digits") return Status::Ok();
+  if (type == "Digits") {
+    WEIR_ASSIGN_OR_RETURN(std::optional<bool> single,
+                          GetOptionalBool(n, "individual_digits", where));
+    pl->split_stage = true;
+    pl->regexes.push_back(single.value_or(false) ? "\\p{N}" : "\\p{N}+");
+    return Status::Ok();
+  }
+  if (type == "Split") {
+    WEIR_ASSIGN_OR_RETURN(std::optional<std::string> behavior,
+                          GetOptionalString(n, "behavior", where));
+    WEIR_ASSIGN_OR_RETURN(std::optional<bool> invert, GetOptionalBool(n, "invert", where));
+    if (behavior.value_or("") != "Isolated" || invert.value_or(false)) {
+      return Status::Unsupported(StrFormat(
+          "%s: Split %s is not supported (only behavior Isolated, invert false)", where.c_str(),
+          JsonPreview(n, 120).c_str()));
+    }
+    const Json* pattern = FindField(n, "pattern");
+    const Json* regex = pattern ? FindField(*pattern, "Regex") : nullptr;
+    const Json* literal = pattern ? FindField(*pattern, "String") : nullptr;
+    std::string re;
+    if (regex && regex->is_string()) {
+      re = regex->get<std::string>();
+    } else if (literal && literal->is_string()) {
+      for (char c : literal->get<std::string>()) {  // the string as a regex matching itself
+        if (c != 0 && std::strchr("\\^$.|?*+()[]{}", c)) re.push_back('\\');
+        re.push_back(c);
+      }
+    } else {
+      return Status::Corrupt(StrFormat("%s: Split without a Regex or String pattern: %s",
+                                       where.c_str(), JsonPreview(n, 120).c_str()));
+    }
+    pl->split_stage = true;
+    pl->regexes.push_back(std::move(re));
+    return Status::Ok();
+  }
   return Status::Unsupported(
       StrFormat("%s: pre_tokenizer type '%s' is not supported", where.c_str(), type.c_str()));
 }
@@ -584,6 +623,16 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
   }
   spec.add_space_prefix =
       spec.byte_level ? pl.byte_level_prefix : (pl.prepend_marker || pl.metaspace_prefix);
+  if (spec.byte_level) {
+    spec.has_pre_regexes = true;
+    spec.pre_regexes = std::move(pl.regexes);
+  } else if (pl.split_stage) {
+    return Status::Unsupported(
+        StrFormat("%s: a Split or Digits pre-tokenizer without ByteLevel is not supported", p));
+  }
+  WEIR_ASSIGN_OR_RETURN(std::optional<bool> ignore_merges,
+                        GetOptionalBool(*model, "ignore_merges", mwhere));
+  spec.ignore_merges = ignore_merges.value_or(false);
   if (!pl.bos_piece.empty()) {
     int32_t id = pl.bos_template_id >= 0
                      ? static_cast<int32_t>(std::min<int64_t>(pl.bos_template_id, kMaxVocab))

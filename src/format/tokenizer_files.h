@@ -24,7 +24,10 @@
 //   - SentencePiece style: normalizer Replace " " -> "▁" (usually with Prepend "▁", which sets
 //     add_space_prefix) or a Metaspace pre-tokenizer; byte_level = false;
 //   - byte-level (GPT-2) style: a ByteLevel pre-tokenizer or decoder; byte_level = true and
-//     add_space_prefix = the ByteLevel add_prefix_space flag.
+//     add_space_prefix = the ByteLevel add_prefix_space flag. The word-splitting stages become
+//     TokenizerSpec::pre_regexes in order: Split (behavior Isolated, not inverted; a String
+//     pattern is escaped into a regex), Digits (\p{N} or \p{N}+), ByteLevel with use_regex
+//     (GPT-2's pattern); other Split behaviours are refused. model.ignore_merges is kept.
 // BOS comes from post_processor TemplateProcessing (the special token before $A); a
 // tokenizer_config.json beside the file may name bos/eos/unk/pad tokens and add_bos_token, which
 // then take precedence (this is what transformers' LlamaTokenizerFast does).

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace weir::format {
@@ -13,6 +14,10 @@ namespace weir::format {
 enum class TokenType : int32_t {
   kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6
 };
+
+// GPT-2's pre-tokenizer pattern (what a tokenizers ByteLevel stage with use_regex splits by).
+inline constexpr std::string_view kGpt2SplitRegex =
+    R"('s|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+)";
 
 struct TokenizerSpec {
   enum class Kind {
@@ -33,6 +38,15 @@ struct TokenizerSpec {
   bool add_space_prefix = true;  // prepend "▁" to the text before tokenizing
   bool byte_level = false;       // GPT-2 byte-to-unicode mapping (kBpeMerges only)
   bool byte_fallback = true;     // unknown bytes become <0xNN> when those tokens exist
+  // Byte-level pre-tokenizer: the GGUF tokenizer.ggml.pre name (tokenizer/pre_split.h has the
+  // registry; "" = not stated, read as "default"), unless the file states its split regexes
+  // itself (tokenizer.json: has_pre_regexes, pre_regexes applied in order, possibly none).
+  std::string pre;
+  bool has_pre_regexes = false;
+  std::vector<std::string> pre_regexes;
+  bool ignore_merges = false;  // tokenizer.json model.ignore_merges (Llama 3)
+  // The Jinja chat template the file carries (GGUF tokenizer.chat_template); "" = none.
+  std::string chat_template;
 };
 
 }  // namespace weir::format

@@ -56,7 +56,16 @@ void EncodeByteLevel(const Vocab& v, std::string_view text, std::vector<int32_t>
     text = prefixed;
   }
   std::vector<int32_t> ids;
-  for (std::string_view word : Gpt2PreSplit(text)) {
+  std::string mapped;
+  for (std::string_view word : v.splitter->Split(text)) {
+    if (v.ignore_merges) {
+      mapped.clear();
+      for (char c : word) AppendUtf8(ByteToCodePoint(static_cast<uint8_t>(c)), &mapped);
+      if (int32_t id = v.Find(mapped); id >= 0) {
+        out->push_back(id);
+        continue;
+      }
+    }
     ids.clear();
     for (char c : word) {
       int32_t id = v.byte_ids[static_cast<uint8_t>(c)];

@@ -13,14 +13,46 @@ Result<Tokenizer> Tokenizer::Create(const TokenizerSpec& spec) {
   return Tokenizer(std::move(vocab));
 }
 
-std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos) const {
+std::vector<int32_t> Tokenizer::Encode(std::string_view text, bool add_bos,
+                                       bool parse_special) const {
+  const internal::Vocab& v = *vocab_;
   std::vector<int32_t> ids;
-  if (add_bos && vocab_->bos_id >= 0) ids.push_back(vocab_->bos_id);
-  if (vocab_->kind == TokenizerSpec::Kind::kSentencePiece) {
-    internal::EncodeSentencePiece(*vocab_, text, &ids);
-  } else {
-    internal::EncodeBpeMerges(*vocab_, text, &ids);
+  if (add_bos && v.bos_id >= 0) ids.push_back(v.bos_id);
+  auto encode_text = [&](size_t begin, size_t end) {
+    if (begin == end) return;
+    std::string_view part = text.substr(begin, end - begin);
+    if (v.kind == TokenizerSpec::Kind::kSentencePiece) {
+      internal::EncodeSentencePiece(v, part, &ids);
+    } else {
+      internal::EncodeBpeMerges(v, part, &ids);
+    }
+  };
+  // Leftmost, then longest, special piece; text between them is tokenized as text.
+  size_t text_begin = 0;
+  for (size_t pos = 0; pos < text.size();) {
+    int32_t found = -1;
+    size_t found_len = 0;
+    if (v.special_first_byte[static_cast<uint8_t>(text[pos])]) {
+      for (size_t len : v.special_lengths) {
+        if (len > text.size() - pos) continue;
+        auto it = v.specials.find(text.substr(pos, len));
+        if (it == v.specials.end()) continue;
+        if (!parse_special && v.types[it->second] != format::TokenType::kUserDefined) continue;
+        found = it->second;
+        found_len = len;
+        break;
+      }
+    }
+    if (found < 0) {
+      ++pos;
+      continue;
+    }
+    encode_text(text_begin, pos);
+    ids.push_back(found);
+    pos += found_len;
+    text_begin = pos;
   }
+  encode_text(text_begin, text.size());
   return ids;
 }
 
@@ -40,6 +72,15 @@ std::string Tokenizer::DecodeAll(std::span<const int32_t> ids) const {
     prev = id;
   }
   return out;
+}
+
+int32_t Tokenizer::FindSpecial(std::string_view piece) const {
+  auto it = vocab_->specials.find(piece);
+  return it == vocab_->specials.end() ? -1 : it->second;
+}
+
+std::string Tokenizer::pre_tokenizer() const {
+  return vocab_->splitter ? vocab_->splitter->name() : std::string();
 }
 
 bool Tokenizer::InRange(int32_t id) const { return id >= 0 && id < vocab_->size(); }

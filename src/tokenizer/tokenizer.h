@@ -8,8 +8,15 @@
 //
 // Text that is not in the vocabulary never fails: it becomes byte tokens, or unk when the
 // vocabulary lacks them (Create refuses a vocabulary that has neither). Invalid UTF-8 is handled
-// one bad byte at a time (utf8.h). Special-token text in the input (e.g. "<s>") is not parsed:
-// it is tokenized as ordinary text.
+// one bad byte at a time (utf8.h).
+//
+// Special tokens: the piece of a user-defined token (e.g. Gemma's "\n\n" or "<start_of_turn>"
+// when typed user-defined) is always matched whole in the input, before the text is split, as
+// SentencePiece and tokenizers do; the piece of a control or unknown token ("<|im_start|>",
+// "<s>") only when Encode is asked to parse special tokens (llama.cpp's parse_special), else it
+// is ordinary text. At each position the longest such piece wins. Each stretch of text between
+// special tokens is encoded on its own, space prefix included (tokenizers normalizes each such
+// segment separately, llama.cpp prefixes the text after each special token the same way).
 //
 // Decoding follows llama2.c: each id prints as its piece with "▁" turned into ' ' (byte level:
 // the GPT-2 byte mapping reversed), a <0xNN> token prints as that raw byte, a control token
@@ -44,7 +51,15 @@ class Tokenizer {
   static Result<Tokenizer> Create(const format::TokenizerSpec& spec);
 
   // Token ids of `text`, with bos_id() first when add_bos is true and the vocabulary has a BOS.
-  std::vector<int32_t> Encode(std::string_view text, bool add_bos) const;
+  // parse_special: control-token pieces in the text become those tokens (see above).
+  std::vector<int32_t> Encode(std::string_view text, bool add_bos,
+                              bool parse_special = false) const;
+
+  // The id whose piece is exactly `piece` among control and user-defined tokens, or -1 (the
+  // chat loop finds end-of-turn markers such as "<|im_end|>" or "<end_of_turn>" this way).
+  int32_t FindSpecial(std::string_view piece) const;
+  // The byte-level pre-tokenizer's name ("" for SentencePiece-style vocabularies).
+  std::string pre_tokenizer() const;
 
   // The text token `id` adds when it follows token `prev` (-1: nothing before it). Returns ""
   // for an id outside [0, vocab_size()).

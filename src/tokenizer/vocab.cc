@@ -1,5 +1,6 @@
 #include "tokenizer/vocab.h"
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -228,6 +229,36 @@ Result<std::shared_ptr<const Vocab>> BuildVocab(const TokenizerSpec& spec) {
   if (spec.kind == TokenizerSpec::Kind::kBpeMerges) {
     WEIR_RETURN_IF_ERROR(AddMerges(spec, all_pieces, v.get()));
   }
+  if (spec.byte_level) {
+    if (spec.has_pre_regexes) {
+      WEIR_ASSIGN_OR_RETURN(PreSplitter splitter,
+                            PreSplitter::FromRegexes(spec.pre_regexes, "tokenizer.json"));
+      v->splitter = std::move(splitter);
+    } else {
+      WEIR_ASSIGN_OR_RETURN(PreSplitter splitter,
+                            PreSplitter::ForName(spec.pre.empty() ? "default" : spec.pre));
+      v->splitter = std::move(splitter);
+    }
+    v->ignore_merges = spec.ignore_merges || v->splitter->ignore_merges();
+  }
+
+  std::vector<bool> seen_length;
+  for (size_t id = 0; id < n; ++id) {
+    const TokenType t = v->types[id];
+    const std::string& piece = v->pieces[id];
+    if (piece.empty() || (t != TokenType::kControl && t != TokenType::kUnknown &&
+                          t != TokenType::kUserDefined)) {
+      continue;
+    }
+    if (!v->specials.try_emplace(piece, static_cast<int32_t>(id)).second) continue;
+    if (seen_length.size() <= piece.size()) seen_length.resize(piece.size() + 1);
+    if (!seen_length[piece.size()]) {
+      seen_length[piece.size()] = true;
+      v->special_lengths.push_back(piece.size());
+    }
+    v->special_first_byte[static_cast<uint8_t>(piece[0])] = true;
+  }
+  std::sort(v->special_lengths.rbegin(), v->special_lengths.rend());
 
   int missing = 0, first_missing = -1;
   for (int b = 0; b < 256; ++b) {

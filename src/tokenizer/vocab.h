@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <unordered_map>
@@ -15,6 +16,7 @@
 
 #include "base/status.h"
 #include "format/tokenizer_spec.h"
+#include "tokenizer/pre_split.h"
 
 namespace weir::tokenizer::internal {
 
@@ -58,6 +60,16 @@ struct Vocab {
   std::array<int32_t, 256> byte_ids{};
   // kBpeMerges: PairKey(left, right) -> rule.
   std::unordered_map<uint64_t, MergeRule> merges;
+  // byte_level: the pre-tokenizer (spec.pre or spec.pre_regexes).
+  std::optional<PreSplitter> splitter;
+  bool ignore_merges = false;  // a word that is a piece is taken whole
+
+  // Tokens matched whole in the input text before any splitting (llama.cpp's special-token
+  // partition, tokenizers' added tokens): user-defined ones always, control and unknown ones only
+  // when the caller parses special tokens. Lower id wins a shared piece.
+  PieceMap specials;
+  std::vector<size_t> special_lengths;  // the distinct piece lengths in bytes, longest first
+  std::array<bool, 256> special_first_byte{};  // some special piece starts with this byte
 
   int32_t size() const { return static_cast<int32_t>(pieces.size()); }
   int32_t Find(std::string_view piece) const {

@@ -172,13 +172,28 @@ TEST(HfTokenizerTest, ByteLevelStyle) {
   j["normalizer"] = nullptr;
   j["pre_tokenizer"] = {{"type", "Sequence"},
                         {"pretokenizers",
-                         {{{"type", "Split"}, {"pattern", {{"Regex", "\\s+"}}}},
+                         {{{"type", "Split"},
+                           {"pattern", {{"Regex", "\\s+"}}},
+                           {"behavior", "Isolated"},
+                           {"invert", false}},
+                          {{"type", "Digits"}, {"individual_digits", true}},
                           {{"type", "ByteLevel"}, {"add_prefix_space", false}}}}};
   j["decoder"] = {{"type", "ByteLevel"}};
   j["post_processor"] = nullptr;
   auto r = ParseHfTokenizerJson(j.dump(), "tokenizer.json");
   ASSERT_TRUE(r.ok()) << r.status().ToString();
   EXPECT_TRUE(r->byte_level);
+  // The file's own split stages, in order; ByteLevel's use_regex (default true) adds GPT-2's.
+  EXPECT_TRUE(r->has_pre_regexes);
+  EXPECT_EQ(r->pre_regexes,
+            (std::vector<std::string>{"\\s+", "\\p{N}", std::string(kGpt2SplitRegex)}));
+
+  // A Split that removes or merges is not something weir reproduces: refused, not ignored.
+  nlohmann::json removed = j;
+  removed["pre_tokenizer"]["pretokenizers"][0]["behavior"] = "Removed";
+  auto bad = ParseHfTokenizerJson(removed.dump(), "tokenizer.json");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_NE(bad.status().message().find("Removed"), std::string::npos) << bad.status().ToString();
   EXPECT_FALSE(r->add_space_prefix);
   EXPECT_FALSE(r->add_bos);
   EXPECT_EQ(r->bos_id, -1);

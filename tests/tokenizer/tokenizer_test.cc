@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "tokenizer/byte_level.h"
+#include "tokenizer/pre_split.h"
 #include "tokenizer/utf8.h"
 
 namespace weir::tokenizer {
@@ -216,6 +217,12 @@ TEST(ByteLevelTest, MappingIsGpt2sBijection) {
   EXPECT_EQ(ByteToCodePoint(0xAD), 0x143u);  // the last of the 68 shifted bytes
   EXPECT_EQ(CodePointToByte(0x144), -1);
   EXPECT_EQ(CodePointToByte(0x2581), -1);
+}
+
+std::vector<std::string_view> Gpt2PreSplit(std::string_view text) {
+  auto s = PreSplitter::ForName("gpt2");
+  EXPECT_TRUE(s.ok()) << s.status().ToString();
+  return s.ok() ? s->Split(text) : std::vector<std::string_view>{};
 }
 
 std::vector<std::string> Split(std::string_view text) {

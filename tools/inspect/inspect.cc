@@ -242,7 +242,11 @@ int InspectMain(int argc, char** argv) {
     }
     j["tokenizer"] = {{"kind", TokenizerKindName(t.kind)}, {"tokens", t.tokens.size()},
                       {"merges", t.merges.size()}, {"bos_id", t.bos_id}, {"eos_id", t.eos_id},
-                      {"unk_id", t.unk_id}, {"add_bos", t.add_bos}};
+                      {"unk_id", t.unk_id}, {"add_bos", t.add_bos},
+                      {"pre", t.byte_level ? (t.has_pre_regexes ? std::string("(tokenizer.json stages)")
+                                                                : (t.pre.empty() ? std::string("default") : t.pre))
+                                           : std::string()},
+                      {"chat_template", !t.chat_template.empty()}};
     nlohmann::json tensors = nlohmann::json::array();
     for (const auto& name : mf->tensor_order) {
       const TensorView* v = mf->Find(name);
@@ -288,6 +292,14 @@ int InspectMain(int argc, char** argv) {
   std::printf("tokenizer:  %s, %zu tokens, %zu merges, bos %d, eos %d, unk %d, add_bos %s\n",
               TokenizerKindName(t.kind), t.tokens.size(), t.merges.size(), t.bos_id, t.eos_id, t.unk_id,
               t.add_bos ? "yes" : "no");
+  if (t.byte_level) {
+    std::printf("            pre-tokenizer %s\n",
+                t.has_pre_regexes ? "from the tokenizer.json stages"
+                                  : (t.pre.empty() ? "default (not stated)" : t.pre.c_str()));
+  }
+  std::printf("            chat template: %s\n",
+              t.chat_template.empty() ? "none in the file (weir chat picks its family's built-in)"
+                                      : "in the file (tokenizer.chat_template)");
   if (metadata) {
     std::printf("\nmetadata:\n");
     for (const auto& [k, v] : mf->metadata) std::printf("  %-40s %s\n", k.c_str(), v.c_str());

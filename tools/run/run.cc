@@ -1,8 +1,10 @@
 // weir run: generate text from a prompt, streaming it to stdout; speeds on stderr / in --json.
 #include <cstdio>
+#include <optional>
 
 #include "base/units.h"
 
+#include "common/chat_flags.h"
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
@@ -20,7 +22,8 @@ int RunMain(int argc, char** argv) {
   SamplingFlags sf;
   std::string prompt;
   int n_predict = 128;
-  bool json = false, no_bos = false;
+  bool json = false, no_bos = false, chat_mode = false;
+  ChatFlags cf;
   AddModelFlags(app, &mf);
   AddSamplingFlags(app, &sf);
   SparsityFlags spf;
@@ -39,6 +42,10 @@ int RunMain(int argc, char** argv) {
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt (by default it is added when the model asks for it: tokenizer.ggml.add_bos_token)");
   app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
+  app.add_flag("--chat", chat_mode,
+               "one chat turn: the prompt is the user's message, wrapped in the model's chat template "
+               "(see weir chat); only the reply is printed and it ends at the end-of-turn token");
+  AddChatFlags(app, &cf);
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
   if (Status st = ApplyPlan(pf, mf, &spf, &stf, app.count("--prefetch") > 0,
@@ -57,7 +64,22 @@ int RunMain(int argc, char** argv) {
   const tokenizer::Tokenizer* tok = model.tokenizer();
   if (tok == nullptr) return Fail("run", Status::InvalidArgument(model.file().path + ": the model has no tokenizer; pass --tokenizer"));
 
-  std::vector<int32_t> ids = tok->Encode(prompt, !no_bos && tok->add_bos());
+  std::optional<ChatSetup> chat;
+  std::vector<int32_t> ids;
+  if (chat_mode) {
+    auto setup = SetupChat(cf, model);
+    if (!setup.ok()) return Fail("run", setup.status());
+    if (!setup->tmpl.note().empty() && !json) std::fprintf(stderr, "weir run: %s\n", setup->tmpl.note().c_str());
+    std::vector<chat::ChatMessage> messages;
+    if (!cf.system.empty()) messages.push_back({"system", cf.system});
+    messages.push_back({"user", prompt});
+    auto text = setup->tmpl.Apply(messages, true, setup->bos_piece, setup->eos_piece);
+    if (!text.ok()) return Fail("run", text.status());
+    ids = setup->Encode(*text, !no_bos, {cf.system, prompt});
+    chat = std::move(*setup);
+  } else {
+    ids = tok->Encode(prompt, !no_bos && tok->add_bos(), /*parse_special=*/!cf.no_special);
+  }
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : 0);
   model::SessionOptions so;
   so.ctx = mf.ctx;
@@ -94,7 +116,7 @@ int RunMain(int argc, char** argv) {
 
   std::string text;
   int32_t prev = ids.back();
-  if (!json) {
+  if (!json && !chat) {
     std::fputs(prompt.c_str(), stdout);
     std::fflush(stdout);
   }
@@ -104,6 +126,7 @@ int RunMain(int argc, char** argv) {
     stream_step(sampled == 0 ? "prompt" : "token", sampled);
     ++sampled;
     if (id == tok->eos_id()) return true;
+    if (chat && chat->IsStop(id)) return false;  // end of the assistant's turn
     std::string piece = tok->Decode(prev, id);
     prev = id;
     text += piece;

@@ -1,0 +1,1014 @@
+#include "chat/jinja_template.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+
+#include "chat/jinja_ast.h"
+#include "chat/jinja_parser.h"
+
+namespace weir::chat {
+namespace {
+
+using internal::Body;
+using internal::Expr;
+using internal::Node;
+
+constexpr int64_t kMaxRange = 1 << 20;
+constexpr size_t kMaxOutputBytes = 64u << 20;
+
+// UTF-8 characters of a string (Python indexes strings by code point).
+std::vector<std::string> Chars(const std::string& s) {
+  std::vector<std::string> out;
+  for (size_t i = 0; i < s.size();) {
+    unsigned char c = static_cast<unsigned char>(s[i]);
+    size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+    n = std::min(n, s.size() - i);
+    out.push_back(s.substr(i, n));
+    i += n;
+  }
+  return out;
+}
+
+bool IsPySpace(char c) {
+  return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
+}
+
+std::string Strip(const std::string& s, const Value* chars, bool left, bool right) {
+  auto strip_char = [&](char c) {
+    if (chars && chars->is_string()) return chars->str().find(c) != std::string::npos;
+    return IsPySpace(c);
+  };
+  size_t b = 0, e = s.size();
+  if (left)
+    while (b < e && strip_char(s[b])) ++b;
+  if (right)
+    while (e > b && strip_char(s[e - 1])) --e;
+  return s.substr(b, e - b);
+}
+
+std::string Upper(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string Lower(std::string s) {
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+std::string Capitalize(const std::string& s) {
+  std::string out = Lower(s);
+  if (!out.empty()) out[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(out[0])));
+  return out;
+}
+std::string Title(const std::string& s) {
+  std::string out;
+  bool prev_alpha = false;
+  for (char c : s) {
+    bool alpha = std::isalpha(static_cast<unsigned char>(c)) != 0;
+    out.push_back(static_cast<char>(alpha ? (prev_alpha ? std::tolower(c) : std::toupper(c)) : c));
+    prev_alpha = alpha;
+  }
+  return out;
+}
+std::string Replace(const std::string& s, const std::string& from, const std::string& to,
+                    int64_t count) {
+  if (from.empty()) return s;
+  std::string out;
+  size_t pos = 0;
+  int64_t done = 0;
+  while (count < 0 || done < count) {
+    size_t hit = s.find(from, pos);
+    if (hit == std::string::npos) break;
+    out.append(s, pos, hit - pos);
+    out += to;
+    pos = hit + from.size();
+    ++done;
+  }
+  out.append(s, pos, std::string::npos);
+  return out;
+}
+
+const Value* Arg(const CallArgs& a, size_t i, const char* keyword = nullptr) {
+  if (keyword) {
+    for (const auto& [k, v] : a.keyword) {
+      if (k == keyword) return &v;
+    }
+  }
+  return i < a.positional.size() ? &a.positional[i] : nullptr;
+}
+
+// Python sequence index normalisation; false when out of range.
+bool NormIndex(int64_t i, size_t n, size_t* out) {
+  if (i < 0) i += static_cast<int64_t>(n);
+  if (i < 0 || i >= static_cast<int64_t>(n)) return false;
+  *out = static_cast<size_t>(i);
+  return true;
+}
+
+// Python's slice indices for a sequence of length n.
+std::vector<size_t> SliceIndices(size_t n, const Value& start, const Value& stop,
+                                 const Value& step) {
+  const int64_t len = static_cast<int64_t>(n);
+  int64_t st = step.is_undefined() || step.is_none() ? 1 : step.as_int();
+  if (st == 0) st = 1;
+  auto clamp = [&](const Value& v, int64_t dflt) {
+    if (v.is_undefined() || v.is_none()) return dflt;
+    int64_t i = v.as_int();
+    if (i < 0) i += len;
+    if (st > 0) return std::clamp<int64_t>(i, 0, len);
+    return std::clamp<int64_t>(i, -1, len - 1);
+  };
+  int64_t b = clamp(start, st > 0 ? 0 : len - 1);
+  int64_t e = clamp(stop, st > 0 ? len : -1);
+  std::vector<size_t> out;
+  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out.push_back(static_cast<size_t>(i));
+  return out;
+}
+
+class Renderer {
+ public:
+  explicit Renderer(const Value& context) : context_(context) { frames_.emplace_back(); }
+
+  Status Exec(const Body& body) {
+    for (const auto& node : body) {
+      WEIR_RETURN_IF_ERROR(ExecNode(*node));
+      if (flow_ != Flow::kNormal) return Status::Ok();
+    }
+    return Status::Ok();
+  }
+  std::string& out() { return out_; }
+
+ private:
+  enum class Flow { kNormal, kBreak, kContinue };
+  using Frame = std::vector<std::pair<std::string, Value>>;
+
+  static Status Error(int line, const std::string& what) {
+    return Status::InvalidArgument(StrFormat("chat template line %d: %s", line, what.c_str()));
+  }
+
+  void SetVar(const std::string& name, Value v) {
+    Frame& f = frames_.back();
+    for (auto& [k, old] : f) {
+      if (k == name) {
+        old = std::move(v);
+        return;
+      }
+    }
+    f.emplace_back(name, std::move(v));
+  }
+
+  Value Lookup(const std::string& name) {
+    for (auto it = frames_.rbegin(); it != frames_.rend(); ++it) {
+      for (const auto& [k, v] : *it) {
+        if (k == name) return v;
+      }
+    }
+    if (const Value* v = context_.Find(name)) return *v;
+    return Builtin(name);
+  }
+
+  Value Builtin(const std::string& name) {
+    if (name == "raise_exception") {
+      return Value::Func([](const CallArgs& a) -> Result<Value> {
+        const Value* msg = Arg(a, 0);
+        return Status::InvalidArgument("chat template raised an exception: " +
+                                       (msg ? msg->ToString() : std::string()));
+      });
+    }
+    if (name == "namespace" || name == "dict") {
+      return Value::Func([](const CallArgs& a) -> Result<Value> {
+        Value ns = Value::Dict();
+        if (const Value* init = Arg(a, 0); init && init->is_dict()) {
+          for (const auto& [k, v] : init->dict()) ns.Set(k, v);
+        }
+        for (const auto& [k, v] : a.keyword) ns.Set(k, v);
+        return ns;
+      });
+    }
+    if (name == "range") {
+      return Value::Func([](const CallArgs& a) -> Result<Value> {
+        int64_t start = 0, stop = 0, step = 1;
+        if (a.positional.size() == 1) {
+          stop = a.positional[0].as_int();
+        } else if (a.positional.size() >= 2) {
+          start = a.positional[0].as_int();
+          stop = a.positional[1].as_int();
+          if (a.positional.size() >= 3) step = a.positional[2].as_int();
+        }
+        if (step == 0) return Status::InvalidArgument("chat template: range() step is 0");
+        ValueList items;
+        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+          if (static_cast<int64_t>(items.size()) >= kMaxRange) {
+            return Status::InvalidArgument("chat template: range() longer than 2^20");
+          }
+          items.push_back(Value::Int(i));
+        }
+        return Value::List(std::move(items));
+      });
+    }
+    if (name == "strftime_now") {
+      return Value::Func([](const CallArgs& a) -> Result<Value> {
+        const Value* fmt = Arg(a, 0);
+        if (!fmt || !fmt->is_string()) {
+          return Status::InvalidArgument("chat template: strftime_now needs a format string");
+        }
+        std::time_t now = std::time(nullptr);
+        std::tm tm{};
+        localtime_r(&now, &tm);
+        char buf[256];
+        size_t n = std::strftime(buf, sizeof(buf), fmt->str().c_str(), &tm);
+        return Value::String(std::string(buf, n));
+      });
+    }
+    return Value();
+  }
+
+  Status ExecNode(const Node& n) {
+    switch (n.type) {
+      case Node::Type::kText:
+        out_ += n.text;
+        break;
+      case Node::Type::kOutput: {
+        WEIR_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
+        out_ += v.ToString();
+        break;
+      }
+      case Node::Type::kIf: {
+        for (size_t i = 0; i < n.bodies.size(); ++i) {
+          if (i < n.conditions.size()) {
+            WEIR_ASSIGN_OR_RETURN(Value c, Eval(*n.conditions[i]));
+            if (!c.Truthy()) continue;
+          }
+          return Exec(n.bodies[i]);
+        }
+        break;
+      }
+      case Node::Type::kFor:
+        return ExecFor(n);
+      case Node::Type::kSet: {
+        WEIR_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
+        if (n.set_attr.empty()) {
+          SetVar(n.set_name, std::move(v));
+        } else {
+          Value target = Lookup(n.set_name);
+          if (!target.is_dict()) {
+            return Error(n.line,
+                         StrFormat("cannot set attribute '%s' of %s '%s' (only of a namespace)",
+                                   n.set_attr.c_str(), target.TypeName(), n.set_name.c_str()));
+          }
+          target.Set(n.set_attr, std::move(v));
+        }
+        break;
+      }
+      case Node::Type::kBreak:
+        flow_ = Flow::kBreak;
+        break;
+      case Node::Type::kContinue:
+        flow_ = Flow::kContinue;
+        break;
+    }
+    if (out_.size() > kMaxOutputBytes) return Error(n.line, "output larger than 64 MiB");
+    return Status::Ok();
+  }
+
+  Result<ValueList> Iterate(const Value& v, int line) {
+    switch (v.kind()) {
+      case Value::Kind::kUndefined:
+      case Value::Kind::kNone:
+        if (v.is_none()) return Error(line, "'NoneType' object is not iterable");
+        return ValueList{};
+      case Value::Kind::kList:
+        return v.list();
+      case Value::Kind::kDict: {
+        ValueList keys;
+        for (const auto& [k, _] : v.dict()) keys.push_back(Value::String(k));
+        return keys;
+      }
+      case Value::Kind::kString: {
+        ValueList chars;
+        for (std::string& c : Chars(v.str())) chars.push_back(Value::String(std::move(c)));
+        return chars;
+      }
+      default:
+        return Error(line, StrFormat("'%s' object is not iterable", v.TypeName()));
+    }
+  }
+
+  Status BindTargets(const Node& n, const Value& item) {
+    if (n.targets.size() == 1) {
+      SetVar(n.targets[0], item);
+      return Status::Ok();
+    }
+    if (!item.is_list() || item.list().size() != n.targets.size()) {
+      return Error(n.line, StrFormat("cannot unpack %s into %zu loop variables", item.TypeName(),
+                                     n.targets.size()));
+    }
+    for (size_t i = 0; i < n.targets.size(); ++i) SetVar(n.targets[i], item.list()[i]);
+    return Status::Ok();
+  }
+
+  Status ExecFor(const Node& n) {
+    WEIR_ASSIGN_OR_RETURN(Value seq, Eval(*n.expr));
+    WEIR_ASSIGN_OR_RETURN(ValueList all, Iterate(seq, n.line));
+    ValueList items;
+    if (n.filter) {
+      for (const Value& item : all) {
+        frames_.emplace_back();
+        Status st = BindTargets(n, item);
+        Result<Value> keep = st.ok() ? Eval(*n.filter) : Result<Value>(st);
+        frames_.pop_back();
+        if (!keep.ok()) return keep.status();
+        if (keep->Truthy()) items.push_back(item);
+      }
+    } else {
+      items = std::move(all);
+    }
+    if (items.empty()) return Exec(n.bodies[1]);
+    const int64_t len = static_cast<int64_t>(items.size());
+    for (int64_t i = 0; i < len; ++i) {
+      if (++iterations_ > kMaxIterations) {
+        return Error(n.line, "more than 2^18 loop iterations: refusing to go on");
+      }
+      frames_.emplace_back();
+      Value loop = Value::Dict();
+      loop.Set("index", Value::Int(i + 1));
+      loop.Set("index0", Value::Int(i));
+      loop.Set("revindex", Value::Int(len - i));
+      loop.Set("revindex0", Value::Int(len - i - 1));
+      loop.Set("first", Value::Bool(i == 0));
+      loop.Set("last", Value::Bool(i == len - 1));
+      loop.Set("length", Value::Int(len));
+      loop.Set("previtem", i > 0 ? items[i - 1] : Value());
+      loop.Set("nextitem", i + 1 < len ? items[i + 1] : Value());
+      loop.Set("cycle", Value::Func([i](const CallArgs& a) -> Result<Value> {
+                 if (a.positional.empty()) return Value();
+                 return a.positional[static_cast<size_t>(i) % a.positional.size()];
+               }));
+      SetVar("loop", loop);
+      Status st = BindTargets(n, items[i]);
+      if (st.ok()) st = Exec(n.bodies[0]);
+      frames_.pop_back();
+      WEIR_RETURN_IF_ERROR(st);
+      if (flow_ == Flow::kBreak) {
+        flow_ = Flow::kNormal;
+        break;
+      }
+      flow_ = Flow::kNormal;
+    }
+    return Status::Ok();
+  }
+
+  Result<CallArgs> EvalArgs(const Expr& e, size_t first) {
+    CallArgs a;
+    for (size_t i = first; i < e.args.size(); ++i) {
+      WEIR_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i]));
+      a.positional.push_back(std::move(v));
+    }
+    for (const auto& [k, x] : e.kwargs) {
+      WEIR_ASSIGN_OR_RETURN(Value v, Eval(*x));
+      a.keyword.emplace_back(k, std::move(v));
+    }
+    return a;
+  }
+
+  Result<Value> Eval(const Expr& e) {
+    switch (e.type) {
+      case Expr::Type::kLiteral:
+        return e.literal;
+      case Expr::Type::kName:
+        return Lookup(e.name);
+      case Expr::Type::kList: {
+        ValueList items;
+        for (const auto& x : e.args) {
+          WEIR_ASSIGN_OR_RETURN(Value v, Eval(*x));
+          items.push_back(std::move(v));
+        }
+        return e.negate ? Value::Tuple(std::move(items)) : Value::List(std::move(items));
+      }
+      case Expr::Type::kDict: {
+        Value d = Value::Dict();
+        for (size_t i = 0; i + 1 < e.args.size(); i += 2) {
+          WEIR_ASSIGN_OR_RETURN(Value k, Eval(*e.args[i]));
+          WEIR_ASSIGN_OR_RETURN(Value v, Eval(*e.args[i + 1]));
+          if (!k.is_string()) return Error(e.line, "dict keys must be strings");
+          d.Set(k.str(), std::move(v));
+        }
+        return d;
+      }
+      case Expr::Type::kAttr: {
+        WEIR_ASSIGN_OR_RETURN(Value base, Eval(*e.args[0]));
+        return Attribute(base, e.name);
+      }
+      case Expr::Type::kIndex: {
+        WEIR_ASSIGN_OR_RETURN(Value base, Eval(*e.args[0]));
+        WEIR_ASSIGN_OR_RETURN(Value key, Eval(*e.args[1]));
+        return Index(base, key, e.line);
+      }
+      case Expr::Type::kSlice: {
+        WEIR_ASSIGN_OR_RETURN(Value base, Eval(*e.args[0]));
+        Value parts[3];
+        for (int i = 0; i < 3; ++i) {
+          if (e.args[i + 1]) {
+            WEIR_ASSIGN_OR_RETURN(parts[i], Eval(*e.args[i + 1]));
+          }
+        }
+        if (base.is_list()) {
+          ValueList out;
+          for (size_t i : SliceIndices(base.list().size(), parts[0], parts[1], parts[2])) {
+            out.push_back(base.list()[i]);
+          }
+          return Value::List(std::move(out));
+        }
+        if (base.is_string()) {
+          std::vector<std::string> chars = Chars(base.str());
+          std::string out;
+          for (size_t i : SliceIndices(chars.size(), parts[0], parts[1], parts[2])) out += chars[i];
+          return Value::String(std::move(out));
+        }
+        return Error(e.line, StrFormat("cannot slice %s", base.TypeName()));
+      }
+      case Expr::Type::kCall: {
+        WEIR_ASSIGN_OR_RETURN(Value f, Eval(*e.args[0]));
+        if (!f.is_function()) {
+          return Error(e.line, StrFormat("%s is not callable (unknown function or method?)",
+                                         f.is_undefined() ? "an undefined value" : f.TypeName()));
+        }
+        WEIR_ASSIGN_OR_RETURN(CallArgs a, EvalArgs(e, 1));
+        Result<Value> r = f.func()(a);
+        if (!r.ok() && r.status().message().rfind("chat template", 0) != 0) {
+          return Error(e.line, r.status().message());
+        }
+        if (!r.ok()) return r.status().WithContext(StrFormat("line %d", e.line));
+        return r;
+      }
+      case Expr::Type::kFilter: {
+        WEIR_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        WEIR_ASSIGN_OR_RETURN(CallArgs a, EvalArgs(e, 1));
+        return Filter(e.name, v, a, e.line);
+      }
+      case Expr::Type::kTest: {
+        WEIR_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        WEIR_ASSIGN_OR_RETURN(CallArgs a, EvalArgs(e, 1));
+        WEIR_ASSIGN_OR_RETURN(bool r, Test(e.name, v, a, e.line));
+        return Value::Bool(r != e.negate);
+      }
+      case Expr::Type::kUnary: {
+        WEIR_ASSIGN_OR_RETURN(Value v, Eval(*e.args[0]));
+        if (e.name == "not") return Value::Bool(!v.Truthy());
+        if (!v.is_number())
+          return Error(e.line,
+                       StrFormat("bad operand %s for unary %s", v.TypeName(), e.name.c_str()));
+        if (e.name == "+") return v;
+        return v.kind() == Value::Kind::kFloat ? Value::Float(-v.as_float())
+                                               : Value::Int(-v.as_int());
+      }
+      case Expr::Type::kCond: {
+        WEIR_ASSIGN_OR_RETURN(Value c, Eval(*e.args[0]));
+        if (c.Truthy()) return Eval(*e.args[1]);
+        if (e.args[2]) return Eval(*e.args[2]);
+        return Value();
+      }
+      case Expr::Type::kBinary:
+        return Binary(e);
+    }
+    return Value();
+  }
+
+  Result<Value> Binary(const Expr& e) {
+    const std::string& op = e.name;
+    WEIR_ASSIGN_OR_RETURN(Value a, Eval(*e.args[0]));
+    if (op == "and") return a.Truthy() ? Eval(*e.args[1]) : Result<Value>(a);
+    if (op == "or") return a.Truthy() ? Result<Value>(a) : Eval(*e.args[1]);
+    WEIR_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
+    if (op == "~") return Value::String(a.ToString() + b.ToString());
+    if (op == "==") return Value::Bool(a.Equals(b));
+    if (op == "!=") return Value::Bool(!a.Equals(b));
+    if (op == "in" || op == "not in") {
+      WEIR_ASSIGN_OR_RETURN(bool in, Contains(b, a, e.line));
+      return Value::Bool(in == (op == "in"));
+    }
+    auto type_error = [&]() {
+      return Error(e.line, StrFormat("unsupported operand types for %s: '%s' and '%s'", op.c_str(),
+                                     a.TypeName(), b.TypeName()));
+    };
+    if (op == "<" || op == ">" || op == "<=" || op == ">=") {
+      int cmp;
+      if (a.is_number() && b.is_number()) {
+        double x = a.as_float(), y = b.as_float();
+        cmp = x < y ? -1 : x > y ? 1 : 0;
+      } else if (a.is_string() && b.is_string()) {
+        cmp = a.str().compare(b.str());
+      } else {
+        return type_error();
+      }
+      bool r = op == "<" ? cmp < 0 : op == ">" ? cmp > 0 : op == "<=" ? cmp <= 0 : cmp >= 0;
+      return Value::Bool(r);
+    }
+    if (op == "+") {
+      if (a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
+      if (a.is_list() && b.is_list()) {
+        ValueList items = a.list();
+        items.insert(items.end(), b.list().begin(), b.list().end());
+        return Value::List(std::move(items));
+      }
+    }
+    if (op == "*" && ((a.is_string() && b.kind() == Value::Kind::kInt) ||
+                      (b.is_string() && a.kind() == Value::Kind::kInt))) {
+      const std::string& s = a.is_string() ? a.str() : b.str();
+      int64_t n = a.is_string() ? b.as_int() : a.as_int();
+      std::string out;
+      for (int64_t i = 0; i < n && out.size() < kMaxOutputBytes; ++i) out += s;
+      return Value::String(std::move(out));
+    }
+    if (!a.is_number() || !b.is_number()) return type_error();
+    const bool ints = a.kind() != Value::Kind::kFloat && b.kind() != Value::Kind::kFloat;
+    if (op == "/") {
+      if (b.as_float() == 0) return Error(e.line, "division by zero");
+      return Value::Float(a.as_float() / b.as_float());
+    }
+    if (op == "//" || op == "%") {
+      if (b.as_float() == 0) return Error(e.line, "division by zero");
+      if (ints) {
+        int64_t x = a.as_int(), y = b.as_int();
+        int64_t q = x / y;
+        if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // floor division
+        return op == "//" ? Value::Int(q) : Value::Int(x - q * y);
+      }
+      double q = std::floor(a.as_float() / b.as_float());
+      return op == "//" ? Value::Float(q) : Value::Float(a.as_float() - q * b.as_float());
+    }
+    if (op == "**") {
+      if (ints && b.as_int() >= 0) {
+        int64_t r = 1;
+        for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+        return Value::Int(r);
+      }
+      return Value::Float(std::pow(a.as_float(), b.as_float()));
+    }
+    if (ints) {
+      int64_t x = a.as_int(), y = b.as_int();
+      return Value::Int(op == "+" ? x + y : op == "-" ? x - y : x * y);
+    }
+    double x = a.as_float(), y = b.as_float();
+    return Value::Float(op == "+" ? x + y : op == "-" ? x - y : x * y);
+  }
+
+  Result<bool> Contains(const Value& container, const Value& item, int line) {
+    if (container.is_string()) {
+      if (!item.is_string()) return Error(line, "'in <string>' requires a string on the left");
+      return container.str().find(item.str()) != std::string::npos;
+    }
+    if (container.is_list()) {
+      for (const Value& v : container.list()) {
+        if (v.Equals(item)) return true;
+      }
+      return false;
+    }
+    if (container.is_dict()) return item.is_string() && container.Find(item.str()) != nullptr;
+    if (container.is_undefined()) return false;
+    return Error(line, StrFormat("argument of type '%s' is not iterable", container.TypeName()));
+  }
+
+  Result<Value> Index(const Value& base, const Value& key, int line) {
+    if (base.is_dict()) {
+      if (!key.is_string()) return Value();
+      const Value* v = base.Find(key.str());
+      return v ? *v : Attribute(base, key.str());
+    }
+    if (base.is_list() && key.kind() == Value::Kind::kInt) {
+      size_t i;
+      return NormIndex(key.as_int(), base.list().size(), &i) ? base.list()[i] : Value();
+    }
+    if (base.is_string() && key.kind() == Value::Kind::kInt) {
+      std::vector<std::string> chars = Chars(base.str());
+      size_t i;
+      return NormIndex(key.as_int(), chars.size(), &i) ? Value::String(chars[i]) : Value();
+    }
+    if (base.is_undefined()) return Value();
+    if (key.is_string()) return Attribute(base, key.str());
+    return Error(line, StrFormat("cannot index %s with %s", base.TypeName(), key.TypeName()));
+  }
+
+  // Methods of strings, dicts and lists, bound to their object.
+  Value Attribute(const Value& base, const std::string& name) {
+    if (base.is_dict()) {
+      if (const Value* v = base.Find(name)) return *v;
+      if (name == "items") {
+        return Value::Func([base](const CallArgs&) -> Result<Value> {
+          ValueList items;
+          for (const auto& [k, v] : base.dict())
+            items.push_back(Value::Tuple({Value::String(k), v}));
+          return Value::List(std::move(items));
+        });
+      }
+      if (name == "keys" || name == "values") {
+        const bool keys = name == "keys";
+        return Value::Func([base, keys](const CallArgs&) -> Result<Value> {
+          ValueList items;
+          for (const auto& [k, v] : base.dict()) items.push_back(keys ? Value::String(k) : v);
+          return Value::List(std::move(items));
+        });
+      }
+      if (name == "get") {
+        return Value::Func([base](const CallArgs& a) -> Result<Value> {
+          const Value* key = Arg(a, 0);
+          const Value* v = key && key->is_string() ? base.Find(key->str()) : nullptr;
+          if (v) return *v;
+          const Value* dflt = Arg(a, 1);
+          return dflt ? *dflt : Value::None();
+        });
+      }
+      return Value();
+    }
+    if (base.is_string()) {
+      const std::string s = base.str();
+      if (name == "strip" || name == "lstrip" || name == "rstrip") {
+        const bool l = name != "rstrip", r = name != "lstrip";
+        return Value::Func([s, l, r](const CallArgs& a) -> Result<Value> {
+          return Value::String(Strip(s, Arg(a, 0), l, r));
+        });
+      }
+      if (name == "upper")
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Upper(s)); });
+      if (name == "lower")
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Lower(s)); });
+      if (name == "title")
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Title(s)); });
+      if (name == "capitalize") {
+        return Value::Func(
+            [s](const CallArgs&) -> Result<Value> { return Value::String(Capitalize(s)); });
+      }
+      if (name == "startswith" || name == "endswith") {
+        const bool starts = name == "startswith";
+        return Value::Func([s, starts](const CallArgs& a) -> Result<Value> {
+          const Value* x = Arg(a, 0);
+          if (!x) return Status::InvalidArgument("startswith/endswith need an argument");
+          ValueList options = x->is_list() ? x->list() : ValueList{*x};
+          for (const Value& o : options) {
+            if (!o.is_string()) return Status::InvalidArgument("startswith/endswith need strings");
+            const std::string& p = o.str();
+            bool hit =
+                p.size() <= s.size() && (starts ? s.compare(0, p.size(), p) == 0
+                                                : s.compare(s.size() - p.size(), p.size(), p) == 0);
+            if (hit) return Value::Bool(true);
+          }
+          return Value::Bool(false);
+        });
+      }
+      if (name == "split") {
+        return Value::Func([s](const CallArgs& a) -> Result<Value> {
+          const Value* sep = Arg(a, 0, "sep");
+          const Value* maxsplit = Arg(a, 1, "maxsplit");
+          int64_t limit = maxsplit && maxsplit->is_number() ? maxsplit->as_int() : -1;
+          ValueList parts;
+          if (!sep || sep->is_none()) {  // runs of white space, none at the ends
+            size_t i = 0;
+            while (i < s.size()) {
+              while (i < s.size() && IsPySpace(s[i])) ++i;
+              if (i >= s.size()) break;
+              if (limit >= 0 && static_cast<int64_t>(parts.size()) == limit) {
+                parts.push_back(Value::String(Strip(s.substr(i), nullptr, false, true)));
+                break;
+              }
+              size_t j = i;
+              while (j < s.size() && !IsPySpace(s[j])) ++j;
+              parts.push_back(Value::String(s.substr(i, j - i)));
+              i = j;
+            }
+            return Value::List(std::move(parts));
+          }
+          if (!sep->is_string() || sep->str().empty()) {
+            return Status::InvalidArgument("split needs a non-empty string separator");
+          }
+          size_t pos = 0;
+          while (limit < 0 || static_cast<int64_t>(parts.size()) < limit) {
+            size_t hit = s.find(sep->str(), pos);
+            if (hit == std::string::npos) break;
+            parts.push_back(Value::String(s.substr(pos, hit - pos)));
+            pos = hit + sep->str().size();
+          }
+          parts.push_back(Value::String(s.substr(pos)));
+          return Value::List(std::move(parts));
+        });
+      }
+      if (name == "replace") {
+        return Value::Func([s](const CallArgs& a) -> Result<Value> {
+          const Value* from = Arg(a, 0);
+          const Value* to = Arg(a, 1);
+          const Value* count = Arg(a, 2);
+          if (!from || !to || !from->is_string() || !to->is_string()) {
+            return Status::InvalidArgument("replace needs two strings");
+          }
+          return Value::String(Replace(s, from->str(), to->str(), count ? count->as_int() : -1));
+        });
+      }
+      if (name == "count" || name == "find") {
+        const bool count = name == "count";
+        return Value::Func([s, count](const CallArgs& a) -> Result<Value> {
+          const Value* x = Arg(a, 0);
+          if (!x || !x->is_string()) return Status::InvalidArgument("count/find need a string");
+          if (!count) {
+            size_t hit = s.find(x->str());
+            return Value::Int(hit == std::string::npos ? -1 : static_cast<int64_t>(hit));
+          }
+          if (x->str().empty()) return Value::Int(static_cast<int64_t>(Chars(s).size()) + 1);
+          int64_t n = 0;
+          for (size_t p = s.find(x->str()); p != std::string::npos;
+               p = s.find(x->str(), p + x->str().size()))
+            ++n;
+          return Value::Int(n);
+        });
+      }
+      return Value();
+    }
+    return Value();
+  }
+
+  Result<Value> Filter(const std::string& name, const Value& v, const CallArgs& a, int line) {
+    auto need_string = [&]() -> Status {
+      if (v.is_string()) return Status::Ok();
+      return Error(line,
+                   StrFormat("filter '%s' needs a string, got %s", name.c_str(), v.TypeName()));
+    };
+    if (name == "trim") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Strip(v.str(), Arg(a, 0, "chars"), true, true));
+    }
+    if (name == "length" || name == "count") {
+      if (v.is_string()) return Value::Int(static_cast<int64_t>(Chars(v.str()).size()));
+      if (v.is_list()) return Value::Int(static_cast<int64_t>(v.list().size()));
+      if (v.is_dict()) return Value::Int(static_cast<int64_t>(v.dict().size()));
+      if (v.is_undefined()) return Value::Int(0);
+      return Error(line, StrFormat("object of type '%s' has no len()", v.TypeName()));
+    }
+    if (name == "tojson") {
+      const Value* indent = Arg(a, 0, "indent");
+      auto json = v.ToJson(indent && indent->is_number() ? static_cast<int>(indent->as_int()) : -1);
+      if (!json.ok()) return Error(line, json.status().message());
+      return Value::String(*json);
+    }
+    if (name == "string") return Value::String(v.ToString());
+    if (name == "safe") return v;
+    if (name == "upper") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Upper(v.str()));
+    }
+    if (name == "lower") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Lower(v.str()));
+    }
+    if (name == "capitalize") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Capitalize(v.str()));
+    }
+    if (name == "title") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      return Value::String(Title(v.str()));
+    }
+    if (name == "replace") {
+      WEIR_RETURN_IF_ERROR(need_string());
+      const Value* from = Arg(a, 0);
+      const Value* to = Arg(a, 1);
+      if (!from || !to || !from->is_string() || !to->is_string()) {
+        return Error(line, "filter 'replace' needs two strings");
+      }
+      const Value* count = Arg(a, 2);
+      return Value::String(Replace(v.str(), from->str(), to->str(), count ? count->as_int() : -1));
+    }
+    if (name == "first" || name == "last") {
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      if (items.empty()) return Value();
+      return name == "first" ? items.front() : items.back();
+    }
+    if (name == "default" || name == "d") {
+      const Value* dflt = Arg(a, 0);
+      const Value* boolean = Arg(a, 1, "boolean");
+      bool use = v.is_undefined() || (boolean && boolean->Truthy() && !v.Truthy());
+      return use ? (dflt ? *dflt : Value::String("")) : v;
+    }
+    if (name == "join") {
+      const Value* sep = Arg(a, 0, "d");
+      const Value* attr = Arg(a, 1, "attribute");
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      std::string out;
+      for (size_t i = 0; i < items.size(); ++i) {
+        if (i && sep) out += sep->ToString();
+        out += (attr ? Attribute(items[i], attr->ToString()) : items[i]).ToString();
+      }
+      return Value::String(std::move(out));
+    }
+    if (name == "int") {
+      if (v.is_number()) return Value::Int(v.as_int());
+      if (v.is_string()) {
+        char* end = nullptr;
+        long long x = std::strtoll(v.str().c_str(), &end, 10);
+        return Value::Int(end && *end == 0 && !v.str().empty() ? x : 0);
+      }
+      return Value::Int(0);
+    }
+    if (name == "float") {
+      if (v.is_number()) return Value::Float(v.as_float());
+      if (v.is_string()) return Value::Float(std::strtod(v.str().c_str(), nullptr));
+      return Value::Float(0);
+    }
+    if (name == "abs") {
+      if (!v.is_number()) return Error(line, "filter 'abs' needs a number");
+      return v.kind() == Value::Kind::kFloat ? Value::Float(std::fabs(v.as_float()))
+                                             : Value::Int(std::llabs(v.as_int()));
+    }
+    if (name == "round") {
+      const Value* prec = Arg(a, 0, "precision");
+      double scale = std::pow(10.0, prec ? static_cast<double>(prec->as_int()) : 0.0);
+      return Value::Float(std::nearbyint(v.as_float() * scale) / scale);
+    }
+    if (name == "list") {
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      return Value::List(std::move(items));
+    }
+    if (name == "reverse") {
+      if (v.is_string()) {
+        std::vector<std::string> chars = Chars(v.str());
+        std::string out;
+        for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+        return Value::String(std::move(out));
+      }
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      std::reverse(items.begin(), items.end());
+      return Value::List(std::move(items));
+    }
+    if (name == "items") {
+      if (!v.is_dict()) return Error(line, "filter 'items' needs a dict");
+      ValueList items;
+      for (const auto& [k, x] : v.dict()) items.push_back(Value::Tuple({Value::String(k), x}));
+      return Value::List(std::move(items));
+    }
+    if (name == "dictsort") {
+      if (!v.is_dict()) return Error(line, "filter 'dictsort' needs a dict");
+      ValueList items;
+      for (const auto& [k, x] : v.dict()) items.push_back(Value::Tuple({Value::String(k), x}));
+      std::stable_sort(items.begin(), items.end(), [](const Value& x, const Value& y) {
+        return Lower(x.list()[0].str()) < Lower(y.list()[0].str());
+      });
+      return Value::List(std::move(items));
+    }
+    if (name == "selectattr" || name == "rejectattr") {
+      const Value* attr = Arg(a, 0);
+      if (!attr || !attr->is_string())
+        return Error(line, "filter '" + name + "' needs an attribute name");
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      ValueList out;
+      for (const Value& item : items) {
+        Value field = Attribute(item, attr->str());
+        bool keep;
+        if (a.positional.size() >= 2) {
+          CallArgs rest;
+          rest.positional.assign(a.positional.begin() + 2, a.positional.end());
+          WEIR_ASSIGN_OR_RETURN(keep, Test(a.positional[1].ToString(), field, rest, line));
+        } else {
+          keep = field.Truthy();
+        }
+        if (keep == (name == "selectattr")) out.push_back(item);
+      }
+      return Value::List(std::move(out));
+    }
+    if (name == "map") {
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      ValueList out;
+      const Value* attr = Arg(a, 99, "attribute");
+      for (const Value& item : items) {
+        if (attr) {
+          Value field = Attribute(item, attr->ToString());
+          const Value* dflt = Arg(a, 99, "default");
+          out.push_back(field.is_undefined() && dflt ? *dflt : field);
+        } else if (!a.positional.empty()) {
+          CallArgs rest;
+          rest.positional.assign(a.positional.begin() + 1, a.positional.end());
+          WEIR_ASSIGN_OR_RETURN(Value mapped, Filter(a.positional[0].ToString(), item, rest, line));
+          out.push_back(std::move(mapped));
+        } else {
+          return Error(line, "filter 'map' needs a filter name or attribute=");
+        }
+      }
+      return Value::List(std::move(out));
+    }
+    if (name == "unique") {
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      ValueList out;
+      for (const Value& item : items) {
+        bool seen = false;
+        for (const Value& o : out) seen = seen || o.Equals(item);
+        if (!seen) out.push_back(item);
+      }
+      return Value::List(std::move(out));
+    }
+    if (name == "sort" || name == "min" || name == "max" || name == "sum") {
+      WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
+      const Value* attr = Arg(a, 99, "attribute");
+      auto key = [&](const Value& x) { return attr ? Attribute(x, attr->ToString()) : x; };
+      if (name == "sum") {
+        Value total = Value::Int(0);
+        for (const Value& x : items) {
+          Value k = key(x);
+          if (!k.is_number()) return Error(line, "filter 'sum' needs numbers");
+          total = (total.kind() == Value::Kind::kFloat || k.kind() == Value::Kind::kFloat)
+                      ? Value::Float(total.as_float() + k.as_float())
+                      : Value::Int(total.as_int() + k.as_int());
+        }
+        return total;
+      }
+      bool ok = true;
+      auto less = [&](const Value& x, const Value& y) {
+        Value kx = key(x), ky = key(y);
+        if (kx.is_number() && ky.is_number()) return kx.as_float() < ky.as_float();
+        if (kx.is_string() && ky.is_string()) return Lower(kx.str()) < Lower(ky.str());
+        ok = false;
+        return false;
+      };
+      if (name == "sort") {
+        const Value* rev = Arg(a, 0, "reverse");
+        std::stable_sort(items.begin(), items.end(), less);
+        if (!ok) return Error(line, "filter 'sort' needs comparable items");
+        if (rev && rev->Truthy()) std::reverse(items.begin(), items.end());
+        return Value::List(std::move(items));
+      }
+      if (items.empty()) return Value();
+      auto it = name == "min" ? std::min_element(items.begin(), items.end(), less)
+                              : std::max_element(items.begin(), items.end(), less);
+      if (!ok) return Error(line, "filter '" + name + "' needs comparable items");
+      return *it;
+    }
+    return Error(line, StrFormat("unknown filter '%s'", name.c_str()));
+  }
+
+  Result<bool> Test(const std::string& name, const Value& v, const CallArgs& a, int line) {
+    const Value* arg = Arg(a, 0);
+    if (name == "defined") return !v.is_undefined();
+    if (name == "undefined") return v.is_undefined();
+    if (name == "none") return v.is_none();
+    if (name == "string") return v.is_string();
+    if (name == "number") return v.kind() == Value::Kind::kInt || v.kind() == Value::Kind::kFloat;
+    if (name == "integer") return v.kind() == Value::Kind::kInt;
+    if (name == "float") return v.kind() == Value::Kind::kFloat;
+    if (name == "boolean") return v.kind() == Value::Kind::kBool;
+    if (name == "true") return v.kind() == Value::Kind::kBool && v.as_bool();
+    if (name == "false") return v.kind() == Value::Kind::kBool && !v.as_bool();
+    if (name == "mapping") return v.is_dict();
+    if (name == "iterable") return v.is_list() || v.is_dict() || v.is_string();
+    if (name == "sequence") return v.is_list() || v.is_dict() || v.is_string();
+    if (name == "callable") return v.is_function();
+    if (name == "odd" || name == "even") {
+      if (v.kind() != Value::Kind::kInt) return Error(line, "test '" + name + "' needs an integer");
+      return (v.as_int() % 2 != 0) == (name == "odd");
+    }
+    if (name == "divisibleby") {
+      if (!arg || arg->as_int() == 0) return Error(line, "test 'divisibleby' needs a divisor");
+      return v.as_int() % arg->as_int() == 0;
+    }
+    if (name == "lower" || name == "upper") {
+      if (!v.is_string()) return false;
+      return name == "lower" ? Lower(v.str()) == v.str() : Upper(v.str()) == v.str();
+    }
+    if (!arg)
+      return Error(line, StrFormat("unknown test '%s' (or it needs an argument)", name.c_str()));
+    if (name == "eq" || name == "equalto" || name == "==") return v.Equals(*arg);
+    if (name == "ne" || name == "!=") return !v.Equals(*arg);
+    if (name == "in") return Contains(*arg, v, line);
+    if (name == "lt" || name == "gt" || name == "le" || name == "ge") {
+      if (!v.is_number() || !arg->is_number())
+        return Error(line, "test '" + name + "' needs numbers");
+      double x = v.as_float(), y = arg->as_float();
+      return name == "lt" ? x < y : name == "gt" ? x > y : name == "le" ? x <= y : x >= y;
+    }
+    return Error(line, StrFormat("unknown test '%s'", name.c_str()));
+  }
+
+  // Loop iterations so far, across all loops: a template is a formatter, and nested loops over
+  // large ranges would otherwise keep the chat from ever starting.
+  static constexpr int64_t kMaxIterations = int64_t{1} << 18;
+  int64_t iterations_ = 0;
+  const Value& context_;
+  std::vector<Frame> frames_;
+  std::string out_;
+  Flow flow_ = Flow::kNormal;
+};
+
+}  // namespace
+
+Result<JinjaTemplate> JinjaTemplate::Parse(std::string_view source) {
+  WEIR_ASSIGN_OR_RETURN(Body body, internal::ParseTemplate(source));
+  JinjaTemplate t;
+  t.body_ = std::make_shared<const Body>(std::move(body));
+  return t;
+}
+
+Result<std::string> JinjaTemplate::Render(const Value& context) const {
+  if (!context.is_dict()) return Status::InvalidArgument("chat template context must be a dict");
+  Renderer r(context);
+  WEIR_RETURN_IF_ERROR(r.Exec(*body_));
+  return std::move(r.out());
+}
+
+}  // namespace weir::chat
