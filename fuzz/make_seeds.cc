@@ -60,8 +60,8 @@ int main(int argc, char** argv) {
   {
     TokenizerSpec bl = fuzz::ByteLevelSpec();
     const std::string tmp = out + "/gguf/.bl-src.gguf";
-    ok &= Check(WriteRandomLlamaGguf(Tiny(static_cast<int>(bl.tokens.size())), DType::kQ8_0, 3,
-                                     tmp, nullptr),
+    ok &= Check(WriteRandomLlamaGguf(Tiny(static_cast<int>(bl.tokens.size())), DType::kQ8_0, 3, tmp,
+                                     nullptr),
                 "byte-level source");
     auto m = LoadModel(tmp);
     ok &= Check(m.status(), "load byte-level source");

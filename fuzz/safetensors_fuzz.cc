@@ -18,7 +18,8 @@ volatile uint64_t g_sink = 0;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace weir::format;
-  auto [first, second] = weir::fuzz::SplitOnce(weir::fuzz::AsText(data, size), weir::fuzz::kNextFile);
+  auto [first, second] =
+      weir::fuzz::SplitOnce(weir::fuzz::AsText(data, size), weir::fuzz::kNextFile);
   std::string_view config = second.data() ? first : std::string_view();
   std::string_view st = second.data() ? second : first;
   uint64_t sink = 0;

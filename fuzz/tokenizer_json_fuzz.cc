@@ -15,13 +15,15 @@ volatile uint64_t g_sink = 0;
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   using namespace weir::format;
-  auto [json, config] = weir::fuzz::SplitOnce(weir::fuzz::AsText(data, size), weir::fuzz::kNextFile);
+  auto [json, config] =
+      weir::fuzz::SplitOnce(weir::fuzz::AsText(data, size), weir::fuzz::kNextFile);
   auto spec = ParseHfTokenizerJson(json, "tokenizer.json", config, "tokenizer_config.json");
   if (!spec.ok()) return 0;
   auto t = weir::tokenizer::Tokenizer::Create(*spec);
   if (!t.ok()) return 0;
   uint64_t sink = 0;
-  for (std::string_view text : {std::string_view("Hello world, \xc3\xa9t\xc3\xa9 42\n\xff"), json}) {
+  for (std::string_view text :
+       {std::string_view("Hello world, \xc3\xa9t\xc3\xa9 42\n\xff"), json}) {
     std::vector<int32_t> ids = t->Encode(text, true);
     for (int32_t id : ids) {
       if (id < 0 || id >= t->vocab_size()) __builtin_trap();  // Encode promises ids in range

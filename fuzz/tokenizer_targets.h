@@ -80,7 +80,12 @@ inline void AddMergesFor(TokenizerSpec* s, const std::vector<std::string>& words
     for (size_t i = 0; i < w.size();) {
       size_t n = 1;
       unsigned char c = static_cast<unsigned char>(w[i]);
-      if (c >= 0xf0) n = 4; else if (c >= 0xe0) n = 3; else if (c >= 0xc0) n = 2;
+      if (c >= 0xf0)
+        n = 4;
+      else if (c >= 0xe0)
+        n = 3;
+      else if (c >= 0xc0)
+        n = 2;
       units.push_back(w.substr(i, n));
       i += n;
     }
@@ -120,7 +125,12 @@ inline TokenizerSpec BpeSpec() {
     for (size_t i = 0; i < w.size();) {
       size_t n = 1;
       unsigned char c = static_cast<unsigned char>(w[i]);
-      if (c >= 0xf0) n = 4; else if (c >= 0xe0) n = 3; else if (c >= 0xc0) n = 2;
+      if (c >= 0xf0)
+        n = 4;
+      else if (c >= 0xe0)
+        n = 3;
+      else if (c >= 0xc0)
+        n = 2;
       std::string u = w.substr(i, n);
       bool have = false;
       for (const std::string& t : s.tokens) have |= t == u;
