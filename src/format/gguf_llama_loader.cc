@@ -6,6 +6,7 @@
 #include <limits>
 #include <set>
 
+#include "base/printable.h"
 #include "format/gguf_reader.h"
 #include "format/llama_limits.h"
 
@@ -210,7 +211,7 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   const ArchSpec* arch = FindGgufArch(arch_name, stated_experts > 0);
   if (arch == nullptr) {
     return Status::Unsupported(StrFormat("%s: general.architecture is '%s'; weir loads %s", path,
-                                         arch_name.substr(0, 64).c_str(),
+                                         Printable(arch_name, 64).c_str(),
                                          GgufArchNameList().c_str()));
   }
   // Every hyperparameter key is prefixed with the architecture's GGUF name.
@@ -293,7 +294,7 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
     if (scaling != "none") {
       return Status::Unsupported(
           StrFormat("%s: %s is '%s'; weir implements plain RoPE only", path,
-                    K("rope.scaling.type").c_str(), scaling.substr(0, 32).c_str()));
+                    K("rope.scaling.type").c_str(), Printable(scaling, 32).c_str()));
     }
   }
   if (f.FindTensor("rope_freqs.weight")) {
@@ -349,7 +350,7 @@ Result<TokenizerSpec> ReadGgufTokenizer(const GgufFile& f) {
     return Status::Unsupported(
         StrFormat("%s: tokenizer.ggml.model is '%s'; weir reads 'llama' (SentencePiece) and 'gpt2' "
                   "(byte-level BPE)",
-                  path, model.substr(0, 32).c_str()));
+                  path, Printable(model, 32).c_str()));
   }
   t.kind = spm ? TokenizerSpec::Kind::kSentencePiece : TokenizerSpec::Kind::kBpeMerges;
   t.byte_level = !spm;
@@ -422,7 +423,7 @@ Result<ModelFile> LoadGgufModel(const GgufFile& f) {
       if (needed.count(info.name)) {
         return Status::Unsupported(
             StrFormat("%s: unsupported type %s in tensor %s (weir computes with %s)", path,
-                      GgmlTypeName(info.ggml_type).c_str(), info.name.c_str(),
+                      GgmlTypeName(info.ggml_type).c_str(), Printable(info.name).c_str(),
                       DTypeNameList().c_str()));
       }
       continue;  // not read by the model: leave it out
@@ -432,7 +433,7 @@ Result<ModelFile> LoadGgufModel(const GgufFile& f) {
       return Status::Unsupported(
           StrFormat("%s: tensor %s: %s data at file offset %llu is not %zu-byte aligned "
                     "(general.alignment %u)",
-                    path, info.name.c_str(), DTypeName(*info.dtype),
+                    path, Printable(info.name).c_str(), DTypeName(*info.dtype),
                     static_cast<unsigned long long>(info.offset), NaturalAlignment(*info.dtype),
                     f.alignment()));
     }

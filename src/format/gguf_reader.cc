@@ -8,6 +8,7 @@
 #include <limits>
 
 #include "base/checked_math.h"
+#include "base/printable.h"
 #include "format/mapped_file.h"
 
 namespace weir::format {
@@ -24,29 +25,6 @@ T Load(const uint8_t* p) {
   T v;
   std::memcpy(&v, p, sizeof(T));
   return v;
-}
-
-// Text from the file made safe for a one-line message: control and non-ASCII bytes escaped,
-// cut after `max` bytes.
-std::string Printable(std::string_view s, size_t max = 80) {
-  std::string out;
-  size_t n = s.size() < max ? s.size() : max;
-  for (size_t i = 0; i < n; ++i) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else if (c == '\t') {
-      out += "\\t";
-    } else if (c < 0x20 || c == 0x7f) {
-      out += StrFormat("\\x%02x", c);
-    } else {
-      out += static_cast<char>(c);  // UTF-8 passes through
-    }
-  }
-  if (n < s.size()) out += StrFormat("... (%llu bytes)", static_cast<ull>(s.size()));
-  return out;
 }
 
 std::string Int128ToString(__int128 v) {

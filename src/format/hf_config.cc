@@ -2,6 +2,7 @@
 
 #include <cmath>
 
+#include "base/printable.h"
 #include "format/json_util.h"
 #include "format/llama_limits.h"
 
@@ -77,7 +78,7 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
     return Status::Unsupported(
         StrFormat("%s: not a Llama model (architectures %s, model_type '%s'); weir reads "
                   "LlamaForCausalLM",
-                  p, arch_text.c_str(), model_type ? model_type->c_str() : "none"));
+                  p, arch_text.c_str(), model_type ? Printable(*model_type).c_str() : "none"));
   }
 
   // Features weir does not implement: refuse rather than compute something else.
@@ -88,7 +89,7 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   WEIR_ASSIGN_OR_RETURN(std::optional<std::string> act, GetOptionalString(cfg, "hidden_act", path));
   if (act && *act != "silu") {
     return Status::Unsupported(
-        StrFormat("%s: hidden_act '%s' is not supported (only silu)", p, act->c_str()));
+        StrFormat("%s: hidden_act '%s' is not supported (only silu)", p, Printable(*act).c_str()));
   }
   for (const char* key : {"attention_bias", "mlp_bias"}) {
     WEIR_ASSIGN_OR_RETURN(std::optional<bool> b, GetOptionalBool(cfg, key, path));

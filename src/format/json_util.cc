@@ -2,6 +2,8 @@
 
 #include <limits>
 
+#include "base/printable.h"
+
 namespace weir::format {
 
 Result<Json> ParseJsonText(std::string_view text, const std::string& path) {
@@ -27,9 +29,8 @@ const Json* FindField(const Json& obj, const char* key) {
 const char* JsonTypeName(const Json& v) { return v.type_name(); }
 
 std::string JsonPreview(const Json& v, size_t max_chars) {
-  std::string s = v.dump(-1, ' ', false, Json::error_handler_t::replace);
-  if (s.size() > max_chars) s = s.substr(0, max_chars) + "...";
-  return s;
+  // Cut at a character boundary and with any bidi or C1 control escaped (base/printable.h).
+  return Printable(v.dump(-1, ' ', false, Json::error_handler_t::replace), max_chars);
 }
 
 bool JsonToInt64(const Json& v, int64_t* out) {

@@ -9,6 +9,7 @@
 
 #include "base/aligned_buffer.h"
 #include "base/checked_math.h"
+#include "base/printable.h"
 #include "format/hf_config.h"
 #include "format/json_util.h"
 #include "format/mapped_file.h"
@@ -64,12 +65,13 @@ struct OwnedBuffer : Backing {
 Result<SafetensorsEntry> ParseEntry(const std::string& name, const Json& v, uint64_t data_bytes,
                                     const std::string& path) {
   const char* p = path.c_str();
-  const char* n = name.c_str();
+  const std::string pname = Printable(name);
+  const char* n = pname.c_str();
   if (!v.is_object()) {
     return Status::Corrupt(StrFormat("%s: tensor '%s': entry must be an object, got %s", p, n,
                                      JsonPreview(v).c_str()));
   }
-  const std::string where = path + ": tensor '" + name + "'";
+  const std::string where = path + ": tensor '" + pname + "'";
   WEIR_ASSIGN_OR_RETURN(std::optional<std::string> dtype, GetOptionalString(v, "dtype", where));
   if (!dtype) return Status::Corrupt(StrFormat("%s: missing 'dtype'", where.c_str()));
   SafetensorsEntry e;
@@ -79,7 +81,7 @@ Result<SafetensorsEntry> ParseEntry(const std::string& name, const Json& v, uint
     return Status::Unsupported(
         StrFormat("%s: tensor '%s' has dtype '%s'; weir reads F32, F16 "
                   "and BF16 safetensors",
-                  p, n, dtype->c_str()));
+                  p, n, Printable(*dtype, 32).c_str()));
   }
   e.dtype = *t;
 
@@ -179,7 +181,8 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* data, uint64_t s
       for (auto m = it.value().begin(); m != it.value().end(); ++m) {
         if (!m.value().is_string()) {
           return Status::Corrupt(StrFormat("%s: __metadata__['%s'] must be a string, got %s", p,
-                                           m.key().c_str(), JsonPreview(m.value()).c_str()));
+                                           Printable(m.key()).c_str(),
+                                           JsonPreview(m.value()).c_str()));
         }
         h.metadata.emplace_back(m.key(), m.value().get<std::string>());
       }
@@ -198,17 +201,17 @@ Result<SafetensorsHeader> ParseSafetensorsHeader(const uint8_t* data, uint64_t s
   for (const SafetensorsEntry& e : h.tensors) {
     if (e.begin < covered) {
       return Status::Corrupt(StrFormat(
-          "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", p, prev->name.c_str(),
-          static_cast<unsigned long long>(prev->begin), static_cast<unsigned long long>(prev->end),
-          e.name.c_str(), static_cast<unsigned long long>(e.begin),
-          static_cast<unsigned long long>(e.end)));
+          "%s: tensors '%s' [%llu, %llu] and '%s' [%llu, %llu] overlap", p,
+          Printable(prev->name).c_str(), static_cast<unsigned long long>(prev->begin),
+          static_cast<unsigned long long>(prev->end), Printable(e.name).c_str(),
+          static_cast<unsigned long long>(e.begin), static_cast<unsigned long long>(e.end)));
     }
     if (e.begin > covered) {
       return Status::Corrupt(
           StrFormat("%s: data bytes [%llu, %llu) before tensor '%s' belong "
                     "to no tensor",
                     p, static_cast<unsigned long long>(covered),
-                    static_cast<unsigned long long>(e.begin), e.name.c_str()));
+                    static_cast<unsigned long long>(e.begin), Printable(e.name).c_str()));
     }
     covered = e.end;
     prev = &e;
@@ -275,7 +278,7 @@ Result<std::string> CanonicalName(const std::string& hf, int n_layers, const std
         if (layer >= n_layers) {
           return Status::InvalidArgument(StrFormat(
               "%s: tensor '%s' is for layer %lld but config.json has num_hidden_layers=%d",
-              path.c_str(), hf.c_str(), static_cast<long long>(layer), n_layers));
+              path.c_str(), Printable(hf).c_str(), static_cast<long long>(layer), n_layers));
         }
         if (!mapped) {
           *ignored = true;
@@ -288,7 +291,7 @@ Result<std::string> CanonicalName(const std::string& hf, int n_layers, const std
   return Status::Unsupported(StrFormat(
       "%s: tensor '%s' is not part of a LlamaForCausalLM checkpoint weir can run (biases, "
       "adapters and quantization scales are not supported)",
-      path.c_str(), hf.c_str()));
+      path.c_str(), Printable(hf).c_str()));
 }
 
 bool IsNormName(const std::string& canonical) {
@@ -317,7 +320,7 @@ Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool 
   const size_t out_bytes = convert ? numel * sizeof(float) : nbytes;
   if (!owned->bytes.Reset(std::max<size_t>(out_bytes, 1), 64)) {
     return Status::OutOfMemory(StrFormat("%s: cannot allocate %zu bytes for tensor '%s'",
-                                         shard.path.c_str(), out_bytes, e.name.c_str()));
+                                         shard.path.c_str(), out_bytes, Printable(e.name).c_str()));
   }
   if (convert) {
     float* out = owned->bytes.data<float>();
@@ -349,7 +352,7 @@ Result<std::map<std::string, std::string>> ReadWeightMap(const std::string& inde
     const Json& f = it.value();
     if (!f.is_string()) {
       return Status::Corrupt(StrFormat("%s: weight_map['%s'] must be a file name, got %s",
-                                       index_path.c_str(), it.key().c_str(),
+                                       index_path.c_str(), Printable(it.key()).c_str(),
                                        JsonPreview(f).c_str()));
     }
     const std::string name = f.get<std::string>();
@@ -358,7 +361,7 @@ Result<std::map<std::string, std::string>> ReadWeightMap(const std::string& inde
       return Status::InvalidArgument(
           StrFormat("%s: weight_map['%s'] = '%s' is not a plain file "
                     "name beside the index",
-                    index_path.c_str(), it.key().c_str(), name.c_str()));
+                    index_path.c_str(), Printable(it.key()).c_str(), Printable(name).c_str()));
     }
     out[it.key()] = name;
   }
@@ -429,16 +432,17 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
       const std::string& name = shards[si].header.tensors[ei].name;
       auto [it, inserted] = stored.emplace(name, Located{si, ei});
       if (!inserted) {
-        return Status::Corrupt(StrFormat("%s: tensor '%s' is stored in both %s and %s", p,
-                                         name.c_str(), shards[it->second.shard].path.c_str(),
-                                         shards[si].path.c_str()));
+        return Status::Corrupt(
+            StrFormat("%s: tensor '%s' is stored in both %s and %s", p, Printable(name).c_str(),
+                      shards[it->second.shard].path.c_str(), shards[si].path.c_str()));
       }
       if (!index_path.empty()) {
         auto w = weight_map.find(name);
         if (w == weight_map.end() || w->second != shard_file) {
-          return Status::Corrupt(StrFormat("%s: tensor '%s' is in %s but the weight_map says %s",
-                                           index_path.c_str(), name.c_str(), shard_file.c_str(),
-                                           w == weight_map.end() ? "nothing" : w->second.c_str()));
+          return Status::Corrupt(
+              StrFormat("%s: tensor '%s' is in %s but the weight_map says %s", index_path.c_str(),
+                        Printable(name).c_str(), shard_file.c_str(),
+                        w == weight_map.end() ? "nothing" : Printable(w->second).c_str()));
         }
       }
     }
@@ -448,7 +452,7 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
       return Status::Corrupt(
           StrFormat("%s: weight_map lists '%s' in %s but that shard does not "
                     "hold it",
-                    index_path.c_str(), tensor.c_str(), file.c_str()));
+                    index_path.c_str(), Printable(tensor).c_str(), Printable(file).c_str()));
     }
   }
   std::map<std::string, std::string> alias_of;  // dropped name -> stored name

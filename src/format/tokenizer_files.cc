@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "base/checked_math.h"
+#include "base/printable.h"
 #include "format/json_util.h"
 #include "format/mapped_file.h"
 
@@ -251,8 +252,8 @@ Status VisitNormalizer(const Json& n, int depth, const std::string& where, HfPip
   }
   // NFC leaves already-composed text unchanged; weir expects NFC input and does not recompose.
   if (type == "NFC") return Status::Ok();
-  return Status::Unsupported(
-      StrFormat("%s: normalizer type '%s' is not supported", where.c_str(), type.c_str()));
+  return Status::Unsupported(StrFormat("%s: normalizer type '%s' is not supported", where.c_str(),
+                                       Printable(type).c_str()));
 }
 
 Status VisitPreTokenizer(const Json& n, int depth, const std::string& where, HfPipeline* pl) {
@@ -283,7 +284,7 @@ Status VisitPreTokenizer(const Json& n, int depth, const std::string& where, HfP
       return Status::Unsupported(
           StrFormat("%s: Metaspace replacement '%s' is not supported "
                     "(only \"▁\")",
-                    where.c_str(), repl->c_str()));
+                    where.c_str(), Printable(*repl).c_str()));
     }
     pl->metaspace = true;
     WEIR_ASSIGN_OR_RETURN(std::optional<std::string> scheme,
@@ -293,7 +294,7 @@ Status VisitPreTokenizer(const Json& n, int depth, const std::string& where, HfP
     if (scheme) {
       if (*scheme != "always" && *scheme != "first" && *scheme != "never") {
         return Status::Unsupported(StrFormat("%s: Metaspace prepend_scheme '%s' is not supported",
-                                             where.c_str(), scheme->c_str()));
+                                             where.c_str(), Printable(*scheme).c_str()));
       }
       pl->metaspace_prefix = *scheme != "never";
     } else {
@@ -336,8 +337,8 @@ Status VisitPreTokenizer(const Json& n, int depth, const std::string& where, HfP
     pl->regexes.push_back(std::move(re));
     return Status::Ok();
   }
-  return Status::Unsupported(
-      StrFormat("%s: pre_tokenizer type '%s' is not supported", where.c_str(), type.c_str()));
+  return Status::Unsupported(StrFormat("%s: pre_tokenizer type '%s' is not supported",
+                                       where.c_str(), Printable(type).c_str()));
 }
 
 Status VisitDecoder(const Json& n, int depth, const std::string& where, HfPipeline* pl) {
@@ -366,8 +367,8 @@ Status VisitPostProcessor(const Json& n, int depth, const std::string& where, Hf
   }
   if (type == "ByteLevel") return Status::Ok();  // offsets only
   if (type != "TemplateProcessing") {
-    return Status::Unsupported(
-        StrFormat("%s: post_processor type '%s' is not supported", where.c_str(), type.c_str()));
+    return Status::Unsupported(StrFormat("%s: post_processor type '%s' is not supported",
+                                         where.c_str(), Printable(type).c_str()));
   }
   pl->has_template = true;
   const Json* single = FindField(n, "single");
@@ -393,7 +394,7 @@ Status VisitPostProcessor(const Json& n, int depth, const std::string& where, Hf
       int64_t v;
       if (!JsonToInt64((*ids)[0], &v)) {
         return Status::Corrupt(StrFormat("%s: special_tokens['%s'].ids is not an integer list",
-                                         where.c_str(), id->c_str()));
+                                         where.c_str(), Printable(*id).c_str()));
       }
       pl->bos_template_id = v;
     }
@@ -437,8 +438,8 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
   const std::string mwhere = path + ": model";
   WEIR_ASSIGN_OR_RETURN(std::optional<std::string> type, GetOptionalString(*model, "type", mwhere));
   if (type && *type != "BPE") {
-    return Status::Unsupported(
-        StrFormat("%s: tokenizer model type '%s' is not supported (only BPE)", p, type->c_str()));
+    return Status::Unsupported(StrFormat(
+        "%s: tokenizer model type '%s' is not supported (only BPE)", p, Printable(*type).c_str()));
   }
   if (!type && !FindField(*model, "merges")) {
     return Status::Unsupported(
@@ -447,7 +448,8 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
   for (const char* key : {"continuing_subword_prefix", "end_of_word_suffix"}) {
     WEIR_ASSIGN_OR_RETURN(std::optional<std::string> s, GetOptionalString(*model, key, mwhere));
     if (s && !s->empty()) {
-      return Status::Unsupported(StrFormat("%s: BPE %s '%s' is not supported", p, key, s->c_str()));
+      return Status::Unsupported(
+          StrFormat("%s: BPE %s '%s' is not supported", p, key, Printable(*s).c_str()));
     }
   }
 
@@ -467,10 +469,11 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
   std::vector<uint8_t> is_added, is_special;
   auto place = [&](int64_t id, const std::string& piece, const char* what) -> Status {
     if (id < 0 || id >= kMaxVocab || static_cast<uint64_t>(id) >= n_entries) {
-      return Status::Corrupt(StrFormat(
-          "%s: %s '%s' has id %lld outside 0..%llu (ids must be dense over %llu entries)", p, what,
-          piece.c_str(), static_cast<long long>(id), static_cast<unsigned long long>(n_entries - 1),
-          static_cast<unsigned long long>(n_entries)));
+      return Status::Corrupt(
+          StrFormat("%s: %s '%s' has id %lld outside 0..%llu (ids must be dense over %llu entries)",
+                    p, what, Printable(piece).c_str(), static_cast<long long>(id),
+                    static_cast<unsigned long long>(n_entries - 1),
+                    static_cast<unsigned long long>(n_entries)));
     }
     size_t i = static_cast<size_t>(id);
     if (i >= tokens.size()) {
@@ -481,8 +484,8 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
     }
     if (filled[i] && tokens[i] != piece) {
       return Status::Corrupt(StrFormat("%s: id %lld is given to both '%s' and '%s'", p,
-                                       static_cast<long long>(id), tokens[i].c_str(),
-                                       piece.c_str()));
+                                       static_cast<long long>(id), Printable(tokens[i]).c_str(),
+                                       Printable(piece).c_str()));
     }
     tokens[i] = piece;
     filled[i] = 1;
@@ -492,7 +495,8 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
     int64_t id;
     if (!JsonToInt64(it.value(), &id)) {
       return Status::Corrupt(StrFormat("%s: model.vocab['%s'] must be an integer id, got %s", p,
-                                       it.key().c_str(), JsonPreview(it.value()).c_str()));
+                                       Printable(it.key()).c_str(),
+                                       JsonPreview(it.value()).c_str()));
     }
     WEIR_RETURN_IF_ERROR(place(id, it.key(), "vocab piece"));
   }
@@ -545,7 +549,7 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
           return Status::Corrupt(
               StrFormat("%s: merge #%zu '%s' is not two pieces separated by "
                         "one space",
-                        p, rank, s.c_str()));
+                        p, rank, Printable(s).c_str()));
         }
         left = s.substr(0, sp);
         right = s.substr(sp + 1);
@@ -569,14 +573,16 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
           return Status::Corrupt(
               StrFormat("%s: merge #%zu '%s %s': piece '%s' is not in the "
                         "vocabulary",
-                        p, rank, left.c_str(), right.c_str(), piece->c_str()));
+                        p, rank, Printable(left).c_str(), Printable(right).c_str(),
+                        Printable(*piece).c_str()));
         }
       }
       if (lookup(left + right) < 0) {
         return Status::Corrupt(
             StrFormat("%s: merge #%zu '%s %s': the merged piece '%s' is not "
                       "in the vocabulary",
-                      p, rank, left.c_str(), right.c_str(), (left + right).c_str()));
+                      p, rank, Printable(left).c_str(), Printable(right).c_str(),
+                      Printable(left + right).c_str()));
       }
       spec.merges.push_back(left + " " + right);
       ++rank;
@@ -588,8 +594,8 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
   if (unk) {
     spec.unk_id = lookup(*unk);
     if (spec.unk_id < 0) {
-      return Status::Corrupt(
-          StrFormat("%s: model.unk_token '%s' is not in the vocabulary", p, unk->c_str()));
+      return Status::Corrupt(StrFormat("%s: model.unk_token '%s' is not in the vocabulary", p,
+                                       Printable(*unk).c_str()));
     }
   }
   WEIR_ASSIGN_OR_RETURN(std::optional<bool> byte_fallback,
@@ -667,7 +673,7 @@ Result<TokenizerSpec> ParseHfTokenizerJson(std::string_view tokenizer_json, cons
       int32_t id = lookup(*name);
       if (id < 0) {
         return Status::Corrupt(StrFormat("%s: %s '%s' is not in the vocabulary of %s",
-                                         cpath.c_str(), n.key, name->c_str(), p));
+                                         cpath.c_str(), n.key, Printable(*name).c_str(), p));
       }
       *n.id = id;
     }

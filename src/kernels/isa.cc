@@ -1,6 +1,9 @@
 #include "kernels/isa.h"
 
 #include <cstdlib>
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
 #include <string>
 
 #include "base/check.h"
@@ -11,11 +14,18 @@ namespace {
 // -1: no override on this thread; otherwise an Isa value.
 thread_local int tls_override = -1;
 
+#if defined(__x86_64__) || defined(__i386__)
+// F16C from CPUID leaf 1 (ECX bit 29): clang 14's __builtin_cpu_supports does not know "f16c".
+bool CpuHasF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+#endif
+
 bool CpuHasAvx2() {
 #if defined(__x86_64__) || defined(__i386__)
   __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
-         __builtin_cpu_supports("f16c");
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") && CpuHasF16c();
 #else
   return false;
 #endif

@@ -49,6 +49,7 @@ Result<std::unique_ptr<UringDevice>> UringDevice::Open(const std::string& path,
   dev->name_ = (options.direct ? "io_uring+direct:" : "io_uring:") + path;
   dev->bounce_bytes_ = options.bounce_bytes;
   dev->allow_unaligned_ = options.allow_unaligned;
+  dev->completion_fault_ = options.completion_fault;
   // Create the first ring now so that a kernel without io_uring is reported at open time.
   WEIR_ASSIGN_OR_RETURN(Ring * ring, dev->AcquireRing());
   dev->ReleaseRing(ring, false);
@@ -192,7 +193,11 @@ Status UringDevice::RunPlan(Ring* ring_state, IoPlan& plan, std::span<ReadReques
     io_uring_for_each_cqe(ring, head, cqe) {
       ++reaped;
       const size_t idx = static_cast<size_t>(io_uring_cqe_get_data64(cqe));
-      const int res = cqe->res;
+      int res = cqe->res;
+      if (completion_fault_) {
+        const int injected = completion_fault_(completions_.fetch_add(1), res);
+        if (injected < 0 || injected <= res) res = injected;  // never more bytes than arrived
+      }
       IoOp& op = ops[idx];
       if (res == -EAGAIN || res == -EINTR) {
         if (++retries[idx] > kMaxRetries) {

@@ -12,7 +12,9 @@
 // Thread safety: ReadAt/Read may be called concurrently from any thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -32,6 +34,11 @@ class UringDevice : public BlockDevice {
     size_t alignment = 0;       // O_DIRECT alignment; 0 asks the kernel, falls back to 4096
     size_t bounce_bytes = size_t{1} << 20;
     bool allow_unaligned = true;
+    // Tests only (null in production): sees the result of every completion, numbered from 0 in
+    // the order this device reaps them, and returns the result to act on instead: a -errno, or
+    // a byte count no larger than the real one (a short read). This is how the fault tests make
+    // the kernel's completions fail (docs/reliability.md).
+    std::function<int(uint64_t completion, int res)> completion_fault;
   };
 
   // Unsupported when the kernel refuses io_uring (old kernel, seccomp, io_uring_disabled).
@@ -63,6 +70,8 @@ class UringDevice : public BlockDevice {
   size_t alignment_ = 1;
   size_t bounce_bytes_ = 0;
   bool allow_unaligned_ = true;
+  std::function<int(uint64_t, int)> completion_fault_;  // Options::completion_fault
+  std::atomic<uint64_t> completions_{0};
 
   std::mutex mu_;
   std::condition_variable ring_free_;

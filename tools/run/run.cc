@@ -22,7 +22,7 @@ int RunMain(int argc, char** argv) {
   SamplingFlags sf;
   std::string prompt;
   int n_predict = 128;
-  bool json = false, no_bos = false, chat_mode = false;
+  bool json = false, no_bos = false, chat_mode = false, ignore_eos = false;
   ChatFlags cf;
   AddModelFlags(app, &mf);
   AddSamplingFlags(app, &sf);
@@ -41,6 +41,9 @@ int RunMain(int argc, char** argv) {
   app.add_option("-p,--prompt", prompt, "prompt text (default: empty, generation starts from BOS)");
   app.add_option("-n,--n-predict", n_predict, "tokens to generate (default 128)")->check(CLI::Range(0, 1 << 20));
   app.add_flag("--no-bos", no_bos, "do not add the BOS token before the prompt (by default it is added when the model asks for it: tokenizer.ggml.add_bos_token)");
+  app.add_flag("--ignore-eos", ignore_eos,
+               "do not stop at the end-of-sequence token: generate exactly -n tokens unless the "
+               "context fills (soak and benchmark runs; scripts/soak)");
   app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
   app.add_flag("--chat", chat_mode,
                "one chat turn: the prompt is the user's message, wrapped in the model's chat template "
@@ -121,12 +124,13 @@ int RunMain(int argc, char** argv) {
     std::fflush(stdout);
   }
   int sampled = 0;
-  auto stats = model::Generate(**session, sampler, ids, n_predict, tok->eos_id(), [&](int32_t id) {
+  const int32_t stop_id = ignore_eos ? -1 : tok->eos_id();
+  auto stats = model::Generate(**session, sampler, ids, n_predict, stop_id, [&](int32_t id) {
     // The logits of this token came from the prompt (first call) or the previous token's step.
     stream_step(sampled == 0 ? "prompt" : "token", sampled);
     ++sampled;
-    if (id == tok->eos_id()) return true;
-    if (chat && chat->IsStop(id)) return false;  // end of the assistant's turn
+    if (id == stop_id) return true;
+    if (chat && !ignore_eos && chat->IsStop(id)) return false;  // end of the assistant's turn
     std::string piece = tok->Decode(prev, id);
     prev = id;
     text += piece;
