@@ -24,6 +24,16 @@ inline const std::string& ScratchDir() {
     if (mkdtemp(tmpl.data()) == nullptr) std::abort();
     return tmpl;
   }();
+  // Removed (with the few files the targets write) when the fuzzer exits normally.
+  static const bool cleanup = std::atexit([] {
+    const std::string& d = ScratchDir();
+    for (const char* f : {"config.json", "model.safetensors", "model.bin", "tokenizer.bin",
+                          "fuzz.wtrace"}) {
+      ::unlink((d + "/" + f).c_str());
+    }
+    ::rmdir(d.c_str());
+  }) == 0;
+  (void)cleanup;
   return dir;
 }
 
