@@ -150,7 +150,13 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
     const Extent& e, int64_t channels,
     const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range) {
   if (e.held) return nullptr;  // resident mode: everything is cached
-  cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, block_words_.data());
+  // With read-ahead, what the groups' partitions hold, not staging: the I/O thread fills and
+  // evicts staging ahead of the compute, and a mask that saw it would change with the I/O
+  // thread's timing (DIP-CA's runs were not reproducible with read-ahead on). Without
+  // read-ahead staging only changes by the compute's own reads, and counts.
+  const uint32_t except = options_.prefetch_layers >= 0 ? staging_partition_ : UINT32_MAX;
+  cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, block_words_.data(),
+                       except);
   auto resident = [&](uint64_t b) { return (block_words_[b / 64] >> (b % 64)) & 1; };
   std::fill(cache_words_.begin(), cache_words_.end(), 0);
   const uint64_t B = options_.block_bytes;

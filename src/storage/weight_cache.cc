@@ -436,13 +436,15 @@ bool WeightCache::Contains(UnitId id) const {
   return index_.Find(id) != nullptr;
 }
 
-void WeightCache::ResidentMask(UnitId first, size_t count, uint64_t* words) const {
+void WeightCache::ResidentMask(UnitId first, size_t count, uint64_t* words,
+                               uint32_t except) const {
   const size_t n_words = (count + 63) / 64;
   for (size_t w = 0; w < n_words; ++w) words[w] = 0;
   std::lock_guard<std::mutex> lock(mu_);
   if (index_.size() == 0) return;
   for (size_t i = 0; i < count; ++i) {
-    if (index_.Find(first + i) != nullptr) words[i / 64] |= uint64_t{1} << (i % 64);
+    const Entry* e = index_.Find(first + i);
+    if (e != nullptr && e->hook.partition != except) words[i / 64] |= uint64_t{1} << (i % 64);
   }
 }
 

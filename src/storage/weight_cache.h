@@ -215,8 +215,11 @@ class WeightCache {
   bool Contains(UnitId id) const;
   // Not an access: for i in [0, count), sets bit i % 64 of words[i / 64] when unit first + i is
   // present and clears it otherwise (the layout of sparsity's CacheStateView). One lock for the
-  // whole range; words must hold (count + 63) / 64 entries.
-  void ResidentMask(UnitId first, size_t count, uint64_t* words) const;
+  // whole range; words must hold (count + 63) / 64 entries. Units of partition `except` count as
+  // absent (a staging partition that another thread fills: without it the mask is what the
+  // caller's own moves and evictions made, so it does not depend on the I/O thread's timing).
+  void ResidentMask(UnitId first, size_t count, uint64_t* words,
+                    uint32_t except = UINT32_MAX) const;
 
   // Moves the pinned, ready unit of `h` into `partition`, evicting unpinned units of that
   // partition (policy order) to make room; a staging area promotes what the compute used into

@@ -259,6 +259,29 @@ TEST(StreamingColumnsTest, DipCaReadsTheCacheState) {
   for (float v : ca_small->trace.logits) ASSERT_TRUE(std::isfinite(v));
 }
 
+// DIP-CA's mask reads the cache, which the I/O thread fills while the compute runs: with
+// read-ahead on, the mask must still come out the same on every run (it sees the groups'
+// partitions, not staging). Found by the soak (docs/reliability.md): 4 of 10 repeat runs differed.
+TEST(StreamingColumnsTest, DipCaWithReadAheadIsReproducible) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles(DType::kF32);
+  auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "mru"), "", &pool, 0);
+  ASSERT_TRUE(probe.ok());
+  for (const char* policy : {"mru", "lfu"}) {
+    SCOPED_TRACE(policy);
+    StreamingConfig c =
+        Config(probe->plan.minimum() + probe->plan.streamed_bytes / 2, policy);
+    c.stream.prefetch_layers = 1;
+    auto first = RunPack(f.pack, Memory(f.pack), c, "dip-ca:0.5,gamma=0.2", &pool, 10);
+    ASSERT_TRUE(first.ok()) << first.status().ToString();
+    for (int run = 0; run < 4; ++run) {
+      auto again = RunPack(f.pack, Memory(f.pack), c, "dip-ca:0.5,gamma=0.2", &pool, 10);
+      ASSERT_TRUE(again.ok());
+      EXPECT_TRUE(Same(first->trace, again->trace)) << "run " << run;
+    }
+  }
+}
+
 TEST(StreamingColumnsTest, RefusesWhatStreamingCannotServe) {
   ThreadPool pool(2);
   const Files f = MakeFiles(DType::kQ8_0);
