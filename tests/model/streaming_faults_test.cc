@@ -245,7 +245,9 @@ TEST(StreamingFaultsTest, UringCompletionErrorsAreIoErrors) {
             Uring(PackOf(c), [err, at](uint64_t k, int res) { return k == at ? -err : res; });
         auto got =
             Decode(PackOf(c), std::move(dev), c.sparsity, kQuarter, &pool, 8, c.prefetch_layers);
-        if (at == 0) ASSERT_FALSE(got.ok());
+        if (at == 0) {
+          ASSERT_FALSE(got.ok());
+        }
         if (got.ok()) {
           EXPECT_TRUE(streaming_test::Same(*got, Resident(c, &pool)));
         } else {
@@ -268,7 +270,9 @@ TEST(StreamingFaultsTest, UringEofCompletionIsAnIoError) {
       if (dev == nullptr) GTEST_SKIP() << "io_uring unavailable";
       auto got =
           Decode(PackOf(c), std::move(dev), c.sparsity, kQuarter, &pool, 8, c.prefetch_layers);
-      if (at == 0) ASSERT_FALSE(got.ok());
+      if (at == 0) {
+        ASSERT_FALSE(got.ok());
+      }
       if (got.ok()) {
         EXPECT_TRUE(streaming_test::Same(*got, Resident(c, &pool)));
       } else {
