@@ -32,7 +32,7 @@ class DenseMlp final : public MlpProvider {
       }
     }
     kernels::MatMul(w.w_down, gate, n, x, c_.pool);
-    const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+    const uint64_t bytes = w.mlp_bytes();
     c_.traffic->mlp_used += bytes * static_cast<uint64_t>(n);
     c_.traffic->mlp_dense += bytes * static_cast<uint64_t>(n);
     return Status::Ok();

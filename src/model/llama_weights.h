@@ -34,6 +34,9 @@ struct LayerWeights {
   TensorView w_gate_exps;                 // [n_expert, d_ff, d_model]
   TensorView w_up_exps;                   // [n_expert, d_ff, d_model]
   TensorView w_down_exps;                 // [n_expert, d_model, d_ff]
+
+  // Bytes of the dense MLP's three matrices: what one token's dense MLP reads.
+  uint64_t mlp_bytes() const { return w_gate.nbytes() + w_up.nbytes() + w_down.nbytes(); }
 };
 
 struct LlamaWeights {

@@ -138,7 +138,7 @@ void SparseMlp::Token(int layer, float* x) {
     used += idx.size() * wt.w_down_t.row_bytes();
   }
   c_.traffic->mlp_used += used;
-  c_.traffic->mlp_dense += w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+  c_.traffic->mlp_dense += w.mlp_bytes();
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ class StreamedMlp final : public MlpProvider {
     WEIR_RETURN_IF_ERROR(streamed_->Forward(layer, x, n, y, c_.pool, policy_, &used));
     std::memcpy(x, y, sizeof(float) * static_cast<size_t>(n) * static_cast<size_t>(cfg.d_model));
     // The model's MLP tensors are stand-ins with the real shapes: their bytes are the dense size.
-    const uint64_t bytes = w.w_gate.nbytes() + w.w_up.nbytes() + w.w_down.nbytes();
+    const uint64_t bytes = w.mlp_bytes();
     c_.traffic->mlp_used += used;
     c_.traffic->mlp_dense += bytes * static_cast<uint64_t>(n);
     return Status::Ok();

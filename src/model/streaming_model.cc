@@ -74,8 +74,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
       // bookkeeping, and on SmolLM2 that cost more than the bytes saved: its column pack at a
       // budget of static + KV + 50 % of the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 /
       // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru, outside a cgroup;
-      // docs/streaming.md, 3.2; inside one of the budget a column pack is still OOM-killed at any
-      // block size).
+      // docs/streaming.md, 3.2). Inside a cgroup of the budget, 64 KiB blocks: 3.3.
       mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
     }
     m->config_.stream.block_bytes = mo.block_bytes;

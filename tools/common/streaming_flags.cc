@@ -88,22 +88,25 @@ Status CheckFitsInMemory(const ModelFlags& mf) {
   std::error_code ec;
   const uintmax_t file_bytes = std::filesystem::file_size(mf.model, ec);
   if (ec) return Status::Ok();  // the loader reports an unreadable file
+  // The cgroup's limit less this process (not less its usage, which counts page cache the
+  // kernel would reclaim), and the machine's MemAvailable.
   std::optional<uint64_t> room = AvailableMemoryBytes();
-  if (std::optional<uint64_t> limit = CgroupMemoryLimit()) {
+  const std::optional<uint64_t> limit = CgroupMemoryLimit();
+  if (limit) {
     const uint64_t rss = ResidentBytes().value_or(0);
     const uint64_t r = *limit > rss ? *limit - rss : 0;
     room = room ? std::min(*room, r) : r;
   }
   if (!room || file_bytes <= *room) return Status::Ok();
-  const uint64_t budget = std::optional<uint64_t>(CgroupMemoryLimit()).value_or(*room);
+  const uint64_t budget = limit.value_or(*room);
   const std::string pack = PackPathFor(mf.model);
   return Status::OutOfMemory(StrFormat(
       "%s: the model needs about %s in memory (its file) but %s is available%s; stream it from "
       "storage instead: `weir pack -m %s -o %s` then `weir run -m %s --memory %s` (or --mmap to "
       "let the page cache hold what it can, slowly)",
       mf.model.c_str(), FormatBytes(file_bytes).c_str(), FormatBytes(*room).c_str(),
-      CgroupMemoryLimit() ? " under this memory cgroup's limit" : "", mf.model.c_str(),
-      pack.c_str(), pack.c_str(),
+      limit ? " under this memory cgroup's limit" : "", mf.model.c_str(), pack.c_str(),
+      pack.c_str(),
       StrFormat("%lluMiB",
                 static_cast<unsigned long long>((budget - CgroupHeadroomBytes(budget)) >> 20))
           .c_str()));
