@@ -47,7 +47,7 @@ bool ChangesTheDisplay(uint32_t cp) {
 std::string Printable(std::string_view text, size_t max_bytes) {
   std::string out;
   out.reserve(text.size() < max_bytes ? text.size() : max_bytes);
-  char buf[16];
+  char buf[24];  // the longest size_t in decimal is 20 digits
   size_t i = 0;
   while (i < text.size()) {
     uint32_t cp = 0;

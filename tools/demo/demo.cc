@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/printable.h"
 #include "common/cli.h"
 #include "common/commands.h"
 #include "format/synth_llama.h"
@@ -56,7 +57,8 @@ int DemoMain(int argc, char** argv) {
 
   std::string path = FindSharedModel("models/stories260K/stories260K.bin");
   std::string which = "real model stories260K (llama2.c checkpoint, 260K parameters, trained on TinyStories)";
-  if (path.empty()) {
+  const bool random_weights = path.empty();
+  if (random_weights) {
     char dir[] = "/tmp/weir_demo_XXXXXX";
     if (!mkdtemp(dir)) return Fail("demo", Status::IoError("cannot create a temporary directory"));
     path = std::string(dir) + "/tiny-random.gguf";
@@ -92,7 +94,9 @@ int DemoMain(int argc, char** argv) {
     prev = id;
     text += piece;
     if (!json) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      // Random weights emit arbitrary byte tokens: escaped, so the terminal gets text.
+      const std::string shown = random_weights ? Printable(piece, piece.size() + 1) : piece;
+      std::fwrite(shown.data(), 1, shown.size(), stdout);
       std::fflush(stdout);
     }
     return true;
