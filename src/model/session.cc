@@ -59,6 +59,12 @@ Status Session::Allocate(const SessionOptions& options) {
                       static_cast<int64_t>(L.n_head_kv) * c.head_dim, L.d_ff});
     }
     WEIR_RETURN_IF_ERROR(policy_->Prepare(dims));
+    for (int l = 0; l < static_cast<int>(c.layers.size()); ++l) {
+      const float* norm = model_.weights().layers[static_cast<size_t>(l)].ffn_norm;
+      if (norm != nullptr) {
+        policy_->SetMlpInputScale(l, std::span<const float>(norm, static_cast<size_t>(c.d_model)));
+      }
+    }
     bool sites[sparsity::kNumSites];
     bool any = false;
     for (int s = 0; s < sparsity::kNumSites; ++s) {

@@ -20,17 +20,17 @@ storage::UnitRead StreamingWeights::BlockRead(const Extent& e, uint64_t block) c
   r.id = storage::MakeUnitId(e.slab, e.kind, block);
   r.partition = e.partition;
   r.device = device_;
-  const uint64_t begin = block * options_.block_bytes;
+  const uint64_t begin = block * e.block_bytes;
   r.offset = e.offset + begin;
-  r.length = static_cast<size_t>(std::min<uint64_t>(options_.block_bytes, e.nbytes - begin));
+  r.length = static_cast<size_t>(std::min<uint64_t>(e.block_bytes, e.nbytes - begin));
   return r;
 }
 
 std::pair<uint64_t, uint64_t> StreamingWeights::BlocksOf(const Group& g, int64_t c0,
                                                          int64_t c1) const {
   const uint64_t b = g.pack.bundle_bytes;
-  return {static_cast<uint64_t>(c0) * b / options_.block_bytes,
-          (static_cast<uint64_t>(c1) * b - 1) / options_.block_bytes};
+  const uint64_t B = g.extent.block_bytes;
+  return {static_cast<uint64_t>(c0) * b / B, (static_cast<uint64_t>(c1) * b - 1) / B};
 }
 
 void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
@@ -193,7 +193,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   }
   if (!oom(h)) return h.status();
   // Transient: read into the slab place without a cache entry; dropped after use.
-  std::byte* dst = e.base + block * options_.block_bytes;
+  std::byte* dst = e.base + block * e.block_bytes;
   const size_t len =
       storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
   slabs_->Reclaim(dst, len);  // a queued release of this place must not zero what is read now
@@ -232,7 +232,7 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
   // bytes. Reservations are made on this thread only, so the check cannot race with one.
   std::vector<std::pair<std::byte*, size_t>> still;
   for (const auto& [p, bytes] : batch->transient) {
-    const uint64_t block = static_cast<uint64_t>(p - e.base) / options_.block_bytes;
+    const uint64_t block = static_cast<uint64_t>(p - e.base) / e.block_bytes;
     if (block < keep_from_block) {
       if (!cache_->Contains(storage::MakeUnitId(e.slab, e.kind, block))) slabs_->Discard(p, bytes);
     } else {

@@ -27,6 +27,7 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
   if (weight_bytes != nullptr) *weight_bytes = 0;
   if (g.columns) {
     Prefetch(layer);
+    single_token_ = n == 1;
     for (int t = 0; t < n; ++t) {
       const size_t at = static_cast<size_t>(t) * d_model_;
       WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));

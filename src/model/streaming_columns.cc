@@ -109,8 +109,9 @@ void StreamingWeights::QueueMissing(const Extent& e, const std::vector<uint64_t>
   }
 }
 
-void StreamingWeights::AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const {
-  const uint64_t B = options_.block_bytes;
+void StreamingWeights::AddBlocks(const Extent& x, uint64_t begin, uint64_t end,
+                                 std::vector<uint64_t>* blocks) const {
+  const uint64_t B = x.block_bytes;
   uint64_t b0 = begin / B;
   const uint64_t b1 = (end - 1) / B;
   if (!blocks->empty() && blocks->back() >= b0 && blocks->back() <= b1) b0 = blocks->back() + 1;
@@ -138,7 +139,7 @@ uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
     const int64_t n = input ? g.pack.d_model : g.pack.d_ff;
     for (int64_t k = 0; k < n; ++k) {
       const auto [b, e] = input ? InputColumn(g, k, j) : DownColumn(g, k, j);
-      AddBlocks(b, e, &blocks);
+      AddBlocks(input ? g.in : g.extent, b, e, &blocks);
     }
     SortBlocks(&blocks);
     most = std::max<uint64_t>(most, blocks.size());
@@ -159,7 +160,7 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
                        except);
   auto resident = [&](uint64_t b) { return (block_words_[b / 64] >> (b % 64)) & 1; };
   std::fill(cache_words_.begin(), cache_words_.end(), 0);
-  const uint64_t B = options_.block_bytes;
+  const uint64_t B = e.block_bytes;
   for (int64_t k = 0; k < channels; ++k) {
     const auto [begin, end] = range(k);
     bool all = true;
@@ -204,10 +205,100 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
   blocks.clear();
   for (int64_t k = 0; k < in.size(); ++k) {
     const auto [b, e] = InputColumn(g, in[k], j);
-    AddBlocks(b, e, &blocks);
+    AddBlocks(g.in, b, e, &blocks);
   }
   SortBlocks(&blocks);
   QueueMissing(g.in, blocks, 0, &predicted_);
+}
+
+std::pair<uint64_t, uint64_t> StreamingWeights::InputRecord(const Group& g, int64_t i) const {
+  return {InputColumn(g, i, 0).first, InputColumn(g, i, g.pack.n_layers - 1).second};
+}
+
+bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const {
+  if (policy == nullptr || !single_token_ || g.sparse || !policy->MayPrune(Site::kMlpIn)) {
+    return false;
+  }
+  // The policy's spans must be the pack's groups: a span starts at the group's first layer and
+  // covers it (the last group may be shorter).
+  const int span = policy->info().mlp_in_span;
+  const format::PackGroup& pg = g.pack;
+  return span > 1 && pg.n_layers > 1 && pg.first_layer % span == 0 && pg.n_layers <= span &&
+         (pg.n_layers == span || pg.first_layer + pg.n_layers == n_layers_);
+}
+
+void StreamingWeights::ReleaseSpan() {
+  if (span_group_ < 0) return;
+  Group& g = groups_[static_cast<size_t>(span_group_)];
+  Release(&span_in_, UINT64_MAX, g.in);
+  Release(&span_down_, UINT64_MAX, g.extent);
+  span_in_ = Batch();
+  span_down_ = Batch();
+  span_group_ = -1;
+}
+
+Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
+                                     sparsity::SparsityPolicy* policy) {
+  ReleaseSpan();
+  const int d = g.pack.d_model;
+  // DIP-CA's mask counts a channel as cached when its whole record (every layer's rows) is.
+  const sparsity::CacheStateView* cache =
+      policy->info().cache_aware
+          ? ColumnCacheState(g.in, d, [&](int64_t i) { return InputRecord(g, i); })
+          : nullptr;
+  policy->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
+                      cache, &sel_in_);
+  blocks_.clear();
+  for (int64_t k = 0; k < sel_in_.size(); ++k) {
+    const auto [b, e] = InputRecord(g, sel_in_[k]);
+    AddBlocks(g.in, b, e, &blocks_);
+  }
+  SortBlocks(&blocks_);
+  const bool whole_down = !policy->MayPrune(Site::kMlpDown);
+  const std::vector<uint64_t> none;
+  const std::vector<uint64_t>& down = whole_down ? all_down_blocks_ : none;
+  const size_t n_down = whole_down ? static_cast<size_t>(g.extent.n_blocks) : 0;
+  // Both lists go to the I/O thread before either is claimed, so that it reads on while the
+  // compute waits for the first blocks.
+  if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
+  if (!g.extent.held && n_down > 0) {
+    std::vector<uint64_t>& d_blocks = next_blocks_;
+    d_blocks.assign(down.begin(), down.begin() + static_cast<ptrdiff_t>(n_down));
+    QueueMissing(g.extent, d_blocks, 0, nullptr);
+  }
+  span_group_ = g.pack.index;
+  WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
+  if (n_down > 0) {
+    next_blocks_.assign(down.begin(), down.begin() + static_cast<ptrdiff_t>(n_down));
+    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
+  }
+  DropPredictions();  // what the previous group predicted and this one did not keep
+  PredictNextGroup(g, sel_in_, whole_down);
+  return Status::Ok();
+}
+
+void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexList& in,
+                                        bool whole_down) {
+  if (options_.prefetch_layers < 0) return;
+  const size_t next = static_cast<size_t>(g.pack.index) + 1;
+  if (next >= groups_.size()) return;
+  Group& n = groups_[next];
+  if (!n.columns || n.sparse) return;
+  std::vector<uint64_t>& blocks = next_blocks_;
+  blocks.clear();
+  if (!n.in.held) {
+    for (int64_t k = 0; k < in.size(); ++k) {
+      const auto [b, e] = InputRecord(n, in[k]);
+      AddBlocks(n.in, b, e, &blocks);
+    }
+    SortBlocks(&blocks);
+    QueueMissing(n.in, blocks, 0, &predicted_);
+  }
+  if (whole_down && !n.extent.held) {
+    blocks.assign(all_down_blocks_.begin(),
+                  all_down_blocks_.begin() + static_cast<ptrdiff_t>(n.extent.n_blocks));
+    QueueMissing(n.extent, blocks, 0, &predicted_);
+  }
 }
 
 void StreamingWeights::DropPredictions() {
@@ -235,8 +326,26 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   if (resident_mode_ && !g.in.held) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
   if (resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
 
+  // Span mode: the group's first layer selects and pins the records of every layer of the group;
+  // the others compute from them (the policy gives them the same selection).
+  const bool span = SpanMode(g, policy);
+  if (span_group_ >= 0 && (!span || (j > 0 && span_group_ != pg.index))) ReleaseSpan();
+  if (span && j == 0) {
+    if (Status st = AcquireSpan(g, layer, x, policy); !st.ok()) {
+      ReleaseSpan();
+      return st;
+    }
+  }
+  const bool held = span && span_group_ == pg.index;
+  const bool down_held = held && !policy->MayPrune(Site::kMlpDown);
+
   // Input columns, cache-aware for DIP-CA.
-  if (policy != nullptr && policy->MayPrune(Site::kMlpIn)) {
+  if (held && j == 0) {
+    // Selected by AcquireSpan.
+  } else if (held) {
+    policy->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
+                        nullptr, &sel_in_);
+  } else if (policy != nullptr && policy->MayPrune(Site::kMlpIn)) {
     const sparsity::CacheStateView* cache =
         policy->info().cache_aware
             ? ColumnCacheState(g.in, d, [&](int64_t i) { return InputColumn(g, i, j); })
@@ -255,11 +364,15 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     idx_gate[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kGateT));
     idx_up[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kUpT));
     coef[k] = x[i];
+    if (held) continue;
     const auto [b, e] = InputColumn(g, i, j);
-    AddBlocks(b, e, &blocks_);
+    AddBlocks(g.in, b, e, &blocks_);
   }
-  SortBlocks(&blocks_);
-  {
+  if (held) {
+    WEIR_RETURN_IF_ERROR(ColumnProduct(g, true, idx_gate, coef, n_in, gate, pool, &used));
+    WEIR_RETURN_IF_ERROR(ColumnProduct(g, true, idx_up, coef, n_in, up, pool, &used));
+  } else {
+    SortBlocks(&blocks_);
     Batch batch;
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
     DropPredictions();  // this layer's predicted blocks are claimed; the rest was mispredicted
@@ -290,22 +403,26 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     const int32_t c = sel_down_[k];
     idx_down[k] = static_cast<int32_t>(pg.DownRow(c, j));
     coef[k] = h[c];
+    if (down_held) continue;
     const auto [b, e] = DownColumn(g, c, j);
-    AddBlocks(b, e, &blocks_);
+    AddBlocks(g.extent, b, e, &blocks_);
   }
-  SortBlocks(&blocks_);
-  {
+  if (down_held) {
+    WEIR_RETURN_IF_ERROR(ColumnProduct(g, false, idx_down, coef, n_down, out, pool, &used));
+  } else {
+    SortBlocks(&blocks_);
     Batch batch;
     // This layer's missing down columns are queued first, then the next layer's predicted
     // input columns, so that the I/O thread reads in the order the compute needs them.
     if (!g.extent.held) QueueMissing(g.extent, blocks_, 0, nullptr);
-    if (policy != nullptr && sparse_mlp_) PredictNextLayer(layer, sel_in_);
+    if (policy != nullptr && sparse_mlp_ && !held) PredictNextLayer(layer, sel_in_);
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
     const Status st = ColumnProduct(g, false, idx_down, coef, n_down, out, pool, &used);
     Release(&batch, UINT64_MAX, g.extent);
     WEIR_RETURN_IF_ERROR(st);
   }
   if (weight_bytes != nullptr) *weight_bytes += used;
+  if (held && j == pg.n_layers - 1) ReleaseSpan();
   Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
   return Status::Ok();
 }

@@ -77,11 +77,21 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
       // docs/streaming.md, 3.2). Inside a cgroup of the budget, 64 KiB blocks: 3.3.
       mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
     }
+    if (mo.input_block_bytes == 0 && format::IsColumnLayout(pack.layout()) &&
+        pack.group_size() > 1) {
+      // A column pack grouped by layers stores an input channel's rows for all layers of its
+      // group as one record of several pages (SmolLM2, --group 4: 7,680 bytes). With a span
+      // selection (dip span=N) whole records are kept or skipped, and 4 KiB blocks let the bytes
+      // read follow them; the I/O thread still merges neighbouring blocks into large reads.
+      mo.input_block_bytes = size_t{4} << 10;
+    }
     m->config_.stream.block_bytes = mo.block_bytes;
+    m->config_.stream.input_block_bytes = mo.input_block_bytes;
     WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));
+    const uint64_t in_block = mo.input_block_bytes > 0 ? mo.input_block_bytes : mo.block_bytes;
     for (const format::PackGroup& g : pack.groups()) {
       m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes +
-                          (g.in_nbytes + mo.block_bytes - 1) / mo.block_bytes;
+                          (g.in_nbytes + in_block - 1) / in_block;
     }
     m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
     for (const format::PackTensor& t : pack.static_tensors()) {

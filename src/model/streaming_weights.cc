@@ -40,6 +40,11 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     return Status::InvalidArgument(StrFormat(
         "streaming: block size %zu is not a positive multiple of 4096", options.block_bytes));
   }
+  if (options.input_block_bytes % kPage != 0) {
+    return Status::InvalidArgument(
+        StrFormat("streaming: input-column block size %zu is not a multiple of 4096",
+                  options.input_block_bytes));
+  }
   if (options.lane_channels < 0 || options.lane_channels % format::kBundleChunk != 0) {
     return Status::InvalidArgument(
         StrFormat("streaming: lane size %d is not a positive multiple of %d (a bundle chunk)",
@@ -81,6 +86,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     s->lane_channels_ = std::max(chunk, static_cast<int>((1 << 20) / widest) / chunk * chunk);
   }
   const uint64_t B = options.block_bytes;
+  const uint64_t B_in = options.input_block_bytes > 0 ? options.input_block_bytes : B;
   std::vector<storage::SlabPlacement::Slab> slabs;
   int64_t max_rows = 0, max_ff = 0, max_lanes = 0;
   for (const format::PackGroup& pg : pack.groups()) {
@@ -89,17 +95,19 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     g.columns = format::IsColumnLayout(pg.layout);
     g.sparse = pg.layout == format::PackLayout::kSparseColumns;
     g.n_lanes = g.columns ? 0 : (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
-    auto add_extent = [&](Extent& e, uint32_t kind, uint64_t offset, uint64_t nbytes) {
+    auto add_extent = [&](Extent& e, uint32_t kind, uint64_t offset, uint64_t nbytes,
+                          uint64_t block) {
       e.slab = static_cast<uint32_t>(slabs.size());
       e.kind = kind;
       e.partition = s->PartitionOf(pg.index);
       e.offset = offset;
       e.nbytes = nbytes;
-      e.n_blocks = (nbytes + B - 1) / B;
-      slabs.push_back({nbytes, B});
+      e.block_bytes = block;
+      e.n_blocks = (nbytes + block - 1) / block;
+      slabs.push_back({nbytes, block});
     };
-    add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes);
-    if (g.columns) add_extent(g.in, kInputBlockKind, pg.in_offset, pg.in_nbytes);
+    add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes, B);
+    if (g.columns) add_extent(g.in, kInputBlockKind, pg.in_offset, pg.in_nbytes, B_in);
     const int64_t rows = g.columns ? std::max(pg.in_rows(), pg.down_rows()) : pg.rows();
     if (rows > INT32_MAX) {
       return Status::Unsupported(
@@ -131,6 +139,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
       e.partition = s->PartitionOf(s->group_of_[static_cast<size_t>(l)]);
       e.offset = begin;
       e.nbytes = end - begin;
+      e.block_bytes = B;
       e.n_blocks = (e.nbytes + B - 1) / B;
       slabs.push_back({e.nbytes, B});
       s->max_attention_bytes_ = std::max(s->max_attention_bytes_, e.n_blocks * B);
@@ -138,7 +147,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     }
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
-    if (!storage::UnitIdFits(i, kInputBlockKind, (slabs[i].bytes + B - 1) / B)) {
+    const uint64_t unit = slabs[i].unit_bytes;
+    if (!storage::UnitIdFits(i, kInputBlockKind, (slabs[i].bytes + unit - 1) / unit)) {
       return Status::Unsupported(
           StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
     }
@@ -201,8 +211,13 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     if (g.columns) {
       // A layer's columns are pinned together: the transient reserve and staging hold them.
       charge(g.in);
+      const uint64_t in_bytes = s->MaxLayerBlocks(g, true) * g.in.block_bytes;
+      const uint64_t down_bytes = s->MaxLayerBlocks(g, false) * g.extent.block_bytes;
+      // A group of several layers may be pinned whole in span mode: its records and its down
+      // columns at once.
       s->max_lane_bytes_ = std::max(
-          s->max_lane_bytes_, std::max(s->MaxLayerBlocks(g, true), s->MaxLayerBlocks(g, false)) * B);
+          s->max_lane_bytes_,
+          g.pack.n_layers > 1 ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
     }
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * s->lane_channels_;
@@ -244,6 +259,10 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     uint64_t max_blocks = 0;
     for (const Group& g : s->groups_) max_blocks = std::max({max_blocks, g.in.n_blocks, g.extent.n_blocks});
     s->blocks_.reserve(static_cast<size_t>(max_blocks));
+    uint64_t max_down = 0;
+    for (const Group& g : s->groups_) max_down = std::max(max_down, g.extent.n_blocks);
+    s->all_down_blocks_.resize(static_cast<size_t>(max_down));
+    for (uint64_t b = 0; b < max_down; ++b) s->all_down_blocks_[static_cast<size_t>(b)] = b;
     s->next_blocks_.reserve(static_cast<size_t>(max_blocks));
     s->block_words_.resize(static_cast<size_t>((max_blocks + 63) / 64));
     s->cache_words_.resize(static_cast<size_t>((max_ff + 63) / 64));
@@ -254,6 +273,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
 StreamingWeights::~StreamingWeights() {
   if (prefetcher_) prefetcher_->Shutdown();
   attention_batch_ = Batch();
+  span_in_ = Batch();
+  span_down_ = Batch();
   for (Group& g : groups_) {
     g.extent.pins.clear();
     g.in.pins.clear();
@@ -276,7 +297,8 @@ uint64_t StreamingWeights::fixed_bytes() const {
              n += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
            return n;
          }() +
-         (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
+         (blocks_.capacity() + next_blocks_.capacity() + all_down_blocks_.capacity()) *
+             sizeof(uint64_t) +
          (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
          3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t) +
          std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_) +
@@ -339,9 +361,13 @@ void StreamingWeights::BeginToken() {
   ++stats_.tokens;
 }
 
-void StreamingWeights::ResetSequence() { cache_->ResetSequence(); }
+void StreamingWeights::ResetSequence() {
+  ReleaseSpan();
+  cache_->ResetSequence();
+}
 
 Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
+  ReleaseSpan();
   // Leaving resident mode: unpin everything so the cache can evict.
   for (Group& g : groups_) {
     for (Extent* e : {&g.extent, &g.in}) {

@@ -94,6 +94,10 @@ struct StreamingOptions {
   // "proportional": shares by group size; "shared": one pool for all groups.
   std::string partitions = "uniform";
   size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
+  // Column layout: the cached unit of the input columns (0 = block_bytes). A pack grouped by
+  // layers holds an input channel's rows for every layer of its group in one record of several
+  // pages; 4 KiB blocks let a span selection (dip span=N) read just the kept records.
+  size_t input_block_bytes = 0;
   int lane_channels = 0;         // channels per partial sum of W_down (a multiple of the
                                  // bundle chunk, 32); 0 = about 1 MiB of bundles
   int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current;
@@ -204,6 +208,7 @@ class StreamingWeights {
     uint64_t nbytes = 0;
     std::byte* base = nullptr;
     uint64_t n_blocks = 0;
+    uint64_t block_bytes = 0;                // its cached unit (a multiple of 4 KiB)
     uint64_t charge = 0;                     // cache charge of all its blocks
     bool held = false;                       // resident mode: every block pinned below
     std::vector<storage::CacheHandle> pins;  // resident mode
@@ -248,7 +253,8 @@ class StreamingWeights {
   Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, bool queued, Batch* batch);
   // Appends the blocks of e holding bytes [begin, end) of it (a block equal to the last one is
   // not repeated; the list is sorted and made unique after the calls, SortBlocks).
-  void AddBlocks(uint64_t begin, uint64_t end, std::vector<uint64_t>* blocks) const;
+  void AddBlocks(const Extent& e, uint64_t begin, uint64_t end,
+                 std::vector<uint64_t>* blocks) const;
   // Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
   // up^T rows) / neuron c of its layer j.
   std::pair<uint64_t, uint64_t> InputColumn(const Group& g, int64_t i, int j) const;
@@ -269,6 +275,17 @@ class StreamingWeights {
       const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range);
   // Queues the blocks of layer + 1's input columns `in` (cross-layer preloading).
   void PredictNextLayer(int layer, const sparsity::IndexList& in);
+  // Span mode (streaming_columns.cc): a policy that selects the input channels once per group
+  // (dip span=N with N = the pack's --group), one token at a time. The group's first layer pins
+  // the kept channels' records for all its layers (and, when W_down is kept whole, the group's
+  // down columns) until its last layer, and queues the next group's records for the same
+  // channels (cross-layer preloading, ActiveFlow §3.2).
+  bool SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const;
+  Status AcquireSpan(Group& g, int layer, const float* x, sparsity::SparsityPolicy* policy);
+  void PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool whole_down);
+  void ReleaseSpan();
+  // Byte range of input channel i's record: its gate^T and up^T rows for every layer of g.
+  std::pair<uint64_t, uint64_t> InputRecord(const Group& g, int64_t i) const;
   // Releases the predicted blocks that were not used.
   void DropPredictions();
   // Blocks of e the columns of one layer can need at most (the transient reserve).
@@ -342,6 +359,10 @@ class StreamingWeights {
   std::vector<uint64_t> block_words_, cache_words_;
   sparsity::CacheStateView cache_view_;
   std::vector<storage::UnitId> predicted_;  // blocks queued by PredictNextLayer
+  Batch span_in_, span_down_;  // span mode: the group's pinned input records and down columns
+  int span_group_ = -1;        // the group they belong to (-1: none held)
+  bool single_token_ = false;  // the Forward call at hand has one token (span mode needs it)
+  std::vector<uint64_t> all_down_blocks_;  // 0 .. the largest down extent's blocks
 
   mutable std::mutex stats_mu_;
   StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)

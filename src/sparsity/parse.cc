@@ -99,8 +99,8 @@ Result<std::unique_ptr<SparsityPolicy>> ParseSparsity(const std::string& spec,
   }
 
   // Options.
-  std::map<std::string, std::string> allowed_help = {{"dip", "up, down"},
-                                                     {"dip-ca", "up, down, gamma"}};
+  std::map<std::string, std::string> allowed_help = {{"dip", "up, down, span"},
+                                                     {"dip-ca", "up, down, gamma, span"}};
   std::map<std::string, double> opts;
   for (size_t i = 1; i < parts.size(); ++i) {
     const std::string& kv = parts[i];
@@ -109,8 +109,9 @@ Result<std::unique_ptr<SparsityPolicy>> ParseSparsity(const std::string& spec,
       return Err(spec, "option '" + kv + "' is not key=value");
     }
     std::string key = kv.substr(0, eq), value = kv.substr(eq + 1);
-    const bool ok_key = (name == "dip" && (key == "up" || key == "down")) ||
-                        (name == "dip-ca" && (key == "up" || key == "down" || key == "gamma"));
+    const bool ok_key =
+        (name == "dip" && (key == "up" || key == "down" || key == "span")) ||
+        (name == "dip-ca" && (key == "up" || key == "down" || key == "gamma" || key == "span"));
     if (!ok_key) {
       auto help = allowed_help.find(name);
       return Err(spec, "unknown option '" + key + "' for " + name + "; " +
@@ -120,7 +121,11 @@ Result<std::unique_ptr<SparsityPolicy>> ParseSparsity(const std::string& spec,
     if (opts.count(key)) return Err(spec, "option '" + key + "' given twice");
     double v;
     if (!ParseNumber(value, &v)) return Err(spec, key + "='" + value + "' is not a number");
-    if (key == "gamma" ? !(v >= 0.0 && v <= 1.0) : !(v > 0.0 && v <= 1.0)) {
+    if (key == "span") {
+      if (!(v >= 1.0 && v <= 1024.0) || v != static_cast<double>(static_cast<int>(v))) {
+        return Err(spec, "span=" + value + " is not a whole number of layers from 1 to 1024");
+      }
+    } else if (key == "gamma" ? !(v >= 0.0 && v <= 1.0) : !(v > 0.0 && v <= 1.0)) {
       return Err(spec, key + "=" + value + " is outside " + (key == "gamma" ? "[0, 1]" : "(0, 1]"));
     }
     opts[key] = v;
@@ -195,8 +200,11 @@ Result<std::unique_ptr<SparsityPolicy>> ParseSparsity(const std::string& spec,
     info.target_mlp_density = DipMlpDensity(a);
     c.mlp_in = TopK(a.up_keep, ca);
     c.down = TopK(a.down_keep, ca);
+    if (opts.count("span")) c.mlp_in.span = static_cast<int>(opts["span"]);
+    info.mlp_in_span = c.mlp_in.span;
     info.spec += ",up=" + Fmt(a.up_keep) + ",down=" + Fmt(a.down_keep);
     if (ca) info.spec += ",gamma=" + Fmt(info.gamma);
+    if (c.mlp_in.span > 1) info.spec += ",span=" + std::to_string(c.mlp_in.span);
   }
   return std::unique_ptr<SparsityPolicy>(new RulePolicy(std::move(c)));
 }

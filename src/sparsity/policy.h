@@ -47,6 +47,7 @@ struct PolicyInfo {
   double down_keep = 1.0;           // fraction of kMlpDown columns kept
   bool cache_aware = false;         // reads the cache state (DIP-CA)
   float gamma = 1.0f;               // DIP-CA penalty for uncached columns
+  int mlp_in_span = 1;              // layers sharing one up/gate selection (dip span=N)
   std::string ToString() const;     // one line for logs and tables
 };
 
@@ -67,6 +68,15 @@ class SparsityPolicy {
   // False when the site always yields all() under this policy (the engine may skip the call).
   virtual bool MayPrune(Site site) const = 0;
 
+  // The per-channel scale the engine applies to kMlpIn's input after RMS normalization (the
+  // layer's ffn_norm weights), for each layer, after Prepare. A span selection (span=N) uses
+  // them to predict the inputs of the span's later layers from its first layer's. Optional:
+  // without them the first layer's |x| decides alone.
+  virtual void SetMlpInputScale(int layer, std::span<const float> scale) {
+    (void)layer;
+    (void)scale;
+  }
+
   // Selection at kAttnIn, kAttnOut or kMlpIn from the site's input x [width]. kMlpDown is also
   // accepted when unit_predictor() is kNone (it equals SelectDown with all units computed).
   virtual void SelectInput(int layer, Site site, std::span<const float> x,
@@ -79,8 +89,10 @@ class SparsityPolicy {
 };
 
 // Builds a policy from `--sparsity` syntax: NAME[:DENSITY][,key=value...]
-//   dense | glu:D | gate:D | up:D | cats:D | teal:D | topk-all:D | dip:D[,up=U][,down=W]
-//   | dip-ca:D[,up=U][,down=W][,gamma=G]
+//   dense | glu:D | gate:D | up:D | cats:D | teal:D | topk-all:D | dip:D[,up=U][,down=W][,span=N]
+//   | dip-ca:D[,up=U][,down=W][,gamma=G][,span=N]
+// span=N (an integer, 1 to 1024): the up/gate columns are chosen at layers 0, N, 2N, ... and kept
+// for the N - 1 layers after (cross-layer channel groups, paper 002 §3.2).
 // cats and teal need `calib`; the others ignore it. Errors name the spec and the bad part.
 Result<std::unique_ptr<SparsityPolicy>> ParseSparsity(const std::string& spec,
                                                       const Calibration* calib);

@@ -1,6 +1,7 @@
 #include "sparsity/rule_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 namespace weir::sparsity {
 
@@ -11,6 +12,7 @@ std::string PolicyInfo::ToString() const {
   if (units_keep < 1) s += StrFormat(", units keep %.4f", units_keep);
   if (down_keep < 1) s += StrFormat(", down columns keep %.4f", down_keep);
   if (cache_aware) s += StrFormat(", cache-aware gamma %.3g", gamma);
+  if (mlp_in_span > 1) s += StrFormat(", up/gate selection per %d layers", mlp_in_span);
   return s;
 }
 
@@ -82,6 +84,12 @@ Status RulePolicy::Prepare(std::span<const LayerDims> layers) {
   }
   dims_.assign(layers.begin(), layers.end());
   selector_.Reserve(widest);
+  span_width_ = widest;
+  mlp_scale_.assign(layers.size(), {});
+  span_score_.assign(static_cast<size_t>(widest), 0.0f);
+  span_sel_.clear();
+  span_layer_ = -1;
+  span_call_ = 0;
   return Status::Ok();
 }
 
@@ -110,7 +118,59 @@ void RulePolicy::SelectInput(int layer, Site site, std::span<const float> x,
   const int64_t width = SiteWidth(Dims(layer), site);
   WEIR_CHECK(static_cast<int64_t>(x.size()) == width);
   if (site == Site::kMlpDown) WEIR_CHECK(c_.predictor == UnitPredictor::kNone);
-  Apply(RuleFor(site), layer, x, Magnitude::kAbs, cache, out);
+  const SiteRule& rule = RuleFor(site);
+  if (site != Site::kMlpIn || rule.span <= 1) {
+    Apply(rule, layer, x, Magnitude::kAbs, cache, out);
+    return;
+  }
+  // Cross-layer span: the first layer of the span selects, the others reuse its selection for
+  // the same token (the k-th call of a layer is the k-th token of the batch).
+  if (layer != span_layer_) {
+    span_layer_ = layer;
+    span_call_ = 0;
+  }
+  const size_t k = span_call_++;
+  if (layer % rule.span == 0) {
+    if (span_sel_.size() <= k) span_sel_.emplace_back(span_width_);
+    Apply(rule, layer, SpanScores(layer, rule.span, x), Magnitude::kAbs, cache, &span_sel_[k]);
+    out->CopyFrom(span_sel_[k]);
+    span_first_ = layer;
+    span_count_ = k + 1;
+    return;
+  }
+  // A span whose first layer was not seen for this token (a pass that started mid-span, or a
+  // larger batch than the first layer's) selects afresh rather than reuse another token's.
+  if (span_first_ == layer - layer % rule.span && k < span_count_ &&
+      span_sel_[k].universe() == width) {
+    out->CopyFrom(span_sel_[k]);
+  } else {
+    Apply(rule, layer, x, Magnitude::kAbs, cache, out);
+  }
+}
+
+void RulePolicy::SetMlpInputScale(int layer, std::span<const float> scale) {
+  WEIR_CHECK(static_cast<int64_t>(scale.size()) == Dims(layer).d_model);
+  mlp_scale_[static_cast<size_t>(layer)].assign(scale.begin(), scale.end());
+}
+
+std::span<const float> RulePolicy::SpanScores(int layer, int span, std::span<const float> x) {
+  // x_i = r_i * s_first,i with r the normalized residual, which changes little from layer to
+  // layer; layer l of the span will see about r_i * s_l,i. A channel is worth its largest
+  // predicted magnitude over the span's layers: |r_i| * max_l |s_l,i|.
+  const int n_layers = static_cast<int>(mlp_scale_.size());
+  const std::vector<float>& first = mlp_scale_[static_cast<size_t>(layer)];
+  if (first.size() != x.size()) return x;  // no scales: the first layer's |x| decides
+  const size_t n = x.size();
+  for (size_t i = 0; i < n; ++i) {
+    float most = 0.0f;
+    for (int l = layer; l < std::min(layer + span, n_layers); ++l) {
+      const std::vector<float>& s = mlp_scale_[static_cast<size_t>(l)];
+      if (s.size() == n) most = std::max(most, std::fabs(s[i]));
+    }
+    const float r = first[i] != 0.0f ? x[i] / first[i] : 0.0f;
+    span_score_[i] = std::fabs(r) * most;
+  }
+  return {span_score_.data(), n};
 }
 
 void RulePolicy::SelectUnits(int layer, std::span<const float> pre, IndexList* out) {

@@ -27,6 +27,11 @@ struct SiteRule {
   bool cache_aware = false;       // kTopK: DIP-CA scores with PolicyInfo::gamma
   std::vector<float> thresholds;  // kThreshold: one per layer
   std::vector<int64_t> widths;    // kThreshold: calibrated width per layer (checked by Prepare)
+  // kMlpIn only: a selection made at a layer l with l % span == 0 is reused, token by token, by
+  // the next span - 1 layers (ActiveFlow's cross-layer channel groups, paper 002 §3.2): one
+  // choice per group of layers, so a streamed pack reads a channel's records for the whole group
+  // at once or not at all.
+  int span = 1;
 };
 
 struct PolicyConfig {
@@ -48,6 +53,7 @@ class RulePolicy final : public SparsityPolicy {
   Status Prepare(std::span<const LayerDims> layers) override;
   UnitPredictor unit_predictor() const override { return c_.predictor; }
   bool MayPrune(Site site) const override;
+  void SetMlpInputScale(int layer, std::span<const float> scale) override;
   void SelectInput(int layer, Site site, std::span<const float> x, const CacheStateView* cache,
                    IndexList* out) override;
   void SelectUnits(int layer, std::span<const float> pre, IndexList* out) override;
@@ -59,10 +65,23 @@ class RulePolicy final : public SparsityPolicy {
   void Apply(const SiteRule& rule, int layer, std::span<const float> x, Magnitude mag,
              const CacheStateView* cache, IndexList* out);
   const LayerDims& Dims(int layer) const;
+  // The scores a span-first layer selects by (x itself without scales).
+  std::span<const float> SpanScores(int layer, int span, std::span<const float> x);
 
   PolicyConfig c_;
   std::vector<LayerDims> dims_;  // set by Prepare
   Selector selector_;
+  // The span's selections, one per token of the batch in call order (c_.mlp_in.span > 1): a
+  // layer's calls come token by token, so the k-th call of a layer reuses the k-th selection of
+  // its span's first layer. Grows to the largest batch once.
+  std::vector<IndexList> span_sel_;
+  int span_layer_ = -1;  // the layer of the last kMlpIn call
+  size_t span_call_ = 0;  // calls so far at span_layer_
+  int span_first_ = -1;   // the span-first layer span_sel_ holds, and its number of tokens
+  size_t span_count_ = 0;
+  int64_t span_width_ = 0;
+  std::vector<std::vector<float>> mlp_scale_;  // per layer (SetMlpInputScale), or empty
+  std::vector<float> span_score_;              // [d_model] the span-first layer's scores
 };
 
 }  // namespace weir::sparsity

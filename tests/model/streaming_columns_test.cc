@@ -141,6 +141,48 @@ TEST(StreamingColumnsTest, SparseStreamedEqualsResidentAndTheGgufSparsePath) {
   }
 }
 
+// Span mode (dip span=N on a pack grouped by N layers): the group's first layer pins the kept
+// channels' records for all its layers (and W_down whole when down=1), the next group's records
+// are read ahead by prediction. The logits equal the resident run's and the GGUF session's with
+// the same policy, bit for bit, at every budget and policy.
+TEST(StreamingColumnsTest, SpanSelectionOverGroupedRecordsEqualsResidentAndTheGguf) {
+  ThreadPool pool(2);
+  const int steps = 5;
+  for (DType type : {DType::kF32, DType::kQ8_0}) {
+    const Files f = MakeFiles(type, /*group=*/2);
+    for (const char* spec : {"dip:0.6,down=1,span=2", "dip:0.5,span=2", "dip-ca:0.6,down=1,span=2"}) {
+      SCOPED_TRACE(std::string(DTypeName(type)) + " " + spec);
+      auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), spec, &pool, steps);
+      ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+      auto gguf = RunGguf(f.gguf, spec, &pool, steps);
+      ASSERT_TRUE(gguf.ok()) << gguf.status().ToString();
+      if (std::string(spec).find("down=1") == std::string::npos) {
+        EXPECT_TRUE(Same(resident->trace, *gguf));
+      } else {  // W_down whole: the GGUF session runs its dense kernel there (another sum order)
+        double err = 0, ref = 0;
+        for (size_t i = 0; i < gguf->logits.size(); ++i) {
+          err = std::max<double>(err, std::fabs(gguf->logits[i] - resident->trace.logits[i]));
+          ref = std::max<double>(ref, std::fabs(gguf->logits[i]));
+        }
+        EXPECT_LT(err / ref, type == DType::kF32 ? 1e-5 : 0.05);
+      }
+      const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
+      for (const char* policy : {"lru", "mru", "lfu"}) {
+        auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, policy), spec, &pool, 0);
+        ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+        const uint64_t minimum = probe->plan.minimum();
+        for (uint64_t budget : {minimum, minimum + model_bytes / 8, minimum + model_bytes / 2}) {
+          SCOPED_TRACE(std::string(policy) + " budget " + std::to_string(budget));
+          auto got = RunPack(f.pack, Memory(f.pack), Config(budget, policy), spec, &pool, steps);
+          ASSERT_TRUE(got.ok()) << got.status().ToString();
+          if (std::string(spec).starts_with("dip-ca") && budget != minimum) continue;
+          EXPECT_TRUE(Same(got->trace, resident->trace));
+        }
+      }
+    }
+  }
+}
+
 // A pack whose channels and neurons are stored in an activation order (weir pack --calib) gives
 // the same logits bit for bit: the products still sum the kept columns in channel order, only
 // where each column lies in the file changes (and so which columns share a block).

@@ -361,3 +361,64 @@ TEST(PolicyTest, SelectInputAtMlpDownEqualsSelectDownWithoutPredictor) {
 
 }  // namespace
 }  // namespace weir::sparsity
+
+namespace weir::sparsity {
+namespace {
+
+std::vector<int32_t> MlpIn(SparsityPolicy& p, int layer, const std::vector<float>& x) {
+  IndexList out(256);
+  p.SelectInput(layer, Site::kMlpIn, x, nullptr, &out);
+  return ToVector(out);
+}
+
+TEST(PolicyTest, SpanReusesTheFirstLayersSelectionTokenByToken) {
+  // 3 layers, span 2: layer 0 selects, layer 1 reuses it, layer 2 starts a new span.
+  auto span = Make("dip:0.6,span=2", nullptr);
+  auto plain = Make("dip:0.6", nullptr);
+  ASSERT_TRUE(span && plain);
+  EXPECT_EQ(span->info().mlp_in_span, 2);
+  EXPECT_NE(span->info().spec.find("span=2"), std::string::npos);
+  // A batch of two tokens: each layer's calls come token by token.
+  const std::vector<float> x0a = Act(0, 0, 2), x0b = Act(1, 0, 2);
+  const std::vector<float> x1a = Act(0, 1, 2), x1b = Act(1, 1, 2);
+  const std::vector<float> x2a = Act(0, 2, 2);
+  const auto s0a = MlpIn(*span, 0, x0a), s0b = MlpIn(*span, 0, x0b);
+  EXPECT_EQ(s0a, MlpIn(*plain, 0, x0a));
+  EXPECT_EQ(s0b, MlpIn(*plain, 0, x0b));
+  ASSERT_NE(s0a, s0b);
+  EXPECT_EQ(MlpIn(*span, 1, x1a), s0a);  // token a keeps its own span selection ...
+  EXPECT_EQ(MlpIn(*span, 1, x1b), s0b);  // ... and token b its own
+  EXPECT_NE(MlpIn(*plain, 1, x1a), s0a);
+  EXPECT_EQ(MlpIn(*span, 2, x2a), MlpIn(*plain, 2, x2a));  // a new span selects afresh
+}
+
+TEST(PolicyTest, SpanScoresPredictLaterLayersFromTheNormWeights) {
+  // Layer 1's norm weight makes channel 5 the largest there; layer 0's x barely shows it. The
+  // span selection of layer 0 keeps it, the plain one does not.
+  auto span = Make("dip:0.6,down=1,span=2", nullptr);
+  ASSERT_TRUE(span);
+  std::vector<float> x(static_cast<size_t>(kDims.d_model), 1.0f);
+  x[5] = 0.01f;
+  std::vector<float> s0(x.size(), 1.0f), s1(x.size(), 1.0f);
+  s1[5] = 1000.0f;
+  span->SetMlpInputScale(0, s0);
+  span->SetMlpInputScale(1, s1);
+  span->SetMlpInputScale(2, s0);
+  const auto sel = MlpIn(*span, 0, x);
+  EXPECT_TRUE(std::binary_search(sel.begin(), sel.end(), 5));
+  auto plain = Make("dip:0.6,down=1", nullptr);
+  const auto p = MlpIn(*plain, 0, x);
+  EXPECT_EQ(p.size(), sel.size());
+  EXPECT_FALSE(std::binary_search(p.begin(), p.end(), 5));
+}
+
+TEST(PolicyTest, SpanOptionErrors) {
+  for (const char* bad : {"dip:0.6,span=0", "dip:0.6,span=1.5", "dip:0.6,span=2000",
+                          "teal:0.5,span=2", "dip-ca:0.6,span=x"}) {
+    EXPECT_FALSE(ParseSparsity(bad, nullptr).ok()) << bad;
+  }
+  EXPECT_TRUE(ParseSparsity("dip-ca:0.6,gamma=0.5,span=4", nullptr).ok());
+}
+
+}  // namespace
+}  // namespace weir::sparsity
