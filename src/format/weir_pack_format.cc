@@ -29,6 +29,8 @@ const char* PackLayoutName(PackLayout layout) {
       return "columns";
     case PackLayout::kSparseColumns:
       return "sparse-columns";
+    case PackLayout::kExperts:
+      return "experts";
     case PackLayout::kBundles:
       break;
   }
@@ -87,6 +89,41 @@ std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int g
     l += n;
   }
   return groups;
+}
+
+std::string PackExpertTensorName(int layer) { return "weir.ffn_experts." + std::to_string(layer); }
+
+Status FinishExpertGroup(PackGroup* g) {
+  if (g->d_model <= 0 || g->d_ff <= 0 || g->n_expert <= 0) {
+    return Status::InvalidArgument(StrFormat("expert layer %d: d_model %d, d_ff %d, %d experts",
+                                             g->first_layer, g->d_model, g->d_ff, g->n_expert));
+  }
+  const int64_t rows[3] = {g->d_ff, g->d_ff, g->d_model};
+  const int64_t cols[3] = {g->d_model, g->d_model, g->d_ff};
+  uint64_t at = 0;
+  for (int p = 0; p < 3; ++p) {
+    const DType t = g->expert_type[p];
+    if (cols[p] % BlockSize(t) != 0) {
+      return Status::InvalidArgument(StrFormat("expert layer %d: rows of %lld values are not whole "
+                                               "%s blocks of %d",
+                                               g->first_layer, static_cast<long long>(cols[p]),
+                                               DTypeName(t), BlockSize(t)));
+    }
+    uint64_t part = 0;
+    if (!CheckedMul(RowBytes(t, cols[p]), static_cast<uint64_t>(rows[p]), &part) ||
+        part > (uint64_t{1} << 40)) {
+      return Status::InvalidArgument(StrFormat("expert layer %d: sizes overflow", g->first_layer));
+    }
+    g->expert_part[p] = at;
+    at += (part + kPackAlignment - 1) / kPackAlignment * kPackAlignment;
+  }
+  g->expert_stride = at;
+  if (!CheckedMul(at, static_cast<uint64_t>(g->n_expert), &g->nbytes)) {
+    return Status::InvalidArgument(StrFormat("expert layer %d: sizes overflow", g->first_layer));
+  }
+  g->dtype = g->expert_type[0];
+  g->row_bytes = RowBytes(g->dtype, g->d_model);
+  return Status::Ok();
 }
 
 Status FinishPackGroup(PackGroup* g) {

@@ -83,6 +83,20 @@
 // source weights (dequantized); a pruned model streams (and caches) only its non-zero weights
 // plus one bit per weight.
 //
+// Experts layout (`weir pack` of a mixture of experts: Mixtral, Qwen3 MoE; docs/moe.md). The
+// static tensors are every tensor of the model but the expert stacks -- attention, norms, the
+// router ffn_gate_inp, embeddings -- under their names, types and RoPE layout as the source has
+// them; then one byte tensor per layer l (ggml I8, shape [pages, 4096]):
+//     weir.ffn_experts.<l>   n_expert records of expert_stride bytes, expert e at e * stride:
+//       gate_e  ffn_gate_exps[e] [d_ff, d_model]   rows as stored (type expert_types[0])
+//       up_e    ffn_up_exps[e]   [d_ff, d_model]   (expert_types[1])
+//       down_e  ffn_down_exps[e] [d_model, d_ff]   (expert_types[2])
+//   each part starting on a page boundary inside the record, zeros between; stride = the three
+//   parts' sizes each rounded up to 4 KiB. So an expert is one page-aligned read, the unit the
+//   streaming engine caches (model/streaming_weights.h), and its bytes are the source's.
+//   weir.pack.expert_types   u32[3]   ggml type ids of gate, up, down.
+// Groups are single layers (group_size 1), d_ff the expert width.
+//
 // Numerics of ffn_down^T (column layouts): for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
 // row, so a column of ffn_down is not made of whole blocks: the packer dequantizes the column
 // (d_model values) and quantizes it again with the reference QuantizeRow, i.e. 32 consecutive
@@ -109,6 +123,8 @@ inline constexpr char kPackLayout[] = "ffn_bundles:gate,up,down";
 inline constexpr char kPackLayoutColumns[] = "ffn_columns:gate_t,up_t;down_t";
 inline constexpr char kPackLayoutSparseColumns[] = "ffn_sparse_columns:gate_t,up_t;down_t";
 inline constexpr char kPackSparseTypeKey[] = "weir.pack.sparse_type";
+inline constexpr char kPackLayoutExperts[] = "ffn_experts:gate,up,down";
+inline constexpr char kPackExpertTypesKey[] = "weir.pack.expert_types";
 inline constexpr int64_t kSparseTensorRowBytes = 4096;  // byte tensors are [pages, 4096]
 
 inline constexpr char kPackVersionKey[] = "weir.pack.version";
@@ -134,10 +150,11 @@ inline constexpr int kMaxPackGroupSize = 64;
 std::string PackBundleTensorName(int group);
 std::string PackInputTensorName(int group);
 std::string PackDownTensorName(int group);
+std::string PackExpertTensorName(int layer);  // "weir.ffn_experts.<l>"
 
 // How the MLP weights of a pack are laid out (the weir.pack.layout key).
-enum class PackLayout : int { kBundles = 0, kColumns = 1, kSparseColumns = 2 };
-// "bundles", "columns" or "sparse-columns" (the --layout names).
+enum class PackLayout : int { kBundles = 0, kColumns = 1, kSparseColumns = 2, kExperts = 3 };
+// "bundles", "columns", "sparse-columns" or "experts" (the --layout names).
 const char* PackLayoutName(PackLayout layout);
 // True for the two column layouts.
 inline bool IsColumnLayout(PackLayout l) {
@@ -187,6 +204,12 @@ struct PackGroup {
   uint64_t in_offset = 0;
   uint64_t in_nbytes = 0;     // d_model * n_layers * 2 * in_row_bytes
   size_t in_row_bytes = 0;    // RowBytes(dtype, d_ff)
+  // kExperts: n_expert records of expert_stride bytes (offset/nbytes: the layer's tensor); the
+  // byte offset of gate, up and down inside a record and their types.
+  int n_expert = 0;
+  uint64_t expert_stride = 0;
+  uint64_t expert_part[3] = {0, 0, 0};
+  DType expert_type[3] = {DType::kF32, DType::kF32, DType::kF32};
   // kColumns with an activation order (kPackInOrderPrefix): slot -> channel / neuron, and the
   // inverses; all empty for the natural order.
   std::vector<int32_t> in_order, down_order, in_slot, down_slot;
@@ -230,6 +253,10 @@ struct PackGroup {
   }
   bool Contains(int layer) const { return layer >= first_layer && layer < first_layer + n_layers; }
 };
+
+// kExperts: sets expert_part and expert_stride from n_expert, d_ff, d_model and expert_type, and
+// nbytes = n_expert * stride; InvalidArgument when a row is not whole blocks or sizes overflow.
+Status FinishExpertGroup(PackGroup* g);
 
 // Whether a bundle group of a pack written with weir.pack.tiled_bundles = 1 has tiled chunks:
 // Q8_0 / Q4_0 with d_model a multiple of 16 (then every chunk is 32 neurons wide).

@@ -42,6 +42,109 @@ uint64_t PackFile::bundle_bytes() const {
   return n;
 }
 
+Status PackFile::ParseExperts(const std::vector<int64_t>& firsts,
+                              const std::vector<int64_t>& counts) {
+  const GgufFile& f = gguf_;
+  const char* p = f.path().c_str();
+  const int n_layers = config_.n_layers;
+  if (!config_.IsMoe()) {
+    return Status::Corrupt(StrFormat("%s: an experts pack of a model without experts (%s)", p,
+                                     config_.arch->name));
+  }
+  if (static_cast<int>(firsts.size()) != n_layers) {
+    return Status::Corrupt(StrFormat("%s: an experts pack has one group per layer; %zu groups for "
+                                     "%d layers",
+                                     p, firsts.size(), n_layers));
+  }
+  WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> ids, f.GetI64Array(kPackExpertTypesKey));
+  if (ids.size() != 3) {
+    return Status::Corrupt(StrFormat("%s: %s has %zu entries, expected 3 (gate, up, down)", p,
+                                     kPackExpertTypesKey, ids.size()));
+  }
+  DType types[3];
+  for (int k = 0; k < 3; ++k) {
+    const std::optional<DType> t =
+        ids[k] < 0 || ids[k] > UINT32_MAX ? std::nullopt
+                                          : DTypeFromGgmlId(static_cast<uint32_t>(ids[k]));
+    if (!t) {
+      return Status::Unsupported(StrFormat("%s: %s[%d] = %lld is not a type weir computes with",
+                                           p, kPackExpertTypesKey, k,
+                                           static_cast<long long>(ids[k])));
+    }
+    types[k] = *t;
+  }
+  for (int l = 0; l < n_layers; ++l) {
+    if (firsts[static_cast<size_t>(l)] != l || counts[static_cast<size_t>(l)] != 1) {
+      return Status::Corrupt(StrFormat("%s: group %d starts at layer %lld with %lld layers; an "
+                                       "experts pack has layer %d alone",
+                                       p, l, static_cast<long long>(firsts[static_cast<size_t>(l)]),
+                                       static_cast<long long>(counts[static_cast<size_t>(l)]), l));
+    }
+    PackGroup g;
+    g.index = l;
+    g.first_layer = l;
+    g.n_layers = 1;
+    g.layout = PackLayout::kExperts;
+    g.d_model = config_.d_model;
+    g.d_ff = config_.layers[static_cast<size_t>(l)].d_ff;
+    g.n_expert = config_.n_expert;
+    for (int k = 0; k < 3; ++k) g.expert_type[k] = types[k];
+    if (Status st = FinishExpertGroup(&g); !st.ok()) {
+      return Status::Corrupt(StrFormat("%s: %s", p, st.message().c_str()));
+    }
+    const std::string name = PackExpertTensorName(l);
+    const GgufTensorInfo* info = f.FindTensor(name);
+    if (info == nullptr) return Status::Corrupt(StrFormat("%s: %s is missing", p, name.c_str()));
+    if (info->ggml_type != kGgmlTypeI8 || info->shape.ndim != 2 ||
+        info->shape.dims[1] != kPackAlignment || info->nbytes != g.nbytes ||
+        info->offset % kPackAlignment != 0) {
+      return Status::Corrupt(StrFormat(
+          "%s: %s is %s %s (%llu bytes at %llu); expected I8 [%llu, %u] at a multiple of %u", p,
+          name.c_str(), GgmlTypeName(info->ggml_type).c_str(), info->shape.ToString().c_str(),
+          static_cast<unsigned long long>(info->nbytes),
+          static_cast<unsigned long long>(info->offset),
+          static_cast<unsigned long long>(g.nbytes / kPackAlignment), kPackAlignment,
+          kPackAlignment));
+    }
+    g.offset = info->offset;
+    group_of_[static_cast<size_t>(l)] = l;
+    groups_.push_back(g);
+  }
+  // Static tensors: every other tensor, as the source had it; validated as a model file with the
+  // expert stacks standing in as views of the records' first bytes.
+  ModelFile m;
+  m.path = f.path();
+  m.config = config_;
+  m.tokenizer = tokenizer_;
+  for (const GgufTensorInfo& info : f.tensors()) {
+    if (info.name.rfind("weir.", 0) == 0) continue;
+    if (!info.dtype) {
+      return Status::Unsupported(StrFormat("%s: tensor %s has type %s, which weir does not compute",
+                                           p, info.name.c_str(),
+                                           GgmlTypeName(info.ggml_type).c_str()));
+    }
+    if (info.offset % kPackAlignment != 0) {
+      return Status::Corrupt(StrFormat("%s: tensor %s at offset %llu is not %u-aligned", p,
+                                       info.name.c_str(),
+                                       static_cast<unsigned long long>(info.offset), kPackAlignment));
+    }
+    statics_.push_back(
+        PackTensor{info.name, *info.dtype, info.shape, info.offset, info.nbytes, Layout::kRowMajor});
+    m.tensors.emplace(info.name, TensorView{*info.dtype, info.shape, f.TensorData(info)});
+  }
+  static const char* kStacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+  for (const PackGroup& g : groups_) {
+    const void* data = f.data() + g.offset;
+    const Shape shapes[3] = {Shape{g.n_expert, g.d_ff, g.d_model}, Shape{g.n_expert, g.d_ff, g.d_model},
+                             Shape{g.n_expert, g.d_model, g.d_ff}};
+    for (int k = 0; k < 3; ++k) {
+      m.tensors.emplace(StrFormat("blk.%d.%s.weight", g.first_layer, kStacks[k]),
+                        TensorView{g.expert_type[k], shapes[k], data});
+    }
+  }
+  return ValidateLlama(m);
+}
+
 Status PackFile::Parse() {
   const GgufFile& f = gguf_;
   const char* p = f.path().c_str();
@@ -68,10 +171,13 @@ Status PackFile::Parse() {
       return Status::Corrupt(StrFormat("%s: %s is '%s', not a type weir computes with", p,
                                        kPackSparseTypeKey, t.substr(0, 32).c_str()));
     }
+  } else if (layout == kPackLayoutExperts) {
+    layout_ = PackLayout::kExperts;
   } else if (layout != kPackLayout) {
-    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s', '%s' and '%s'", p,
-                                         kPackLayoutKey, layout.substr(0, 64).c_str(), kPackLayout,
-                                         kPackLayoutColumns, kPackLayoutSparseColumns));
+    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s', '%s', '%s' and '%s'",
+                                         p, kPackLayoutKey, layout.substr(0, 64).c_str(),
+                                         kPackLayout, kPackLayoutColumns, kPackLayoutSparseColumns,
+                                         kPackLayoutExperts));
   }
   if (f.alignment() != kPackAlignment) {
     return Status::Corrupt(StrFormat("%s: general.alignment is %u; a weir pack needs %u", p,
@@ -116,6 +222,11 @@ Status PackFile::Parse() {
     return Status::Corrupt(StrFormat("%s: config has %d layers", p, n_layers));
   }
   group_of_.assign(static_cast<size_t>(n_layers), -1);
+  if (layout_ == PackLayout::kExperts) return ParseExperts(firsts, counts);
+  if (config_.IsMoe()) {
+    return Status::Corrupt(StrFormat("%s: a mixture of experts in a %s pack", p,
+                                     PackLayoutName(layout_)));
+  }
   int64_t next = 0;
   for (size_t g = 0; g < firsts.size(); ++g) {
     if (firsts[g] != next || counts[g] < 1 || counts[g] > gsize ||

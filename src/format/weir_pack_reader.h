@@ -75,6 +75,7 @@ class PackFile {
  private:
   explicit PackFile(GgufFile f) : gguf_(std::move(f)) {}
   Status Parse();
+  Status ParseExperts(const std::vector<int64_t>& firsts, const std::vector<int64_t>& counts);
 
   GgufFile gguf_;
   LlamaConfig config_;

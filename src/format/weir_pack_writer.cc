@@ -293,6 +293,11 @@ Status OrderGroup(const PackOptions& options, const std::string& path, PackGroup
 Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
                  const std::function<void(double)>& progress) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
+  if (model.config.IsMoe()) return WriteExpertPack(model, path, options, progress);
+  if (options.layout == PackLayout::kExperts) {
+    return Status::InvalidArgument(path + ": --layout experts is for mixtures of experts; " +
+                                   model.path + " is a dense model");
+  }
   if (!model.config.IsLlama()) {  // the pack layout holds Llama's tensors only
     return Status::Unsupported(StrFormat("%s: weir packs support the llama architecture only; %s is %s",
                                          path.c_str(), model.path.c_str(), model.config.arch->name));

@@ -40,6 +40,12 @@ struct PackOptions {
 Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
                  const std::function<void(double)>& progress = nullptr);
 
+// The experts layout of a mixture of experts (weir_pack_format.h), which WritePack writes for
+// one: every tensor but the expert stacks as the source has it, then per layer the experts as
+// page-aligned records. Refuses --type, --group other than 1 and the dense layouts.
+Status WriteExpertPack(const ModelFile& model, const std::string& path, const PackOptions& options,
+                       const std::function<void(double)>& progress = nullptr);
+
 // Row c of w^T in type `out`, for a 2-D weight w [rows, cols] and c < cols: the column c of w
 // (rows values, dequantized) quantized with QuantizeRow(out). Fills dst[c * RowBytes(out, rows)]
 // for every c, i.e. the whole transposed matrix [cols, rows]. rows must be whole blocks of out.

@@ -92,6 +92,11 @@ Result<std::unique_ptr<MoeMlp>> MoeMlp::Create(const format::LlamaConfig& c, int
   m->slot_token_.resize(B * K);
   m->slot_weight_.resize(B * K);
   m->active_.reserve(E);
+  if (!m->next_logits_.Reset(E * f)) {
+    return Status::OutOfMemory("cannot allocate the mixture-of-experts buffers");
+  }
+  m->next_choices_.resize(K);
+  m->predicted_.reserve(K);
   return m;
 }
 
@@ -100,11 +105,13 @@ uint64_t MoeMlp::allocated_bytes() const {
          choices_.size() * sizeof(ExpertChoice) +
          (count_.size() + start_.size() + slot_token_.size() + active_.capacity()) *
              sizeof(int32_t) +
-         slot_weight_.size() * sizeof(float);
+         slot_weight_.size() * sizeof(float) + next_logits_.size() +
+         next_choices_.size() * sizeof(ExpertChoice) + predicted_.capacity() * sizeof(int32_t);
 }
 
 Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int n, float* y,
-                       ExpertSource* experts, ThreadPool* pool, uint64_t* bytes_per_token_sum) {
+                       ExpertSource* experts, ThreadPool* pool, uint64_t* bytes_per_token_sum,
+                       const TensorView* next_router) {
   const int E = n_expert_, k = k_, d = d_model_;
   const int d_ff = d_ff_[static_cast<size_t>(layer)];
   WEIR_CHECK(n >= 1 && static_cast<size_t>(n) * k <= choices_.size());
@@ -136,6 +143,17 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
     }
   }
   WEIR_RETURN_IF_ERROR(experts->Prepare(layer, active_));
+  if (next_router != nullptr && n == 1 && experts->predicts()) {
+    // The next layer's router on this layer's input: its likely experts, read while this layer
+    // computes (ActiveFlow §3's cross-layer preloading, applied to routing).
+    float* nl = next_logits_.data<float>();
+    kernels::MatMul(*next_router, x, 1, nl, pool);
+    RouteToken(nl, E, k, renormalize_, next_choices_.data());
+    predicted_.clear();
+    for (int j = 0; j < k; ++j) predicted_.push_back(next_choices_[static_cast<size_t>(j)].expert);
+    std::sort(predicted_.begin(), predicted_.end());
+    experts->Predict(layer + 1, predicted_);
+  }
 
   // Each chosen expert once, over its tokens; y[t] accumulates in ascending expert order.
   std::memset(y, 0, sizeof(float) * static_cast<size_t>(n) * d);

@@ -70,6 +70,14 @@ class ExpertSource {
     (void)layer;
     (void)e;
   }
+  // Preloading (ActiveFlow §3): a source that reads experts from storage may take a prediction
+  // of the experts `layer` will choose (ascending, each once), made before that layer runs, and
+  // start reading them. MoeMlp makes one per decode step when predicts() says it is wanted.
+  virtual bool predicts() const { return false; }
+  virtual void Predict(int layer, std::span<const int32_t> experts) {
+    (void)layer;
+    (void)experts;
+  }
 };
 
 // The experts of a resident model: slices of its ffn_*_exps tensors.
@@ -91,8 +99,12 @@ class MoeMlp {
   // [n_expert, d_model]. x and y are [n, d_model] and must not overlap. Fails only when the
   // source cannot provide an expert. *bytes_per_token_sum += the weight bytes each token's
   // computation reads (router + its k experts), summed over the n tokens.
+  // `next_router`, when set (the next layer's router) and n == 1, predicts the next layer's
+  // experts from this layer's x (consecutive layers' inputs are similar) and hands them to
+  // experts->Predict once this layer's own reads are queued.
   Status Forward(int layer, const TensorView& router, const float* x, int n, float* y,
-                 ExpertSource* experts, ThreadPool* pool, uint64_t* bytes_per_token_sum);
+                 ExpertSource* experts, ThreadPool* pool, uint64_t* bytes_per_token_sum,
+                 const TensorView* next_router = nullptr);
 
   // The last Forward's routing: n_expert_used choices per token, token-major.
   std::span<const ExpertChoice> routing() const { return {choices_.data(), last_n_ * k_}; }
@@ -123,6 +135,9 @@ class MoeMlp {
   std::vector<int32_t> slot_token_;    // [n_batch * k] token of each (expert, token) slot
   std::vector<float> slot_weight_;     // [n_batch * k] its routing weight
   std::vector<int32_t> active_;        // experts chosen by at least one token, ascending
+  AlignedBuffer next_logits_;          // [n_expert] the next layer's router on this x
+  std::vector<ExpertChoice> next_choices_;  // [k]
+  std::vector<int32_t> predicted_;     // the next layer's predicted experts, ascending
 };
 
 }  // namespace weir::model

@@ -18,7 +18,13 @@ class MoeMlpProvider final : public MlpProvider {
     const LayerWeights& w = c_.model->weights().layers[static_cast<size_t>(layer)];
     float* y = c_.gate;  // [n, d_model]: the session sizes it for this
     uint64_t bytes = 0;
-    WEIR_RETURN_IF_ERROR(moe_->Forward(layer, w.ffn_gate_inp, x, n, y, experts_, c_.pool, &bytes));
+    const auto& layers = c_.model->weights().layers;
+    const TensorView* next = layer + 1 < static_cast<int>(layers.size()) &&
+                                     layers[static_cast<size_t>(layer) + 1].ffn_gate_inp.valid()
+                                 ? &layers[static_cast<size_t>(layer) + 1].ffn_gate_inp
+                                 : nullptr;
+    WEIR_RETURN_IF_ERROR(
+        moe_->Forward(layer, w.ffn_gate_inp, x, n, y, experts_, c_.pool, &bytes, next));
     std::memcpy(x, y, sizeof(float) * static_cast<size_t>(n) * static_cast<size_t>(cfg.d_model));
     c_.traffic->mlp_used += bytes;
     c_.traffic->mlp_dense += bytes;  // a dense pass reads the same experts

@@ -27,7 +27,7 @@ Status Session::Allocate(const SessionOptions& options) {
     max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
   }
   streamed_ = options.streamed;
-  if (streamed_ != nullptr && !c.IsLlama()) {
+  if (streamed_ != nullptr && !c.IsLlama() && !c.IsMoe()) {
     // weir packs hold Llama's tensors only (format/weir_pack_format.h): no QK-norm or
     // post-norms, and the streamed MLP computes SwiGLU.
     return Status::Unsupported(StrFormat("%s: streamed weir packs support the llama architecture only, "
@@ -36,7 +36,12 @@ Status Session::Allocate(const SessionOptions& options) {
   }
   if (c.IsMoe()) {
     WEIR_ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, n_batch_));
-    experts_ = std::make_unique<ResidentExperts>(model_.weights());
+    if (streamed_ != nullptr && streamed_->experts() != nullptr) {
+      expert_source_ = streamed_->experts();  // a pack's experts, read from storage
+    } else {
+      experts_ = std::make_unique<ResidentExperts>(model_.weights());
+      expert_source_ = experts_.get();
+    }
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
   }
   if (streamed_ != nullptr) {
@@ -129,10 +134,10 @@ Status Session::Allocate(const SessionOptions& options) {
   mc.up = up_.data<float>();
   mc.observer = &observer_;
   mc.traffic = &traffic_;
-  if (streamed_ != nullptr) {
+  if (moe_ != nullptr) {
+    mlp_.push_back(MakeMoeMlp(mc, moe_.get(), expert_source_));
+  } else if (streamed_ != nullptr) {
     mlp_.push_back(MakeStreamedMlp(mc, streamed_, policy_.get()));
-  } else if (moe_ != nullptr) {
-    mlp_.push_back(MakeMoeMlp(mc, moe_.get(), experts_.get()));
   } else if (policy_ != nullptr) {
     mlp_.push_back(MakeSparseMlp(mc, policy_.get(), transposed_.get(), &sel_in_, &sel_units_,
                                  &sel_down_));

@@ -127,6 +127,7 @@ class Session {
   StreamingWeights* streamed_ = nullptr;
   std::unique_ptr<MoeMlp> moe_;                  // MoE models only
   std::unique_ptr<ExpertSource> experts_;        // where moe_ gets the experts (resident)
+  ExpertSource* expert_source_ = nullptr;        // experts_, or a streamed pack's experts
   // The MLP of each layer (mlp_provider.h), chosen in Allocate; mlp_ owns them.
   std::vector<std::unique_ptr<MlpProvider>> mlp_;
   std::vector<MlpProvider*> mlp_of_layer_;

@@ -68,7 +68,8 @@ void StreamingWeights::Prefetch(int layer) {
       // A group's MLP tensors serve all its layers: bundles, or the input columns then the
       // down columns. Sparse mode reads MLP columns by prediction instead (PredictNextLayer).
       Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(l)])];
-      if (g.pack.first_layer == l) {
+      // Experts are read when the router chooses them (Prepare, Predict), never whole.
+      if (g.pack.first_layer == l && !g.experts) {
         if (g.columns) {
           e = ahead_.phase == 1 ? &g.in : &g.extent;
         } else if (ahead_.phase == 1) {

@@ -149,6 +149,20 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     }
     // The MLP tensors stand in by shape only: StreamingWeights computes them.
     for (const format::PackGroup& g : pack.groups()) {
+      if (g.layout == format::PackLayout::kExperts) {
+        // The expert stacks, by shape: the streamer's ExpertSource hands out each expert.
+        const std::string b = StrFormat("blk.%d.", g.first_layer);
+        file.tensors.emplace(
+            b + "ffn_gate_exps.weight",
+            TensorView{g.expert_type[0], Shape{g.n_expert, g.d_ff, g.d_model}, nullptr});
+        file.tensors.emplace(
+            b + "ffn_up_exps.weight",
+            TensorView{g.expert_type[1], Shape{g.n_expert, g.d_ff, g.d_model}, nullptr});
+        file.tensors.emplace(
+            b + "ffn_down_exps.weight",
+            TensorView{g.expert_type[2], Shape{g.n_expert, g.d_model, g.d_ff}, nullptr});
+        continue;
+      }
       for (int j = 0; j < g.n_layers; ++j) {
         const std::string b = StrFormat("blk.%d.", g.first_layer + j);
         file.tensors.emplace(b + "ffn_gate.weight",

@@ -93,8 +93,9 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     Group g;
     g.pack = pg;
     g.columns = format::IsColumnLayout(pg.layout);
+    g.experts = pg.layout == format::PackLayout::kExperts;
     g.sparse = pg.layout == format::PackLayout::kSparseColumns;
-    g.n_lanes = g.columns ? 0 : (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
+    g.n_lanes = g.columns || g.experts ? 0 : (pg.d_ff + s->lane_channels_ - 1) / s->lane_channels_;
     auto add_extent = [&](Extent& e, uint32_t kind, uint64_t offset, uint64_t nbytes,
                           uint64_t block) {
       e.slab = static_cast<uint32_t>(slabs.size());
@@ -106,9 +107,12 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
       e.n_blocks = (nbytes + block - 1) / block;
       slabs.push_back({nbytes, block});
     };
-    add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes, B);
+    // An experts extent's block is one expert (its record, whole pages).
+    add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes, g.experts ? pg.expert_stride : B);
     if (g.columns) add_extent(g.in, kInputBlockKind, pg.in_offset, pg.in_nbytes, B_in);
-    const int64_t rows = g.columns ? std::max(pg.in_rows(), pg.down_rows()) : pg.rows();
+    const int64_t rows = g.experts   ? 0
+                         : g.columns ? std::max(pg.in_rows(), pg.down_rows())
+                                     : pg.rows();
     if (rows > INT32_MAX) {
       return Status::Unsupported(
           StrFormat("streaming: %s: group %d is too large to stream", path.c_str(), pg.index));
@@ -118,7 +122,11 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     max_rows = std::max(max_rows, rows);
     max_ff = std::max<int64_t>(max_ff, std::max(pg.d_ff, pg.d_model));
     max_lanes = std::max<int64_t>(max_lanes, g.n_lanes);
-    s->max_group_bytes_ = std::max(s->max_group_bytes_, pg.mlp_bytes());
+    // Staging holds what the next layers need: a layer's chosen experts, not all of them.
+    const uint64_t group_need =
+        g.experts ? pg.expert_stride * static_cast<uint64_t>(pack.config().n_expert_used)
+                  : pg.mlp_bytes();
+    s->max_group_bytes_ = std::max(s->max_group_bytes_, group_need);
     s->groups_.push_back(std::move(g));
   }
   if (options.stream_attention) {
@@ -219,6 +227,8 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
           s->max_lane_bytes_,
           g.pack.n_layers > 1 ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
     }
+    // One expert at a time is pinned (MoeMlp releases each after its product).
+    if (g.experts) s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, g.extent.block_bytes);
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * s->lane_channels_;
       const auto [b0, b1] =
@@ -237,6 +247,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   po.max_batch = std::max<size_t>({1, options.io_batch, (size_t{8} << 20) / options.block_bytes});
   WEIR_ASSIGN_OR_RETURN(s->prefetcher_, storage::Prefetcher::Create(s->cache_.get(), po));
   s->resident_mode_ = s->CheckResidentMode();
+  if (!s->groups_.empty() && s->groups_[0].experts) s->MakeExpertReader();
 
   const size_t f = sizeof(float);
   if (!s->rows_y_.Reset(static_cast<size_t>(max_rows) * f) ||
@@ -272,6 +283,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
 
 StreamingWeights::~StreamingWeights() {
   if (prefetcher_) prefetcher_->Shutdown();
+  expert_reader_.reset();  // its pinned expert goes back to the cache
   attention_batch_ = Batch();
   span_in_ = Batch();
   span_down_ = Batch();

@@ -54,6 +54,14 @@
 // results equal the resident ones bit for bit (and equal the GGUF session's sparse path, which
 // makes the same calls on the same transposed bytes).
 //
+// Experts layout (a mixture of experts, weir pack --layout experts; streaming_experts.cc). Each
+// layer's experts are one extent whose cached unit (block) is one expert: gate, up and down,
+// page-aligned, one read. experts() is the ExpertSource the session's MoE MLP takes them from:
+// Prepare queues the chosen experts that are not cached (the I/O thread reads them while the
+// first is computed), Acquire pins one, Release unpins it; Predict queues the experts the next
+// layer's router predicts from this layer's input (cross-layer preloading), and the next
+// Prepare cancels the mispredicted ones still queued.
+//
 // Resident mode. When the cache budget holds every block, each extent is loaded once and its
 // blocks stay pinned: later tokens compute straight from the slabs with no cache traffic, which
 // is what makes streaming cost nothing when the model fits.
@@ -76,6 +84,7 @@
 #include "base/thread_pool.h"
 #include "format/weir_pack_reader.h"
 #include "kernels/ops.h"
+#include "model/moe.h"
 #include "storage/block_device.h"
 #include "storage/eviction_policy.h"
 #include "storage/prefetcher.h"
@@ -159,6 +168,15 @@ class StreamingWeights {
                  sparsity::SparsityPolicy* policy = nullptr, uint64_t* weight_bytes = nullptr);
   // True when the pack has the column layout (sparsity can be applied).
   bool columns() const { return !groups_.empty() && groups_[0].columns; }
+  // The experts of an experts-layout pack (a mixture of experts), or nullptr.
+  ExpertSource* experts();
+  // Experts predicted for a layer before it ran (Predict) and how many it then chose.
+  struct PredictionStats {
+    uint64_t predicted = 0;  // predicted experts
+    uint64_t used = 0;       // ... that the layer then chose (recall = used / chosen)
+    uint64_t chosen = 0;     // experts chosen by layers that had a prediction
+  };
+  PredictionStats prediction_stats() const;
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
   void set_sparse(bool sparse) { sparse_mlp_ = sparse; }
 
@@ -218,6 +236,7 @@ class StreamingWeights {
     Extent extent;  // the bundle tensor (column layout: the down columns)
     Extent in;      // column layout: the input columns
     bool columns = false;
+    bool experts = false;  // experts layout: extent = the layer's experts, block = one expert
     bool sparse = false;  // sparse column layout: records located by the offset tables
     std::vector<uint64_t> in_offsets, down_offsets;
     int n_lanes = 0;
@@ -230,6 +249,9 @@ class StreamingWeights {
     uint64_t pinned_bytes = 0;
     int lane_begin = 0, lane_end = 0;  // MLP: lanes whose blocks are all here
   };
+
+  class ExpertReader;
+  friend class ExpertReader;
 
   StreamingWeights() = default;
   storage::UnitRead BlockRead(const Extent& e, uint64_t block) const;
@@ -305,6 +327,7 @@ class StreamingWeights {
   // Cache partition weights (bytes) for a budget: groups, then staging.
   std::vector<uint64_t> PartitionWeights(uint64_t budget) const;
   void CountAccess(uint64_t bytes, bool hit);
+  void MakeExpertReader();  // streaming_experts.cc
 
   StreamingOptions options_;
   storage::BlockDevice* device_ = nullptr;
@@ -364,8 +387,11 @@ class StreamingWeights {
   bool single_token_ = false;  // the Forward call at hand has one token (span mode needs it)
   std::vector<uint64_t> all_down_blocks_;  // 0 .. the largest down extent's blocks
 
+  std::unique_ptr<ExpertSource> expert_reader_;  // experts layout only (an ExpertReader)
+
   mutable std::mutex stats_mu_;
   StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)
+  PredictionStats prediction_;
 };
 
 }  // namespace weir::model

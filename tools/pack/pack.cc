@@ -35,8 +35,9 @@ int PackMain(int argc, char** argv) {
                  "MLP layout: bundles (dense streaming: one read per neuron's gate, up and down) "
                  "or columns (sparse streaming with --sparsity dip/dip-ca/glu: input-channel and "
                  "neuron columns), or sparse-columns (columns stored as bitmap + non-zero values: "
-                 "for models pruned with `weir prune --mode unstructured`)")
-      ->check(CLI::IsMember({"bundles", "columns", "sparse-columns"}));
+                 "for models pruned with `weir prune --mode unstructured`), or experts (a mixture "
+                 "of experts, its default and only layout: one page-aligned record per expert)")
+      ->check(CLI::IsMember({"bundles", "columns", "sparse-columns", "experts"}));
   std::string calib;
   app.add_option("--calib", calib,
                  "column layouts: a calibration file (weir calibrate) whose per-channel counts "
@@ -47,6 +48,7 @@ int PackMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
   options.layout = layout == "columns"          ? format::PackLayout::kColumns
                    : layout == "sparse-columns" ? format::PackLayout::kSparseColumns
+                   : layout == "experts"        ? format::PackLayout::kExperts
                                                 : format::PackLayout::kBundles;
   if (!type.empty()) {
     options.type = DTypeFromName(type);
@@ -60,6 +62,14 @@ int PackMain(int argc, char** argv) {
   opt.tokenizer_path = tokenizer;
   auto mf = format::LoadModel(in, opt);
   if (!mf.ok()) return Fail("pack", mf.status());
+  if (mf->config.IsMoe()) {
+    if (app.count("--layout") > 0 && options.layout != format::PackLayout::kExperts) {
+      return Fail("pack", Status::InvalidArgument(
+                              "--layout " + layout + ": " + in +
+                              " is a mixture of experts, packed with --layout experts"));
+    }
+    options.layout = format::PackLayout::kExperts;
+  }
   if (!calib.empty()) {
     if (!format::IsColumnLayout(options.layout)) {
       std::fprintf(stderr, "weir pack: --calib orders column packs: add --layout columns\n");

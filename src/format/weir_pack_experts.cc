@@ -1,0 +1,147 @@
+// WriteExpertPack: a mixture of experts as a weir pack (the experts layout, weir_pack_format.h):
+// the static tensors as the source has them, then each layer's experts as page-aligned records
+// of gate, up and down, so that one expert is one read.
+#include <algorithm>
+#include <array>
+#include <cstring>
+
+#include "format/gguf_writer.h"
+#include "format/llama_gguf_writer.h"
+#include "format/weir_pack_writer.h"
+
+namespace weir::format {
+namespace {
+
+const char* const kStacks[3] = {"ffn_gate_exps", "ffn_up_exps", "ffn_down_exps"};
+
+bool IsExpertStack(const std::string& name) {
+  for (const char* s : kStacks) {
+    if (name.ends_with(std::string(".") + s + ".weight")) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+Status WriteExpertPack(const ModelFile& model, const std::string& path, const PackOptions& options,
+                       const std::function<void(double)>& progress) {
+  const LlamaConfig& c = model.config;
+  if (options.type) {
+    return Status::Unsupported(path + ": --type with a mixture of experts: convert the model first "
+                                      "(weir convert --type T), then pack it");
+  }
+  if (options.layout != PackLayout::kBundles && options.layout != PackLayout::kExperts) {
+    return Status::InvalidArgument(path + ": a mixture of experts is packed with --layout experts "
+                                          "(its default), not " +
+                                   PackLayoutName(options.layout));
+  }
+  if (options.group_size != 1) {
+    return Status::InvalidArgument(path + ": --group: a mixture of experts is packed layer by "
+                                          "layer (the unit of reading is one expert)");
+  }
+  // Each layer's group: the stacks' types (one set for every layer) and the record geometry.
+  std::vector<PackGroup> groups;
+  std::vector<std::array<TensorView, 3>> stacks;
+  for (int l = 0; l < c.n_layers; ++l) {
+    PackGroup g;
+    g.index = l;
+    g.first_layer = l;
+    g.n_layers = 1;
+    g.layout = PackLayout::kExperts;
+    g.d_model = c.d_model;
+    g.d_ff = c.layers[static_cast<size_t>(l)].d_ff;
+    g.n_expert = c.n_expert;
+    std::array<TensorView, 3> v;
+    for (int p = 0; p < 3; ++p) {
+      const std::string name = StrFormat("blk.%d.%s.weight", l, kStacks[p]);
+      const TensorView* t = model.Find(name);
+      if (t == nullptr) return Status::Corrupt(path + ": " + name + " is missing");
+      if (t->layout != Layout::kRowMajor) {
+        return Status::Unsupported(path + ": " + name + " is held tiled; load the model row-major");
+      }
+      v[static_cast<size_t>(p)] = *t;
+      g.expert_type[p] = t->dtype;
+      if (l > 0 && t->dtype != groups[0].expert_type[p]) {
+        return Status::Unsupported(StrFormat("%s: %s is %s but layer 0's is %s; weir packs one set "
+                                             "of expert types (convert with --type first)",
+                                             path.c_str(), name.c_str(), DTypeName(t->dtype),
+                                             DTypeName(groups[0].expert_type[p])));
+      }
+    }
+    WEIR_RETURN_IF_ERROR(FinishExpertGroup(&g).WithContext(path));
+    groups.push_back(g);
+    stacks.push_back(v);
+  }
+
+  GgufWriter w(kPackAlignment);
+  std::string name;
+  for (const auto& [k, v] : model.metadata) {
+    if (k == "general.name") name = v;
+  }
+  if (name.empty()) {
+    const size_t slash = model.path.find_last_of('/');
+    name = slash == std::string::npos ? model.path : model.path.substr(slash + 1);
+  }
+  WEIR_RETURN_IF_ERROR(
+      AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(groups[0].expert_type[0]), &w)
+          .WithContext(path));
+  w.AddU32(kPackVersionKey, kPackVersion);
+  w.AddString(kPackLayoutKey, kPackLayoutExperts);
+  w.AddU32(kPackGroupSizeKey, 1);
+  std::vector<uint32_t> firsts, counts;
+  for (int l = 0; l < c.n_layers; ++l) {
+    firsts.push_back(static_cast<uint32_t>(l));
+    counts.push_back(1);
+  }
+  w.Add(kPackGroupFirstKey, GgufValue::U32Array(firsts));
+  w.Add(kPackGroupCountKey, GgufValue::U32Array(counts));
+  std::vector<uint32_t> types;
+  for (DType t : groups[0].expert_type) types.push_back(GgmlId(t));
+  w.Add(kPackExpertTypesKey, GgufValue::U32Array(types));
+  w.AddString(kPackDownTKey, "none");
+  {
+    const size_t slash = model.path.find_last_of('/');
+    w.AddString(kPackSourceKey, slash == std::string::npos ? model.path : model.path.substr(slash + 1));
+  }
+  // Static tensors: everything but the expert stacks, as stored.
+  for (const std::string& n : model.tensor_order) {
+    if (IsExpertStack(n)) continue;
+    const TensorView* t = model.Find(n);
+    if (t == nullptr) continue;
+    if (t->layout != Layout::kRowMajor) {
+      return Status::Unsupported(path + ": " + n + " is held tiled; load the model row-major");
+    }
+    w.AddTensor(n, t->dtype, t->shape, t->data);
+  }
+  // The experts, record by record.
+  for (size_t l = 0; l < groups.size(); ++l) {
+    const PackGroup g = groups[l];
+    const std::array<TensorView, 3> v = stacks[l];
+    const int64_t pages = static_cast<int64_t>(g.nbytes / kPackAlignment);
+    w.AddByteTensor(PackExpertTensorName(static_cast<int>(l)), pages, kPackAlignment,
+                    [g, v](int64_t b, int64_t e, uint8_t* dst) -> Status {
+                      const uint64_t begin = static_cast<uint64_t>(b) * kPackAlignment;
+                      const uint64_t end = static_cast<uint64_t>(e) * kPackAlignment;
+                      std::memset(dst, 0, static_cast<size_t>(end - begin));
+                      const uint64_t first = begin / g.expert_stride;
+                      const uint64_t last = (end - 1) / g.expert_stride;
+                      for (uint64_t x = first; x <= last; ++x) {
+                        for (int p = 0; p < 3; ++p) {
+                          const TensorView& s = v[static_cast<size_t>(p)];
+                          const uint64_t part = s.nbytes() / static_cast<uint64_t>(g.n_expert);
+                          const uint64_t at = x * g.expert_stride + g.expert_part[p];
+                          const uint64_t lo = std::max(at, begin), hi = std::min(at + part, end);
+                          if (lo >= hi) continue;
+                          const auto* src = static_cast<const uint8_t*>(
+                              static_cast<const void*>(s.data));
+                          std::memcpy(dst + (lo - begin), src + x * part + (lo - at),
+                                      static_cast<size_t>(hi - lo));
+                        }
+                      }
+                      return Status::Ok();
+                    });
+  }
+  return w.Write(path, progress);
+}
+
+}  // namespace weir::format

@@ -1,0 +1,125 @@
+// StreamingWeights for an experts-layout pack (a mixture of experts, weir_pack_format.h): the
+// ExpertSource the session's MoE MLP reads its chosen experts from. The cached unit is one
+// expert of one layer (gate, up and down in one page-aligned record), read in one piece.
+#include <algorithm>
+
+#include "model/streaming_weights.h"
+#include "storage/unit_id.h"
+
+namespace weir::model {
+
+class StreamingWeights::ExpertReader final : public ExpertSource {
+ public:
+  explicit ExpertReader(StreamingWeights* w) : w_(*w) {}
+  ~ExpertReader() override { ReleaseAll(); }
+
+  Status Prepare(int layer, std::span<const int32_t> experts) override {
+    Group& g = GroupOf(layer);
+    ReleaseAll();  // a step that failed midway left its expert pinned
+    if (w_.resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(w_.LoadResident(g.extent));
+    Settle(layer, experts);
+    if (g.extent.held) return Status::Ok();
+    // The chosen experts go to the I/O thread at once: it reads the next while the first is
+    // computed. What is cached or already queued (predicted) is skipped.
+    blocks_.assign(experts.begin(), experts.end());
+    w_.QueueMissing(g.extent, blocks_, 0, nullptr);
+    return Status::Ok();
+  }
+
+  Result<ExpertWeights> Acquire(int layer, int e) override {
+    Group& g = GroupOf(layer);
+    const format::PackGroup& pg = g.pack;
+    WEIR_CHECK(e >= 0 && e < pg.n_expert);
+    if (g.extent.held) {
+      w_.CountAccess(g.extent.block_bytes, true);
+    } else {
+      Status st = w_.AcquireBlock(g.extent, static_cast<uint64_t>(e), &batch_, nullptr,
+                                  /*claim_queued=*/true);
+      if (!st.ok()) {
+        w_.Release(&batch_, UINT64_MAX, g.extent);
+        return st.WithContext(StrFormat("expert %d of layer %d", e, layer));
+      }
+      batch_layer_ = layer;
+    }
+    const std::byte* base = g.extent.base + static_cast<uint64_t>(e) * pg.expert_stride;
+    ExpertWeights x;
+    x.w_gate = TensorView{pg.expert_type[0], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[0]};
+    x.w_up = TensorView{pg.expert_type[1], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[1]};
+    x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff}, base + pg.expert_part[2]};
+    return x;
+  }
+
+  void Release(int layer, int e) override {
+    Group& g = GroupOf(layer);
+    if (g.extent.held || batch_layer_ != layer) return;
+    // Experts are acquired in ascending order and released one by one: the batch holds e only.
+    w_.Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
+  }
+
+  bool predicts() const override { return w_.options_.prefetch_layers >= 0; }
+
+  void Predict(int layer, std::span<const int32_t> experts) override {
+    if (layer < 0 || layer >= w_.n_layers_) return;
+    Group& g = GroupOf(layer);
+    if (g.extent.held) return;
+    predicted_layer_ = layer;
+    predicted_.assign(experts.begin(), experts.end());
+    blocks_.assign(experts.begin(), experts.end());
+    w_.QueueMissing(g.extent, blocks_, 0, nullptr);
+  }
+
+  void ReleaseAll() {
+    if (batch_layer_ >= 0) w_.Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
+    batch_layer_ = -1;
+  }
+
+ private:
+  Group& GroupOf(int layer) {
+    WEIR_CHECK(layer >= 0 && layer < w_.n_layers_);
+    return w_.groups_[static_cast<size_t>(w_.group_of_[static_cast<size_t>(layer)])];
+  }
+
+  // The prediction for this layer meets the choice: count its recall, and cancel the
+  // mispredicted experts the I/O thread has not started (read ones stay cached, evictable).
+  void Settle(int layer, std::span<const int32_t> chosen) {
+    if (predicted_layer_ != layer) {
+      predicted_layer_ = -1;
+      return;
+    }
+    uint64_t used = 0;
+    const Group& g = GroupOf(layer);
+    for (int32_t e : predicted_) {
+      if (std::binary_search(chosen.begin(), chosen.end(), e)) {
+        ++used;
+      } else {
+        w_.prefetcher_->Cancel(storage::MakeUnitId(g.extent.slab, g.extent.kind,
+                                                   static_cast<uint64_t>(e)));
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(w_.stats_mu_);
+      w_.prediction_.predicted += predicted_.size();
+      w_.prediction_.used += used;
+      w_.prediction_.chosen += chosen.size();
+    }
+    predicted_layer_ = -1;
+  }
+
+  StreamingWeights& w_;
+  Batch batch_;          // the pinned expert
+  int batch_layer_ = -1;
+  std::vector<uint64_t> blocks_;
+  std::vector<int32_t> predicted_;
+  int predicted_layer_ = -1;
+};
+
+void StreamingWeights::MakeExpertReader() { expert_reader_ = std::make_unique<ExpertReader>(this); }
+
+ExpertSource* StreamingWeights::experts() { return expert_reader_.get(); }
+
+StreamingWeights::PredictionStats StreamingWeights::prediction_stats() const {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  return prediction_;
+}
+
+}  // namespace weir::model
