@@ -18,6 +18,19 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
     ReleaseAll();  // a step that failed midway left its expert pinned
     if (w_.resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(w_.LoadResident(g.extent));
     Settle(layer, experts);
+    uint64_t hits = experts.size();
+    if (!g.extent.held) {
+      hits = 0;
+      for (int32_t x : experts) {
+        hits += w_.cache_->Contains(
+            storage::MakeUnitId(g.extent.slab, g.extent.kind, static_cast<uint64_t>(x)));
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(w_.stats_mu_);
+      w_.stats_.expert_uses += experts.size();
+      w_.stats_.expert_hits += hits;
+    }
     if (g.extent.held) return Status::Ok();
     // The chosen experts go to the I/O thread at once: it reads the next while the first is
     // computed. What is cached or already queued (predicted) is skipped.
@@ -98,9 +111,9 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
     }
     {
       std::lock_guard<std::mutex> lock(w_.stats_mu_);
-      w_.prediction_.predicted += predicted_.size();
-      w_.prediction_.used += used;
-      w_.prediction_.chosen += chosen.size();
+      w_.stats_.experts_predicted += predicted_.size();
+      w_.stats_.experts_predicted_used += used;
+      w_.stats_.experts_chosen_predicted += chosen.size();
     }
     predicted_layer_ = -1;
   }
@@ -117,9 +130,5 @@ void StreamingWeights::MakeExpertReader() { expert_reader_ = std::make_unique<Ex
 
 ExpertSource* StreamingWeights::experts() { return expert_reader_.get(); }
 
-StreamingWeights::PredictionStats StreamingWeights::prediction_stats() const {
-  std::lock_guard<std::mutex> lock(stats_mu_);
-  return prediction_;
-}
 
 }  // namespace weir::model

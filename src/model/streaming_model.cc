@@ -85,6 +85,12 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
       // read follow them; the I/O thread still merges neighbouring blocks into large reads.
       mo.input_block_bytes = size_t{4} << 10;
     }
+    if (mo.policy == "auto") {
+      // A dense scan wants mru (a fixed part of every layer stays); experts are chosen by the
+      // router, so the ones a context keeps choosing stay (lfu, counts reset per sequence).
+      mo.policy = pack.layout() == format::PackLayout::kExperts ? "lfu" : "mru";
+    }
+    m->config_.stream.policy = mo.policy;
     m->config_.stream.block_bytes = mo.block_bytes;
     m->config_.stream.input_block_bytes = mo.input_block_bytes;
     WEIR_ASSIGN_OR_RETURN(m->streamer_, StreamingWeights::Create(pack, m->device_.get(), mo));

@@ -27,6 +27,11 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.storage_reads = storage_reads - o.storage_reads;
   d.prefetched_bytes = prefetched_bytes - o.prefetched_bytes;
   d.transient_bytes = transient_bytes - o.transient_bytes;
+  d.expert_uses = expert_uses - o.expert_uses;
+  d.expert_hits = expert_hits - o.expert_hits;
+  d.experts_predicted = experts_predicted - o.experts_predicted;
+  d.experts_predicted_used = experts_predicted_used - o.experts_predicted_used;
+  d.experts_chosen_predicted = experts_chosen_predicted - o.experts_chosen_predicted;
   d.stall_seconds = stall_seconds - o.stall_seconds;
   d.io_seconds = io_seconds - o.io_seconds;
   return d;

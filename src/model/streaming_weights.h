@@ -135,6 +135,11 @@ struct StreamStats {
   uint64_t storage_reads = 0;     // device reads of those bytes (adjacent blocks merged count once)
   uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
   uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
+  // Experts layout: experts the layers chose, those already in memory (cached, or read ahead by a
+  // prediction) when the layer asked, and the predictions (experts predicted for a layer, and
+  // how many of them it then chose: recall = predicted_used / chosen in predicted layers).
+  uint64_t expert_uses = 0, expert_hits = 0;
+  uint64_t experts_predicted = 0, experts_predicted_used = 0, experts_chosen_predicted = 0;
   double stall_seconds = 0;       // compute thread waiting for blocks (demand reads included)
   double io_seconds = 0;          // wall time of device reads (I/O thread and demand)
   double hit_rate() const {
@@ -170,13 +175,7 @@ class StreamingWeights {
   bool columns() const { return !groups_.empty() && groups_[0].columns; }
   // The experts of an experts-layout pack (a mixture of experts), or nullptr.
   ExpertSource* experts();
-  // Experts predicted for a layer before it ran (Predict) and how many it then chose.
-  struct PredictionStats {
-    uint64_t predicted = 0;  // predicted experts
-    uint64_t used = 0;       // ... that the layer then chose (recall = used / chosen)
-    uint64_t chosen = 0;     // experts chosen by layers that had a prediction
-  };
-  PredictionStats prediction_stats() const;
+
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
   void set_sparse(bool sparse) { sparse_mlp_ = sparse; }
 
@@ -391,7 +390,7 @@ class StreamingWeights {
 
   mutable std::mutex stats_mu_;
   StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)
-  PredictionStats prediction_;
+
 };
 
 }  // namespace weir::model

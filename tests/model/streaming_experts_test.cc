@@ -50,7 +50,6 @@ struct Run {
   Trace trace;
   MemoryPlan plan;
   StreamStats stats;
-  StreamingWeights::PredictionStats prediction;
 };
 
 Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
@@ -68,7 +67,6 @@ Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevic
   r.plan = sm->plan();
   WEIR_ASSIGN_OR_RETURN(r.trace, Generate(sm->model(), &sm->streamer(), nullptr, pool, steps));
   r.stats = sm->streamer().stats();
-  r.prediction = sm->streamer().prediction_stats();
   const storage::CacheStats cs = sm->streamer().cache_stats();
   EXPECT_LE(cs.current_bytes, cs.budget_bytes);
   return r;
@@ -162,13 +160,15 @@ TEST(StreamingExpertsTest, AnExpertIsOneReadAndPredictionsAreCounted) {
   EXPECT_GT(got->stats.storage_bytes, 0u);
   // Decode steps predict the next layer's experts (layer 1 from layer 0): counted, with a recall
   // between 0 and 1.
-  EXPECT_GT(got->prediction.predicted, 0u);
-  EXPECT_LE(got->prediction.used, got->prediction.chosen);
+  EXPECT_GT(got->stats.experts_predicted, 0u);
+  EXPECT_LE(got->stats.experts_predicted_used, got->stats.experts_chosen_predicted);
+  EXPECT_GT(got->stats.expert_uses, 0u);
+  EXPECT_LE(got->stats.expert_hits, got->stats.expert_uses);
   // Without read-ahead nothing is predicted.
   c.stream.prefetch_layers = -1;
   auto none = RunPack(f.pack, Memory(f.pack), c, &pool, 8);
   ASSERT_TRUE(none.ok());
-  EXPECT_EQ(none->prediction.predicted, 0u);
+  EXPECT_EQ(none->stats.experts_predicted, 0u);
   EXPECT_TRUE(Same(none->trace, got->trace));
 }
 

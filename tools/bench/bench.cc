@@ -131,7 +131,7 @@ int BenchMain(int argc, char** argv) {
                {"peak_rss", peak_rss}, {"weights", weights}, {"tiled_tensors", model.file().TiledTensorCount()}, {"load_s", load_s},
                {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"device", m->streaming->device().name()},
-                                                       {"policy", stf.policy},
+                                                       {"policy", m->streaming->streamer().options().policy},
                                                        {"prefetch_layers", stf.prefetch},
                                                        {"decode", StreamStatsJson(stream_decode, static_cast<uint64_t>(n_gen))}}
                                       : nlohmann::json()}});
@@ -148,7 +148,7 @@ int BenchMain(int argc, char** argv) {
       std::printf("|---:|---|---|---:|---:|---:|---:|---:|---:|\n");
       std::printf("| %s | %s | %s | %s | %s | %.1f%% | %.2f ms | %.0f%% | %s |\n",
                   m->streaming->plan().budget == UINT64_MAX ? "none" : FormatBytes(m->streaming->plan().budget).c_str(),
-                  m->streaming->device().name().c_str(), stf.policy.c_str(),
+                  m->streaming->device().name().c_str(), m->streaming->streamer().options().policy.c_str(),
                   FormatBytes(static_cast<uint64_t>(stream_decode.storage_bytes / n)).c_str(),
                   FormatBytes(static_cast<uint64_t>(stream_decode.cache_bytes / n)).c_str(),
                   100 * stream_decode.hit_rate(), 1e3 * stream_decode.stall_seconds / n,

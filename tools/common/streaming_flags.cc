@@ -35,9 +35,10 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
       "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
   app.add_option("--policy", f->policy,
                  "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru, hot (default "
-                 "mru: each token sweeps the layers in order, where LRU and LFU evict what is "
-                 "needed next and hit nothing; hot keeps the leading blocks of each extent, the "
-                 "hottest columns of a pack ordered with --calib)");
+                 "auto: mru for dense packs, where each token sweeps the layers in order and LRU "
+                 "and LFU evict what is needed next and hit nothing; lfu counted within the "
+                 "sequence for the experts of a mixture of experts; hot keeps the leading blocks "
+                 "of each extent, the hottest columns of a pack ordered with --calib)");
   app.add_flag("--static-attention", f->static_attention,
                "keep the attention projections in memory (read once) instead of streaming them "
                "with the MLP; they count in the static share of the budget");
@@ -189,10 +190,22 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
 }
 
 std::string FormatStreamStats(const model::StreamStats& s) {
-  return StrFormat("storage %s (ahead %s), cache %s, hit %.1f%%, stall %.2f ms, overlap %.0f%%",
-                   FormatBytes(s.storage_bytes).c_str(), FormatBytes(s.prefetched_bytes).c_str(),
-                   FormatBytes(s.cache_bytes).c_str(), 100.0 * s.hit_rate(), s.stall_seconds * 1e3,
-                   100.0 * s.overlap());
+  std::string out =
+      StrFormat("storage %s (ahead %s), cache %s, hit %.1f%%, stall %.2f ms, overlap %.0f%%",
+                FormatBytes(s.storage_bytes).c_str(), FormatBytes(s.prefetched_bytes).c_str(),
+                FormatBytes(s.cache_bytes).c_str(), 100.0 * s.hit_rate(), s.stall_seconds * 1e3,
+                100.0 * s.overlap());
+  if (s.expert_uses > 0) {
+    out += StrFormat(", experts %llu used, %.1f%% cached or read ahead",
+                     static_cast<unsigned long long>(s.expert_uses),
+                     100.0 * static_cast<double>(s.expert_hits) / static_cast<double>(s.expert_uses));
+    if (s.experts_chosen_predicted > 0) {
+      out += StrFormat(", prediction recall %.1f%%",
+                       100.0 * static_cast<double>(s.experts_predicted_used) /
+                           static_cast<double>(s.experts_chosen_predicted));
+    }
+  }
+  return out;
 }
 
 nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
@@ -208,7 +221,15 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
           {"hit_rate", s.hit_rate()},
           {"stall_seconds_per_token", s.stall_seconds / n},
           {"io_seconds_per_token", s.io_seconds / n},
-          {"overlap", s.overlap()}};
+          {"overlap", s.overlap()},
+          {"experts",
+           {{"used_per_token", s.expert_uses / n},
+            {"hit_rate", s.expert_uses ? static_cast<double>(s.expert_hits) / s.expert_uses : 0.0},
+            {"predicted_per_token", s.experts_predicted / n},
+            {"prediction_recall", s.experts_chosen_predicted
+                                      ? static_cast<double>(s.experts_predicted_used) /
+                                            s.experts_chosen_predicted
+                                      : 0.0}}}};
 }
 
 nlohmann::json StreamTotalsJson(const model::StreamStats& s) {

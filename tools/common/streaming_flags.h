@@ -22,7 +22,9 @@ struct StreamingFlags {
   std::string memory_scope = "process";  // --memory-scope process|weights
   std::string storage = "auto";   // --storage: auto, pread, direct, io_uring, io_uring+direct, mmap
   std::string profile;            // --profile: throttle to a storage profile
-  std::string policy = "mru";     // --policy (measured: lru and lfu thrash, docs/streaming.md 3.2)
+  // --policy; "auto": mru for dense packs (lru and lfu thrash on a sweep, docs/streaming.md 3.2),
+  // lfu for the experts of a mixture (counted within the sequence, ActiveFlow's contextual LFU).
+  std::string policy = "auto";
   int prefetch = 1;               // --prefetch: layers read ahead (-1: none)
   std::string partitions = "shared";  // measured: docs/streaming.md, 3.2
   std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs

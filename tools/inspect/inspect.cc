@@ -50,7 +50,8 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     const char* layout_name = p.layout() == format::PackLayout::kColumns ? format::kPackLayoutColumns
                               : p.layout() == format::PackLayout::kSparseColumns
                                   ? format::kPackLayoutSparseColumns
-                                  : format::kPackLayout;
+                              : p.layout() == format::PackLayout::kExperts ? format::kPackLayoutExperts
+                                                                            : format::kPackLayout;
     j["pack"] = {{"version", format::kPackVersion},
                  {"layout", layout_name},
                  {"group_size", p.group_size()}, {"down_t", p.down_t()}, {"source", p.source()},
@@ -79,7 +80,8 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
   const char* layout_name = p.layout() == format::PackLayout::kColumns ? format::kPackLayoutColumns
                             : p.layout() == format::PackLayout::kSparseColumns
                                 ? format::kPackLayoutSparseColumns
-                                : format::kPackLayout;
+                            : p.layout() == format::PackLayout::kExperts ? format::kPackLayoutExperts
+                                                                          : format::kPackLayout;
   std::printf("\nlayout:     %s; layer groups of up to %d layers", layout_name, p.group_size());
   if (columns) std::printf("; ffn_down^T %s", p.down_t().c_str());
   std::printf("\n");
@@ -87,7 +89,15 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     std::printf("            as ffn_columns, each row stored as a bitmap of its non-zero values "
                 "and those values (%s)\n", DTypeName(p.groups().front().dtype));
   }
-  if (columns) {
+  if (p.layout() == format::PackLayout::kExperts) {
+    const format::PackGroup& g = p.groups().front();
+    std::printf("            per layer, %d experts (%d per token), one page-aligned record of %s "
+                "each: gate (%s) at +%llu, up (%s) at +%llu, down (%s) at +%llu\n",
+                g.n_expert, c.n_expert_used, FormatBytes(g.expert_stride).c_str(),
+                DTypeName(g.expert_type[0]), static_cast<unsigned long long>(g.expert_part[0]),
+                DTypeName(g.expert_type[1]), static_cast<unsigned long long>(g.expert_part[1]),
+                DTypeName(g.expert_type[2]), static_cast<unsigned long long>(g.expert_part[2]));
+  } else if (columns) {
     std::printf("            ffn_in: input channel i = rows (i*n + j)*2 + {gate^T, up^T}; "
                 "ffn_down: neuron c = row c*n + j (down^T), for its n layers j\n");
   } else {
