@@ -67,6 +67,8 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
     if (g.extent.held || batch_layer_ != layer) return;
     // Experts are acquired in ascending order and released one by one: the batch holds e only.
     w_.Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
+    // Staging may have room now for predicted experts it refused when they were predicted.
+    QueuePredicted();
   }
 
   bool predicts() const override { return w_.options_.prefetch_layers >= 0; }
@@ -77,8 +79,7 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
     if (g.extent.held) return;
     predicted_layer_ = layer;
     predicted_.assign(experts.begin(), experts.end());
-    blocks_.assign(experts.begin(), experts.end());
-    w_.QueueMissing(g.extent, blocks_, 0, nullptr);
+    QueuePredicted();
   }
 
   void ReleaseAll() {
@@ -87,6 +88,13 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   }
 
  private:
+  // Queues the predicted experts not cached or queued yet, as far as staging has room.
+  void QueuePredicted() {
+    if (predicted_layer_ < 0) return;
+    blocks_.assign(predicted_.begin(), predicted_.end());
+    w_.QueueMissing(GroupOf(predicted_layer_).extent, blocks_, 0, nullptr);
+  }
+
   Group& GroupOf(int layer) {
     WEIR_CHECK(layer >= 0 && layer < w_.n_layers_);
     return w_.groups_[static_cast<size_t>(w_.group_of_[static_cast<size_t>(layer)])];
