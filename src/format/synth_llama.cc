@@ -378,6 +378,7 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
     for (int l = 0; t.per_layer && l < c.n_layers; ++l) spec_of[TensorName(t, l)] = {&t, l};
   }
   const bool llama = c.IsLlama();
+  const float router_skew = spec.router_skew;  // (`spec` names the tensor's row below)
   const std::vector<std::string> names = LlamaTensorNames(c);
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
@@ -405,8 +406,10 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
     const uint64_t index = i;
     const DType t = spec->role == TensorRole::kFfnGateInp ? DType::kF32 : type;  // routers F32
     const int64_t cols = shape.cols();
+    const float skew = spec->role == TensorRole::kFfnGateInp ? router_skew : 0.0f;
     w.AddTensor(n, t, shape,
-                [seed, index, t, cols, pool](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                [seed, index, t, cols, pool, skew](int64_t begin, int64_t end,
+                                                   uint8_t* dst) -> Status {
                   const size_t row_bytes = RowBytes(t, cols);
                   ParallelFor(
                       pool, static_cast<size_t>(end - begin),
@@ -416,7 +419,13 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
                           uint64_t row = static_cast<uint64_t>(begin) + r;
                           uint8_t* d = dst + r * row_bytes;
                           if (t == DType::kF32) {
-                            SynthRandomRow(seed, index, row, reinterpret_cast<float*>(d), cols);
+                            float* f = reinterpret_cast<float*>(d);
+                            SynthRandomRow(seed, index, row, f, cols);
+                            if (skew != 0.0f) {  // router row `row` = expert `row`
+                              const float scale =
+                                  std::pow(static_cast<float>(row + 1), -skew);
+                              for (int64_t k = 0; k < cols; ++k) f[k] *= scale;
+                            }
                           } else {
                             SynthRandomRow(seed, index, row, tmp.data(), cols);
                             QuantizeRow(t, tmp.data(), d, cols);

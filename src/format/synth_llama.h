@@ -49,6 +49,10 @@ struct SynthSpec {
   int sliding_window = 0;  // > 0: the architecture's sliding-window layers (gemma3) see this many
   int n_expert = 0;        // mixture-of-experts rows: experts per layer (d_ff is each one's width)
   int n_expert_used = 0;   //   and experts per token
+  // Mixture-of-experts rows: router row e is scaled by (1 + e)^-router_skew, so that the router's
+  // logits for low-numbered experts spread wider and they are chosen more often (a skewed,
+  // Zipf-like routing, as trained routers have; 0 = every expert alike).
+  float router_skew = 0.0f;
 };
 
 // "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.

@@ -85,6 +85,10 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
       // read follow them; the I/O thread still merges neighbouring blocks into large reads.
       mo.input_block_bytes = size_t{4} << 10;
     }
+    if (mo.prefetch_layers == kPrefetchAuto) {
+      mo.prefetch_layers = pack.layout() == format::PackLayout::kExperts ? 0 : 1;
+    }
+    m->config_.stream.prefetch_layers = mo.prefetch_layers;
     if (mo.policy == "auto") {
       // A dense scan wants mru (a fixed part of every layer stays); experts are chosen by the
       // router, so the ones a context keeps choosing stay (lfu, counts reset per sequence).

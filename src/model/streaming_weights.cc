@@ -32,6 +32,7 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.experts_predicted = experts_predicted - o.experts_predicted;
   d.experts_predicted_used = experts_predicted_used - o.experts_predicted_used;
   d.experts_chosen_predicted = experts_chosen_predicted - o.experts_chosen_predicted;
+  d.experts_preloaded = experts_preloaded - o.experts_preloaded;
   d.stall_seconds = stall_seconds - o.stall_seconds;
   d.io_seconds = io_seconds - o.io_seconds;
   return d;

@@ -140,6 +140,7 @@ struct StreamStats {
   // how many of them it then chose: recall = predicted_used / chosen in predicted layers).
   uint64_t expert_uses = 0, expert_hits = 0;
   uint64_t experts_predicted = 0, experts_predicted_used = 0, experts_chosen_predicted = 0;
+  uint64_t experts_preloaded = 0;  // predicted experts handed to the I/O thread (recall high)
   double stall_seconds = 0;       // compute thread waiting for blocks (demand reads included)
   double io_seconds = 0;          // wall time of device reads (I/O thread and demand)
   double hit_rate() const {

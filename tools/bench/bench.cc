@@ -132,7 +132,7 @@ int BenchMain(int argc, char** argv) {
                {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"device", m->streaming->device().name()},
                                                        {"policy", m->streaming->streamer().options().policy},
-                                                       {"prefetch_layers", stf.prefetch},
+                                                       {"prefetch_layers", m->streaming->streamer().options().prefetch_layers},
                                                        {"decode", StreamStatsJson(stream_decode, static_cast<uint64_t>(n_gen))}}
                                       : nlohmann::json()}});
   } else {

@@ -43,8 +43,9 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
                "keep the attention projections in memory (read once) instead of streaming them "
                "with the MLP; they count in the static share of the budget");
   app.add_option("--prefetch", f->prefetch,
-                 "layers read ahead by the I/O thread (default 1; 0 = the current layer only; "
-                 "-1 = no read-ahead, every block read on demand: deterministic cache counts)")
+                 "layers read ahead by the I/O thread (default 1, for a mixture of experts 0; 0 = "
+                 "the current layer only; -1 = no read-ahead, every block read on demand: "
+                 "deterministic cache counts)")
       ->check(CLI::Range(-1, 64));
   app.add_option("--partitions", f->partitions,
                  "cache split: shared (one pool), uniform (per layer group), proportional "
@@ -226,6 +227,7 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
            {{"used_per_token", s.expert_uses / n},
             {"hit_rate", s.expert_uses ? static_cast<double>(s.expert_hits) / s.expert_uses : 0.0},
             {"predicted_per_token", s.experts_predicted / n},
+            {"preloaded_per_token", s.experts_preloaded / n},
             {"prediction_recall", s.experts_chosen_predicted
                                       ? static_cast<double>(s.experts_predicted_used) /
                                             s.experts_chosen_predicted

@@ -25,7 +25,9 @@ struct StreamingFlags {
   // --policy; "auto": mru for dense packs (lru and lfu thrash on a sweep, docs/streaming.md 3.2),
   // lfu for the experts of a mixture (counted within the sequence, ActiveFlow's contextual LFU).
   std::string policy = "auto";
-  int prefetch = 1;               // --prefetch: layers read ahead (-1: none)
+  // --prefetch: layers read ahead (-1: none); the default (model::kPrefetchAuto) is 1 for dense
+  // packs and 0 for experts (docs/moe.md: reading the next layer ahead cost them 30 %).
+  int prefetch = model::kPrefetchAuto;
   std::string partitions = "shared";  // measured: docs/streaming.md, 3.2
   std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs
   int queue_depth = 32;

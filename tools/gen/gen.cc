@@ -28,6 +28,11 @@ int GenMain(int argc, char** argv) {
   std::string experts;
   app.add_option("--experts", experts, "with --dims on mixtral/qwen3moe: n_expert,n_expert_used (d_ff is each expert's)")
       ->needs(d);
+  float router_skew = 0.0f;
+  app.add_option("--router-skew", router_skew,
+                 "mixtral/qwen3moe: scale router row e by (1 + e)^-S, so that low-numbered "
+                 "experts are chosen more often (a skewed routing; default 0)")
+      ->check(CLI::Range(0.0f, 8.0f));
   app.add_option("--type", type, "weight type: " + DTypeNameList() + " (default q8_0)");
   app.add_option("-o,--output", out, "output .gguf")->required();
   app.add_option("--seed", seed, "random seed (default 1)");
@@ -70,6 +75,7 @@ int GenMain(int argc, char** argv) {
     std::fprintf(stderr, "weir gen: give --preset or --dims\n");
     return kExitUsage;
   }
+  spec.router_skew = router_skew;
   ThreadPool pool(threads > 0 ? threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency())));
   ProgressBar bar("gen " + out, 1000, !json && !no_progress);
   Status st = format::WriteRandomLlamaGguf(spec, *dtype, seed, out,
