@@ -446,7 +446,7 @@ TEST(TinyMoeRefusals, MutatedHeadersFailCleanlyOrDecode) {
   EXPECT_GT(decoded, 0);  // most single-byte changes hit token strings and still load
 }
 
-TEST(TinyMoeRefusals, SparsityAndPacksAreRefused) {
+TEST(TinyMoeRefusals, SparsityAndDenseLayoutsAreRefused) {
   std::unique_ptr<Model> m = TinyMoe("mixtral", DType::kF32);
   ASSERT_NE(m, nullptr);
   auto p = sparsity::ParseSparsity("dip:0.5", nullptr);
@@ -465,8 +465,19 @@ TEST(TinyMoeRefusals, SparsityAndPacksAreRefused) {
   so.sparsity = dense->get();
   EXPECT_TRUE(Session::Create(*m, nullptr, so).ok());
 
-  Status st = format::WritePack(m->file(), testing::TempDir() + "/moe.weirpack", {});
-  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();
+  // A mixture of experts packs with the experts layout only (tests/model/streaming_experts_test.cc
+  // streams it): no dense layout, no --type, no layer groups.
+  const std::string out = testing::TempDir() + "/moe.weirpack";
+  EXPECT_TRUE(format::WritePack(m->file(), out, {}).ok());
+  format::PackOptions o;
+  o.layout = format::PackLayout::kColumns;
+  EXPECT_EQ(format::WritePack(m->file(), out, o).code(), Status::Code::kInvalidArgument);
+  o = {};
+  o.type = DType::kQ8_0;
+  EXPECT_EQ(format::WritePack(m->file(), out, o).code(), Status::Code::kUnsupported);
+  o = {};
+  o.group_size = 2;
+  EXPECT_EQ(format::WritePack(m->file(), out, o).code(), Status::Code::kInvalidArgument);
 }
 
 }  // namespace
