@@ -43,14 +43,7 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
   std::vector<PackGroup> groups;
   std::vector<std::array<TensorView, 3>> stacks;
   for (int l = 0; l < c.n_layers; ++l) {
-    PackGroup g;
-    g.index = l;
-    g.first_layer = l;
-    g.n_layers = 1;
-    g.layout = PackLayout::kExperts;
-    g.d_model = c.d_model;
-    g.d_ff = c.layers[static_cast<size_t>(l)].d_ff;
-    g.n_expert = c.n_expert;
+    DType types[3];
     std::array<TensorView, 3> v;
     for (int p = 0; p < 3; ++p) {
       const std::string name = StrFormat("blk.%d.%s.weight", l, kStacks[p]);
@@ -60,7 +53,7 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
         return Status::Unsupported(path + ": " + name + " is held tiled; load the model row-major");
       }
       v[static_cast<size_t>(p)] = *t;
-      g.expert_type[p] = t->dtype;
+      types[p] = t->dtype;
       if (l > 0 && t->dtype != groups[0].expert_type[p]) {
         return Status::Unsupported(StrFormat("%s: %s is %s but layer 0's is %s; weir packs one set "
                                              "of expert types (convert with --type first)",
@@ -68,8 +61,9 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
                                              DTypeName(groups[0].expert_type[p])));
       }
     }
-    WEIR_RETURN_IF_ERROR(FinishExpertGroup(&g).WithContext(path));
-    groups.push_back(g);
+    Result<PackGroup> g = ExpertGroup(c, l, types);
+    if (!g.ok()) return g.status().WithContext(path);
+    groups.push_back(*g);
     stacks.push_back(v);
   }
 

@@ -126,6 +126,20 @@ Status FinishExpertGroup(PackGroup* g) {
   return Status::Ok();
 }
 
+Result<PackGroup> ExpertGroup(const LlamaConfig& c, int layer, const DType types[3]) {
+  PackGroup g;
+  g.index = layer;
+  g.first_layer = layer;
+  g.n_layers = 1;
+  g.layout = PackLayout::kExperts;
+  g.d_model = c.d_model;
+  g.d_ff = c.layers[static_cast<size_t>(layer)].d_ff;
+  g.n_expert = c.n_expert;
+  for (int k = 0; k < 3; ++k) g.expert_type[k] = types[k];
+  WEIR_RETURN_IF_ERROR(FinishExpertGroup(&g));
+  return g;
+}
+
 Status FinishPackGroup(PackGroup* g) {
   if (g->d_model <= 0 || g->d_ff <= 0 || g->n_layers <= 0) {
     return Status::InvalidArgument(StrFormat("pack group %d: d_model %d, d_ff %d, %d layers",

@@ -257,6 +257,9 @@ struct PackGroup {
 // kExperts: sets expert_part and expert_stride from n_expert, d_ff, d_model and expert_type, and
 // nbytes = n_expert * stride; InvalidArgument when a row is not whole blocks or sizes overflow.
 Status FinishExpertGroup(PackGroup* g);
+// Layer `layer`'s group of an experts pack of model `c` whose stacks have `types` (gate, up,
+// down), finished; what FinishExpertGroup refuses.
+Result<PackGroup> ExpertGroup(const LlamaConfig& c, int layer, const DType types[3]);
 
 // Whether a bundle group of a pack written with weir.pack.tiled_bundles = 1 has tiled chunks:
 // Q8_0 / Q4_0 with d_model a multiple of 16 (then every chunk is 32 neurons wide).

@@ -80,18 +80,9 @@ Status PackFile::ParseExperts(const std::vector<int64_t>& firsts,
                                        p, l, static_cast<long long>(firsts[static_cast<size_t>(l)]),
                                        static_cast<long long>(counts[static_cast<size_t>(l)]), l));
     }
-    PackGroup g;
-    g.index = l;
-    g.first_layer = l;
-    g.n_layers = 1;
-    g.layout = PackLayout::kExperts;
-    g.d_model = config_.d_model;
-    g.d_ff = config_.layers[static_cast<size_t>(l)].d_ff;
-    g.n_expert = config_.n_expert;
-    for (int k = 0; k < 3; ++k) g.expert_type[k] = types[k];
-    if (Status st = FinishExpertGroup(&g); !st.ok()) {
-      return Status::Corrupt(StrFormat("%s: %s", p, st.message().c_str()));
-    }
+    Result<PackGroup> made = ExpertGroup(config_, l, types);
+    if (!made.ok()) return Status::Corrupt(StrFormat("%s: %s", p, made.status().message().c_str()));
+    PackGroup g = std::move(made).value();
     const std::string name = PackExpertTensorName(l);
     const GgufTensorInfo* info = f.FindTensor(name);
     if (info == nullptr) return Status::Corrupt(StrFormat("%s: %s is missing", p, name.c_str()));
