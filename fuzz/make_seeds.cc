@@ -1,6 +1,6 @@
 // fuzz_make_seeds OUT_DIR: writes the binary seed files of the fuzz corpora with weir's own
 // writers: tiny GGUF models (SentencePiece and byte-level vocabularies, three weight types),
-// packs of both layouts, and a trace. scripts/fuzz-seeds runs it and writes the text seeds
+// packs of the dense layouts and of a mixture of experts, and a trace. scripts/fuzz-seeds runs it and writes the text seeds
 // (JSON, llama2.c files, tokenizer texts) itself. Not a fuzz target: built with the fuzz build
 // so that it needs no second toolchain, and run by hand when the formats change.
 #include <sys/stat.h>
@@ -81,6 +81,20 @@ int main(int argc, char** argv) {
       ok &= Check(WritePack(*m, out + "/pack/tiny-bundles.weir", o), "bundles pack");
       o.layout = PackLayout::kColumns;
       ok &= Check(WritePack(*m, out + "/pack/tiny-columns.weir", o), "columns pack");
+      // A mixture of experts and its experts pack (one page-aligned record per expert).
+      auto moe_spec = SynthPreset("tiny", "mixtral");
+      ok &= Check(moe_spec.status(), "mixtral preset");
+      if (moe_spec.ok()) {
+        const std::string moe_src = out + "/pack/.moe-src.gguf";
+        ok &= Check(WriteRandomLlamaGguf(*moe_spec, DType::kQ8_0, 5, moe_src, nullptr), "mixtral");
+        auto moe = LoadModel(moe_src);
+        ok &= Check(moe.status(), "load mixtral");
+        if (moe.ok()) {
+          ok &= Check(WritePack(*moe, out + "/pack/tiny-experts.weir", PackOptions{}),
+                      "experts pack");
+        }
+        std::remove(moe_src.c_str());
+      }
       // A trace of that model: GLU neuron masks with cache events, 3 tokens.
       TraceHeader h = GluNeuronTraceHeader(m->config, /*cache_events=*/true);
       h.metadata = {{"policy", "dip-ca:0.5"}};
