@@ -174,13 +174,19 @@ void Engine::Loop() {
       if (s->job->cancelled.load()) {
         metrics_->cancelled.fetch_add(1);
         Finish(*s, "cancelled");
-      } else {
-        Start(*s);
+        continue;
       }
+      // Prefill, then at once its first token: a request that arrives with others gets its first
+      // token after its own prefill, not after every prefill of the batch.
+      Start(*s);
+      if (s->job && s->logits != nullptr) Step(*s);
+      s->stepped = true;
     }
-    // One decode step per busy slot, in turn.
+    // One decode step per busy slot, in turn (a slot that has just made its first token waits
+    // for the next round).
     for (Slot& s : slots_) {
-      if (s.job && s.logits != nullptr) Step(s);
+      if (s.job && s.logits != nullptr && !s.stepped) Step(s);
+      s.stepped = false;
     }
   }
   // Shutting down: nothing more is computed.

@@ -86,6 +86,7 @@ class Engine {
     std::shared_ptr<Job> job;
     const float* logits = nullptr;
     int32_t prev = 0;
+    bool stepped = false;  // made its first token this round
   };
   void Loop();
   void Start(Slot& s);  // prefill the slot's new job
