@@ -13,12 +13,13 @@ import json
 import os
 import re
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
 import time
 import urllib.request
+
+import serve_util
 
 NGINX = shutil.which("nginx") or ("/usr/sbin/nginx" if os.path.exists("/usr/sbin/nginx") else None)
 if NGINX is None:
@@ -59,23 +60,11 @@ http {{
 """
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def start_weir(weir, model):
     p = subprocess.Popen([weir, "serve", "-m", model, "--port", "0", "--chat-template", "chatml",
                           "-t", "1"], stderr=subprocess.PIPE, text=True)
-    for line in p.stderr:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    else:
+    port = serve_util.listening_port(p)
+    if port is None:
         raise RuntimeError("weir serve did not start")
     deadline = time.time() + 60
     while time.time() < deadline:
@@ -116,7 +105,7 @@ def main():
     failures = []
     a, port_a = start_weir(args.weir, model)
     b, port_b = start_weir(args.weir, model)
-    port = free_port()
+    port = serve_util.free_port()
     conf = os.path.join(tmp, "nginx.conf")
     with open(conf, "w") as f:
         f.write(CONF.format(tmp=tmp, a=port_a, b=port_b, port=port))

@@ -22,6 +22,8 @@ import time
 import urllib.error
 import urllib.request
 
+import serve_util
+
 try:
     import openai
 except ImportError:
@@ -41,12 +43,7 @@ class Server:
     def __init__(self, weir, model, *flags):
         self.proc = subprocess.Popen([weir, "serve", "-m", model, "--port", "0", *flags],
                                      stderr=subprocess.PIPE, text=True)
-        self.port = None
-        for line in self.proc.stderr:
-            m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-            if m:
-                self.port = int(m.group(1))
-                break
+        self.port = serve_util.listening_port(self.proc)
         if self.port is None:
             raise RuntimeError("weir serve did not start: " + self.proc.stderr.read())
         self.base = f"http://127.0.0.1:{self.port}"
@@ -113,15 +110,7 @@ def main():
     ap.add_argument("--shared", default="")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="weir-serve-")
-    smol = os.path.join(args.shared, "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
-    extra = []
-    if os.path.exists(smol):
-        model = smol
-    else:
-        model = os.path.join(tmp, "tiny.gguf")
-        subprocess.run([args.weir, "gen", "--preset", "tiny", "--type", "q8_0", "--seed", "3",
-                        "-o", model], check=True, capture_output=True)
-        extra = ["--chat-template", "chatml"]
+    model, extra = serve_util.pick_model(args.weir, args.shared, tmp)
     print("model:", model, flush=True)
 
     s = Server(args.weir, model, "--parallel", "4", "--queue", "8", "--max-body", "65536", *extra)

@@ -20,6 +20,8 @@ import tempfile
 import time
 import urllib.request
 
+import serve_util
+
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 if CHROMIUM is None:
     print("skipped: chromium is not installed (Debian: chromium)")
@@ -82,14 +84,6 @@ class DevTools:
                 return msg.get("result", {})
 
 
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--weir", required=True)
@@ -97,24 +91,11 @@ def main():
     ap.add_argument("--screenshot", default="serve_page.png")
     args = ap.parse_args()
     tmp = tempfile.mkdtemp(prefix="weir-page-")
-    smol = os.path.join(args.shared, "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf")
-    extra = []
-    if os.path.exists(smol):
-        model = smol
-    else:
-        model = os.path.join(tmp, "tiny.gguf")
-        subprocess.run([args.weir, "gen", "--preset", "tiny", "--type", "q8_0", "--seed", "3",
-                        "-o", model], check=True, capture_output=True)
-        extra = ["--chat-template", "chatml"]
-    server = subprocess.Popen([args.weir, "serve", "-m", model, "--port", "0", "-n", "32", "--temp", "0", *extra],
-                              stderr=subprocess.PIPE, text=True)
-    port = None
-    for line in server.stderr:
-        m = re.search(r"listening on http://127\.0\.0\.1:(\d+)", line)
-        if m:
-            port = int(m.group(1))
-            break
-    devtools_port = free_port()
+    model, extra = serve_util.pick_model(args.weir, args.shared, tmp)
+    server = subprocess.Popen([args.weir, "serve", "-m", model, "--port", "0", "-n", "32",
+                               "--temp", "0", *extra], stderr=subprocess.PIPE, text=True)
+    port = serve_util.listening_port(server)
+    devtools_port = serve_util.free_port()
     browser_log = open(os.path.join(tmp, "chromium.log"), "w")
     browser = subprocess.Popen([CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu",
                                 "--disable-dev-shm-usage", "--no-first-run",
@@ -176,7 +157,7 @@ def main():
             failures.append(f"no tok/s line under the reply: {state.get('speed')!r}")
         if not state.get("status", "").startswith("model: "):
             failures.append(f"the header does not name the model: {state.get('status')!r}")
-        if model == smol and state.get("reply") and "Berlin" not in state["reply"]:
+        if model.endswith(serve_util.SMOLLM2) and state.get("reply") and "Berlin" not in state["reply"]:
             failures.append(f"SmolLM2's greedy-ish reply should name Berlin: {state['reply']!r}")
     finally:
         browser.terminate()
