@@ -4,6 +4,7 @@
 // streamer in streaming_blocks.cc.
 #include <algorithm>
 #include <cstring>
+#include <numeric>
 
 #include "kernels/gather.h"
 #include "kernels/ops.h"
@@ -107,6 +108,11 @@ void StreamingWeights::QueueMissing(const Extent& e, const std::vector<uint64_t>
     if (!prefetcher_->Enqueue(r).ok()) return;  // staging is full: the rest later or on demand
     if (queued != nullptr) queued->push_back(r.id);
   }
+}
+
+void StreamingWeights::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const {
+  blocks->resize(static_cast<size_t>(e.n_blocks));
+  std::iota(blocks->begin(), blocks->end(), uint64_t{0});
 }
 
 void StreamingWeights::AddBlocks(const Extent& x, uint64_t begin, uint64_t end,
@@ -255,21 +261,16 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
   }
   SortBlocks(&blocks_);
   const bool whole_down = !policy->MayPrune(Site::kMlpDown);
-  const std::vector<uint64_t> none;
-  const std::vector<uint64_t>& down = whole_down ? all_down_blocks_ : none;
-  const size_t n_down = whole_down ? static_cast<size_t>(g.extent.n_blocks) : 0;
   // Both lists go to the I/O thread before either is claimed, so that it reads on while the
   // compute waits for the first blocks.
   if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
-  if (!g.extent.held && n_down > 0) {
-    std::vector<uint64_t>& d_blocks = next_blocks_;
-    d_blocks.assign(down.begin(), down.begin() + static_cast<ptrdiff_t>(n_down));
-    QueueMissing(g.extent, d_blocks, 0, nullptr);
+  if (whole_down) {
+    AllBlocks(g.extent, &next_blocks_);
+    if (!g.extent.held) QueueMissing(g.extent, next_blocks_, 0, nullptr);
   }
   span_group_ = g.pack.index;
   WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
-  if (n_down > 0) {
-    next_blocks_.assign(down.begin(), down.begin() + static_cast<ptrdiff_t>(n_down));
+  if (whole_down) {
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
   }
   DropPredictions();  // what the previous group predicted and this one did not keep
@@ -295,8 +296,7 @@ void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexLis
     QueueMissing(n.in, blocks, 0, &predicted_);
   }
   if (whole_down && !n.extent.held) {
-    blocks.assign(all_down_blocks_.begin(),
-                  all_down_blocks_.begin() + static_cast<ptrdiff_t>(n.extent.n_blocks));
+    AllBlocks(n.extent, &blocks);
     QueueMissing(n.extent, blocks, 0, &predicted_);
   }
 }

@@ -12,10 +12,10 @@ namespace {
 // Predicted experts are read only while predictions have been right often enough. A read-ahead
 // that is right moves a read the layer needs anyway off its critical path; one that is wrong adds
 // a whole expert of reading, and when the reads are the bottleneck (an expert is megabytes, the
-// products are short) that costs more than the overlap wins. Measured on the generated small
-// models at 25 % of the pack, recall 0.53-0.54: Qwen3 MoE 9.5 tok/s with preloading against
-// 14.5 without, Mixtral 1.25 against 1.46 (docs/moe.md). The recall is measured on every decode
-// step whether or not the prediction is read, so preloading resumes when it starts to pay.
+// products are short) that costs more than the overlap wins. Measured at 25 % of the pack with
+// recall 0.53: Mixtral small 1.16 tok/s reading the predictions against 1.46 reading nothing
+// ahead (Qwen3 MoE small, recall 0.54: no difference; docs/moe.md). The recall is measured on
+// every decode step whether or not the prediction is read, so preloading resumes when it pays.
 constexpr double kMinRecallToPreload = 0.75;
 constexpr double kRecallDecay = 0.9;  // the running recall's weight on the past
 

@@ -41,8 +41,9 @@
 namespace weir::model {
 
 // StreamingOptions::prefetch_layers as the tools default it: resolved by Open to 1 for dense packs
-// and 0 for an experts pack (one layer of read-ahead there put attention blocks in staging that
-// the experts needed: Qwen3 MoE small at 25 %, 9.3 tok/s against 13.6 with 0; docs/moe.md).
+// and 0 for an experts pack (one layer of read-ahead made Qwen3 MoE small at 25 % slower, 9.3
+// tok/s against 13.6 with 0, docs/moe.md; why -- staging taken by attention read ahead, or the
+// reads competing with the experts' -- was not measured).
 inline constexpr int kPrefetchAuto = -2;
 
 struct StreamingConfig {

@@ -276,10 +276,6 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
     uint64_t max_blocks = 0;
     for (const Group& g : s->groups_) max_blocks = std::max({max_blocks, g.in.n_blocks, g.extent.n_blocks});
     s->blocks_.reserve(static_cast<size_t>(max_blocks));
-    uint64_t max_down = 0;
-    for (const Group& g : s->groups_) max_down = std::max(max_down, g.extent.n_blocks);
-    s->all_down_blocks_.resize(static_cast<size_t>(max_down));
-    for (uint64_t b = 0; b < max_down; ++b) s->all_down_blocks_[static_cast<size_t>(b)] = b;
     s->next_blocks_.reserve(static_cast<size_t>(max_blocks));
     s->block_words_.resize(static_cast<size_t>((max_blocks + 63) / 64));
     s->cache_words_.resize(static_cast<size_t>((max_ff + 63) / 64));
@@ -315,8 +311,7 @@ uint64_t StreamingWeights::fixed_bytes() const {
              n += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
            return n;
          }() +
-         (blocks_.capacity() + next_blocks_.capacity() + all_down_blocks_.capacity()) *
-             sizeof(uint64_t) +
+         (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
          (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
          3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t) +
          std::max(max_lane_bytes_ + 2 * options_.block_bytes, max_attention_bytes_) +

@@ -277,6 +277,8 @@ class StreamingWeights {
   // not repeated; the list is sorted and made unique after the calls, SortBlocks).
   void AddBlocks(const Extent& e, uint64_t begin, uint64_t end,
                  std::vector<uint64_t>* blocks) const;
+  // *blocks = 0 .. e.n_blocks - 1 (within the capacity reserved at creation).
+  void AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const;
   // Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
   // up^T rows) / neuron c of its layer j.
   std::pair<uint64_t, uint64_t> InputColumn(const Group& g, int64_t i, int j) const;
@@ -385,7 +387,6 @@ class StreamingWeights {
   Batch span_in_, span_down_;  // span mode: the group's pinned input records and down columns
   int span_group_ = -1;        // the group they belong to (-1: none held)
   bool single_token_ = false;  // the Forward call at hand has one token (span mode needs it)
-  std::vector<uint64_t> all_down_blocks_;  // 0 .. the largest down extent's blocks
 
   std::unique_ptr<ExpertSource> expert_reader_;  // experts layout only (an ExpertReader)
 
