@@ -45,7 +45,7 @@ struct Node;
 using Body = std::vector<std::unique_ptr<Node>>;
 
 struct Node {
-  enum class Type { kText, kOutput, kIf, kFor, kSet, kBreak, kContinue };
+  enum class Type { kText, kOutput, kIf, kFor, kSet, kSetBlock, kMacro, kBreak, kContinue };
   Type type = Type::kText;
   int line = 0;
   std::string text;  // kText
@@ -57,7 +57,17 @@ struct Node {
   std::vector<std::string> targets;
   ExprPtr filter;
   // kSet: `set name = expr` or `set name.attr = expr` (attr non-empty).
+  // kSetBlock: `set name[.attr] [| filter ...]` ... `endset`: the rendered body (bodies[0])
+  // through `filters` (kFilter nodes whose args[0], the value filtered, is null).
+  // kMacro: `macro set_name(targets...)` ... `endmacro`: parameters in targets, their defaults in
+  // defaults (null: none), the body in bodies[0].
   std::string set_name, set_attr;
+  std::vector<ExprPtr> filters;
+  std::vector<ExprPtr> defaults;
+  // kMacro: whether the body reads `varargs` / `kwargs`; then extra positional / keyword
+  // arguments land there instead of being an error, as in jinja2.
+  bool uses_varargs = false;
+  bool uses_kwargs = false;
 };
 
 }  // namespace weir::chat::internal

@@ -3,6 +3,7 @@
 #include <cctype>
 #include <cstdlib>
 #include <set>
+#include <string>
 
 namespace weir::chat::internal {
 namespace {
@@ -20,7 +21,6 @@ struct Segment {
 bool IsSpace(char c) {
   return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v';
 }
-
 
 // jinja2's lexer with trim_blocks and lstrip_blocks: `text` collects output text across comments;
 // `chunk_start` is where the text since the previous tag (of any kind) begins, which is all that
@@ -321,6 +321,18 @@ class ExprParser {
       left = Binary("or", std::move(left), std::move(right));
     }
     return left;
+  }
+  // `| name[(args)] | ...` with nothing before it ({% set x | filter %} blocks): kFilter nodes
+  // whose args[0], the value they apply to, is null.
+  Status ParseFilterChain(std::vector<ExprPtr>* filters) {
+    while (TakeOp("|")) {
+      WEIR_ASSIGN_OR_RETURN(std::string name, ExpectName());
+      ExprPtr f = Make(Expr::Type::kFilter, name);
+      f->args.push_back(nullptr);
+      if (IsOp("(")) WEIR_RETURN_IF_ERROR(ParseCallArgs(f.get()));
+      filters->push_back(std::move(f));
+    }
+    return Status::Ok();
   }
 
  private:
@@ -717,7 +729,10 @@ class StmtParser {
       if (p->TakeName("recursive")) return p->Error("recursive loops are not supported");
       WEIR_RETURN_IF_ERROR(ExpectEnd(p));
       Body body;
-      WEIR_RETURN_IF_ERROR(ParseBody({"else", "endfor"}, &body, &stop, &sp));
+      ++loop_depth_;
+      Status st = ParseBody({"else", "endfor"}, &body, &stop, &sp);
+      --loop_depth_;
+      WEIR_RETURN_IF_ERROR(st);
       WEIR_RETURN_IF_ERROR(ExpectEnd(sp.get()));
       n->bodies.push_back(std::move(body));
       Body other;
@@ -729,37 +744,141 @@ class StmtParser {
       return n;
     }
     if (kw == "set") {
-      n->type = Node::Type::kSet;
       WEIR_ASSIGN_OR_RETURN(n->set_name, p->ExpectName());
       if (p->TakeOp(".")) {
         WEIR_ASSIGN_OR_RETURN(n->set_attr, p->ExpectName());
       }
-      if (!p->TakeOp("=")) return p->Error("expected '=' ({% set %} blocks are not supported)");
-      WEIR_ASSIGN_OR_RETURN(n->expr, p->ParseExpr());
-      WEIR_RETURN_IF_ERROR(ExpectEnd(p));
+      if (p->TakeOp("=")) {
+        n->type = Node::Type::kSet;
+        WEIR_ASSIGN_OR_RETURN(n->expr, p->ParseExpr());
+        WEIR_RETURN_IF_ERROR(ExpectEnd(p));
+        return n;
+      }
+      // A block assignment: the body's output, through optional filters.
+      n->type = Node::Type::kSetBlock;
+      WEIR_RETURN_IF_ERROR(p->ParseFilterChain(&n->filters));
+      if (!p->AtEnd()) {
+        return p->Error(StrFormat("expected '=', '|' or the end of the tag but found '%s'",
+                                  p->Peek().text.c_str()));
+      }
+      Body body;
+      WEIR_RETURN_IF_ERROR(ParseBody({"endset"}, &body, &stop, &sp));
+      WEIR_RETURN_IF_ERROR(ExpectEnd(sp.get()));
+      n->bodies.push_back(std::move(body));
       return n;
     }
+    if (kw == "macro") return ParseMacro(std::move(n), p);
     if (kw == "break" || kw == "continue") {
+      // As jinja2 refuses them at compile time; so a macro body can never end its caller's loop.
+      if (loop_depth_ == 0) return p->Error(StrFormat("'%s' outside a loop", kw.c_str()));
       n->type = kw == "break" ? Node::Type::kBreak : Node::Type::kContinue;
       WEIR_RETURN_IF_ERROR(ExpectEnd(p));
       return n;
     }
+    if (kw == "elif" || kw == "else" || kw.rfind("end", 0) == 0) {
+      return Status::InvalidArgument(
+          StrFormat("chat template line %d: {%% %s %%} without an open block it belongs to", line,
+                    kw.c_str()));
+    }
     return Status::Unsupported(
         StrFormat("chat template line %d: the tag {%% %s %%} is not supported (weir renders if, "
-                  "for, set, break and continue)",
+                  "for, set, set blocks, macro, break and continue)",
                   line, kw.c_str()));
+  }
+
+  // {% macro name(a, b=default, ...) %} body {% endmacro %}
+  Result<std::unique_ptr<Node>> ParseMacro(std::unique_ptr<Node> n, ExprParser* p) {
+    n->type = Node::Type::kMacro;
+    WEIR_ASSIGN_OR_RETURN(n->set_name, p->ExpectName());
+    WEIR_RETURN_IF_ERROR(p->ExpectOp("("));
+    if (!p->TakeOp(")")) {
+      do {
+        WEIR_ASSIGN_OR_RETURN(std::string param, p->ExpectName());
+        for (const std::string& other : n->targets) {
+          if (other == param) return p->Error("duplicate parameter '" + param + "'");
+        }
+        ExprPtr dflt;
+        if (p->TakeOp("=")) {
+          WEIR_ASSIGN_OR_RETURN(dflt, p->ParseExpr());
+        } else if (!n->defaults.empty() && n->defaults.back()) {
+          return p->Error("a parameter without a default follows one with a default");
+        }
+        n->targets.push_back(std::move(param));
+        n->defaults.push_back(std::move(dflt));
+      } while (p->TakeOp(","));
+      WEIR_RETURN_IF_ERROR(p->ExpectOp(")"));
+    }
+    WEIR_RETURN_IF_ERROR(ExpectEnd(p));
+    Body body;
+    std::string stop;
+    std::unique_ptr<ExprParser> sp;
+    const int outer_loops = loop_depth_;
+    loop_depth_ = 0;  // a macro body is not inside the loop it is defined in
+    Status st = ParseBody({"endmacro"}, &body, &stop, &sp);
+    loop_depth_ = outer_loops;
+    WEIR_RETURN_IF_ERROR(st);
+    WEIR_RETURN_IF_ERROR(ExpectEnd(sp.get()));
+    n->uses_varargs = ReadsName(body, "varargs");
+    n->uses_kwargs = ReadsName(body, "kwargs");
+    n->bodies.push_back(std::move(body));
+    return n;
+  }
+
+  // Whether any expression in `body` (nested blocks and macros included, as jinja2's
+  // find_undeclared looks) reads the variable `name`. Iterative: expression trees can be deep.
+  static bool ReadsName(const Body& body, const std::string& name) {
+    std::vector<const Node*> nodes;
+    std::vector<const Expr*> exprs;
+    for (const auto& x : body) nodes.push_back(x.get());
+    auto add = [&](const ExprPtr& e) {
+      if (e) exprs.push_back(e.get());
+    };
+    while (!nodes.empty()) {
+      const Node* n = nodes.back();
+      nodes.pop_back();
+      add(n->expr);
+      add(n->filter);
+      for (const ExprPtr& e : n->conditions) add(e);
+      for (const ExprPtr& e : n->filters) add(e);
+      for (const ExprPtr& e : n->defaults) add(e);
+      for (const Body& b : n->bodies) {
+        for (const auto& x : b) nodes.push_back(x.get());
+      }
+    }
+    while (!exprs.empty()) {
+      const Expr* e = exprs.back();
+      exprs.pop_back();
+      if (e->type == Expr::Type::kName && e->name == name) return true;
+      for (const ExprPtr& a : e->args) add(a);
+      for (const auto& [_, v] : e->kwargs) add(v);
+    }
+    return false;
   }
 
   static constexpr int kMaxBlockDepth = 128;
   std::vector<Segment> segs_;
   size_t pos_ = 0;
   int block_depth_ = 0;
+  int loop_depth_ = 0;  // for bodies around the current tag, up to the enclosing macro
 };
 
 }  // namespace
 
 Result<Body> ParseTemplate(std::string_view source) {
-  WEIR_ASSIGN_OR_RETURN(std::vector<Segment> segs, Split(source));
+  // jinja2's lexer first makes every line end "\n" (newline_sequence) and, keep_trailing_newline
+  // being off, drops one newline at the very end of the source.
+  std::string text;
+  text.reserve(source.size());
+  for (size_t i = 0; i < source.size(); ++i) {
+    if (source[i] != '\r') {
+      text.push_back(source[i]);
+      continue;
+    }
+    text.push_back('\n');
+    if (i + 1 < source.size() && source[i + 1] == '\n') ++i;
+  }
+  if (!text.empty() && text.back() == '\n') text.pop_back();
+  WEIR_ASSIGN_OR_RETURN(std::vector<Segment> segs, Split(text));
   StmtParser parser(std::move(segs));
   Body body;
   std::string stop;

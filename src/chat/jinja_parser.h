@@ -4,8 +4,10 @@
 //
 // Tags: {{ expr }}, {# comment #}, {% if %}/{% elif %}/{% else %}/{% endif %},
 // {% for a[, b] in expr [if cond] %}/{% else %}/{% endfor %}, {% set x = expr %},
-// {% set ns.attr = expr %}, {% break %}, {% continue %}. Anything else (macro, call, block,
-// include, raw, set blocks) is an error naming the tag and the line.
+// {% set ns.attr = expr %}, {% set x[ | filter] %}...{% endset %} (also ns.attr),
+// {% macro name(a, b=default) %}...{% endmacro %}, {% break %} and {% continue %} (inside a loop,
+// as jinja2 requires). Anything else (call, block, include, import, raw, filter, with) is an
+// error naming the tag and the line.
 //
 // Thread safety: pure function.
 #pragma once

@@ -8,9 +8,12 @@
 // default, join, int, float, list, reverse, items, selectattr, rejectattr, map, replace, abs,
 // round, safe, unique, sort, sum, min, max, dictsort), tests (defined, undefined, none, string,
 // number, integer, float, mapping, iterable, sequence, boolean, true, false, odd, even,
-// divisibleby, eq, ne, lt, gt, in) and Python operators with Python's results. A construct
-// outside the subset, or a runtime error (raise_exception, a type error), is a Status naming the
-// template line; nothing is guessed.
+// divisibleby, eq, ne, lt, gt, in) and Python operators with Python's results. Macros are
+// jinja2's: called with positional, keyword and default arguments (varargs / kwargs when the body
+// reads them), they see the scopes where they were defined as they are at the call, cannot
+// assign outer variables, and return their output as a string; at most 64 calls nest. A
+// construct outside the subset, or a runtime error (raise_exception, a type error, a wrong
+// call), is a Status naming the template line; nothing is guessed.
 //
 // Thread safety: immutable after Parse; Render is const and may run on many threads.
 #pragma once

@@ -6,6 +6,12 @@ outputs must be equal byte for byte, and a conversation jinja2 refuses (raise_ex
 error) must make weir fail too.
 
   jinja_oracle.py --weir BUILD/bin/weir [--shared ../shared]
+  jinja_oracle.py --context CONTEXT.json --render TEMPLATE...
+
+The second form renders each template file with one context (a JSON object) into TEMPLATE.out,
+or writes why jinja2 refused it into TEMPLATE.err, for tests that compare renderings of weir's
+in-process (tests/chat/jinja_macro_test.cc); one run serves many templates, as starting Python
+and importing jinja2 costs more than rendering.
 
 Templates: every file in tests/chat/templates/ (SmolLM2's own, Qwen2.5, Qwen3, Llama 3.1 and a
 feature sampler), every built-in of weir (`weir template --chat-template NAME --source`), and the
@@ -47,12 +53,35 @@ def make_env():
     return env
 
 
+def render_files(env, template_paths, context_path):
+    ctx = {}
+    if context_path:
+        with open(context_path, encoding="utf-8") as f:
+            ctx = json.load(f)
+    for path in template_paths:
+        with open(path, encoding="utf-8") as f:
+            source = f.read()
+        try:
+            out, suffix = env.from_string(source).render(**ctx), ".out"
+        except Exception as e:  # noqa: BLE001  the caller compares refusals too
+            out, suffix = "%s: %s" % (type(e).__name__, e), ".err"
+        with open(path + suffix, "wb") as f:
+            f.write(out.encode("utf-8"))
+    return 0
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--weir", required=True)
+    ap.add_argument("--weir")
     ap.add_argument("--shared", default=os.path.join(HERE, "..", "..", "..", "shared"))
+    ap.add_argument("--render", metavar="TEMPLATE", nargs="+")
+    ap.add_argument("--context", metavar="CONTEXT.json")
     args = ap.parse_args()
     env = make_env()
+    if args.render:
+        return render_files(env, args.render, args.context)
+    if not args.weir:
+        ap.error("--weir is required unless --render is given")
 
     templates = {}
     tdir = os.path.join(HERE, "templates")
