@@ -170,7 +170,10 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
     return !h.ok() && h.status().code() == Status::Code::kOutOfMemory;
   };
   // A miss is read into staging and promoted below if the policy admits it. No room there:
-  // drop read-ahead, then finish earlier work, then reserve in the partition itself.
+  // drop read-ahead and wait out the reads in flight, then finish earlier work, then reserve in
+  // the partition itself. Waiting makes what is pinned in staging at that point -- and so which
+  // of these paths is taken, and what the layer groups' partitions end up holding, the state
+  // DIP-CA's mask reads -- independent of how fast the I/O thread was.
   storage::UnitRead staged = r;
   staged.partition = staging_partition_;
   if (claim_queued && cache_->Contains(r.id)) {
@@ -184,7 +187,11 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
     if (w.status().code() != Status::Code::kNotFound) return w.status();
   }
   Result<storage::CacheHandle> h = prefetcher_->Get(staged);
-  if (oom(h) && prefetcher_->CancelAll() > 0) h = prefetcher_->Get(staged);
+  if (oom(h)) {
+    prefetcher_->CancelAll();
+    prefetcher_->WaitIdle();
+    h = prefetcher_->Get(staged);
+  }
   if (oom(h) && make_room && make_room()) h = prefetcher_->Get(staged);
   if (oom(h)) h = prefetcher_->Get(r);
   if (h.ok()) {

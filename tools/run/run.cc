@@ -23,6 +23,7 @@ int RunMain(int argc, char** argv) {
   std::string prompt;
   int n_predict = 128;
   bool json = false, no_bos = false, chat_mode = false, ignore_eos = false;
+  model::ContextShift shift;
   ChatFlags cf;
   AddModelFlags(app, &mf);
   AddSamplingFlags(app, &sf);
@@ -44,6 +45,13 @@ int RunMain(int argc, char** argv) {
   app.add_flag("--ignore-eos", ignore_eos,
                "do not stop at the end-of-sequence token: generate exactly -n tokens unless the "
                "context fills (soak and benchmark runs; scripts/soak)");
+  app.add_flag("--context-shift", shift.enabled,
+               "when the context fills before -n tokens: keep the first --keep tokens and the most "
+               "recent half of the rest, prefill them anew and go on (default: stop there)");
+  app.add_option("--keep", shift.keep,
+                 "tokens of the prompt a context shift keeps (default 0; -1: the whole prompt; at "
+                 "most half the context)")
+      ->check(CLI::Range(-1, 1 << 20));
   app.add_flag("--json", json, "print the result and speeds as JSON instead of streaming text");
   app.add_flag("--chat", chat_mode,
                "one chat turn: the prompt is the user's message, wrapped in the model's chat template "
@@ -116,6 +124,7 @@ int RunMain(int argc, char** argv) {
                                                          ids.size(), (*session)->ctx())));
   }
   model::Sampler sampler(model.config().vocab_size, ToSamplerOptions(sf));
+  if (shift.keep < 0) shift.keep = static_cast<int>(ids.size());
 
   std::string text;
   int32_t prev = ids.back();
@@ -139,7 +148,7 @@ int RunMain(int argc, char** argv) {
       std::fflush(stdout);
     }
     return true;
-  });
+  }, shift);
   if (*trace) {
     if (Status st = (*trace)->Finish(); !st.ok() && stats.ok()) return Fail("run", st);
   }
@@ -161,6 +170,8 @@ int RunMain(int argc, char** argv) {
                {"prompt_tokens", stats->prompt_tokens},
                {"generated_tokens", stats->generated_tokens},
                {"stopped_at_eos", stats->stopped_at_eos},
+               {"stopped_at_full_context", stats->stopped_at_full_context},
+               {"context_shifts", stats->context_shifts},
                {"prompt_seconds", stats->prompt_seconds},
                {"decode_seconds", stats->decode_seconds},
                {"prompt_tok_s", stats->prompt_tok_s()},
@@ -174,6 +185,14 @@ int RunMain(int argc, char** argv) {
   } else {
     std::fputc('\n', stdout);
     std::fflush(stdout);
+    if (stats->stopped_at_full_context) {
+      std::fprintf(stderr, "weir run: the context (%d tokens) is full after %d generated tokens; "
+                   "-c for a larger one, or --context-shift to go on\n",
+                   (*session)->ctx(), stats->generated_tokens);
+    }
+    if (stats->context_shifts > 0) {
+      std::fprintf(stderr, "weir run: the context was shifted %d times\n", stats->context_shifts);
+    }
     std::fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | %d threads\n",
                  stats->prompt_tokens, stats->prompt_tok_s(), stats->generated_tokens, stats->decode_tok_s(),
                  pool.size());
