@@ -49,7 +49,9 @@ std::optional<ApiError> Text(const json& v, const std::string& param, std::strin
   if (v.is_array()) {
     out->clear();
     for (const json& part : v) {
-      if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+      // find, not value("type", ""): value() throws when "type" is there but not a string.
+      auto type = part.is_object() ? part.find("type") : part.end();
+      if (!part.is_object() || type == part.end() || *type != "text" || !part.contains("text") ||
           !part["text"].is_string()) {
         return Bad(param, "'" + param + "' parts must be {\"type\": \"text\", \"text\": ...}");
       }
@@ -157,6 +159,41 @@ std::optional<ApiError> ParseGenerationRequest(const std::string& body, bool cha
     }
   }
   *out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseTokenizeRequest(const std::string& body, TokenizeRequest* out) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("content") || !j["content"].is_string()) {
+    return Bad("content", "the body must be {\"content\": TEXT}");
+  }
+  TokenizeRequest r;
+  r.content = j["content"].get<std::string>();
+  for (auto [key, flag] :
+       {std::pair{"add_special", &r.add_special}, std::pair{"with_pieces", &r.with_pieces}}) {
+    auto it = j.find(key);
+    if (it == j.end() || it->is_null()) continue;
+    if (!it->is_boolean()) return Bad(key, std::string("'") + key + "' must be true or false");
+    *flag = it->get<bool>();
+  }
+  *out = std::move(r);
+  return std::nullopt;
+}
+
+std::optional<ApiError> ParseDetokenizeRequest(const std::string& body, int32_t vocab_size,
+                                               std::vector<int32_t>* out) {
+  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
+    return Bad("tokens", "the body must be {\"tokens\": [ids]}");
+  }
+  std::vector<int32_t> ids;
+  for (const json& t : j["tokens"]) {
+    if (!t.is_number_integer() || t.get<int64_t>() < 0 || t.get<int64_t>() >= vocab_size) {
+      return Bad("tokens", "tokens must be integers in [0, " + std::to_string(vocab_size) + ")");
+    }
+    ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
+  }
+  *out = std::move(ids);
   return std::nullopt;
 }
 

@@ -4,6 +4,7 @@
 //
 //   POST /v1/chat/completions  {"messages": [{"role", "content"}...], ...}   -> chat.completion
 //   POST /v1/completions       {"prompt": "text", ...}                       -> text_completion
+//   POST /tokenize, /detokenize  their bodies (ParseTokenizeRequest, ParseDetokenizeRequest)
 // Sampling fields: max_tokens (max_completion_tokens), temperature, top_p, top_k, seed, stop
 // (a string or up to 4 strings), stream, n (1 only). Unknown fields are ignored, as OpenAI's
 // server does for fields it does not know; a known field of the wrong type or range is a 400.
@@ -64,6 +65,17 @@ nlohmann::json CompletionBody(const GenerationRequest& r, const std::string& id,
 nlohmann::json ChunkBody(const GenerationRequest& r, const std::string& id, int64_t created,
                          const std::string& model, const std::string* text, bool first,
                          const std::string* finish_reason, const Usage* usage);
+
+// POST /tokenize {"content": TEXT, "add_special": bool, "with_pieces": bool} (flags optional).
+struct TokenizeRequest {
+  std::string content;
+  bool add_special = false;
+  bool with_pieces = false;
+};
+std::optional<ApiError> ParseTokenizeRequest(const std::string& body, TokenizeRequest* out);
+// POST /detokenize {"tokens": [ids]}: every id an integer in [0, vocab_size).
+std::optional<ApiError> ParseDetokenizeRequest(const std::string& body, int32_t vocab_size,
+                                               std::vector<int32_t>* out);
 
 // Text up to the first occurrence of any stop string; *hit tells whether one occurred. `held`
 // is how many trailing bytes of `text` could still begin a stop string (not safe to send yet).

@@ -280,37 +280,19 @@ struct HttpServer::Impl {
     });
     svr.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Admit(req, res)) return;
-      json j = json::parse(req.body, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("content") ||
-          !j["content"].is_string()) {
-        return Reply(res, {400, "", "the body must be {\"content\": TEXT}", "content"});
-      }
-      const bool add_special = j.value("add_special", false);
-      const bool with_pieces = j.value("with_pieces", false);
-      const std::vector<int32_t> ids = text.tokenize(j["content"].get<std::string>(), add_special);
+      TokenizeRequest r;
+      if (auto e = ParseTokenizeRequest(req.body, &r)) return Reply(res, *e);
+      const std::vector<int32_t> ids = text.tokenize(r.content, r.add_special);
       json tokens = json::array();
       for (int32_t id : ids) {
-        tokens.push_back(with_pieces ? json{{"id", id}, {"piece", text.piece(id)}} : json(id));
+        tokens.push_back(r.with_pieces ? json{{"id", id}, {"piece", text.piece(id)}} : json(id));
       }
       res.set_content(Dump(json{{"tokens", tokens}}), "application/json");
     });
     svr.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
       if (!Admit(req, res)) return;
-      json j = json::parse(req.body, nullptr, false);
-      if (j.is_discarded() || !j.is_object() || !j.contains("tokens") || !j["tokens"].is_array()) {
-        return Reply(res, {400, "", "the body must be {\"tokens\": [ids]}", "tokens"});
-      }
       std::vector<int32_t> ids;
-      for (const json& t : j["tokens"]) {
-        if (!t.is_number_integer() || t.get<int64_t>() < 0 ||
-            t.get<int64_t>() >= text.vocab_size) {
-          return Reply(res, {400, "",
-                             "tokens must be integers in [0, " + std::to_string(text.vocab_size) +
-                                 ")",
-                             "tokens"});
-        }
-        ids.push_back(static_cast<int32_t>(t.get<int64_t>()));
-      }
+      if (auto e = ParseDetokenizeRequest(req.body, text.vocab_size, &ids)) return Reply(res, *e);
       res.set_content(Dump(json{{"content", text.detokenize(ids)}}), "application/json");
     });
   }

@@ -120,5 +120,48 @@ TEST(ServeApiTest, ChunksAndCompletionsHaveOpenAisShape) {
   EXPECT_EQ(CompletionBody(comp, "id", 1, "m", "x", "stop", u)["choices"][0]["text"], "x");
 }
 
+// Found while writing fuzz/serve_request_fuzz.cc (which aborts when a parser throws): a content
+// part whose "type" was not a string made nlohmann's value("type", "") throw out of the parser,
+// and the server answered 500 instead of 400.
+TEST(ServeApiTest, ContentPartOfTheWrongTypeIsA400) {
+  for (const char* body : {R"({"messages": [{"role": "user", "content": [{"type": 5}]}]})",
+                           R"({"messages": [{"role": "user", "content": [{"type": null}]}]})",
+                           R"({"messages": [{"role": "user", "content": [{"type": ["text"]}]}]})",
+                           R"({"messages": [{"role": "user", "content": [5]}]})"}) {
+    GenerationRequest r;
+    std::optional<ApiError> e;
+    ASSERT_NO_THROW(e = ParseGenerationRequest(body, true, &r)) << body;
+    ASSERT_TRUE(e.has_value()) << body;
+    EXPECT_EQ(e->status, 400);
+    EXPECT_EQ(e->param, "messages[0].content") << body;
+  }
+}
+
+// The /tokenize and /detokenize bodies; a flag of the wrong type is a 400 naming it (the server
+// used to read the flags with value(), which throws).
+TEST(ServeApiTest, TokenizeAndDetokenizeBodies) {
+  TokenizeRequest t;
+  ASSERT_FALSE(ParseTokenizeRequest(R"({"content": "hi", "with_pieces": true})", &t));
+  EXPECT_EQ(t.content, "hi");
+  EXPECT_FALSE(t.add_special);
+  EXPECT_TRUE(t.with_pieces);
+  for (auto [body, param] :
+       {std::pair{R"({"content": "hi", "add_special": "yes"})", "add_special"},
+        std::pair{R"({"content": "hi", "with_pieces": 1})", "with_pieces"},
+        std::pair{R"({"content": 5})", "content"}, std::pair{R"([])", "content"}}) {
+    std::optional<ApiError> e;
+    ASSERT_NO_THROW(e = ParseTokenizeRequest(body, &t)) << body;
+    ASSERT_TRUE(e.has_value()) << body;
+    EXPECT_EQ(e->param, param) << body;
+  }
+  std::vector<int32_t> ids;
+  ASSERT_FALSE(ParseDetokenizeRequest(R"({"tokens": [0, 5, 9]})", 10, &ids));
+  EXPECT_EQ(ids, (std::vector<int32_t>{0, 5, 9}));
+  for (const char* body : {R"({"tokens": [10]})", R"({"tokens": [-1]})", R"({"tokens": [1.5]})",
+                           R"({"tokens": [18446744073709551615]})", R"({"tokens": "1"})", "{"}) {
+    EXPECT_TRUE(ParseDetokenizeRequest(body, 10, &ids).has_value()) << body;
+  }
+}
+
 }  // namespace
 }  // namespace weir::serve
