@@ -1,8 +1,12 @@
 #include "chat/jinja_template.h"
 
+#include <string.h>  // memmem
+
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <ctime>
+#include <limits>
 
 #include "chat/jinja_ast.h"
 #include "chat/jinja_parser.h"
@@ -16,22 +20,57 @@ using internal::Node;
 
 constexpr int64_t kMaxRange = 1 << 20;
 constexpr size_t kMaxOutputBytes = 64u << 20;
+// How deep lists and dicts may nest in a value a template stores (a loop that wraps a list in a
+// list each time would otherwise build a chain that every later traversal, and its destruction,
+// walks recursively).
+constexpr int kMaxValueDepth = 256;
+// The work of one rendering, in bytes of strings and items of lists handled (see Charge): bounds
+// its time, which the loop and output bounds alone do not (a loop of 2^18 iterations may scan a
+// 64 MiB string in each). 64 Mi bytes: tens of milliseconds in a release build, about a second
+// in the fuzzing build (whose instrumented byte loops run ~20 ns a byte); a template renders a
+// conversation of 1 MiB (the server's default body limit) well within it.
+constexpr int64_t kMaxWork = int64_t{1} << 26;
 // Macro calls in progress at once. jinja2 itself stops between 150 and 300 (Python's recursion
 // limit); real templates recurse a few levels (nested JSON schemas). Bounded so that a runaway
 // recursion is an error long before the C++ stack is at risk.
 constexpr int kMaxMacroDepth = 64;
 
-// UTF-8 characters of a string (Python indexes strings by code point).
-std::vector<std::string> Chars(const std::string& s) {
-  std::vector<std::string> out;
-  for (size_t i = 0; i < s.size();) {
-    unsigned char c = static_cast<unsigned char>(s[i]);
-    size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
-    n = std::min(n, s.size() - i);
-    out.push_back(s.substr(i, n));
-    i += n;
-  }
+// UTF-8 characters of a string (Python indexes strings by code point): the byte length of the
+// character at s[i], by its lead byte.
+size_t CharBytes(const std::string& s, size_t i) {
+  unsigned char c = static_cast<unsigned char>(s[i]);
+  size_t n = c < 0x80 ? 1 : c >= 0xF0 ? 4 : c >= 0xE0 ? 3 : c >= 0xC0 ? 2 : 1;
+  return std::min(n, s.size() - i);
+}
+size_t CountChars(const std::string& s) {
+  size_t n = 0;
+  for (size_t i = 0; i < s.size(); i += CharBytes(s, i)) ++n;
+  return n;
+}
+// Where each character starts, then s.size(): 4 bytes a character (strings are under 4 GiB).
+std::vector<uint32_t> CharStarts(const std::string& s) {
+  std::vector<uint32_t> out;
+  for (size_t i = 0; i < s.size(); i += CharBytes(s, i)) out.push_back(static_cast<uint32_t>(i));
+  out.push_back(static_cast<uint32_t>(s.size()));
   return out;
+}
+
+// s.find(x, pos) in time linear in s: std::string::find compares the needle at every position
+// where its first byte occurs, n * m steps for a long needle of repeated bytes; glibc's memmem
+// is the two-way algorithm.
+size_t Find(const std::string& s, const std::string& x, size_t pos = 0) {
+  if (x.size() < 16 || pos > s.size()) return s.find(x, pos);
+  const void* hit = ::memmem(s.data() + pos, s.size() - pos, x.data(), x.size());
+  return hit ? static_cast<size_t>(static_cast<const char*>(hit) - s.data()) : std::string::npos;
+}
+
+// Errors of the bounds; the renderer adds "chat template line N: ".
+std::string TooLong(const char* what) {
+  return StrFormat("%s would make a string longer than %zu MiB", what, kMaxStringBytes >> 20);
+}
+Status TooManyParts() {
+  return Status::InvalidArgument(
+      StrFormat("split() into more than %lld parts", static_cast<long long>(kMaxRange)));
 }
 
 bool IsPySpace(char c) {
@@ -39,10 +78,13 @@ bool IsPySpace(char c) {
 }
 
 std::string Strip(const std::string& s, const Value* chars, bool left, bool right) {
-  auto strip_char = [&](char c) {
-    if (chars && chars->is_string()) return chars->str().find(c) != std::string::npos;
-    return IsPySpace(c);
-  };
+  std::array<bool, 256> strip{};  // a table: a search of `chars` per byte is n * m
+  if (chars && chars->is_string()) {
+    for (unsigned char c : chars->str()) strip[c] = true;
+  } else {
+    for (unsigned char c : std::string_view(" \t\n\r\f\v")) strip[c] = true;
+  }
+  auto strip_char = [&](char c) { return strip[static_cast<unsigned char>(c)]; };
   size_t b = 0, e = s.size();
   if (left)
     while (b < e && strip_char(s[b])) ++b;
@@ -74,20 +116,24 @@ std::string Title(const std::string& s) {
   }
   return out;
 }
-std::string Replace(const std::string& s, const std::string& from, const std::string& to,
-                    int64_t count) {
+Result<std::string> Replace(const std::string& s, const std::string& from, const std::string& to,
+                            int64_t count) {
   if (from.empty()) return s;
   std::string out;
   size_t pos = 0;
   int64_t done = 0;
   while (count < 0 || done < count) {
-    size_t hit = s.find(from, pos);
+    size_t hit = Find(s, from, pos);
     if (hit == std::string::npos) break;
+    if (out.size() + (hit - pos) + to.size() > kMaxStringBytes)
+      return Status::InvalidArgument(TooLong("replace()"));
     out.append(s, pos, hit - pos);
     out += to;
     pos = hit + from.size();
     ++done;
   }
+  if (out.size() + (s.size() - pos) > kMaxStringBytes)
+    return Status::InvalidArgument(TooLong("replace()"));
   out.append(s, pos, std::string::npos);
   return out;
 }
@@ -109,9 +155,10 @@ bool NormIndex(int64_t i, size_t n, size_t* out) {
   return true;
 }
 
-// Python's slice indices for a sequence of length n.
-std::vector<size_t> SliceIndices(size_t n, const Value& start, const Value& stop,
-                                 const Value& step) {
+// Python's slice of a sequence of length n: visit(i) for each index it takes.
+template <typename Visit>
+void ForEachSliceIndex(size_t n, const Value& start, const Value& stop, const Value& step,
+                       Visit visit) {
   const int64_t len = static_cast<int64_t>(n);
   int64_t st = step.is_undefined() || step.is_none() ? 1 : step.as_int();
   if (st == 0) st = 1;
@@ -124,9 +171,10 @@ std::vector<size_t> SliceIndices(size_t n, const Value& start, const Value& stop
   };
   int64_t b = clamp(start, st > 0 ? 0 : len - 1);
   int64_t e = clamp(stop, st > 0 ? len : -1);
-  std::vector<size_t> out;
-  for (int64_t i = b; st > 0 ? i < e : i > e; i += st) out.push_back(static_cast<size_t>(i));
-  return out;
+  for (int64_t i = b; st > 0 ? i < e : i > e;) {
+    visit(static_cast<size_t>(i));
+    if (__builtin_add_overflow(i, st, &i)) break;  // a step past the int64 range ends it
+  }
 }
 
 class Renderer {
@@ -197,12 +245,15 @@ class Renderer {
       });
     }
     if (name == "namespace" || name == "dict") {
-      return Value::Func([](const CallArgs& a) -> Result<Value> {
-        Value ns = Value::Dict();
+      // dict() is a plain dict, as in jinja2: only a namespace's attributes can be set.
+      const bool is_namespace = name == "namespace";
+      return Value::Func([is_namespace](const CallArgs& a) -> Result<Value> {
+        Value ns = is_namespace ? Value::Namespace() : Value::Dict();
         if (const Value* init = Arg(a, 0); init && init->is_dict()) {
           for (const auto& [k, v] : init->dict()) ns.Set(k, v);
         }
         for (const auto& [k, v] : a.keyword) ns.Set(k, v);
+        if (is_namespace) WEIR_RETURN_IF_ERROR(CheckStorable(ns.dict()));
         return ns;
       });
     }
@@ -218,11 +269,12 @@ class Renderer {
         }
         if (step == 0) return Status::InvalidArgument("chat template: range() step is 0");
         ValueList items;
-        for (int64_t i = start; step > 0 ? i < stop : i > stop; i += step) {
+        for (int64_t i = start; step > 0 ? i < stop : i > stop;) {
           if (static_cast<int64_t>(items.size()) >= kMaxRange) {
             return Status::InvalidArgument("chat template: range() longer than 2^20");
           }
           items.push_back(Value::Int(i));
+          if (__builtin_add_overflow(i, step, &i)) break;  // past the int64 range: done
         }
         return Value::List(std::move(items));
       });
@@ -279,8 +331,45 @@ class Renderer {
 
   [[gnu::noinline]] Status ExecOutput(const Node& n) {
     WEIR_ASSIGN_OR_RETURN(Value v, Eval(*n.expr));
-    out_ += v.ToString();
+    WEIR_ASSIGN_OR_RETURN(std::string text, Text(v, n.line));
+    out_ += text;
     return Status::Ok();
+  }
+
+  // str(v), bounded: a list or dict is written a character at a time, charged so before it is
+  // written (from the size of its strings), and its text may not pass kMaxStringBytes.
+  Result<std::string> Text(const Value& v, int line) {
+    if (v.is_list() || v.is_dict()) {
+      const int64_t left = std::max<int64_t>(kMaxWork - work_, 0) / kWalkCost + 1;
+      WEIR_RETURN_IF_ERROR(Charge(kWalkCost * TextBytes(v, left), line));
+    }
+    std::string text = v.ToString();
+    if (text.size() > kMaxStringBytes) return Error(line, TooLong("str()"));
+    return text;
+  }
+  // Comparing a and b (==, in) walks them both as trees, at most their text's length.
+  Status ChargeCompare(const Value& a, const Value& b, int line) {
+    const int64_t left = std::max<int64_t>(kMaxWork - work_, 0) + 1;
+    const int64_t n = TextBytes(a, left);
+    return Charge(n + TextBytes(b, left - n), line);
+  }
+  // About how long v's text is (its strings' bytes and a few per item), counted up to `limit`
+  // only: a list holding one list many times is a tree far larger than its memory.
+  static int64_t TextBytes(const Value& v, int64_t limit) {
+    if (v.is_string()) return static_cast<int64_t>(v.str().size()) + 2;
+    int64_t n = 8;
+    if (v.is_list()) {
+      for (const Value& item : v.list()) {
+        if (n > limit) break;
+        n += TextBytes(item, limit - n);
+      }
+    } else if (v.is_dict()) {
+      for (const auto& [k, item] : v.dict()) {
+        if (n > limit) break;
+        n += static_cast<int64_t>(k.size()) + 4 + TextBytes(item, limit - n);
+      }
+    }
+    return n;
   }
 
   [[gnu::noinline]] Status ExecIf(const Node& n) {
@@ -313,16 +402,28 @@ class Renderer {
     return Assign(n, std::move(v));
   }
 
-  // `set name = v` or `set name.attr = v`.
+  // `set name = v` or `set name.attr = v`. As in jinja2 only a namespace's attributes can be
+  // set; unlike jinja2, not to a value holding a namespace: values then never form a cycle (which
+  // would recurse forever when printed and never be freed), and a chain grows only by nesting,
+  // which kMaxValueDepth bounds.
   Status Assign(const Node& n, Value v) {
+    if (v.depth() > kMaxValueDepth) {
+      return Error(n.line, StrFormat("a value with lists or dicts nested more than %d deep",
+                                     kMaxValueDepth));
+    }
     if (n.set_attr.empty()) {
       SetVar(n.set_name, std::move(v));
       return Status::Ok();
     }
     Value target = Lookup(n.set_name);
-    if (!target.is_dict()) {
+    if (!target.is_namespace()) {
       return Error(n.line, StrFormat("cannot set attribute '%s' of %s '%s' (only of a namespace)",
                                      n.set_attr.c_str(), target.TypeName(), n.set_name.c_str()));
+    }
+    if (v.holds_namespace()) {
+      return Error(n.line, StrFormat("cannot set attribute '%s' of namespace '%s' to a value "
+                                     "holding a namespace (weir keeps namespaces apart)",
+                                     n.set_attr.c_str(), n.set_name.c_str()));
     }
     target.Set(n.set_attr, std::move(v));
     return Status::Ok();
@@ -451,15 +552,25 @@ class Renderer {
         if (v.is_none()) return Error(line, "'NoneType' object is not iterable");
         return ValueList{};
       case Value::Kind::kList:
+        WEIR_RETURN_IF_ERROR(ChargeItems(v.list().size(), line));
         return v.list();
       case Value::Kind::kDict: {
+        WEIR_RETURN_IF_ERROR(ChargeItems(v.dict().size(), line));
         ValueList keys;
         for (const auto& [k, _] : v.dict()) keys.push_back(Value::String(k));
         return keys;
       }
       case Value::Kind::kString: {
+        const std::string& s = v.str();
+        WEIR_RETURN_IF_ERROR(ChargeWalk(s, line));
+        if (static_cast<int64_t>(CountChars(s)) > kMaxRange) {
+          return Error(line, "iterating over a string of more than 2^20 characters");
+        }
+        WEIR_RETURN_IF_ERROR(ChargeItems(CountChars(s), line));
         ValueList chars;
-        for (std::string& c : Chars(v.str())) chars.push_back(Value::String(std::move(c)));
+        for (size_t i = 0; i < s.size(); i += CharBytes(s, i)) {
+          chars.push_back(Value::String(s.substr(i, CharBytes(s, i))));
+        }
         return chars;
       }
       default:
@@ -548,7 +659,54 @@ class Renderer {
     if (++nesting_ > kMaxNesting) return NestingError(e.line);
     Result<Value> v = EvalInner(e);
     --nesting_;
+    // A value computed is charged by its size; one only looked up or chosen is not (the same
+    // message list read in every iteration would make a long conversation cost n^2).
+    const bool looked_up = e.type == Expr::Type::kLiteral || e.type == Expr::Type::kName ||
+                           e.type == Expr::Type::kCond || e.type == Expr::Type::kAttr ||
+                           e.type == Expr::Type::kIndex;
+    if (v.ok()) WEIR_RETURN_IF_ERROR(Charge(1 + (looked_up ? 0 : Size(*v)), e.line));
     return v;
+  }
+
+  // The work bound (kMaxWork): what the renderer does is charged in bytes of strings and items of
+  // lists and dicts (a few bytes' worth each) produced, scanned or compared.
+  static int64_t Size(const Value& v) {
+    if (v.is_string()) return static_cast<int64_t>(v.str().size());
+    if (v.is_list()) return kBytesPerItem * static_cast<int64_t>(v.list().size());
+    if (v.is_dict()) return kBytesPerItem * static_cast<int64_t>(v.dict().size());
+    return 0;
+  }
+  Status Charge(int64_t units, int line) {
+    work_ += units;
+    if (work_ <= kMaxWork) return Status::Ok();
+    return Error(line, "more than 2^26 bytes of strings and lists handled: refusing to go on");
+  }
+  Status ChargeItems(size_t n, int line) {
+    return Charge(kBytesPerItem * static_cast<int64_t>(n), line);
+  }
+  // A string walked a character or a byte at a time (length, indexing, case, strip): a few
+  // times the bytes of a copy.
+  static constexpr int64_t kWalkCost = 8;
+  Status ChargeWalk(const std::string& s, int line) {
+    return Charge(kWalkCost * static_cast<int64_t>(s.size()), line);
+  }
+  // A value's depth and namespace marks, for what may be stored in a namespace.
+  static Status CheckStorable(const ValueDict& attrs) {
+    for (const auto& [k, v] : attrs) {
+      if (v.holds_namespace()) {
+        return Status::InvalidArgument(StrFormat(
+            "chat template: namespace attribute '%s' holds a namespace (weir keeps namespaces "
+            "apart)",
+            k.c_str()));
+      }
+      if (v.depth() >= kMaxValueDepth) {
+        return Status::InvalidArgument(
+            StrFormat("chat template: namespace attribute '%s' nests lists or dicts more than %d "
+                      "deep",
+                      k.c_str(), kMaxValueDepth));
+      }
+    }
+    return Status::Ok();
   }
   // Each kind of expression has its own function, kept out of line: a renderer recursion level
   // then costs one small frame instead of the sum of every case's locals (which sanitizer builds
@@ -619,16 +777,19 @@ class Renderer {
       }
     }
     if (base.is_list()) {
+      WEIR_RETURN_IF_ERROR(ChargeItems(base.list().size(), e.line));
       ValueList out;
-      for (size_t i : SliceIndices(base.list().size(), parts[0], parts[1], parts[2])) {
-        out.push_back(base.list()[i]);
-      }
+      ForEachSliceIndex(base.list().size(), parts[0], parts[1], parts[2],
+                        [&](size_t i) { out.push_back(base.list()[i]); });
       return Value::List(std::move(out));
     }
     if (base.is_string()) {
-      std::vector<std::string> chars = Chars(base.str());
+      const std::string& s = base.str();
+      WEIR_RETURN_IF_ERROR(ChargeWalk(s, e.line));
+      const std::vector<uint32_t> starts = CharStarts(s);
       std::string out;
-      for (size_t i : SliceIndices(chars.size(), parts[0], parts[1], parts[2])) out += chars[i];
+      ForEachSliceIndex(starts.size() - 1, parts[0], parts[1], parts[2],
+                        [&](size_t i) { out.append(s, starts[i], starts[i + 1] - starts[i]); });
       return Value::String(std::move(out));
     }
     return Error(e.line, StrFormat("cannot slice %s", base.TypeName()));
@@ -669,7 +830,9 @@ class Renderer {
     if (!v.is_number())
       return Error(e.line, StrFormat("bad operand %s for unary %s", v.TypeName(), e.name.c_str()));
     if (e.name == "+") return v;
-    return v.kind() == Value::Kind::kFloat ? Value::Float(-v.as_float()) : Value::Int(-v.as_int());
+    if (v.kind() == Value::Kind::kFloat) return Value::Float(-v.as_float());
+    if (v.as_int() == std::numeric_limits<int64_t>::min()) return IntOverflow(e.line);
+    return Value::Int(-v.as_int());
   }
 
   [[gnu::noinline]] Result<Value> EvalCond(const Expr& e) {
@@ -685,9 +848,16 @@ class Renderer {
     if (op == "and") return a.Truthy() ? Eval(*e.args[1]) : Result<Value>(a);
     if (op == "or") return a.Truthy() ? Result<Value>(a) : Eval(*e.args[1]);
     WEIR_ASSIGN_OR_RETURN(Value b, Eval(*e.args[1]));
-    if (op == "~") return Value::String(a.ToString() + b.ToString());
-    if (op == "==") return Value::Bool(a.Equals(b));
-    if (op == "!=") return Value::Bool(!a.Equals(b));
+    if (op == "~") {
+      WEIR_ASSIGN_OR_RETURN(std::string x, Text(a, e.line));
+      WEIR_ASSIGN_OR_RETURN(std::string y, Text(b, e.line));
+      if (x.size() + y.size() > kMaxStringBytes) return Error(e.line, TooLong("'~'"));
+      return Value::String(x + y);
+    }
+    if (op == "==" || op == "!=") {
+      WEIR_RETURN_IF_ERROR(ChargeCompare(a, b, e.line));
+      return Value::Bool(a.Equals(b) == (op == "=="));
+    }
     if (op == "in" || op == "not in") {
       WEIR_ASSIGN_OR_RETURN(bool in, Contains(b, a, e.line));
       return Value::Bool(in == (op == "in"));
@@ -702,6 +872,7 @@ class Renderer {
         double x = a.as_float(), y = b.as_float();
         cmp = x < y ? -1 : x > y ? 1 : 0;
       } else if (a.is_string() && b.is_string()) {
+        WEIR_RETURN_IF_ERROR(Charge(Size(a) + Size(b), e.line));
         cmp = a.str().compare(b.str());
       } else {
         return type_error();
@@ -710,8 +881,16 @@ class Renderer {
       return Value::Bool(r);
     }
     if (op == "+") {
-      if (a.is_string() && b.is_string()) return Value::String(a.str() + b.str());
+      if (a.is_string() && b.is_string()) {
+        if (a.str().size() + b.str().size() > kMaxStringBytes) {
+          return Error(e.line, TooLong("'+'"));
+        }
+        return Value::String(a.str() + b.str());
+      }
       if (a.is_list() && b.is_list()) {
+        if (static_cast<int64_t>(a.list().size() + b.list().size()) > kMaxRange) {
+          return Error(e.line, "'+' would make a list longer than 2^20 items");
+        }
         ValueList items = a.list();
         items.insert(items.end(), b.list().begin(), b.list().end());
         return Value::List(std::move(items));
@@ -721,8 +900,17 @@ class Renderer {
                       (b.is_string() && a.kind() == Value::Kind::kInt))) {
       const std::string& s = a.is_string() ? a.str() : b.str();
       int64_t n = a.is_string() ? b.as_int() : a.as_int();
+      if (n > 0 && !s.empty() && static_cast<uint64_t>(n) > kMaxStringBytes / s.size()) {
+        return Error(e.line, TooLong("'*'"));
+      }
       std::string out;
-      for (int64_t i = 0; i < n && out.size() < kMaxOutputBytes; ++i) out += s;
+      if (n > 0) {  // by doubling: a byte at a time is slow for n in the millions
+        const size_t total = static_cast<size_t>(n) * s.size();
+        out.reserve(total);
+        out = s;
+        while (out.size() * 2 <= total) out += out;
+        out.append(out, 0, total - out.size());
+      }
       return Value::String(std::move(out));
     }
     if (!a.is_number() || !b.is_number()) return type_error();
@@ -735,6 +923,7 @@ class Renderer {
       if (b.as_float() == 0) return Error(e.line, "division by zero");
       if (ints) {
         int64_t x = a.as_int(), y = b.as_int();
+        if (x == std::numeric_limits<int64_t>::min() && y == -1) return IntOverflow(e.line);
         int64_t q = x / y;
         if ((x % y != 0) && ((x < 0) != (y < 0))) --q;  // floor division
         return op == "//" ? Value::Int(q) : Value::Int(x - q * y);
@@ -744,24 +933,39 @@ class Renderer {
     }
     if (op == "**") {
       if (ints && b.as_int() >= 0) {
-        int64_t r = 1;
-        for (int64_t i = 0; i < b.as_int() && i < 64; ++i) r *= a.as_int();
+        const int64_t x = a.as_int(), n = b.as_int();
+        if (x == 0 || x == 1) return Value::Int(n == 0 ? 1 : x);
+        if (x == -1) return Value::Int(n % 2 == 0 ? 1 : -1);
+        int64_t r = 1;  // |x| >= 2: past the int64 range within 63 steps
+        for (int64_t i = 0; i < n; ++i) {
+          if (__builtin_mul_overflow(r, x, &r)) return IntOverflow(e.line);
+        }
         return Value::Int(r);
       }
       return Value::Float(std::pow(a.as_float(), b.as_float()));
     }
     if (ints) {
-      int64_t x = a.as_int(), y = b.as_int();
-      return Value::Int(op == "+" ? x + y : op == "-" ? x - y : x * y);
+      int64_t x = a.as_int(), y = b.as_int(), r;
+      const bool over = op == "+"   ? __builtin_add_overflow(x, y, &r)
+                        : op == "-" ? __builtin_sub_overflow(x, y, &r)
+                                    : __builtin_mul_overflow(x, y, &r);
+      if (over) return IntOverflow(e.line);
+      return Value::Int(r);
     }
     double x = a.as_float(), y = b.as_float();
     return Value::Float(op == "+" ? x + y : op == "-" ? x - y : x * y);
   }
 
+  // Python's ints have no range; weir's are int64 and refuse to overflow.
+  static Status IntOverflow(int line) {
+    return Error(line, "integer overflow (weir's integers are 64-bit)");
+  }
+
   Result<bool> Contains(const Value& container, const Value& item, int line) {
+    WEIR_RETURN_IF_ERROR(ChargeCompare(container, item, line));
     if (container.is_string()) {
       if (!item.is_string()) return Error(line, "'in <string>' requires a string on the left");
-      return container.str().find(item.str()) != std::string::npos;
+      return Find(container.str(), item.str()) != std::string::npos;
     }
     if (container.is_list()) {
       for (const Value& v : container.list()) {
@@ -785,21 +989,27 @@ class Renderer {
       return NormIndex(key.as_int(), base.list().size(), &i) ? base.list()[i] : Value();
     }
     if (base.is_string() && key.kind() == Value::Kind::kInt) {
-      std::vector<std::string> chars = Chars(base.str());
+      const std::string& s = base.str();
+      WEIR_RETURN_IF_ERROR(ChargeWalk(s, line));
       size_t i;
-      return NormIndex(key.as_int(), chars.size(), &i) ? Value::String(chars[i]) : Value();
+      if (!NormIndex(key.as_int(), CountChars(s), &i)) return Value();
+      size_t at = 0;
+      for (; i > 0; --i) at += CharBytes(s, at);
+      return Value::String(s.substr(at, CharBytes(s, at)));
     }
     if (base.is_undefined()) return Value();
     if (key.is_string()) return Attribute(base, key.str());
     return Error(line, StrFormat("cannot index %s with %s", base.TypeName(), key.TypeName()));
   }
 
-  // Methods of strings, dicts and lists, bound to their object.
+  // Methods of strings, dicts and lists, bound to their object. A dict's methods hold the dict,
+  // so they hold a namespace when it is one (see Assign).
   Value Attribute(const Value& base, const std::string& name) {
     if (base.is_dict()) {
       if (const Value* v = base.Find(name)) return *v;
+      const bool ns = base.holds_namespace();
       if (name == "items") {
-        return Value::Func([base](const CallArgs&) -> Result<Value> {
+        return Value::Func(ns, [base](const CallArgs&) -> Result<Value> {
           ValueList items;
           for (const auto& [k, v] : base.dict())
             items.push_back(Value::Tuple({Value::String(k), v}));
@@ -808,14 +1018,14 @@ class Renderer {
       }
       if (name == "keys" || name == "values") {
         const bool keys = name == "keys";
-        return Value::Func([base, keys](const CallArgs&) -> Result<Value> {
+        return Value::Func(ns, [base, keys](const CallArgs&) -> Result<Value> {
           ValueList items;
           for (const auto& [k, v] : base.dict()) items.push_back(keys ? Value::String(k) : v);
           return Value::List(std::move(items));
         });
       }
       if (name == "get") {
-        return Value::Func([base](const CallArgs& a) -> Result<Value> {
+        return Value::Func(ns, [base](const CallArgs& a) -> Result<Value> {
           const Value* key = Arg(a, 0);
           const Value* v = key && key->is_string() ? base.Find(key->str()) : nullptr;
           if (v) return *v;
@@ -826,6 +1036,12 @@ class Renderer {
       return Value();
     }
     if (base.is_string()) {
+      // The method holds a copy of the string, and most walk it a byte at a time: charged here,
+      // where its size is known (a method call has no line; an excess shows as an error at the
+      // next charge). count, find, replace and startswith copy and search.
+      const bool walks = name != "count" && name != "find" && name != "replace" &&
+                         name != "startswith" && name != "endswith";
+      work_ += (walks ? kWalkCost : 1) * static_cast<int64_t>(base.str().size());
       const std::string s = base.str();
       if (name == "strip" || name == "lstrip" || name == "rstrip") {
         const bool l = name != "rstrip", r = name != "lstrip";
@@ -880,6 +1096,7 @@ class Renderer {
               }
               size_t j = i;
               while (j < s.size() && !IsPySpace(s[j])) ++j;
+              if (static_cast<int64_t>(parts.size()) >= kMaxRange) return TooManyParts();
               parts.push_back(Value::String(s.substr(i, j - i)));
               i = j;
             }
@@ -890,8 +1107,9 @@ class Renderer {
           }
           size_t pos = 0;
           while (limit < 0 || static_cast<int64_t>(parts.size()) < limit) {
-            size_t hit = s.find(sep->str(), pos);
+            size_t hit = Find(s, sep->str(), pos);
             if (hit == std::string::npos) break;
+            if (static_cast<int64_t>(parts.size()) >= kMaxRange) return TooManyParts();
             parts.push_back(Value::String(s.substr(pos, hit - pos)));
             pos = hit + sep->str().size();
           }
@@ -907,7 +1125,9 @@ class Renderer {
           if (!from || !to || !from->is_string() || !to->is_string()) {
             return Status::InvalidArgument("replace needs two strings");
           }
-          return Value::String(Replace(s, from->str(), to->str(), count ? count->as_int() : -1));
+          WEIR_ASSIGN_OR_RETURN(std::string r,
+                                Replace(s, from->str(), to->str(), count ? count->as_int() : -1));
+          return Value::String(std::move(r));
         });
       }
       if (name == "count" || name == "find") {
@@ -916,13 +1136,13 @@ class Renderer {
           const Value* x = Arg(a, 0);
           if (!x || !x->is_string()) return Status::InvalidArgument("count/find need a string");
           if (!count) {
-            size_t hit = s.find(x->str());
+            size_t hit = Find(s, x->str());
             return Value::Int(hit == std::string::npos ? -1 : static_cast<int64_t>(hit));
           }
-          if (x->str().empty()) return Value::Int(static_cast<int64_t>(Chars(s).size()) + 1);
+          if (x->str().empty()) return Value::Int(static_cast<int64_t>(CountChars(s)) + 1);
           int64_t n = 0;
-          for (size_t p = s.find(x->str()); p != std::string::npos;
-               p = s.find(x->str(), p + x->str().size()))
+          for (size_t p = Find(s, x->str()); p != std::string::npos;
+               p = Find(s, x->str(), p + x->str().size()))
             ++n;
           return Value::Int(n);
         });
@@ -938,12 +1158,21 @@ class Renderer {
       return Error(line,
                    StrFormat("filter '%s' needs a string, got %s", name.c_str(), v.TypeName()));
     };
+    // Filters that walk a string byte by byte.
+    if ((name == "trim" || name == "upper" || name == "lower" || name == "capitalize" ||
+         name == "title") &&
+        v.is_string()) {
+      WEIR_RETURN_IF_ERROR(ChargeWalk(v.str(), line));
+    }
     if (name == "trim") {
       WEIR_RETURN_IF_ERROR(need_string());
       return Value::String(Strip(v.str(), Arg(a, 0, "chars"), true, true));
     }
     if (name == "length" || name == "count") {
-      if (v.is_string()) return Value::Int(static_cast<int64_t>(Chars(v.str()).size()));
+      if (v.is_string()) {
+        WEIR_RETURN_IF_ERROR(ChargeWalk(v.str(), line));
+        return Value::Int(static_cast<int64_t>(CountChars(v.str())));
+      }
       if (v.is_list()) return Value::Int(static_cast<int64_t>(v.list().size()));
       if (v.is_dict()) return Value::Int(static_cast<int64_t>(v.dict().size()));
       if (v.is_undefined()) return Value::Int(0);
@@ -951,11 +1180,18 @@ class Renderer {
     }
     if (name == "tojson") {
       const Value* indent = Arg(a, 0, "indent");
-      auto json = v.ToJson(indent && indent->is_number() ? static_cast<int>(indent->as_int()) : -1);
+      const int64_t width =
+          indent && indent->is_number() ? std::clamp<int64_t>(indent->as_int(), -1, 1 << 20) : -1;
+      const int64_t left = std::max<int64_t>(kMaxWork - work_, 0) / kWalkCost + 1;
+      WEIR_RETURN_IF_ERROR(Charge(kWalkCost * TextBytes(v, left), line));
+      auto json = v.ToJson(static_cast<int>(width));
       if (!json.ok()) return Error(line, json.status().message());
       return Value::String(*json);
     }
-    if (name == "string") return Value::String(v.ToString());
+    if (name == "string") {
+      WEIR_ASSIGN_OR_RETURN(std::string text, Text(v, line));
+      return Value::String(std::move(text));
+    }
     if (name == "safe") return v;
     if (name == "upper") {
       WEIR_RETURN_IF_ERROR(need_string());
@@ -981,7 +1217,9 @@ class Renderer {
         return Error(line, "filter 'replace' needs two strings");
       }
       const Value* count = Arg(a, 2);
-      return Value::String(Replace(v.str(), from->str(), to->str(), count ? count->as_int() : -1));
+      auto r = Replace(v.str(), from->str(), to->str(), count ? count->as_int() : -1);
+      if (!r.ok()) return Error(line, r.status().message());
+      return Value::String(std::move(*r));
     }
     if (name == "first" || name == "last") {
       WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
@@ -1001,7 +1239,10 @@ class Renderer {
       std::string out;
       for (size_t i = 0; i < items.size(); ++i) {
         if (i && sep) out += sep->ToString();
-        out += (attr ? Attribute(items[i], attr->ToString()) : items[i]).ToString();
+        WEIR_ASSIGN_OR_RETURN(std::string item,
+                              Text(attr ? Attribute(items[i], attr->ToString()) : items[i], line));
+        out += item;
+        if (out.size() > kMaxStringBytes) return Error(line, TooLong("join()"));
       }
       return Value::String(std::move(out));
     }
@@ -1021,8 +1262,9 @@ class Renderer {
     }
     if (name == "abs") {
       if (!v.is_number()) return Error(line, "filter 'abs' needs a number");
-      return v.kind() == Value::Kind::kFloat ? Value::Float(std::fabs(v.as_float()))
-                                             : Value::Int(std::llabs(v.as_int()));
+      if (v.kind() == Value::Kind::kFloat) return Value::Float(std::fabs(v.as_float()));
+      if (v.as_int() == std::numeric_limits<int64_t>::min()) return IntOverflow(line);
+      return Value::Int(std::llabs(v.as_int()));
     }
     if (name == "round") {
       const Value* prec = Arg(a, 0, "precision");
@@ -1035,9 +1277,13 @@ class Renderer {
     }
     if (name == "reverse") {
       if (v.is_string()) {
-        std::vector<std::string> chars = Chars(v.str());
+        const std::string& s = v.str();
+        WEIR_RETURN_IF_ERROR(ChargeWalk(s, line));
+        const std::vector<uint32_t> starts = CharStarts(s);
         std::string out;
-        for (auto it = chars.rbegin(); it != chars.rend(); ++it) out += *it;
+        for (size_t i = starts.size() - 1; i > 0; --i) {
+          out.append(s, starts[i - 1], starts[i] - starts[i - 1]);
+        }
         return Value::String(std::move(out));
       }
       WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
@@ -1103,6 +1349,10 @@ class Renderer {
       WEIR_ASSIGN_OR_RETURN(ValueList items, Iterate(v, line));
       ValueList out;
       for (const Value& item : items) {
+        // n^2 comparisons at worst, each a walk of the item at most
+        const int64_t left = std::max<int64_t>(kMaxWork - work_, 0) + 1;
+        WEIR_RETURN_IF_ERROR(Charge(
+            (kBytesPerItem + TextBytes(item, left)) * static_cast<int64_t>(out.size()), line));
         bool seen = false;
         for (const Value& o : out) seen = seen || o.Equals(item);
         if (!seen) out.push_back(item);
@@ -1118,23 +1368,34 @@ class Renderer {
         for (const Value& x : items) {
           Value k = key(x);
           if (!k.is_number()) return Error(line, "filter 'sum' needs numbers");
-          total = (total.kind() == Value::Kind::kFloat || k.kind() == Value::Kind::kFloat)
-                      ? Value::Float(total.as_float() + k.as_float())
-                      : Value::Int(total.as_int() + k.as_int());
+          if (total.kind() == Value::Kind::kFloat || k.kind() == Value::Kind::kFloat) {
+            total = Value::Float(total.as_float() + k.as_float());
+          } else {
+            int64_t r;
+            if (__builtin_add_overflow(total.as_int(), k.as_int(), &r)) return IntOverflow(line);
+            total = Value::Int(r);
+          }
         }
         return total;
       }
       bool ok = true;
+      // Each comparison of strings lowers both: charged, and once over the bound the
+      // comparisons stop working (stable_sort is safe with any answers) and the filter fails.
       auto less = [&](const Value& x, const Value& y) {
+        if (work_ > kMaxWork) return false;
         Value kx = key(x), ky = key(y);
         if (kx.is_number() && ky.is_number()) return kx.as_float() < ky.as_float();
-        if (kx.is_string() && ky.is_string()) return Lower(kx.str()) < Lower(ky.str());
+        if (kx.is_string() && ky.is_string()) {
+          work_ += 2 * (Size(kx) + Size(ky));
+          return Lower(kx.str()) < Lower(ky.str());
+        }
         ok = false;
         return false;
       };
       if (name == "sort") {
         const Value* rev = Arg(a, 0, "reverse");
         std::stable_sort(items.begin(), items.end(), less);
+        WEIR_RETURN_IF_ERROR(Charge(0, line));
         if (!ok) return Error(line, "filter 'sort' needs comparable items");
         if (rev && rev->Truthy()) std::reverse(items.begin(), items.end());
         return Value::List(std::move(items));
@@ -1142,6 +1403,7 @@ class Renderer {
       if (items.empty()) return Value();
       auto it = name == "min" ? std::min_element(items.begin(), items.end(), less)
                               : std::max_element(items.begin(), items.end(), less);
+      WEIR_RETURN_IF_ERROR(Charge(0, line));
       if (!ok) return Error(line, "filter '" + name + "' needs comparable items");
       return *it;
     }
@@ -1170,6 +1432,7 @@ class Renderer {
     }
     if (name == "divisibleby") {
       if (!arg || arg->as_int() == 0) return Error(line, "test 'divisibleby' needs a divisor");
+      if (arg->as_int() == -1) return true;  // INT64_MIN % -1 overflows
       return v.as_int() % arg->as_int() == 0;
     }
     if (name == "lower" || name == "upper") {
@@ -1178,8 +1441,10 @@ class Renderer {
     }
     if (!arg)
       return Error(line, StrFormat("unknown test '%s' (or it needs an argument)", name.c_str()));
-    if (name == "eq" || name == "equalto" || name == "==") return v.Equals(*arg);
-    if (name == "ne" || name == "!=") return !v.Equals(*arg);
+    if (name == "eq" || name == "equalto" || name == "==" || name == "ne" || name == "!=") {
+      WEIR_RETURN_IF_ERROR(ChargeCompare(v, *arg, line));
+      return v.Equals(*arg) == (name[0] == 'e' || name[0] == '=');
+    }
     if (name == "in") return Contains(*arg, v, line);
     if (name == "lt" || name == "gt" || name == "le" || name == "ge") {
       if (!v.is_number() || !arg->is_number())
@@ -1199,8 +1464,12 @@ class Renderer {
   // levels of 120 blocks and 60 nested lists) rendered in 1 MiB of stack in a release build and
   // in 4 MiB under ASan+UBSan (clang 14, -O2), against the usual 8 MiB.
   static constexpr int kMaxNesting = 1024;
+  // What an item of a list or dict counts for in the work bound: a Value is ~100 bytes, handled
+  // by reference, so a few bytes' worth.
+  static constexpr int64_t kBytesPerItem = 32;
   int nesting_ = 0;
   int64_t iterations_ = 0;
+  int64_t work_ = 0;
   const Value& context_;
   // What a macro value holds instead of `this`: a template can store a macro in a dict of the
   // caller's context, which outlives the render; calling it later finds the renderer gone.

@@ -1,10 +1,41 @@
 #include "chat/jinja_value.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <limits>
 
 namespace weir::chat {
+
+Value Value::List(ValueList items) {
+  Value v(Kind::kList);
+  v.list_ = std::make_shared<ValueList>(std::move(items));
+  for (const Value& item : *v.list_) v.Adopt(item);
+  if (v.depth_ == 0) v.depth_ = 1;
+  return v;
+}
+
+Value Value::Dict(ValueDict items) {
+  Value v(Kind::kDict);
+  v.dict_ = std::make_shared<ValueDict>(std::move(items));
+  for (const auto& [k, item] : *v.dict_) v.Adopt(item);
+  if (v.depth_ == 0) v.depth_ = 1;
+  return v;
+}
+
+void Value::Adopt(const Value& child) const {
+  depth_ = std::max(depth_, child.depth_ + 1);
+  holds_namespace_ = holds_namespace_ || child.holds_namespace_;
+}
+
+int64_t Value::FloatToInt(double d) {
+  if (std::isnan(d)) return 0;
+  // 2^63 is the first double above the int64 range; -2^63 is in it.
+  if (d >= 9223372036854775808.0) return std::numeric_limits<int64_t>::max();
+  if (d <= -9223372036854775808.0) return std::numeric_limits<int64_t>::min();
+  return static_cast<int64_t>(d);
+}
 
 const Value* Value::Find(std::string_view key) const {
   if (kind_ != Kind::kDict) return nullptr;
@@ -15,6 +46,7 @@ const Value* Value::Find(std::string_view key) const {
 }
 
 void Value::Set(const std::string& key, Value v) const {
+  Adopt(v);
   for (auto& [k, old] : *dict_) {
     if (k == key) {
       old = std::move(v);
@@ -140,6 +172,9 @@ void AppendJsonString(const std::string& s, std::string* out) {
 }
 
 Status AppendJson(const Value& v, int indent, int depth, std::string* out) {
+  if (out->size() > kMaxStringBytes) {
+    return Status::InvalidArgument("tojson: the JSON text is longer than 64 MiB");
+  }
   auto newline = [&](int d) {
     if (indent < 0) return;
     out->push_back('\n');
@@ -226,7 +261,7 @@ std::string Value::ToString() const {
       return *str_;
     case Kind::kList: {
       std::string out = tuple_ ? "(" : "[";
-      for (size_t i = 0; i < list_->size(); ++i) {
+      for (size_t i = 0; i < list_->size() && out.size() <= kMaxStringBytes; ++i) {
         if (i) out += ", ";
         AppendRepr((*list_)[i], &out);
       }
@@ -237,6 +272,7 @@ std::string Value::ToString() const {
       std::string out = "{";
       bool first = true;
       for (const auto& [k, v] : *dict_) {
+        if (out.size() > kMaxStringBytes) break;
         if (!first) out += ", ";
         first = false;
         AppendRepr(Value::String(k), &out);
@@ -258,8 +294,15 @@ std::string Value::Repr() const {
 }
 
 Result<std::string> Value::ToJson(int indent) const {
+  if (indent > kMaxJsonIndent) {
+    return Status::InvalidArgument(
+        StrFormat("tojson: indent %d is above %d", indent, kMaxJsonIndent));
+  }
   std::string out;
   WEIR_RETURN_IF_ERROR(AppendJson(*this, indent, 0, &out));
+  if (out.size() > kMaxStringBytes) {
+    return Status::InvalidArgument("tojson: the JSON text is longer than 64 MiB");
+  }
   return out;
 }
 
@@ -276,6 +319,7 @@ bool Value::Equals(const Value& o) const {
     case Kind::kString:
       return *str_ == *o.str_;
     case Kind::kList: {
+      if (list_ == o.list_) return true;
       if (list_->size() != o.list_->size()) return false;
       for (size_t i = 0; i < list_->size(); ++i) {
         if (!(*list_)[i].Equals((*o.list_)[i])) return false;
@@ -283,6 +327,7 @@ bool Value::Equals(const Value& o) const {
       return true;
     }
     case Kind::kDict: {
+      if (dict_ == o.dict_) return true;
       if (dict_->size() != o.dict_->size()) return false;
       for (const auto& [k, v] : *dict_) {
         const Value* other = o.Find(k);

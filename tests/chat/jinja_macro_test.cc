@@ -355,10 +355,11 @@ TEST(JinjaMacroTest, MutatedMacroTemplateFailsCleanly) {
   EXPECT_GT(refused, 0);
 }
 
-// A template can store a macro in a dict of the caller's context, which outlives the rendering;
-// calling it afterwards is an error, not a call into a renderer that is gone.
+// A template can store a macro in a namespace of the caller's context (only a namespace's
+// attributes can be set, as in jinja2), which outlives the rendering; calling it afterwards is an
+// error, not a call into a renderer that is gone.
 TEST(JinjaMacroTest, MacroOutlivingItsRenderingFailsCleanly) {
-  Value ctx = Value::Dict({{"holder", Value::Dict()}});
+  Value ctx = Value::Dict({{"holder", Value::Namespace()}});
   Rendering stored = RenderWithWeir(
       "{% macro m() %}x{% endmacro %}{% set h = holder %}{% set h.f = m %}{{ holder.f() }}", ctx);
   ASSERT_TRUE(stored.ok) << stored.text;
