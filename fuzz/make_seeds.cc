@@ -1,20 +1,24 @@
 // fuzz_make_seeds OUT_DIR: writes the binary seed files of the fuzz corpora with weir's own
 // writers: tiny GGUF models (SentencePiece and byte-level vocabularies, three weight types),
-// packs of the dense layouts and of a mixture of experts, and a trace. scripts/fuzz-seeds runs it and writes the text seeds
-// (JSON, llama2.c files, tokenizer texts) itself. Not a fuzz target: built with the fuzz build
-// so that it needs no second toolchain, and run by hand when the formats change.
+// packs of the dense layouts and of a mixture of experts, and a trace; and the chat_template
+// target's seeds of weir's built-in chat templates. scripts/fuzz-seeds runs it and writes the
+// other text seeds (JSON, llama2.c files, tokenizer texts, real templates, requests) itself.
+// Not a fuzz target: built with the fuzz build so that it needs no second toolchain, and run by
+// hand when the formats change.
 #include <sys/stat.h>
 
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "chat/builtin_templates.h"
 #include "format/gguf_reader.h"
 #include "format/llama_gguf_writer.h"
 #include "format/model_file.h"
 #include "format/synth_llama.h"
 #include "format/trace_writer.h"
 #include "format/weir_pack_writer.h"
+#include "fuzz_util.h"
 #include "tokenizer_targets.h"
 
 namespace {
@@ -48,8 +52,25 @@ int main(int argc, char** argv) {
     return 2;
   }
   const std::string out = argv[1];
-  for (const char* d : {"gguf", "pack", "trace"}) ::mkdir((out + "/" + d).c_str(), 0755);
+  for (const char* d : {"gguf", "pack", "trace", "chat_template"}) {
+    ::mkdir((out + "/" + d).c_str(), 0755);
+  }
   bool ok = true;
+  // Chat templates: each built-in with a small conversation (a system turn, two user turns).
+  for (const chat::BuiltinTemplate& b : chat::BuiltinTemplates()) {
+    const std::string path = out + "/chat_template/builtin-" + std::string(b.name);
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) {
+      ok &= Check(Status::IoError("cannot write " + path), "chat template seed");
+      continue;
+    }
+    const std::string seed =
+        std::string(b.source) + std::string(fuzz::kNextFile) +
+        R"([{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Hi!"},)"
+        R"( {"role": "assistant", "content": "Hello."}, {"role": "user", "content": "Bye"}])";
+    ok &= std::fwrite(seed.data(), 1, seed.size(), f) == seed.size();
+    std::fclose(f);
+  }
   // GGUF: SentencePiece vocabulary in two weight types (F32 would make a 110 KB seed).
   for (DType t : {DType::kQ8_0, DType::kQ4_0}) {
     std::string path = out + "/gguf/tiny-" + DTypeName(t) + ".gguf";
