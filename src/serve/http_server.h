@@ -31,7 +31,11 @@ struct ServerOptions {
   size_t max_body_bytes = 1 << 20;  // larger bodies get 413
   int max_tokens_default = 512;     // when a request gives none
   int max_tokens_limit = 4096;      // a request asking for more gets 400
-  int threads = 32;                 // HTTP worker threads (each streamed response holds one)
+  // HTTP worker threads, started at once. Each connection holds one while it is read or
+  // streamed, so this many slow clients starve the rest (/health included): 128 keeps /health
+  // answering under 100 of them (tests/serve/hostile_client_test.py); in front of the open
+  // internet, a proxy that buffers requests (docs/deploy.md).
+  int threads = 128;
 };
 
 // The model's text side, provided by the tool (chat template, tokenizer).

@@ -68,6 +68,10 @@ int ServeMain(int argc, char** argv) {
   app.add_option("--max-tokens-limit", so.max_tokens_limit,
                  "largest max_tokens a request may ask for (default 4096)")
       ->check(CLI::Range(1, 1 << 20));
+  app.add_option("--http-threads", so.threads,
+                 "HTTP worker threads; each open connection holds one while it is read or streamed "
+                 "(default 128)")
+      ->check(CLI::Range(2, 4096));
   app.add_option("--max-body", so.max_body_bytes, "largest request body in bytes (default 1 MiB)")
       ->check(CLI::Range(size_t{1024}, size_t{1} << 30));
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
