@@ -180,6 +180,21 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
   return logits_.data<float>();
 }
 
+bool Session::Rewind(int pos) {
+  if (pos < 0 || pos > pos_) return false;
+  const format::LlamaConfig& c = model_.config();
+  for (int l = 0; l < c.n_layers; ++l) {
+    const int rows = kv_.rows(l);
+    if (!c.IsSliding(l) || rows >= kv_.ctx()) continue;  // every position kept
+    // Position pos reads [pos - window + 1, pos); the oldest of them, x, is intact while no
+    // cached position x + rows (same row) was written: x + rows >= pos_.
+    const int oldest = std::max(0, pos - c.sliding_window + 1);
+    if (oldest + rows < pos_) return false;
+  }
+  pos_ = pos;
+  return true;
+}
+
 Result<const float*> Session::Prefill(std::span<const int32_t> tokens) {
   if (tokens.empty()) return Status::InvalidArgument("empty prompt");
   const float* last = nullptr;

@@ -80,6 +80,11 @@ class Session {
 
   // Forgets the sequence (the KV cache is reused from position 0).
   void Reset() { pos_ = 0; }
+  // Goes back to position `pos` (0 <= pos <= pos()), keeping the cached positions before it, so
+  // that a sequence sharing its first `pos` tokens with the cached one prefills only the rest.
+  // False, with nothing changed, when a sliding-window layer's ring no longer holds the window
+  // position `pos` reads (later positions overwrote it); Reset() and a whole prefill then.
+  bool Rewind(int pos);
   int pos() const { return pos_; }
   int ctx() const { return kv_.ctx(); }
   int n_batch() const { return n_batch_; }

@@ -75,6 +75,34 @@ TEST(ChatCliTest, PipeGivesOneTurnPerLineAndPrefillsOnlyTheNewTurn) {
   EXPECT_GT(full[1]["prompt_tokens"].get<int>(), turns[1]["prompt_tokens"].get<int>());
 }
 
+TEST(ChatCliTest, ARewritingTemplateKeepsTheSharedPrefix) {
+  // A template that replaces earlier replies (as Qwen3 drops old reasoning): the rendered
+  // conversation no longer extends the cached text, so the tokens it shares with the cache are
+  // kept and the rest prefilled. The replies are those of a full re-prefill each turn.
+  const std::string tmpl = testing::TempDir() + "/drops_old_replies.jinja";
+  testing::WriteFile(tmpl,
+                     "{%- for m in messages -%}<|im_start|>{{ m.role }}\n"
+                     "{% if m.role == 'assistant' and not loop.last %}[an earlier reply]"
+                     "{% else %}{{ m.content }}{% endif %}<|im_end|>\n{% endfor -%}"
+                     "{%- if add_generation_prompt %}<|im_start|>assistant\n{% endif -%}");
+  const std::string input = "hello there\nsecond question\nthird one\n";
+  const std::string flags = "--chat-template-file " + Quote(tmpl) + " -n 6 --temp 0 -t 1";
+  std::vector<nlohmann::json> kept = JsonLines(ChatJson(TinyModel(), input, flags));
+  std::vector<nlohmann::json> full =
+      JsonLines(ChatJson(TinyModel(), input, flags + " --no-cache-reuse"));
+  ASSERT_EQ(kept.size(), 3u);
+  ASSERT_EQ(full.size(), 3u);
+  for (size_t i = 0; i < 3; ++i) {
+    EXPECT_EQ(kept[i]["reply"], full[i]["reply"]) << i;
+    // Kept + prefilled = the whole conversation a full re-prefill feeds.
+    EXPECT_EQ(kept[i]["reused_tokens"].get<int>() + kept[i]["prompt_tokens"].get<int>(),
+              full[i]["prompt_tokens"].get<int>())
+        << kept[i].dump();
+    // Everything up to the first replaced reply is kept.
+    if (i > 0) EXPECT_GT(kept[i]["reused_tokens"].get<int>(), 4) << kept[i].dump();
+  }
+}
+
 TEST(ChatCliTest, ContextFullDropsOldestTurnsAndSaysSoOnce) {
   const std::string dir = testing::TempDir();
   std::string input;

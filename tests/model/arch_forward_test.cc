@@ -123,6 +123,56 @@ TEST(SlidingWindowTest, RingsHoldTheWindowPlusABatch) {
   EXPECT_EQ(kv.bytes(), KVCache::BytesFor(c, 64, 8));
 }
 
+TEST(SlidingWindowTest, RewindKeepsOnlyWhatTheRingsStillHold) {
+  // gemma3 tiny: window 4; with n_batch 4 a sliding layer's ring has 4 + 4 - 1 = 7 rows. After 20
+  // positions, going back to p needs positions p-3 .. p-1 intact: p - 3 + 7 >= 20, so p >= 16.
+  std::unique_ptr<Model> m = TinyModel("gemma3");
+  ASSERT_NE(m, nullptr);
+  ThreadPool pool(2);
+  const int vocab = m->config().vocab_size;
+  std::vector<int32_t> a = Ids(20, vocab);
+  for (int p : {19, 18, 17, 16, 15, 10, 3}) {
+    SCOPED_TRACE(p);
+    SessionOptions so;
+    so.ctx = 64;
+    so.n_batch = 4;
+    auto s = Session::Create(*m, &pool, so);
+    ASSERT_TRUE(s.ok());
+    ASSERT_TRUE((*s)->Prefill(a).ok());
+    const bool ok = (*s)->Rewind(p);
+    EXPECT_EQ(ok, p >= 16);
+    if (!ok) {
+      EXPECT_EQ((*s)->pos(), 20);  // unchanged
+      continue;
+    }
+    EXPECT_EQ((*s)->pos(), p);
+    // A sequence sharing the first p tokens: the rest prefilled after the rewind gives the logits
+    // a fresh session computes for the whole of it.
+    std::vector<int32_t> b(a.begin(), a.begin() + p);
+    for (int i = 0; i < 9; ++i) b.push_back((i * 31 + 5) % vocab);
+    auto got = (*s)->Prefill(std::span<const int32_t>(b).subspan(static_cast<size_t>(p)));
+    ASSERT_TRUE(got.ok());
+    std::vector<float> got_v(*got, *got + vocab);
+    auto fresh = Session::Create(*m, &pool, so);
+    ASSERT_TRUE(fresh.ok());
+    auto want = (*fresh)->Prefill(b);
+    ASSERT_TRUE(want.ok());
+    std::vector<float> want_v(*want, *want + vocab);
+    EXPECT_LT(MaxRelDiff(got_v, want_v), 1e-4);
+  }
+  // Without sliding layers every cached position stays: any rewind works.
+  std::unique_ptr<Model> llama = TinyModel("qwen3");
+  ASSERT_NE(llama, nullptr);
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = 4;
+  auto s = Session::Create(*llama, &pool, so);
+  ASSERT_TRUE(s.ok());
+  ASSERT_TRUE((*s)->Prefill(Ids(20, llama->config().vocab_size)).ok());
+  EXPECT_TRUE((*s)->Rewind(3));
+  EXPECT_FALSE((*s)->Rewind(4));  // past the current position
+}
+
 TEST(SlidingWindowTest, GatePredictorIsRefusedOnGeglu) {
   std::unique_ptr<Model> m = TinyModel("gemma3");
   ASSERT_NE(m, nullptr);

@@ -101,6 +101,7 @@ class ChatLoop {
     messages_.resize(messages_.empty() || messages_[0].role != "system" ? 0 : 1);
     session_.Reset();
     kv_text_.clear();
+    kv_ids_.clear();
   }
 
   Result<TurnResult> Turn(const std::string& user) {
@@ -115,6 +116,9 @@ class ChatLoop {
     if (!target.ok()) return fail(target.status());
     std::vector<int32_t> ids;
     TurnResult r;
+    // The cache is kept when the conversation's text extends what it holds (only the new text is
+    // encoded); else the whole conversation is encoded and the tokens it shares with the cache
+    // are kept (below).
     const bool extend =
         reuse_ && !kv_text_.empty() && target->compare(0, kv_text_.size(), kv_text_) == 0;
     if (extend) {
@@ -125,7 +129,7 @@ class ChatLoop {
     }
     // Room for the prompt and some reply; else the oldest turns go (said once).
     const int reserve = std::min(n_predict_, session_.ctx() / 4);
-    if ((extend ? session_.pos() : 0) + static_cast<int>(ids.size()) + reserve > session_.ctx()) {
+    if (r.reused_tokens + static_cast<int>(ids.size()) + reserve > session_.ctx()) {
       while (true) {
         size_t first = !messages_.empty() && messages_[0].role == "system" ? 1 : 0;
         if (messages_.size() - first <= 1) {
@@ -150,16 +154,31 @@ class ChatLoop {
       }
       r.reused_tokens = 0;
     }
-    if (r.reused_tokens == 0) session_.Reset();
     if (ids.empty()) return fail(Status::InvalidArgument("the template rendered an empty prompt"));
+    if (reuse_ && r.reused_tokens == 0) {
+      // A template that rewrites earlier turns (trims, drops reasoning) or dropped turns: keep
+      // the tokens the new prompt shares with the cache, at least one token left to prefill.
+      size_t shared = 0;
+      while (shared + 1 < ids.size() && shared < kv_ids_.size() && ids[shared] == kv_ids_[shared]) {
+        ++shared;
+      }
+      if (shared > 0 && session_.Rewind(static_cast<int>(shared))) {
+        r.reused_tokens = static_cast<int>(shared);
+        ids.erase(ids.begin(), ids.begin() + static_cast<ptrdiff_t>(shared));
+      }
+    }
+    if (r.reused_tokens == 0) session_.Reset();
+    kv_ids_.resize(static_cast<size_t>(r.reused_tokens));
 
     auto t0 = Clock::now();
     auto logits = session_.Prefill(ids);
     if (!logits.ok()) {
       session_.Reset();
       kv_text_.clear();
+      kv_ids_.clear();
       return fail(logits.status());
     }
+    kv_ids_.insert(kv_ids_.end(), ids.begin(), ids.end());
     auto t1 = Clock::now();
     r.prompt_tokens = static_cast<int>(ids.size());
     r.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
@@ -199,8 +218,10 @@ class ChatLoop {
       if (!next.ok()) {
         session_.Reset();
         kv_text_.clear();
+        kv_ids_.clear();
         return next.status();
       }
+      kv_ids_.push_back(tok);
       l = *next;
     }
     if (stream_ && !pending.empty()) std::fwrite(pending.data(), 1, pending.size(), stdout);
@@ -224,7 +245,8 @@ class ChatLoop {
   bool stream_;
   bool reuse_;
   std::vector<chat::ChatMessage> messages_;
-  std::string kv_text_;  // the text whose tokens the KV cache holds
+  std::string kv_text_;          // the text whose tokens the KV cache holds
+  std::vector<int32_t> kv_ids_;  // those tokens
   bool told_dropping_ = false;
 };
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "chat/builtin_templates.h"
+#include "format/mapped_file.h"
 
 namespace weir::tools {
 
@@ -10,6 +11,9 @@ void AddChatFlags(CLI::App& app, ChatFlags* f) {
   app.add_option("--chat-template", f->chat_template,
                  "use this built-in chat template instead of the model file's: " +
                      chat::BuiltinTemplateNames());
+  app.add_option("--chat-template-file", f->template_file,
+                 "use the Jinja chat template in this file instead of the model file's")
+      ->excludes("--chat-template");
   app.add_option("--system", f->system, "system message that starts the conversation");
   app.add_flag("--no-special", f->no_special,
                "treat special-token text typed in a message (e.g. <|im_start|>) as plain text "
@@ -50,10 +54,15 @@ Result<ChatSetup> SetupChat(const ChatFlags& flags, const model::Model& model) {
                                    ": the model has no tokenizer; pass --tokenizer");
   }
   auto has = [tok](std::string_view piece) { return tok->FindSpecial(piece) >= 0; };
-  WEIR_ASSIGN_OR_RETURN(
-      chat::ChatTemplate t,
-      chat::ChatTemplate::Select(flags.chat_template, model.file().tokenizer.chat_template,
-                                 model.config().arch->name, has));
+  Result<chat::ChatTemplate> selected = Status::InvalidArgument("no template");
+  if (!flags.template_file.empty()) {
+    WEIR_ASSIGN_OR_RETURN(std::string source, format::ReadSmallFile(flags.template_file, 16ull << 20));
+    selected = chat::ChatTemplate::FromSource(source, flags.template_file);
+  } else {
+    selected = chat::ChatTemplate::Select(flags.chat_template, model.file().tokenizer.chat_template,
+                                          model.config().arch->name, has);
+  }
+  WEIR_ASSIGN_OR_RETURN(chat::ChatTemplate t, std::move(selected));
   ChatSetup s{std::move(t)};
   s.tok = tok;
   s.parse_special = !flags.no_special;

@@ -16,6 +16,7 @@ namespace weir::tools {
 
 struct ChatFlags {
   std::string chat_template;  // --chat-template NAME ("" = the file's)
+  std::string template_file;  // --chat-template-file FILE: a Jinja template instead
   std::string system;         // --system TEXT
   bool no_special = false;    // --no-special: special-token text in messages stays text
 };
