@@ -7,6 +7,8 @@
 //             resident weights and their transposed copies                        sparse_mlp.cc
 //   streamed  a weir pack's MLP read from storage by StreamingWeights: neuron bundles (dense)
 //             or columns (dense, or with the policy's selection)                  streamed_mlp.cc
+//   m2cache   dynamic sparse mixed precision (paper 004 §5.2-5.3): predicted neurons at a
+//             high or a low precision, from per-layer ATU cache units             m2cache_mlp.cc
 //   moe       a mixture of experts: the router's top-k experts per token, their weighted sum
 //             (model/moe.h), experts from an ExpertSource                         moe_mlp.cc
 //
@@ -23,6 +25,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
+#include "m2cache/mixed_mlp.h"
 #include "model/activation_observer.h"
 #include "model/model.h"
 #include "model/moe.h"
@@ -66,6 +69,9 @@ std::unique_ptr<MlpProvider> MakeSparseMlp(const MlpContext& ctx,
 // `policy` is null for a dense streamed run.
 std::unique_ptr<MlpProvider> MakeStreamedMlp(const MlpContext& ctx, StreamingWeights* streamed,
                                              sparsity::SparsityPolicy* policy);
+
+// `mixed` (owned by the session) computes every layer's MLP from its neuron store.
+std::unique_ptr<MlpProvider> MakeM2CacheMlp(const MlpContext& ctx, m2cache::MixedMlp* mixed);
 
 // `moe` holds the routing state (owned by the session), `experts` where the experts are read.
 std::unique_ptr<MlpProvider> MakeMoeMlp(const MlpContext& ctx, MoeMlp* moe,

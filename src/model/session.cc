@@ -134,7 +134,19 @@ Status Session::Allocate(const SessionOptions& options) {
   mc.up = up_.data<float>();
   mc.observer = &observer_;
   mc.traffic = &traffic_;
-  if (moe_ != nullptr) {
+  if (options.m2cache != nullptr) {
+    if (moe_ != nullptr || streamed_ != nullptr || policy_ != nullptr) {
+      return Status::Unsupported("--m2cache computes a dense model's MLP from its own neuron store; it does not combine "
+                                 "with --sparsity, a streamed pack or a mixture of experts");
+    }
+    if (options.m2cache->store->n_layers() != c.n_layers) {
+      return Status::InvalidArgument("--m2cache: the neuron store was built for another model");
+    }
+    if (options.m2cache_config.cache_units) top_tier_ = m2cache::MakeHostTier();
+    WEIR_ASSIGN_OR_RETURN(mixed_, m2cache::MixedMlp::Create(options.m2cache, options.m2cache_config, mc.glu,
+                                                            top_tier_.get(), pool_));
+    mlp_.push_back(MakeM2CacheMlp(mc, mixed_.get()));
+  } else if (moe_ != nullptr) {
     mlp_.push_back(MakeMoeMlp(mc, moe_.get(), expert_source_));
   } else if (streamed_ != nullptr) {
     mlp_.push_back(MakeStreamedMlp(mc, streamed_, policy_.get()));
@@ -149,7 +161,7 @@ Status Session::Allocate(const SessionOptions& options) {
 }
 
 uint64_t Session::allocated_bytes() const {
-  return (transposed_ ? transposed_->bytes() : 0) + (moe_ ? moe_->allocated_bytes() : 0) + kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
+  return (transposed_ ? transposed_->bytes() : 0) + (top_tier_ ? top_tier_->allocated() : 0) + (moe_ ? moe_->allocated_bytes() : 0) + kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
          scores_.size() + gate_.size() + up_.size() + logits_.size();
 }
 

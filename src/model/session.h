@@ -24,6 +24,8 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "model/activation_observer.h"
+#include "m2cache/mixed_mlp.h"
+#include "m2cache/tier_memory.h"
 #include "model/kv_cache.h"
 #include "model/mlp_provider.h"
 #include "model/model.h"
@@ -43,6 +45,11 @@ struct SessionOptions {
   // The MLP of a weir pack, streamed from storage (model/streaming_model.h); the model's MLP
   // tensors are then stand-ins without data. Not owned; one session at a time.
   StreamingWeights* streamed = nullptr;
+  // M2Cache's mixed-precision MLP (m2cache/mixed_mlp.h): the model's neurons at two precisions
+  // with their predictors (shared, not owned) and the run's ratios. Not with `sparsity`,
+  // `streamed` or a mixture of experts.
+  const m2cache::M2Weights* m2cache = nullptr;
+  m2cache::MixConfig m2cache_config;
 };
 
 // Weight bytes the linear layers read, summed over tokens ("dense" = what a dense pass would
@@ -99,6 +106,9 @@ class Session {
   const sparsity::SparsityPolicy* sparsity() const { return policy_.get(); }
   // The mixture-of-experts MLP of an MoE model (its last routing), else nullptr.
   const MoeMlp* moe() const { return moe_.get(); }
+  // The M2Cache MLP (its counters), else nullptr.
+  const m2cache::MixedMlp* m2cache() const { return mixed_.get(); }
+  m2cache::MixedMlp* m2cache() { return mixed_.get(); }
 
  private:
   Session(const Model& model, ThreadPool* pool) : model_(model), pool_(pool) {}
@@ -131,6 +141,8 @@ class Session {
   std::unique_ptr<TransposedWeights> transposed_;
   StreamingWeights* streamed_ = nullptr;
   std::unique_ptr<MoeMlp> moe_;                  // MoE models only
+  std::unique_ptr<m2cache::TierMemory> top_tier_;  // M2Cache's cache units live here
+  std::unique_ptr<m2cache::MixedMlp> mixed_;       // M2Cache runs only
   std::unique_ptr<ExpertSource> experts_;        // where moe_ gets the experts (resident)
   ExpertSource* expert_source_ = nullptr;        // experts_, or a streamed pack's experts
   // The MLP of each layer (mlp_provider.h), chosen in Allocate; mlp_ owns them.

@@ -1,0 +1,24 @@
+// `--m2cache SPEC`: key=value pairs, comma-separated, any order:
+//   high=F     fraction of each layer's neurons at the high precision (default 0.1)
+//   low=F      fraction at the low precision (default 0.4); high + low <= 1
+//   hi=TYPE    the high precision (q8_0 by default; f16, bf16, q8_0, q5_0, ... any weir type
+//              whose block divides d_model)
+//   lo=TYPE    the low precision (q4_0 by default)
+//   rank=R     the low-rank predictor's rank (64 by default)
+//   predictor=lowrank|oracle   oracle = the true top set from a dense pass (an upper bound;
+//              it reads every neuron, so it saves no bytes)
+//   units=on|off   compute from the per-layer ATU cache units (on) or straight from the store
+//   recall=on|off  also count the predictor's recall of the true top set (a dense pass per token)
+// Errors name the spec and the bad part.
+#pragma once
+
+#include <string>
+
+#include "base/status.h"
+#include "m2cache/mixed_mlp.h"
+
+namespace weir::m2cache {
+
+Result<MixConfig> ParseMixConfig(const std::string& spec);
+
+}  // namespace weir::m2cache

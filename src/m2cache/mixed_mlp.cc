@@ -1,0 +1,167 @@
+#include "m2cache/mixed_mlp.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "kernels/gather.h"
+#include "kernels/matvec.h"
+#include "m2cache/precision_split.h"
+
+namespace weir::m2cache {
+
+std::string MixConfig::ToString() const {
+  char buf[192];
+  std::snprintf(buf, sizeof(buf), "high=%.4g,low=%.4g,hi=%s,lo=%s,%s%s", r_high, r_low, DTypeName(types.high),
+                DTypeName(types.low),
+                predictor == PredictorKind::kOracle ? "predictor=oracle" : ("rank=" + std::to_string(rank)).c_str(),
+                cache_units ? "" : ",units=off");
+  std::string s = buf;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+uint64_t M2Weights::predictor_bytes() const {
+  uint64_t b = 0;
+  for (const auto& p : predictors) b += p.bytes();
+  return b;
+}
+
+Result<std::unique_ptr<M2Weights>> M2Weights::Build(std::span<const MlpWeights> layers, const StoreTypes& types,
+                                                    int rank, ThreadPool* pool,
+                                                    const std::function<void(int)>& progress) {
+  auto w = std::make_unique<M2Weights>();
+  WEIR_ASSIGN_OR_RETURN(w->store, NeuronStore::Build(layers, types, pool));
+  w->rank = rank;
+  if (rank > 0) {
+    for (size_t l = 0; l < layers.size(); ++l) {
+      WEIR_ASSIGN_OR_RETURN(LowRankPredictor p, LowRankPredictor::Fit(layers[l].gate, rank, 0x4d32 + l, pool));
+      w->predictors.push_back(std::move(p));
+      if (progress) progress(static_cast<int>(l));
+    }
+  }
+  return w;
+}
+
+Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, const MixConfig& config,
+                                                   kernels::Glu glu, TierMemory* top, ThreadPool* pool) {
+  if (!(config.r_high >= 0 && config.r_low >= 0 && config.r_high + config.r_low <= 1.0 + 1e-9)) {
+    return Status::InvalidArgument("m2cache: high=" + std::to_string(config.r_high) + " and low=" +
+                                   std::to_string(config.r_low) +
+                                   " must be fractions of the neurons with high + low <= 1");
+  }
+  if (config.predictor == PredictorKind::kLowRank && weights->predictors.size() != static_cast<size_t>(weights->store->n_layers())) {
+    return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");
+  }
+  auto m = std::unique_ptr<MixedMlp>(new MixedMlp(weights, config, glu, pool));
+  const NeuronStore& store = *weights->store;
+  int64_t widest = 0, d_model = 0;
+  for (int l = 0; l < store.n_layers(); ++l) {
+    const LayerNeurons& ln = store.layer(l);
+    widest = std::max(widest, ln.d_ff);
+    d_model = std::max(d_model, ln.d_model);
+    int64_t n_high = std::llround(config.r_high * static_cast<double>(ln.d_ff));
+    int64_t n_low = std::llround(config.r_low * static_cast<double>(ln.d_ff));
+    n_high = std::min(n_high, ln.d_ff);
+    n_low = std::min(n_low, ln.d_ff - n_high);
+    m->counts_.push_back({n_high, n_low});
+    if (top != nullptr) {
+      for (int p = 0; p < kNumPrecisions; ++p) {
+        WEIR_ASSIGN_OR_RETURN(CacheUnit unit, CacheUnit::Create(ln.at[p], m->counts_.back()[p], top));
+        m->units_.push_back(std::move(unit));
+      }
+    }
+  }
+  const size_t w = static_cast<size_t>(widest);
+  m->score_.resize(w);
+  m->g_.resize(w);
+  m->u_.resize(w);
+  m->h_.resize(w);
+  m->t_.resize(static_cast<size_t>(std::max(weights->rank, 1)));
+  m->y2_.resize(static_cast<size_t>(d_model));
+  m->slots_.resize(w);
+  m->mark_.resize(w);
+  for (auto& l : m->list_) l.reserve(w);
+  return m;
+}
+
+// score_ = the importance of every neuron of the layer for input x.
+void MixedMlp::Score(int layer, const float* x) {
+  const LayerNeurons& ln = w_->store->layer(layer);
+  if (config_.predictor == PredictorKind::kLowRank) {
+    w_->predictors[static_cast<size_t>(layer)].Score(glu_, x, t_.data(), score_.data(), pool_);
+    stats_.bytes_predictor += w_->predictors[static_cast<size_t>(layer)].bytes();
+    return;
+  }
+  // Oracle: the true |h| from every neuron at the high precision (reads the whole layer).
+  kernels::MatVec(ln.at[kHigh].gate, x, score_.data(), pool_);
+  kernels::MatVec(ln.at[kHigh].up, x, u_.data(), pool_);
+  kernels::GatedActivation(glu_, score_.data(), u_.data(), ln.d_ff);
+  for (int64_t i = 0; i < ln.d_ff; ++i) score_[static_cast<size_t>(i)] = std::fabs(score_[static_cast<size_t>(i)]);
+  stats_.bytes_predictor += ln.at[kHigh].gate.nbytes() + ln.at[kHigh].up.nbytes();
+}
+
+// Recall of the predicted active set against the true top set of |h| (same size).
+void MixedMlp::CountRecall(int layer, const float* x) {
+  const LayerNeurons& ln = w_->store->layer(layer);
+  const int64_t active = counts_[static_cast<size_t>(layer)][kHigh] + counts_[static_cast<size_t>(layer)][kLow];
+  if (active == 0) return;
+  std::vector<float> g(static_cast<size_t>(ln.d_ff)), u(static_cast<size_t>(ln.d_ff));
+  kernels::MatVec(ln.at[kHigh].gate, x, g.data(), pool_);
+  kernels::MatVec(ln.at[kHigh].up, x, u.data(), pool_);
+  kernels::GatedActivation(glu_, g.data(), u.data(), ln.d_ff);
+  for (float& v : g) v = std::fabs(v);
+  std::vector<int32_t> top, none;
+  SplitByScore(g, active, 0, &true_order_, &top, &none);
+  std::fill(mark_.begin(), mark_.begin() + ln.d_ff, 0);
+  for (int32_t i : top) mark_[static_cast<size_t>(i)] = 1;
+  for (int p = 0; p < kNumPrecisions; ++p) {
+    for (int32_t i : list_[p]) stats_.recall_hits += mark_[static_cast<size_t>(i)];
+  }
+  stats_.recall_total += static_cast<uint64_t>(active);
+}
+
+void MixedMlp::Forward(int layer, const float* x, float* y) {
+  const LayerNeurons& ln = w_->store->layer(layer);
+  const int64_t d = ln.d_model;
+  const auto& count = counts_[static_cast<size_t>(layer)];
+  Score(layer, x);
+  SplitByScore(std::span<const float>(score_.data(), static_cast<size_t>(ln.d_ff)), count[kHigh], count[kLow], &order_,
+               &list_[kHigh], &list_[kLow]);
+  if (config_.measure_recall) CountRecall(layer, x);
+
+  std::fill(y, y + d, 0.0f);
+  for (int p = 0; p < kNumPrecisions; ++p) {
+    const std::vector<int32_t>& neurons = list_[p];
+    const int64_t n = static_cast<int64_t>(neurons.size());
+    stats_.neurons[p] += static_cast<uint64_t>(n);
+    if (n == 0) continue;
+    const NeuronRows* rows = &ln.at[p];
+    const int32_t* idx = neurons.data();
+    if (!units_.empty()) {
+      CacheUnit& unit = units_[static_cast<size_t>(layer) * kNumPrecisions + p];
+      const int64_t hits = unit.Update(neurons, slots_.data(), &stats_.bytes_into_top);
+      stats_.unit_hits += static_cast<uint64_t>(hits);
+      stats_.unit_loads[p] += static_cast<uint64_t>(n - hits);
+      rows = &unit.rows();
+      idx = slots_.data();
+    }
+    kernels::GatherMatVecRows(rows->gate, idx, n, x, g_.data(), pool_);
+    kernels::GatherMatVecRows(rows->up, idx, n, x, u_.data(), pool_);
+    for (int64_t k = 0; k < n; ++k) {
+      const size_t s = static_cast<size_t>(idx[k]);
+      kernels::GatedActivation(glu_, &g_[s], &u_[s], 1);
+      h_[s] = g_[s];
+    }
+    float* out = p == 0 ? y : y2_.data();
+    kernels::GatherMatVecCols(rows->down_t, idx, n, h_.data(), out, pool_);
+    if (p != 0) {
+      for (int64_t i = 0; i < d; ++i) y[i] += y2_[static_cast<size_t>(i)];
+    }
+    stats_.bytes_computed += static_cast<uint64_t>(n) * w_->store->neuron_bytes(layer, static_cast<Precision>(p));
+  }
+  stats_.bytes_dense += static_cast<uint64_t>(ln.d_ff) * w_->store->neuron_bytes(layer, kHigh);
+  stats_.layer_tokens += 1;
+}
+
+}  // namespace weir::m2cache
