@@ -63,10 +63,13 @@ Result<MixConfig> ParseMixConfig(const std::string& spec) {
       }
     } else if (key == "units") {
       if (!ParseOnOff(value, &c.cache_units)) return bad(part, "must be on or off");
+    } else if (key == "tier") {
+      if (value != "dram" && value != "cuda") return bad(part, "must be dram or cuda");
+      c.tier = value;
     } else if (key == "recall") {
       if (!ParseOnOff(value, &c.measure_recall)) return bad(part, "must be on or off");
     } else {
-      return bad(part, "has an unknown key (high, low, hi, lo, rank, predictor, units, recall)");
+      return bad(part, "has an unknown key (high, low, hi, lo, rank, predictor, units, tier, recall)");
     }
   }
   if (c.r_high + c.r_low > 1.0 + 1e-9) {

@@ -8,6 +8,8 @@
 //   predictor=lowrank|oracle   oracle = the true top set from a dense pass (an upper bound;
 //              it reads every neuron, so it saves no bytes)
 //   units=on|off   compute from the per-layer ATU cache units (on) or straight from the store
+//   tier=dram|cuda the top tier holding the units: dram (the CPU engine, default) or cuda (GPU
+//              memory and CUDA kernels; needs a build with -DWEIR_CUDA=ON and a GPU)
 //   recall=on|off  also count the predictor's recall of the true top set (a dense pass per token)
 // Errors name the spec and the bad part.
 #pragma once

@@ -17,6 +17,7 @@ std::string MixConfig::ToString() const {
                 predictor == PredictorKind::kOracle ? "predictor=oracle" : ("rank=" + std::to_string(rank)).c_str(),
                 cache_units ? "" : ",units=off");
   std::string s = buf;
+  if (cache_units && tier != "dram") s += ",tier=" + tier;
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
@@ -54,6 +55,7 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
     return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");
   }
   auto m = std::unique_ptr<MixedMlp>(new MixedMlp(weights, config, glu, pool));
+  m->top_ = top;
   const NeuronStore& store = *weights->store;
   int64_t widest = 0, d_model = 0;
   for (int l = 0; l < store.n_layers(); ++l) {
@@ -121,7 +123,7 @@ void MixedMlp::CountRecall(int layer, const float* x) {
   stats_.recall_total += static_cast<uint64_t>(active);
 }
 
-void MixedMlp::Forward(int layer, const float* x, float* y) {
+Status MixedMlp::Forward(int layer, const float* x, float* y) {
   const LayerNeurons& ln = w_->store->layer(layer);
   const int64_t d = ln.d_model;
   const auto& count = counts_[static_cast<size_t>(layer)];
@@ -146,15 +148,13 @@ void MixedMlp::Forward(int layer, const float* x, float* y) {
       rows = &unit.rows();
       idx = slots_.data();
     }
-    kernels::GatherMatVecRows(rows->gate, idx, n, x, g_.data(), pool_);
-    kernels::GatherMatVecRows(rows->up, idx, n, x, u_.data(), pool_);
-    for (int64_t k = 0; k < n; ++k) {
-      const size_t s = static_cast<size_t>(idx[k]);
-      kernels::GatedActivation(glu_, &g_[s], &u_[s], 1);
-      h_[s] = g_[s];
-    }
     float* out = p == 0 ? y : y2_.data();
-    kernels::GatherMatVecCols(rows->down_t, idx, n, h_.data(), out, pool_);
+    if (top_ != nullptr) {
+      WEIR_RETURN_IF_ERROR(top_->Compute(*rows, std::span<const int32_t>(idx, static_cast<size_t>(n)), glu_, x, out, pool_));
+    } else {
+      HostMlpPart(*rows, std::span<const int32_t>(idx, static_cast<size_t>(n)), glu_, x, out, g_.data(), u_.data(),
+                  h_.data(), pool_);
+    }
     if (p != 0) {
       for (int64_t i = 0; i < d; ++i) y[i] += y2_[static_cast<size_t>(i)];
     }
@@ -162,6 +162,7 @@ void MixedMlp::Forward(int layer, const float* x, float* y) {
   }
   stats_.bytes_dense += static_cast<uint64_t>(ln.d_ff) * w_->store->neuron_bytes(layer, kHigh);
   stats_.layer_tokens += 1;
+  return Status::Ok();
 }
 
 }  // namespace weir::m2cache

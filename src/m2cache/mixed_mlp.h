@@ -44,6 +44,7 @@ struct MixConfig {
   int rank = 64;        // the low-rank predictor's rank
   PredictorKind predictor = PredictorKind::kLowRank;
   bool cache_units = true;      // compute from per-layer ATU cache units in the top tier
+  std::string tier = "dram";    // where the units live: dram (CPU engine) or cuda
   bool measure_recall = false;  // also compute the true top set (dense) to count the recall
   std::string ToString() const;  // canonical spec, e.g. "high=0.1,low=0.4,hi=q8_0,lo=q4_0,rank=64"
 };
@@ -83,8 +84,9 @@ class MixedMlp {
   static Result<std::unique_ptr<MixedMlp>> Create(const M2Weights* weights, const MixConfig& config,
                                                   kernels::Glu glu, TierMemory* top, ThreadPool* pool);
 
-  // y[d_model] = MLP_layer(x[d_model]) for one token. x and y may not alias.
-  void Forward(int layer, const float* x, float* y);
+  // y[d_model] = MLP_layer(x[d_model]) for one token. x and y may not alias. Fails only when
+  // the top tier's device fails.
+  Status Forward(int layer, const float* x, float* y);
 
   const M2Stats& stats() const { return stats_; }
   void ResetStats() { stats_ = {}; }
@@ -101,6 +103,7 @@ class MixedMlp {
   MixConfig config_;
   kernels::Glu glu_;
   ThreadPool* pool_;
+  TierMemory* top_ = nullptr;  // the cache units' memory and compute; nullptr = the store's rows
   std::vector<std::array<int64_t, kNumPrecisions>> counts_;  // n_high, n_low per layer
   std::vector<CacheUnit> units_;  // [layer * kNumPrecisions + p]; empty without cache units
   M2Stats stats_;

@@ -9,9 +9,15 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
+#include <span>
+#include <string>
 
 #include "base/status.h"
+#include "base/thread_pool.h"
+#include "kernels/ops.h"
+#include "m2cache/neuron_store.h"
 
 namespace weir::m2cache {
 
@@ -27,8 +33,29 @@ class TierMemory {
   virtual Status Flush() = 0;
   // Bytes allocated so far.
   virtual size_t allocated() const = 0;
+  // One precision's part of the MLP from rows in this tier (views from a CacheUnit), for one
+  // token: with h_k = act(gate[s_k] · x) · (up[s_k] · x) over the slots s_k,
+  //   y[d_model] = Σ_k h_k · down_t[s_k]
+  // x and y are host arrays; y is overwritten. Copies queued before are flushed first.
+  virtual Status Compute(const NeuronRows& rows, std::span<const int32_t> slots, kernels::Glu glu, const float* x,
+                         float* y, ThreadPool* pool) = 0;
 };
 
 std::unique_ptr<TierMemory> MakeHostTier();
+
+// The tier named "dram" or "cuda". "cuda" fails with a clear message when weir was built without
+// -DWEIR_CUDA=ON or no GPU is present.
+Result<std::unique_ptr<TierMemory>> MakeTier(const std::string& name);
+
+#ifdef WEIR_HAVE_CUDA
+// GPU memory of CUDA device `device` (m2cache/cuda/cuda_tier.cu).
+Result<std::unique_ptr<TierMemory>> MakeCudaTier(int device);
+#endif
+
+// The host computation of TierMemory::Compute over host-readable rows (the store's, or a dram
+// tier's unit): gathered rows of gate and up, the activation, gathered down columns
+// (kernels/gather.h). g, u, h: scratch of at least rows.gate.rows() floats.
+void HostMlpPart(const NeuronRows& rows, std::span<const int32_t> slots, kernels::Glu glu, const float* x, float* y,
+                 float* g, float* u, float* h, ThreadPool* pool);
 
 }  // namespace weir::m2cache

@@ -18,7 +18,7 @@ class M2CacheMlp final : public MlpProvider {
     for (int t = 0; t < n; ++t) {
       float* xt = x + static_cast<int64_t>(t) * d;
       const uint64_t before = mixed_->stats().bytes_computed + mixed_->stats().bytes_predictor;
-      mixed_->Forward(layer, xt, c_.gate);  // gate_ is [max(d_ff, d_model)]: room for y
+      WEIR_RETURN_IF_ERROR(mixed_->Forward(layer, xt, c_.gate));  // gate_ [max(d_ff, d_model)] holds y
       std::copy(c_.gate, c_.gate + d, xt);
       c_.traffic->mlp_used += mixed_->stats().bytes_computed + mixed_->stats().bytes_predictor - before;
       c_.traffic->mlp_dense += w.mlp_bytes();

@@ -142,7 +142,9 @@ Status Session::Allocate(const SessionOptions& options) {
     if (options.m2cache->store->n_layers() != c.n_layers) {
       return Status::InvalidArgument("--m2cache: the neuron store was built for another model");
     }
-    if (options.m2cache_config.cache_units) top_tier_ = m2cache::MakeHostTier();
+    if (options.m2cache_config.cache_units) {
+      WEIR_ASSIGN_OR_RETURN(top_tier_, m2cache::MakeTier(options.m2cache_config.tier));
+    }
     WEIR_ASSIGN_OR_RETURN(mixed_, m2cache::MixedMlp::Create(options.m2cache, options.m2cache_config, mc.glu,
                                                             top_tier_.get(), pool_));
     mlp_.push_back(MakeM2CacheMlp(mc, mixed_.get()));

@@ -177,8 +177,8 @@ TEST_P(MixedMlpTest, MatchesTheReferenceWithAndWithoutCacheUnits) {
   for (int step = 0; step < 20; ++step) {
     // Adjacent tokens are similar: x drifts.
     for (float& v : x) v = step == 0 ? n(rng) : 0.8f * v + 0.6f * n(rng);
-    (*with_units)->Forward(0, x.data(), y1.data());
-    (*without)->Forward(0, x.data(), y2.data());
+    ASSERT_TRUE((*with_units)->Forward(0, x.data(), y1.data()).ok());
+    ASSERT_TRUE((*without)->Forward(0, x.data(), y2.data()).ok());
     for (int i = 0; i < 64; ++i) ASSERT_EQ(y1[i], y2[i]) << "units change the numbers at " << i;
     (*w)->predictors[0].Score(glu, x.data(), t.data(), score.data(), nullptr);
     const auto ref = Reference(*(*w)->store, glu, score, 24, 48, x);
@@ -222,7 +222,7 @@ TEST(MixedMlpAllNeuronsTest, AllNeuronsAtF32IsTheDenseMlp) {
   std::mt19937 rng(32);
   std::normal_distribution<float> n;
   for (float& v : x) v = n(rng);
-  (*mlp)->Forward(0, x.data(), y.data());
+  ASSERT_TRUE((*mlp)->Forward(0, x.data(), y.data()).ok());
   for (int r = 0; r < 64; ++r) {
     double acc = 0;
     for (int i = 0; i < 96; ++i) {
@@ -253,8 +253,8 @@ TEST(MixedMlpAllNeuronsTest, OracleRecallIsOneAndLowRankRecallIsCounted) {
   std::normal_distribution<float> n;
   for (int step = 0; step < 10; ++step) {
     for (float& v : x) v = n(rng);
-    (*oracle)->Forward(0, x.data(), y.data());
-    (*low)->Forward(0, x.data(), y.data());
+    ASSERT_TRUE((*oracle)->Forward(0, x.data(), y.data()).ok());
+    ASSERT_TRUE((*low)->Forward(0, x.data(), y.data()).ok());
   }
   EXPECT_DOUBLE_EQ((*oracle)->stats().recall(), 1.0);
   EXPECT_EQ((*low)->stats().recall_total, 10u * (13 + 26));  // round(12.8) + round(25.6)
