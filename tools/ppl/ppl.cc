@@ -4,6 +4,7 @@
 
 #include "common/cli.h"
 #include "common/commands.h"
+#include "common/m2cache_flags.h"
 #include "common/model_flags.h"
 #include "common/streaming_flags.h"
 #include "common/trace_flags.h"
@@ -29,6 +30,8 @@ int PplMain(int argc, char** argv) {
   AddStreamingFlags(app, &stf);
   TraceFlags tf;
   AddTraceFlags(app, &tf);
+  M2CacheFlags m2f;
+  AddM2CacheFlags(app, &m2f);
   app.get_option("--ctx-size")->description("tokens per chunk (default 512)");
   app.add_option("-f,--file", file, "text file")->required();
   app.add_option("--score", score, "which predictions to score: half (default) or all")
@@ -40,7 +43,8 @@ int PplMain(int argc, char** argv) {
   if (mf.ctx == 0) mf.ctx = 512;
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("ppl", st);
-  mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
+  if (Status st = ParseM2CacheFlags(&m2f); !st.ok()) return Fail("ppl", st);
+  mf.tile = spf.policy == nullptr && !m2f.enabled();  // a dense run: tiled weights (kernels/tiled.h)
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;  // also copies the weights at load
   auto text = format::ReadSmallFile(file, 1ull << 30);
@@ -58,6 +62,7 @@ int PplMain(int argc, char** argv) {
   so.n_batch = std::min(mf.ctx, 64);
   so.sparsity = spf.policy.get();
   m->Configure(&so);
+  if (Status st = BuildM2Cache(&m2f, model, &pool, !json && !no_progress, &so); !st.ok()) return Fail("ppl", st);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("ppl", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("ppl", st);
@@ -83,10 +88,14 @@ int PplMain(int argc, char** argv) {
                {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
                {"mlp_density", (*session)->traffic().mlp_density()},
                {"linear_density", (*session)->traffic().linear_density()},
-               {"memory", MemoryJson(*m)}});
+               {"memory", MemoryJson(*m)},
+               {"m2cache", (*session)->m2cache() ? M2StatsJson(*(*session)->m2cache(), (*session)->traffic().tokens) : nlohmann::json()}});
   } else {
     std::printf("perplexity: %.4f +/- %.4f  (%lld tokens scored, %d chunks of %d, score=%s)\n", r->ppl,
                 r->ppl_stderr, static_cast<long long>(r->tokens_scored), r->chunks, mf.ctx, score.c_str());
+    if ((*session)->m2cache()) {
+      std::printf("%s\n", FormatM2Stats(*(*session)->m2cache(), (*session)->traffic().tokens).c_str());
+    }
     if (spf.policy) {
       std::printf("sparsity %s: achieved mlp density %.3f, linear density %.3f\n", spf.policy->info().spec.c_str(),
                   (*session)->traffic().mlp_density(), (*session)->traffic().linear_density());

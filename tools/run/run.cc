@@ -5,6 +5,7 @@
 #include "base/units.h"
 
 #include "common/chat_flags.h"
+#include "common/m2cache_flags.h"
 #include "common/cli.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
@@ -35,6 +36,8 @@ int RunMain(int argc, char** argv) {
   AddTraceFlags(app, &tf);
   PlanFlags pf;
   AddPlanFlags(app, &pf);
+  M2CacheFlags m2f;
+  AddM2CacheFlags(app, &m2f);
   bool stats_flag = false;
   app.add_flag("--stats", stats_flag,
                "print weight traffic per token (bytes, densities) on stderr; for a streamed pack also "
@@ -65,7 +68,8 @@ int RunMain(int argc, char** argv) {
     return Fail("run", st);
   }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
-  mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
+  if (Status st = ParseM2CacheFlags(&m2f); !st.ok()) return Fail("run", st);
+  mf.tile = spf.policy == nullptr && !m2f.enabled();  // a dense run: tiled weights (kernels/tiled.h)
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;  // also copies the weights at load
   ConfigureTrace(tf, &stf);
@@ -96,6 +100,7 @@ int RunMain(int argc, char** argv) {
   so.ctx = mf.ctx;
   so.sparsity = spf.policy.get();
   m->Configure(&so);
+  if (Status st = BuildM2Cache(&m2f, model, &pool, !json, &so); !st.ok()) return Fail("run", st);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
@@ -181,7 +186,8 @@ int RunMain(int argc, char** argv) {
                                                        {"per_token", stream_tokens},
                                                        {"total", StreamTotalsJson(streamed->stats())},
                                                        {"peak_rss", PeakRssBytes()}}
-                                      : nlohmann::json()}});
+                                      : nlohmann::json()},
+               {"m2cache", (*session)->m2cache() ? M2StatsJson(*(*session)->m2cache(), tr.tokens) : nlohmann::json()}});
   } else {
     std::fputc('\n', stdout);
     std::fflush(stdout);
@@ -200,6 +206,9 @@ int RunMain(int argc, char** argv) {
       std::fprintf(stderr, "weights: %.0f bytes/token | achieved density: mlp %.3f, attention %.3f, linear %.3f\n",
                    static_cast<double>(tr.bytes_per_token()), tr.mlp_density(), tr.attn_density(),
                    tr.linear_density());
+      if ((*session)->m2cache()) {
+        std::fprintf(stderr, "%s\n", FormatM2Stats(*(*session)->m2cache(), tr.tokens).c_str());
+      }
       if (streamed) {
         std::fprintf(stderr, "streaming: %s, %s | peak RSS %s\n", streamed->options().policy.c_str(),
                      m->streaming->device().name().c_str(), FormatBytes(PeakRssBytes()).c_str());

@@ -1,0 +1,45 @@
+// `--m2cache SPEC` of weir run, ppl and bench: the MLP computed as M2Cache does it (paper 004
+// §5.2-5.3, docs/m2cache.md): neurons predicted per token by a low-rank predictor, the best at a
+// high precision and the next at a low one, from per-layer ATU cache units. SPEC is
+// m2cache/mix_config.h's key=value list, plus `plan=FILE`: the ratios, types and rank a
+// `weir m2search` wrote (keys after it override the file's).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "base/status.h"
+#include "base/thread_pool.h"
+#include "m2cache/mixed_mlp.h"
+#include "model/model.h"
+#include "model/session.h"
+
+namespace weir::tools {
+
+struct M2CacheFlags {
+  std::string spec;  // empty = off
+  // Filled by ParseM2CacheFlags / BuildM2Cache.
+  m2cache::MixConfig config;
+  std::string plan_path;
+  std::unique_ptr<m2cache::M2Weights> weights;
+  bool enabled() const { return !spec.empty(); }
+};
+
+void AddM2CacheFlags(CLI::App& app, M2CacheFlags* flags);
+// Reads the plan (plan=FILE) and parses the spec into flags->config.
+Status ParseM2CacheFlags(M2CacheFlags* flags);
+// The spec a plan file stands for ("high=..,low=..,hi=..,lo=..,rank=..").
+Result<std::string> ReadM2CachePlan(const std::string& path);
+// Builds the neuron store and predictors of a loaded model (seconds; progress on stderr when
+// `progress`), and points `options` at them.
+Status BuildM2Cache(M2CacheFlags* flags, const model::Model& model, ThreadPool* pool, bool progress,
+                    model::SessionOptions* options);
+
+// Counters per token for --stats and --json: neurons per layer at each precision, recall, and the
+// bytes each tier moved.
+nlohmann::json M2StatsJson(const m2cache::MixedMlp& mlp, uint64_t tokens);
+std::string FormatM2Stats(const m2cache::MixedMlp& mlp, uint64_t tokens);
+
+}  // namespace weir::tools
