@@ -135,19 +135,33 @@ class Gaussian {
 
 }  // namespace
 
-Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank, uint64_t seed, ThreadPool* pool) {
+Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank, uint64_t seed, ThreadPool* pool,
+                                               std::span<const float> input_scale) {
   if (rank < 1) return Status::InvalidArgument("m2cache: the predictor's rank must be at least 1");
   if (gate.layout != Layout::kRowMajor) return Status::InvalidArgument("m2cache: the gate weights are tiled; load them row-major");
   const int64_t m = gate.rows(), n = gate.cols();
   const int64_t r = std::min<int64_t>(rank, std::min(m, n));
   const int64_t k = std::min<int64_t>(r + 8, std::min(m, n));
 
-  Mat w(m, n);
+  if (!input_scale.empty() && static_cast<int64_t>(input_scale.size()) != n) {
+    return Status::InvalidArgument("m2cache: the predictor's input scale has " + std::to_string(input_scale.size()) +
+                                   " values for " + std::to_string(n) + " inputs");
+  }
+  std::vector<double> scale(static_cast<size_t>(n), 1.0);
+  if (!input_scale.empty()) {
+    double mx = 0;
+    for (float v : input_scale) mx = std::max(mx, static_cast<double>(std::fabs(v)));
+    for (int64_t j = 0; j < n; ++j) {
+      scale[static_cast<size_t>(j)] = std::max(static_cast<double>(std::fabs(input_scale[static_cast<size_t>(j)])), 1e-3 * mx);
+      if (!(scale[static_cast<size_t>(j)] > 0) || !std::isfinite(scale[static_cast<size_t>(j)])) scale[static_cast<size_t>(j)] = 1.0;
+    }
+  }
+  Mat w(m, n);  // W · diag(scale)
   {
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t i = 0; i < m; ++i) {
       DequantizeRow(gate, i, row.data());
-      for (int64_t j = 0; j < n; ++j) w.at(i, j) = row[static_cast<size_t>(j)];
+      for (int64_t j = 0; j < n; ++j) w.at(i, j) = row[static_cast<size_t>(j)] * scale[static_cast<size_t>(j)];
     }
   }
   const Mat wt = Transposed(w);
@@ -180,8 +194,8 @@ Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank,
   if (!p.storage_.Reset(a_bytes + u_bytes)) return Status::OutOfMemory("m2cache: cannot allocate the predictor");
   uint8_t* base = p.storage_.data<uint8_t>();
   std::vector<float> row(static_cast<size_t>(std::max(n, r)));
-  for (int64_t i = 0; i < r; ++i) {
-    for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] = static_cast<float>(a.at(i, j));
+  for (int64_t i = 0; i < r; ++i) {  // A = A' · diag(1 / scale)
+    for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] = static_cast<float>(a.at(i, j) / scale[static_cast<size_t>(j)]);
     QuantizeRow(DType::kF16, row.data(), base + static_cast<size_t>(i) * RowBytes(DType::kF16, n), n);
   }
   for (int64_t i = 0; i < m; ++i) {

@@ -10,10 +10,17 @@
 // a fixed seed, so a model gives the same predictor on every machine. They are kept in F16.
 // With r >= min(d_ff, d_model) the factorization is exact up to F16 rounding.
 //
+// The inputs are not isotropic: the MLP's input is RMS-normalized and then scaled per channel by
+// the layer's norm weights γ, so a few channels carry most of the magnitude. Given those scales
+// the fit is of W · diag(|γ|) (the error weighted by how large each input channel runs, as in
+// activation-aware SVD), and A absorbs diag(1/|γ|) back, so ĝ still takes the normalized input
+// x. |γ| is floored at 1e-3 · max|γ|.
+//
 // Thread safety: immutable after Fit; Predict writes only its arguments.
 #pragma once
 
 #include <cstdint>
+#include <span>
 
 #include "base/aligned_buffer.h"
 #include "base/status.h"
@@ -29,8 +36,10 @@ class LowRankPredictor {
   LowRankPredictor(LowRankPredictor&&) = default;
   LowRankPredictor& operator=(LowRankPredictor&&) = default;
 
-  // gate: [d_ff, d_model], any dtype, row-major. rank >= 1 (capped at min(d_ff, d_model)).
-  static Result<LowRankPredictor> Fit(const TensorView& gate, int rank, uint64_t seed, ThreadPool* pool);
+  // w: [d_ff, d_model], any dtype, row-major. rank >= 1 (capped at min(d_ff, d_model)).
+  // input_scale: the per-channel scale of the inputs (d_model values) or empty.
+  static Result<LowRankPredictor> Fit(const TensorView& w, int rank, uint64_t seed, ThreadPool* pool,
+                                      std::span<const float> input_scale = {});
 
   int rank() const { return static_cast<int>(a_.rows()); }
   // ĝ [d_ff] from x [d_model]; t is scratch of rank() floats.

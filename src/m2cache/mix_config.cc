@@ -56,10 +56,12 @@ Result<MixConfig> ParseMixConfig(const std::string& spec) {
     } else if (key == "predictor") {
       if (value == "lowrank") {
         c.predictor = PredictorKind::kLowRank;
+      } else if (value == "glu") {
+        c.predictor = PredictorKind::kLowRankGlu;
       } else if (value == "oracle") {
         c.predictor = PredictorKind::kOracle;
       } else {
-        return bad(part, "must be lowrank or oracle");
+        return bad(part, "must be lowrank, glu or oracle");
       }
     } else if (key == "units") {
       if (!ParseOnOff(value, &c.cache_units)) return bad(part, "must be on or off");

@@ -5,8 +5,9 @@
 //              whose block divides d_model)
 //   lo=TYPE    the low precision (q4_0 by default)
 //   rank=R     the low-rank predictor's rank (64 by default)
-//   predictor=lowrank|oracle   oracle = the true top set from a dense pass (an upper bound;
-//              it reads every neuron, so it saves no bytes)
+//   predictor=lowrank|glu|oracle   lowrank: |act(ĝ)| from the low-rank gate; glu: |act(ĝ) · û|
+//              from low-rank gate and up (twice the bytes); oracle: the true top set from a
+//              dense pass (an upper bound; it reads every neuron, so it saves no bytes)
 //   units=on|off   compute from the per-layer ATU cache units (on) or straight from the store
 //   tier=dram|cuda the top tier holding the units: dram (the CPU engine, default) or cuda (GPU
 //              memory and CUDA kernels; needs a build with -DWEIR_CUDA=ON and a GPU)

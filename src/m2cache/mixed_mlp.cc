@@ -14,7 +14,9 @@ std::string MixConfig::ToString() const {
   char buf[192];
   std::snprintf(buf, sizeof(buf), "high=%.4g,low=%.4g,hi=%s,lo=%s,%s%s", r_high, r_low, DTypeName(types.high),
                 DTypeName(types.low),
-                predictor == PredictorKind::kOracle ? "predictor=oracle" : ("rank=" + std::to_string(rank)).c_str(),
+                predictor == PredictorKind::kOracle
+                    ? "predictor=oracle"
+                    : ((predictor == PredictorKind::kLowRankGlu ? "predictor=glu,rank=" : "rank=") + std::to_string(rank)).c_str(),
                 cache_units ? "" : ",units=off");
   std::string s = buf;
   if (cache_units && tier != "dram") s += ",tier=" + tier;
@@ -25,19 +27,26 @@ std::string MixConfig::ToString() const {
 uint64_t M2Weights::predictor_bytes() const {
   uint64_t b = 0;
   for (const auto& p : predictors) b += p.bytes();
+  for (const auto& p : up_predictors) b += p.bytes();
   return b;
 }
 
 Result<std::unique_ptr<M2Weights>> M2Weights::Build(std::span<const MlpWeights> layers, const StoreTypes& types,
-                                                    int rank, ThreadPool* pool,
+                                                    int rank, bool up, ThreadPool* pool,
                                                     const std::function<void(int)>& progress) {
   auto w = std::make_unique<M2Weights>();
   WEIR_ASSIGN_OR_RETURN(w->store, NeuronStore::Build(layers, types, pool));
   w->rank = rank;
   if (rank > 0) {
     for (size_t l = 0; l < layers.size(); ++l) {
-      WEIR_ASSIGN_OR_RETURN(LowRankPredictor p, LowRankPredictor::Fit(layers[l].gate, rank, 0x4d32 + l, pool));
+      std::span<const float> scale;
+      if (layers[l].input_scale) scale = {layers[l].input_scale, static_cast<size_t>(layers[l].gate.cols())};
+      WEIR_ASSIGN_OR_RETURN(LowRankPredictor p, LowRankPredictor::Fit(layers[l].gate, rank, 0x4d32 + l, pool, scale));
       w->predictors.push_back(std::move(p));
+      if (up) {
+        WEIR_ASSIGN_OR_RETURN(LowRankPredictor q, LowRankPredictor::Fit(layers[l].up, rank, 0x5550 + l, pool, scale));
+        w->up_predictors.push_back(std::move(q));
+      }
       if (progress) progress(static_cast<int>(l));
     }
   }
@@ -51,8 +60,12 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
                                    std::to_string(config.r_low) +
                                    " must be fractions of the neurons with high + low <= 1");
   }
-  if (config.predictor == PredictorKind::kLowRank && weights->predictors.size() != static_cast<size_t>(weights->store->n_layers())) {
+  const size_t layers = static_cast<size_t>(weights->store->n_layers());
+  if (config.predictor != PredictorKind::kOracle && weights->predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");
+  }
+  if (config.predictor == PredictorKind::kLowRankGlu && weights->up_predictors.size() != layers) {
+    return Status::InvalidArgument("m2cache: the weights were built without the up projection's predictor");
   }
   auto m = std::unique_ptr<MixedMlp>(new MixedMlp(weights, config, glu, pool));
   m->top_ = top;
@@ -77,6 +90,7 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
   const size_t w = static_cast<size_t>(widest);
   m->score_.resize(w);
   m->g_.resize(w);
+  m->u_hat_.resize(w);
   m->u_.resize(w);
   m->h_.resize(w);
   m->t_.resize(static_cast<size_t>(std::max(weights->rank, 1)));
@@ -90,9 +104,18 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
 // score_ = the importance of every neuron of the layer for input x.
 void MixedMlp::Score(int layer, const float* x) {
   const LayerNeurons& ln = w_->store->layer(layer);
+  const size_t l = static_cast<size_t>(layer);
   if (config_.predictor == PredictorKind::kLowRank) {
-    w_->predictors[static_cast<size_t>(layer)].Score(glu_, x, t_.data(), score_.data(), pool_);
-    stats_.bytes_predictor += w_->predictors[static_cast<size_t>(layer)].bytes();
+    w_->predictors[l].Score(glu_, x, t_.data(), score_.data(), pool_);
+    stats_.bytes_predictor += w_->predictors[l].bytes();
+    return;
+  }
+  if (config_.predictor == PredictorKind::kLowRankGlu) {
+    w_->predictors[l].PredictGate(x, t_.data(), score_.data(), pool_);
+    w_->up_predictors[l].PredictGate(x, t_.data(), u_hat_.data(), pool_);
+    kernels::GatedActivation(glu_, score_.data(), u_hat_.data(), ln.d_ff);
+    for (int64_t i = 0; i < ln.d_ff; ++i) score_[static_cast<size_t>(i)] = std::fabs(score_[static_cast<size_t>(i)]);
+    stats_.bytes_predictor += w_->predictors[l].bytes() + w_->up_predictors[l].bytes();
     return;
   }
   // Oracle: the true |h| from every neuron at the high precision (reads the whole layer).

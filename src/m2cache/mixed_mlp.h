@@ -34,7 +34,9 @@
 
 namespace weir::m2cache {
 
-enum class PredictorKind { kLowRank, kOracle };
+// kLowRank: score = |act(ĝ)| from a low-rank gate; kLowRankGlu: score = |act(ĝ) · û| from
+// low-rank gate and up (twice the predictor bytes); kOracle: the true |act(g) · u| (dense).
+enum class PredictorKind { kLowRank, kLowRankGlu, kOracle };
 
 // What a run asks for; parsed from `--m2cache` (mix_config.h).
 struct MixConfig {
@@ -51,12 +53,14 @@ struct MixConfig {
 
 struct M2Weights {
   std::unique_ptr<NeuronStore> store;
-  std::vector<LowRankPredictor> predictors;  // one per layer (empty for the oracle)
+  std::vector<LowRankPredictor> predictors;     // of W_gate, one per layer (empty for the oracle)
+  std::vector<LowRankPredictor> up_predictors;  // of W_up, one per layer (kLowRankGlu only)
   int rank = 0;
   uint64_t predictor_bytes() const;
-  // Builds the store and (rank > 0) the predictors; progress(layer) after each layer.
+  // Builds the store and (rank > 0) the gate predictors, and with `up` those of W_up too;
+  // progress(layer) after each layer.
   static Result<std::unique_ptr<M2Weights>> Build(std::span<const MlpWeights> layers, const StoreTypes& types,
-                                                  int rank, ThreadPool* pool,
+                                                  int rank, bool up, ThreadPool* pool,
                                                   const std::function<void(int)>& progress = nullptr);
 };
 
@@ -108,7 +112,7 @@ class MixedMlp {
   std::vector<CacheUnit> units_;  // [layer * kNumPrecisions + p]; empty without cache units
   M2Stats stats_;
   // Scratch, sized for the widest layer.
-  std::vector<float> score_, t_, g_, u_, h_, y2_;
+  std::vector<float> score_, t_, g_, u_, h_, y2_, u_hat_;
   std::vector<int32_t> order_, list_[kNumPrecisions], slots_, true_order_;
   std::vector<uint8_t> mark_;
 };

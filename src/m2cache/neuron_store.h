@@ -35,6 +35,7 @@ struct MlpWeights {
   TensorView gate;  // [d_ff, d_model]
   TensorView up;    // [d_ff, d_model]
   TensorView down;  // [d_model, d_ff]
+  const float* input_scale = nullptr;  // [d_model] the norm weights applied to the input, or null
 };
 
 // One projection set at one precision, neuron-major.

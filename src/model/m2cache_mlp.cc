@@ -49,9 +49,10 @@ Result<std::unique_ptr<m2cache::M2Weights>> BuildM2Weights(const Model& model, c
   const auto& c = model.config();
   if (c.IsMoe()) return Status::Unsupported("--m2cache: " + model.file().path + " is a mixture of experts");
   std::vector<m2cache::MlpWeights> layers;
-  for (const LayerWeights& w : model.weights().layers) layers.push_back({w.w_gate, w.w_up, w.w_down});
-  const int rank = config.predictor == m2cache::PredictorKind::kLowRank ? config.rank : 0;
-  return m2cache::M2Weights::Build(layers, config.types, rank, pool, progress);
+  for (const LayerWeights& w : model.weights().layers) layers.push_back({w.w_gate, w.w_up, w.w_down, w.ffn_norm});
+  const int rank = config.predictor == m2cache::PredictorKind::kOracle ? 0 : config.rank;
+  return m2cache::M2Weights::Build(layers, config.types, rank, config.predictor == m2cache::PredictorKind::kLowRankGlu,
+                                   pool, progress);
 }
 
 }  // namespace weir::model

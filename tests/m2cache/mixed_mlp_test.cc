@@ -96,6 +96,48 @@ TEST(LowRankPredictorTest, ReachesTheTruncatedSvdError) {
   EXPECT_FALSE(LowRankPredictor::Fit(view, 0, 1, nullptr).ok());
 }
 
+TEST(LowRankPredictorTest, AnInputScaleFitsTheScaledMatrix) {
+  // W' = W · diag(s) has a known spectrum; fitted with the scale s, the predictor's error on
+  // inputs s_j e_j is W''s optimal rank-r error.
+  const int m = 96, n = 64;
+  std::vector<double> sigma;
+  for (int i = 0; i < 64; ++i) sigma.push_back(10.0 * std::pow(0.85, i));
+  const auto w_scaled = KnownSpectrum(m, n, sigma, 6);
+  std::vector<float> scale(n), w(static_cast<size_t>(m * n));
+  for (int j = 0; j < n; ++j) scale[j] = j % 7 == 0 ? 20.0f : 0.5f + 0.01f * j;  // outlier channels
+  for (int i = 0; i < m; ++i) {
+    for (int j = 0; j < n; ++j) w[i * n + j] = w_scaled[i * n + j] / scale[j];
+  }
+  const TensorView view{DType::kF32, Shape{m, n}, w.data()};
+  const int rank = 12;
+  auto p = LowRankPredictor::Fit(view, rank, 2, nullptr, scale);
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  std::vector<float> x(n), t(rank), g(m);
+  double got = 0, total = 0, optimal = 0;
+  for (int i = rank; i < 64; ++i) optimal += sigma[i] * sigma[i];
+  for (double v : sigma) total += v * v;
+  for (int j = 0; j < n; ++j) {
+    std::fill(x.begin(), x.end(), 0.0f);
+    x[j] = scale[j];
+    p->PredictGate(x.data(), t.data(), g.data(), nullptr);
+    for (int i = 0; i < m; ++i) got += (g[i] - w_scaled[i * n + j]) * (g[i] - w_scaled[i * n + j]);
+  }
+  EXPECT_LE(got, optimal * 1.02 + 1e-4 * total);
+  EXPECT_GE(got, optimal * 0.98 - 1e-4 * total);
+  // The same fit without the scale is worse on these inputs.
+  auto plain = LowRankPredictor::Fit(view, rank, 2, nullptr);
+  ASSERT_TRUE(plain.ok());
+  double plain_err = 0;
+  for (int j = 0; j < n; ++j) {
+    std::fill(x.begin(), x.end(), 0.0f);
+    x[j] = scale[j];
+    plain->PredictGate(x.data(), t.data(), g.data(), nullptr);
+    for (int i = 0; i < m; ++i) plain_err += (g[i] - w_scaled[i * n + j]) * (g[i] - w_scaled[i * n + j]);
+  }
+  EXPECT_GT(plain_err, got * 1.05);
+  EXPECT_FALSE(LowRankPredictor::Fit(view, rank, 2, nullptr, std::span<const float>(scale.data(), 3)).ok());
+}
+
 TEST(LowRankPredictorTest, TheSameSeedGivesTheSameFactors) {
   std::vector<double> sigma{5, 4, 3, 2, 1, 0.5};
   const auto w = KnownSpectrum(64, 32, sigma, 4);
@@ -160,7 +202,7 @@ TEST_P(MixedMlpTest, MatchesTheReferenceWithAndWithoutCacheUnits) {
   const kernels::Glu glu = GetParam();
   const Mlp m = RandomMlp(64, 192, 21);
   auto views = m.views();
-  auto w = M2Weights::Build(views, {DType::kQ8_0, DType::kQ4_0}, 16, nullptr);
+  auto w = M2Weights::Build(views, {DType::kQ8_0, DType::kQ4_0}, 16, false, nullptr);
   ASSERT_TRUE(w.ok()) << w.status().ToString();
   MixConfig cfg;
   cfg.r_high = 0.125;  // 24 neurons
@@ -209,7 +251,7 @@ INSTANTIATE_TEST_SUITE_P(Activations, MixedMlpTest, ::testing::Values(kernels::G
 TEST(MixedMlpAllNeuronsTest, AllNeuronsAtF32IsTheDenseMlp) {
   const Mlp m = RandomMlp(64, 96, 31);
   auto views = m.views();
-  auto w = M2Weights::Build(views, {DType::kF32, DType::kF16}, 0, nullptr);
+  auto w = M2Weights::Build(views, {DType::kF32, DType::kF16}, 0, false, nullptr);
   ASSERT_TRUE(w.ok());
   MixConfig cfg;
   cfg.r_high = 1.0;
@@ -237,7 +279,7 @@ TEST(MixedMlpAllNeuronsTest, AllNeuronsAtF32IsTheDenseMlp) {
 TEST(MixedMlpAllNeuronsTest, OracleRecallIsOneAndLowRankRecallIsCounted) {
   const Mlp m = RandomMlp(64, 128, 41);
   auto views = m.views();
-  auto w = M2Weights::Build(views, {DType::kQ8_0, DType::kQ4_0}, 8, nullptr);
+  auto w = M2Weights::Build(views, {DType::kQ8_0, DType::kQ4_0}, 8, false, nullptr);
   ASSERT_TRUE(w.ok());
   MixConfig cfg;
   cfg.r_high = 0.1;
@@ -264,7 +306,7 @@ TEST(MixedMlpAllNeuronsTest, OracleRecallIsOneAndLowRankRecallIsCounted) {
 TEST(MixedMlpAllNeuronsTest, RefusesRatiosAboveOne) {
   const Mlp m = RandomMlp(64, 64, 51);
   auto views = m.views();
-  auto w = M2Weights::Build(views, {}, 8, nullptr);
+  auto w = M2Weights::Build(views, {}, 8, false, nullptr);
   ASSERT_TRUE(w.ok());
   MixConfig cfg;
   cfg.r_high = 0.6;

@@ -29,10 +29,10 @@ Result<std::string> ReadM2CachePlan(const std::string& path) {
       !j["lo"].is_string() || !j["rank"].is_number_integer()) {
     return Status::InvalidArgument(path + ": the plan lacks best.r_high, best.r_low, hi, lo or rank");
   }
-  char buf[160];
-  std::snprintf(buf, sizeof(buf), "high=%.17g,low=%.17g,hi=%s,lo=%s,rank=%d", best["r_high"].get<double>(),
+  char buf[200];
+  std::snprintf(buf, sizeof(buf), "high=%.17g,low=%.17g,hi=%s,lo=%s,rank=%d,predictor=%s", best["r_high"].get<double>(),
                 best["r_low"].get<double>(), j["hi"].get<std::string>().c_str(), j["lo"].get<std::string>().c_str(),
-                j["rank"].get<int>());
+                j["rank"].get<int>(), j.value("predictor", std::string("lowrank")).c_str());
   return std::string(buf);
 }
 

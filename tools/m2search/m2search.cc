@@ -53,7 +53,7 @@ int M2searchMain(int argc, char** argv) {
   ModelFlags mf;
   mf.ctx = 512;
   AddModelFlags(app, &mf);
-  std::string file, out, hi = "q8_0", lo = "q4_0";
+  std::string file, out, hi = "q8_0", lo = "q4_0", predictor = "lowrank";
   double budget = 0.5, step = 0.05;
   int rank = 64, ppl_chunks = 0;
   bool json = false, recall = false;
@@ -63,6 +63,8 @@ int M2searchMain(int argc, char** argv) {
       ->check(CLI::Range(0.001, 1.0));
   app.add_option("--step", step, "the search step s of r_high (default 0.05)")->check(CLI::Range(0.001, 1.0));
   app.add_option("--rank", rank, "the low-rank predictor's rank (default 64)")->check(CLI::Range(1, 4096));
+  app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default) or glu (|act(gate) * up|, twice the bytes)")
+      ->check(CLI::IsMember({"lowrank", "glu"}));
   app.add_option("--hi", hi, "the high precision (default q8_0)");
   app.add_option("--lo", lo, "the low precision (default q4_0)");
   app.add_option("--prompts", uo.prompts, "UQEst prompts (default 8)")->check(CLI::Range(1, 100000));
@@ -77,7 +79,7 @@ int M2searchMain(int argc, char** argv) {
   if (mf.ctx == 0) mf.ctx = 512;
   if (!out.empty() && out == mf.model) return Fail("m2search", Status::InvalidArgument("-o " + out + " is the model file"));
 
-  auto spec = m2cache::ParseMixConfig("hi=" + hi + ",lo=" + lo + ",rank=" + std::to_string(rank));
+  auto spec = m2cache::ParseMixConfig("hi=" + hi + ",lo=" + lo + ",rank=" + std::to_string(rank) + ",predictor=" + predictor);
   if (!spec.ok()) return Fail("m2search", spec.status());
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;
@@ -168,6 +170,7 @@ int M2searchMain(int argc, char** argv) {
                         {"hi", hi},
                         {"lo", lo},
                         {"rank", rank},
+                        {"predictor", predictor},
                         {"byte_ratio", n_ratio},
                         {"uq", {{"prompts", uo.prompts}, {"prompt_len", uo.prompt_len}, {"generate", uo.generate}}},
                         {"ppl_chunks", ppl_chunks},
