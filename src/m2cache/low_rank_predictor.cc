@@ -2,7 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <numeric>
+#include <string>
 #include <vector>
 
 #include "kernels/matvec.h"
@@ -136,33 +138,47 @@ class Gaussian {
 }  // namespace
 
 Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank, uint64_t seed, ThreadPool* pool,
-                                               std::span<const float> input_scale) {
+                                               std::span<const double> second_moment) {
   if (rank < 1) return Status::InvalidArgument("m2cache: the predictor's rank must be at least 1");
   if (gate.layout != Layout::kRowMajor) return Status::InvalidArgument("m2cache: the gate weights are tiled; load them row-major");
   const int64_t m = gate.rows(), n = gate.cols();
   const int64_t r = std::min<int64_t>(rank, std::min(m, n));
   const int64_t k = std::min<int64_t>(r + 8, std::min(m, n));
 
-  if (!input_scale.empty() && static_cast<int64_t>(input_scale.size()) != n) {
-    return Status::InvalidArgument("m2cache: the predictor's input scale has " + std::to_string(input_scale.size()) +
-                                   " values for " + std::to_string(n) + " inputs");
+  if (!second_moment.empty() && static_cast<int64_t>(second_moment.size()) != n * n) {
+    return Status::InvalidArgument("m2cache: the predictor's input second moment has " +
+                                   std::to_string(second_moment.size()) + " values for " + std::to_string(n) + " inputs");
   }
-  std::vector<double> scale(static_cast<size_t>(n), 1.0);
-  if (!input_scale.empty()) {
-    double mx = 0;
-    for (float v : input_scale) mx = std::max(mx, static_cast<double>(std::fabs(v)));
-    for (int64_t j = 0; j < n; ++j) {
-      scale[static_cast<size_t>(j)] = std::max(static_cast<double>(std::fabs(input_scale[static_cast<size_t>(j)])), 1e-3 * mx);
-      if (!(scale[static_cast<size_t>(j)] > 0) || !std::isfinite(scale[static_cast<size_t>(j)])) scale[static_cast<size_t>(j)] = 1.0;
-    }
-  }
-  Mat w(m, n);  // W · diag(scale)
+  Mat w(m, n);
   {
     std::vector<float> row(static_cast<size_t>(n));
     for (int64_t i = 0; i < m; ++i) {
       DequantizeRow(gate, i, row.data());
-      for (int64_t j = 0; j < n; ++j) w.at(i, j) = row[static_cast<size_t>(j)] * scale[static_cast<size_t>(j)];
+      for (int64_t j = 0; j < n; ++j) w.at(i, j) = row[static_cast<size_t>(j)];
     }
+  }
+  // L with C + εI = L Lᵀ (lower triangular); W is replaced by W L.
+  Mat chol(n, n);
+  const bool whiten = !second_moment.empty();
+  if (whiten) {
+    double trace = 0;
+    for (int64_t j = 0; j < n; ++j) trace += second_moment[static_cast<size_t>(j * n + j)];
+    const double eps = std::max(1e-6 * trace / static_cast<double>(n), 1e-30);
+    for (int64_t i = 0; i < n; ++i) {
+      for (int64_t j = 0; j <= i; ++j) {
+        double v = second_moment[static_cast<size_t>(i * n + j)] + (i == j ? eps : 0.0);
+        for (int64_t k = 0; k < j; ++k) v -= chol.at(i, k) * chol.at(j, k);
+        if (i == j) {
+          if (!(v > 0) || !std::isfinite(v)) {
+            return Status::InvalidArgument("m2cache: the input second moment is not positive definite");
+          }
+          chol.at(i, i) = std::sqrt(v);
+        } else {
+          chol.at(i, j) = v / chol.at(j, j);
+        }
+      }
+    }
+    w = Multiply(w, chol, pool);
   }
   const Mat wt = Transposed(w);
   Mat omega(n, k);
@@ -186,7 +202,7 @@ Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank,
     for (int64_t j = 0; j < r; ++j) e_r.at(i, j) = e.at(i, j);
   }
   const Mat u = Multiply(y, e_r, pool);                   // [m, r]
-  const Mat a = Multiply(Transposed(e_r), b, pool);       // [r, n]
+  Mat a = Multiply(Transposed(e_r), b, pool);             // [r, n]
 
   LowRankPredictor p;
   const size_t a_bytes = RowBytes(DType::kF16, n) * static_cast<size_t>(r);
@@ -194,8 +210,17 @@ Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank,
   if (!p.storage_.Reset(a_bytes + u_bytes)) return Status::OutOfMemory("m2cache: cannot allocate the predictor");
   uint8_t* base = p.storage_.data<uint8_t>();
   std::vector<float> row(static_cast<size_t>(std::max(n, r)));
-  for (int64_t i = 0; i < r; ++i) {  // A = A' · diag(1 / scale)
-    for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] = static_cast<float>(a.at(i, j) / scale[static_cast<size_t>(j)]);
+  if (whiten) {  // A = A' L⁻¹: solve A L = A' row by row (L lower triangular: back substitution)
+    for (int64_t i = 0; i < r; ++i) {
+      for (int64_t j = n - 1; j >= 0; --j) {
+        double v = a.at(i, j);
+        for (int64_t k = j + 1; k < n; ++k) v -= a.at(i, k) * chol.at(k, j);
+        a.at(i, j) = v / chol.at(j, j);
+      }
+    }
+  }
+  for (int64_t i = 0; i < r; ++i) {
+    for (int64_t j = 0; j < n; ++j) row[static_cast<size_t>(j)] = static_cast<float>(a.at(i, j));
     QuantizeRow(DType::kF16, row.data(), base + static_cast<size_t>(i) * RowBytes(DType::kF16, n), n);
   }
   for (int64_t i = 0; i < m; ++i) {
@@ -204,6 +229,30 @@ Result<LowRankPredictor> LowRankPredictor::Fit(const TensorView& gate, int rank,
   }
   p.a_ = TensorView{DType::kF16, Shape{r, n}, base};
   p.u_ = TensorView{DType::kF16, Shape{m, r}, base + a_bytes};
+  return p;
+}
+
+Result<LowRankPredictor> LowRankPredictor::FromFactors(int64_t rank, int64_t d_model, int64_t d_ff,
+                                                      std::span<const uint8_t> a, std::span<const uint8_t> u) {
+  constexpr int64_t kMaxDim = int64_t{1} << 24;
+  if (rank < 1 || d_model < 1 || d_ff < 1 || rank > kMaxDim || d_model > kMaxDim || d_ff > kMaxDim) {
+    return Status::InvalidArgument("m2cache: predictor of rank " + std::to_string(rank) + " for d_model " +
+                                   std::to_string(d_model) + ", d_ff " + std::to_string(d_ff));
+  }
+  const size_t a_bytes = RowBytes(DType::kF16, d_model) * static_cast<size_t>(rank);
+  const size_t u_bytes = RowBytes(DType::kF16, rank) * static_cast<size_t>(d_ff);
+  if (a.size() != a_bytes || u.size() != u_bytes) {
+    return Status::InvalidArgument("m2cache: predictor factors of " + std::to_string(a.size()) + " and " +
+                                   std::to_string(u.size()) + " bytes; rank " + std::to_string(rank) + " needs " +
+                                   std::to_string(a_bytes) + " and " + std::to_string(u_bytes));
+  }
+  LowRankPredictor p;
+  if (!p.storage_.Reset(a_bytes + u_bytes)) return Status::OutOfMemory("m2cache: cannot allocate the predictor");
+  uint8_t* base = p.storage_.data<uint8_t>();
+  std::memcpy(base, a.data(), a_bytes);
+  std::memcpy(base + a_bytes, u.data(), u_bytes);
+  p.a_ = TensorView{DType::kF16, Shape{rank, d_model}, base};
+  p.u_ = TensorView{DType::kF16, Shape{d_ff, rank}, base + a_bytes};
   return p;
 }
 

@@ -10,11 +10,11 @@
 // a fixed seed, so a model gives the same predictor on every machine. They are kept in F16.
 // With r >= min(d_ff, d_model) the factorization is exact up to F16 rounding.
 //
-// The inputs are not isotropic: the MLP's input is RMS-normalized and then scaled per channel by
-// the layer's norm weights γ, so a few channels carry most of the magnitude. Given those scales
-// the fit is of W · diag(|γ|) (the error weighted by how large each input channel runs, as in
-// activation-aware SVD), and A absorbs diag(1/|γ|) back, so ĝ still takes the normalized input
-// x. |γ| is floored at 1e-3 · max|γ|.
+// The inputs are not isotropic (a few channels of the normalized MLP input carry most of the
+// magnitude), so given the second moment C = E[x xᵀ] of the layer's inputs on calibration text
+// the fit minimizes the expected error E||W x - U A x||² = ||(W - U A) L||²_F instead, with
+// C + εI = L Lᵀ (Cholesky, ε = 1e-6 · tr(C) / d_model): U A' = the rank-r truncated SVD of W L,
+// A = A' L⁻¹ (as in activation-whitened SVD compression). Without C the fit is the plain SVD.
 //
 // Thread safety: immutable after Fit; Predict writes only its arguments.
 #pragma once
@@ -37,9 +37,14 @@ class LowRankPredictor {
   LowRankPredictor& operator=(LowRankPredictor&&) = default;
 
   // w: [d_ff, d_model], any dtype, row-major. rank >= 1 (capped at min(d_ff, d_model)).
-  // input_scale: the per-channel scale of the inputs (d_model values) or empty.
+  // second_moment: E[x xᵀ] of the inputs, [d_model, d_model] row-major, or empty.
   static Result<LowRankPredictor> Fit(const TensorView& w, int rank, uint64_t seed, ThreadPool* pool,
-                                      std::span<const float> input_scale = {});
+                                      std::span<const double> second_moment = {});
+
+  // A predictor from stored F16 factors (a store file's): a [rank, d_model], u [d_ff, rank],
+  // row-major; the sizes must match exactly.
+  static Result<LowRankPredictor> FromFactors(int64_t rank, int64_t d_model, int64_t d_ff,
+                                              std::span<const uint8_t> a, std::span<const uint8_t> u);
 
   int rank() const { return static_cast<int>(a_.rows()); }
   // ĝ [d_ff] from x [d_model]; t is scratch of rank() floats.

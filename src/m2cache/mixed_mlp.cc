@@ -39,8 +39,7 @@ Result<std::unique_ptr<M2Weights>> M2Weights::Build(std::span<const MlpWeights> 
   w->rank = rank;
   if (rank > 0) {
     for (size_t l = 0; l < layers.size(); ++l) {
-      std::span<const float> scale;
-      if (layers[l].input_scale) scale = {layers[l].input_scale, static_cast<size_t>(layers[l].gate.cols())};
+      const std::span<const double> scale = layers[l].input_second_moment;
       WEIR_ASSIGN_OR_RETURN(LowRankPredictor p, LowRankPredictor::Fit(layers[l].gate, rank, 0x4d32 + l, pool, scale));
       w->predictors.push_back(std::move(p));
       if (up) {
@@ -54,27 +53,45 @@ Result<std::unique_ptr<M2Weights>> M2Weights::Build(std::span<const MlpWeights> 
 }
 
 Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, const MixConfig& config,
-                                                   kernels::Glu glu, TierMemory* top, ThreadPool* pool) {
+                                                   kernels::Glu glu, TierMemory* top, ThreadPool* pool,
+                                                   LayerSource* source) {
   if (!(config.r_high >= 0 && config.r_low >= 0 && config.r_high + config.r_low <= 1.0 + 1e-9)) {
     return Status::InvalidArgument("m2cache: high=" + std::to_string(config.r_high) + " and low=" +
                                    std::to_string(config.r_low) +
                                    " must be fractions of the neurons with high + low <= 1");
   }
-  const size_t layers = static_cast<size_t>(weights->store->n_layers());
+  auto m = std::unique_ptr<MixedMlp>(new MixedMlp(weights, config, glu, pool));
+  if (source == nullptr) {
+    if (weights->store == nullptr) {
+      return Status::InvalidArgument("m2cache: the weights hold no neuron store; give the MLP a layer source");
+    }
+    m->own_source_ = std::make_unique<ResidentSource>(weights->store.get());
+    source = m->own_source_.get();
+  }
+  m->source_ = source;
+  const size_t layers = static_cast<size_t>(source->n_layers());
   if (config.predictor != PredictorKind::kOracle && weights->predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");
   }
   if (config.predictor == PredictorKind::kLowRankGlu && weights->up_predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without the up projection's predictor");
   }
-  auto m = std::unique_ptr<MixedMlp>(new MixedMlp(weights, config, glu, pool));
-  m->top_ = top;
-  const NeuronStore& store = *weights->store;
-  int64_t widest = 0, d_model = 0;
-  for (int l = 0; l < store.n_layers(); ++l) {
-    const LayerNeurons& ln = store.layer(l);
+  int64_t widest = 0, d_model = 0, rank = 1;
+  for (int l = 0; l < source->n_layers(); ++l) {
+    const LayerShape ln = source->shape(l);
     widest = std::max(widest, ln.d_ff);
     d_model = std::max(d_model, ln.d_model);
+    for (const auto* preds : {&weights->predictors, &weights->up_predictors}) {
+      if (preds->empty() || config.predictor == PredictorKind::kOracle) continue;
+      const LowRankPredictor& p = (*preds)[static_cast<size_t>(l)];
+      if (p.u().rows() != ln.d_ff || p.a().cols() != ln.d_model) {
+        return Status::InvalidArgument("m2cache: layer " + std::to_string(l) + "'s predictor is for [" +
+                                       std::to_string(p.u().rows()) + ", " + std::to_string(p.a().cols()) +
+                                       "], its neurons are [" + std::to_string(ln.d_ff) + ", " +
+                                       std::to_string(ln.d_model) + "]");
+      }
+      rank = std::max<int64_t>(rank, p.rank());
+    }
     int64_t n_high = std::llround(config.r_high * static_cast<double>(ln.d_ff));
     int64_t n_low = std::llround(config.r_low * static_cast<double>(ln.d_ff));
     n_high = std::min(n_high, ln.d_ff);
@@ -82,18 +99,23 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
     m->counts_.push_back({n_high, n_low});
     if (top != nullptr) {
       for (int p = 0; p < kNumPrecisions; ++p) {
-        WEIR_ASSIGN_OR_RETURN(CacheUnit unit, CacheUnit::Create(ln.at[p], m->counts_.back()[p], top));
+        const Shape shape{ln.d_ff, ln.d_model};
+        const DType t = source->type(static_cast<Precision>(p));
+        const NeuronRows like{TensorView{t, shape, nullptr}, TensorView{t, shape, nullptr},
+                              TensorView{t, shape, nullptr}};
+        WEIR_ASSIGN_OR_RETURN(CacheUnit unit, CacheUnit::Create(like, m->counts_.back()[p], top));
         m->units_.push_back(std::move(unit));
       }
     }
   }
+  m->source_base_ = source->stats();
   const size_t w = static_cast<size_t>(widest);
   m->score_.resize(w);
   m->g_.resize(w);
   m->u_hat_.resize(w);
   m->u_.resize(w);
   m->h_.resize(w);
-  m->t_.resize(static_cast<size_t>(std::max(weights->rank, 1)));
+  m->t_.resize(static_cast<size_t>(std::max<int64_t>({rank, weights->rank, 1})));
   m->y2_.resize(static_cast<size_t>(d_model));
   m->slots_.resize(w);
   m->mark_.resize(w);
@@ -102,8 +124,7 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
 }
 
 // score_ = the importance of every neuron of the layer for input x.
-void MixedMlp::Score(int layer, const float* x) {
-  const LayerNeurons& ln = w_->store->layer(layer);
+void MixedMlp::Score(int layer, const LayerNeurons& ln, const float* x) {
   const size_t l = static_cast<size_t>(layer);
   if (config_.predictor == PredictorKind::kLowRank) {
     w_->predictors[l].Score(glu_, x, t_.data(), score_.data(), pool_);
@@ -127,8 +148,7 @@ void MixedMlp::Score(int layer, const float* x) {
 }
 
 // Recall of the predicted active set against the true top set of |h| (same size).
-void MixedMlp::CountRecall(int layer, const float* x) {
-  const LayerNeurons& ln = w_->store->layer(layer);
+void MixedMlp::CountRecall(int layer, const LayerNeurons& ln, const float* x) {
   const int64_t active = counts_[static_cast<size_t>(layer)][kHigh] + counts_[static_cast<size_t>(layer)][kLow];
   if (active == 0) return;
   std::vector<float> g(static_cast<size_t>(ln.d_ff)), u(static_cast<size_t>(ln.d_ff));
@@ -147,13 +167,37 @@ void MixedMlp::CountRecall(int layer, const float* x) {
 }
 
 Status MixedMlp::Forward(int layer, const float* x, float* y) {
-  const LayerNeurons& ln = w_->store->layer(layer);
+  Result<const LayerNeurons*> rows = source_->Acquire(layer);
+  if (!rows.ok()) {
+    SyncSourceStats();
+    return rows.status();
+  }
+  Status st = Compute(layer, **rows, x, y);
+  // The units' copies read the acquired rows: they must have landed before the rows go.
+  if (!units_.empty()) {
+    const Status flushed = top_->Flush();
+    if (st.ok()) st = flushed;
+  }
+  source_->Release(layer);
+  SyncSourceStats();
+  return st;
+}
+
+void MixedMlp::SyncSourceStats() {
+  const SourceStats s = source_->stats();
+  stats_.bytes_from_storage = s.bytes_read - source_base_.bytes_read;
+  stats_.storage_reads = s.reads - source_base_.reads;
+  stats_.storage_read_seconds = s.read_seconds - source_base_.read_seconds;
+  stats_.stall_seconds = s.stall_seconds - source_base_.stall_seconds;
+}
+
+Status MixedMlp::Compute(int layer, const LayerNeurons& ln, const float* x, float* y) {
   const int64_t d = ln.d_model;
   const auto& count = counts_[static_cast<size_t>(layer)];
-  Score(layer, x);
+  Score(layer, ln, x);
   SplitByScore(std::span<const float>(score_.data(), static_cast<size_t>(ln.d_ff)), count[kHigh], count[kLow], &order_,
                &list_[kHigh], &list_[kLow]);
-  if (config_.measure_recall) CountRecall(layer, x);
+  if (config_.measure_recall) CountRecall(layer, ln, x);
 
   std::fill(y, y + d, 0.0f);
   for (int p = 0; p < kNumPrecisions; ++p) {
@@ -165,7 +209,7 @@ Status MixedMlp::Forward(int layer, const float* x, float* y) {
     const int32_t* idx = neurons.data();
     if (!units_.empty()) {
       CacheUnit& unit = units_[static_cast<size_t>(layer) * kNumPrecisions + p];
-      const int64_t hits = unit.Update(neurons, slots_.data(), &stats_.bytes_into_top);
+      const int64_t hits = unit.Update(ln.at[p], neurons, slots_.data(), &stats_.bytes_into_top);
       stats_.unit_hits += static_cast<uint64_t>(hits);
       stats_.unit_loads[p] += static_cast<uint64_t>(n - hits);
       rows = &unit.rows();
@@ -181,9 +225,9 @@ Status MixedMlp::Forward(int layer, const float* x, float* y) {
     if (p != 0) {
       for (int64_t i = 0; i < d; ++i) y[i] += y2_[static_cast<size_t>(i)];
     }
-    stats_.bytes_computed += static_cast<uint64_t>(n) * w_->store->neuron_bytes(layer, static_cast<Precision>(p));
+    stats_.bytes_computed += static_cast<uint64_t>(n) * source_->neuron_bytes(layer, static_cast<Precision>(p));
   }
-  stats_.bytes_dense += static_cast<uint64_t>(ln.d_ff) * w_->store->neuron_bytes(layer, kHigh);
+  stats_.bytes_dense += static_cast<uint64_t>(ln.d_ff) * source_->neuron_bytes(layer, kHigh);
   stats_.layer_tokens += 1;
   return Status::Ok();
 }

@@ -35,7 +35,9 @@ struct MlpWeights {
   TensorView gate;  // [d_ff, d_model]
   TensorView up;    // [d_ff, d_model]
   TensorView down;  // [d_model, d_ff]
-  const float* input_scale = nullptr;  // [d_model] the norm weights applied to the input, or null
+  // E[x xᵀ] of the MLP's input x on calibration text, [d_model, d_model] row-major, or empty:
+  // the predictors are then fitted for that input distribution (low_rank_predictor.h).
+  std::span<const double> input_second_moment;
 };
 
 // One projection set at one precision, neuron-major.

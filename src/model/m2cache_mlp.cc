@@ -39,20 +39,3 @@ std::unique_ptr<MlpProvider> MakeM2CacheMlp(const MlpContext& ctx, m2cache::Mixe
 
 }  // namespace weir::model
 
-#include "model/m2cache_weights.h"
-
-namespace weir::model {
-
-Result<std::unique_ptr<m2cache::M2Weights>> BuildM2Weights(const Model& model, const m2cache::MixConfig& config,
-                                                            ThreadPool* pool,
-                                                            const std::function<void(int)>& progress) {
-  const auto& c = model.config();
-  if (c.IsMoe()) return Status::Unsupported("--m2cache: " + model.file().path + " is a mixture of experts");
-  std::vector<m2cache::MlpWeights> layers;
-  for (const LayerWeights& w : model.weights().layers) layers.push_back({w.w_gate, w.w_up, w.w_down, w.ffn_norm});
-  const int rank = config.predictor == m2cache::PredictorKind::kOracle ? 0 : config.rank;
-  return m2cache::M2Weights::Build(layers, config.types, rank, config.predictor == m2cache::PredictorKind::kLowRankGlu,
-                                   pool, progress);
-}
-
-}  // namespace weir::model

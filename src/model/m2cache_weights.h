@@ -4,6 +4,8 @@
 
 #include <functional>
 #include <memory>
+#include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -13,9 +15,17 @@
 namespace weir::model {
 
 // The model must be dense (not a mixture of experts), loaded row-major (not tiled) and resident.
-// progress(layer) after each layer's predictor.
+// With `calibration` tokens the predictors are fitted for the distribution of each layer's MLP
+// input: the model runs densely over them (chunks of up to 512 tokens) and E[x xᵀ] is taken per
+// layer (low_rank_predictor.h); without, they are plain truncated SVDs. progress(layer) after
+// each layer's predictor.
 Result<std::unique_ptr<m2cache::M2Weights>> BuildM2Weights(const Model& model, const m2cache::MixConfig& config,
                                                             ThreadPool* pool,
-                                                            const std::function<void(int)>& progress = nullptr);
+                                                            const std::function<void(int)>& progress = nullptr,
+                                                            std::span<const int32_t> calibration = {});
+
+// E[x xᵀ] of every layer's MLP input over `tokens` (a dense run), [n_layers][d_model²].
+Result<std::vector<std::vector<double>>> MlpInputSecondMoments(const Model& model, std::span<const int32_t> tokens,
+                                                               ThreadPool* pool);
 
 }  // namespace weir::model

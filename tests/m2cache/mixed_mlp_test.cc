@@ -96,9 +96,9 @@ TEST(LowRankPredictorTest, ReachesTheTruncatedSvdError) {
   EXPECT_FALSE(LowRankPredictor::Fit(view, 0, 1, nullptr).ok());
 }
 
-TEST(LowRankPredictorTest, AnInputScaleFitsTheScaledMatrix) {
-  // W' = W · diag(s) has a known spectrum; fitted with the scale s, the predictor's error on
-  // inputs s_j e_j is W''s optimal rank-r error.
+TEST(LowRankPredictorTest, ASecondMomentFitsTheWhitenedMatrix) {
+  // W' = W · diag(s) has a known spectrum; fitted with inputs of second moment diag(s²) (so
+  // L = diag(s)), the predictor's error on inputs s_j e_j is W''s optimal rank-r error.
   const int m = 96, n = 64;
   std::vector<double> sigma;
   for (int i = 0; i < 64; ++i) sigma.push_back(10.0 * std::pow(0.85, i));
@@ -110,7 +110,9 @@ TEST(LowRankPredictorTest, AnInputScaleFitsTheScaledMatrix) {
   }
   const TensorView view{DType::kF32, Shape{m, n}, w.data()};
   const int rank = 12;
-  auto p = LowRankPredictor::Fit(view, rank, 2, nullptr, scale);
+  std::vector<double> moment(static_cast<size_t>(n * n), 0.0);
+  for (int j = 0; j < n; ++j) moment[j * n + j] = static_cast<double>(scale[j]) * scale[j];
+  auto p = LowRankPredictor::Fit(view, rank, 2, nullptr, moment);
   ASSERT_TRUE(p.ok()) << p.status().ToString();
   std::vector<float> x(n), t(rank), g(m);
   double got = 0, total = 0, optimal = 0;
@@ -135,7 +137,10 @@ TEST(LowRankPredictorTest, AnInputScaleFitsTheScaledMatrix) {
     for (int i = 0; i < m; ++i) plain_err += (g[i] - w_scaled[i * n + j]) * (g[i] - w_scaled[i * n + j]);
   }
   EXPECT_GT(plain_err, got * 1.05);
-  EXPECT_FALSE(LowRankPredictor::Fit(view, rank, 2, nullptr, std::span<const float>(scale.data(), 3)).ok());
+  EXPECT_FALSE(LowRankPredictor::Fit(view, rank, 2, nullptr, std::span<const double>(moment.data(), 3)).ok());
+  std::vector<double> not_definite(static_cast<size_t>(n * n), 0.0);
+  not_definite[0] = -1.0;
+  EXPECT_FALSE(LowRankPredictor::Fit(view, rank, 2, nullptr, not_definite).ok());
 }
 
 TEST(LowRankPredictorTest, TheSameSeedGivesTheSameFactors) {

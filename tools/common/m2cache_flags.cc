@@ -14,8 +14,9 @@ void AddM2CacheFlags(CLI::App& app, M2CacheFlags* flags) {
   app.add_option("--m2cache", flags->spec,
                  "M2Cache's dynamic sparse mixed-precision MLP (docs/m2cache.md): "
                  "high=F,low=F[,hi=TYPE,lo=TYPE,rank=R,predictor=lowrank|oracle,units=on|off,"
-                 "tier=dram|cuda,recall=on|off] or plan=FILE from `weir m2search` (default types "
-                 "q8_0/q4_0, rank 64)");
+                 "tier=dram|cuda,recall=on|off,calib=TEXT] or plan=FILE from `weir m2search` (default "
+                 "types q8_0/q4_0, rank 64; calib=TEXT fits the predictors to the MLP inputs of its "
+                 "first 2048 tokens)");
 }
 
 Result<std::string> ReadM2CachePlan(const std::string& path) {
@@ -33,7 +34,12 @@ Result<std::string> ReadM2CachePlan(const std::string& path) {
   std::snprintf(buf, sizeof(buf), "high=%.17g,low=%.17g,hi=%s,lo=%s,rank=%d,predictor=%s", best["r_high"].get<double>(),
                 best["r_low"].get<double>(), j["hi"].get<std::string>().c_str(), j["lo"].get<std::string>().c_str(),
                 j["rank"].get<int>(), j.value("predictor", std::string("lowrank")).c_str());
-  return std::string(buf);
+  std::string spec = buf;
+  // The predictors the ratios were searched with: fitted on the same calibration text.
+  if (j.contains("calib") && j["calib"].is_string() && !j["calib"].get<std::string>().empty()) {
+    spec += ",calib=" + j["calib"].get<std::string>();
+  }
+  return spec;
 }
 
 Status ParseM2CacheFlags(M2CacheFlags* flags) {
@@ -53,7 +59,21 @@ Status ParseM2CacheFlags(M2CacheFlags* flags) {
     if (!spec.empty()) spec += ',';
     spec += piece;
   }
-  WEIR_ASSIGN_OR_RETURN(flags->config, m2cache::ParseMixConfig(spec));
+  // calib=FILE names a text for the tools, not a key of the library's spec: take it out (the
+  // last one wins, so a calib= after plan= overrides the plan's).
+  std::string lib_spec;
+  for (size_t p = 0; p <= spec.size();) {
+    const size_t comma = spec.find(',', p);
+    const std::string part = spec.substr(p, comma == std::string::npos ? std::string::npos : comma - p);
+    p = comma == std::string::npos ? spec.size() + 1 : comma + 1;
+    if (part.rfind("calib=", 0) == 0) {
+      flags->calib_path = part.substr(6);
+      continue;
+    }
+    if (!lib_spec.empty()) lib_spec += ',';
+    lib_spec += part;
+  }
+  WEIR_ASSIGN_OR_RETURN(flags->config, m2cache::ParseMixConfig(lib_spec));
   return Status::Ok();
 }
 
@@ -61,10 +81,18 @@ Status BuildM2Cache(M2CacheFlags* flags, const model::Model& model, ThreadPool* 
                     model::SessionOptions* options) {
   if (!flags->enabled()) return Status::Ok();
   const int layers = model.config().n_layers;
+  std::vector<int32_t> calib;
+  if (!flags->calib_path.empty()) {
+    if (model.tokenizer() == nullptr) return Status::InvalidArgument("--m2cache calib=: the model has no tokenizer");
+    WEIR_ASSIGN_OR_RETURN(std::string text, format::ReadSmallFile(flags->calib_path, 1ull << 30));
+    calib = model.tokenizer()->Encode(text, false);
+    if (calib.size() > static_cast<size_t>(flags->calib_tokens)) calib.resize(static_cast<size_t>(flags->calib_tokens));
+    if (calib.empty()) return Status::InvalidArgument("--m2cache calib=" + flags->calib_path + ": the text is empty");
+  }
   ProgressBar bar("m2cache", static_cast<uint64_t>(layers), progress);
   WEIR_ASSIGN_OR_RETURN(flags->weights, model::BuildM2Weights(model, flags->config, pool, [&](int l) {
                           bar.Update(static_cast<uint64_t>(l + 1));
-                        }));
+                        }, calib));
   bar.Finish();
   options->m2cache = flags->weights.get();
   options->m2cache_config = flags->config;

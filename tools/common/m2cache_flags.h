@@ -23,6 +23,8 @@ struct M2CacheFlags {
   // Filled by ParseM2CacheFlags / BuildM2Cache.
   m2cache::MixConfig config;
   std::string plan_path;
+  std::string calib_path;  // calib=FILE: text whose first calib_tokens tokens fit the predictors
+  int calib_tokens = 2048;
   std::unique_ptr<m2cache::M2Weights> weights;
   bool enabled() const { return !spec.empty(); }
 };
@@ -33,7 +35,7 @@ Status ParseM2CacheFlags(M2CacheFlags* flags);
 // The spec a plan file stands for ("high=..,low=..,hi=..,lo=..,rank=..").
 Result<std::string> ReadM2CachePlan(const std::string& path);
 // Builds the neuron store and predictors of a loaded model (seconds; progress on stderr when
-// `progress`), and points `options` at them.
+// `progress`), fitted on the calib= text when given, and points `options` at them.
 Status BuildM2Cache(M2CacheFlags* flags, const model::Model& model, ThreadPool* pool, bool progress,
                     model::SessionOptions* options);
 

@@ -53,7 +53,8 @@ int M2searchMain(int argc, char** argv) {
   ModelFlags mf;
   mf.ctx = 512;
   AddModelFlags(app, &mf);
-  std::string file, out, hi = "q8_0", lo = "q4_0", predictor = "lowrank";
+  std::string file, out, hi = "q8_0", lo = "q4_0", predictor = "lowrank", calib;
+  int calib_tokens = 2048;
   double budget = 0.5, step = 0.05;
   int rank = 64, ppl_chunks = 0;
   bool json = false, recall = false;
@@ -65,6 +66,9 @@ int M2searchMain(int argc, char** argv) {
   app.add_option("--rank", rank, "the low-rank predictor's rank (default 64)")->check(CLI::Range(1, 4096));
   app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default) or glu (|act(gate) * up|, twice the bytes)")
       ->check(CLI::IsMember({"lowrank", "glu"}));
+  app.add_option("--calib", calib, "fit the predictors to the MLP inputs of this text (its first --calib-tokens tokens; "
+                 "use a text other than -f)");
+  app.add_option("--calib-tokens", calib_tokens, "tokens of --calib (default 2048)")->check(CLI::Range(1, 1 << 24));
   app.add_option("--hi", hi, "the high precision (default q8_0)");
   app.add_option("--lo", lo, "the low precision (default q4_0)");
   app.add_option("--prompts", uo.prompts, "UQEst prompts (default 8)")->check(CLI::Range(1, 100000));
@@ -95,8 +99,16 @@ int M2searchMain(int argc, char** argv) {
   const int32_t bos = tok->add_bos() ? tok->bos_id() : -1;
   const bool progress = !json && isatty(2);
 
+  std::vector<int32_t> calib_ids;
+  if (!calib.empty()) {
+    auto calib_text = format::ReadSmallFile(calib, 1ull << 30);
+    if (!calib_text.ok()) return Fail("m2search", calib_text.status());
+    calib_ids = tok->Encode(*calib_text, false);
+    if (calib_ids.size() > static_cast<size_t>(calib_tokens)) calib_ids.resize(static_cast<size_t>(calib_tokens));
+  }
   ProgressBar build_bar("predictors", static_cast<uint64_t>(model.config().n_layers), progress);
-  auto weights = model::BuildM2Weights(model, *spec, &pool, [&](int l) { build_bar.Update(static_cast<uint64_t>(l + 1)); });
+  auto weights = model::BuildM2Weights(model, *spec, &pool, [&](int l) { build_bar.Update(static_cast<uint64_t>(l + 1)); },
+                                       calib_ids);
   build_bar.Finish();
   if (!weights.ok()) return Fail("m2search", weights.status());
   const double n_ratio = static_cast<double>((*weights)->store->neuron_bytes(0, m2cache::kHigh)) /
@@ -171,6 +183,8 @@ int M2searchMain(int argc, char** argv) {
                         {"lo", lo},
                         {"rank", rank},
                         {"predictor", predictor},
+                        {"calib", calib},
+                        {"calib_tokens", calib_ids.size()},
                         {"byte_ratio", n_ratio},
                         {"uq", {{"prompts", uo.prompts}, {"prompt_len", uo.prompt_len}, {"generate", uo.generate}}},
                         {"ppl_chunks", ppl_chunks},

@@ -1,0 +1,83 @@
+#include "model/m2cache_weights.h"
+
+#include <algorithm>
+
+#include "model/activation_observer.h"
+#include "model/session.h"
+
+namespace weir::model {
+namespace {
+
+// Sums x xᵀ of each layer's MLP input (the lower triangle; mirrored at the end).
+class SecondMoments final : public ActivationObserver {
+ public:
+  SecondMoments(int layers, int64_t d) : d_(d), sums_(static_cast<size_t>(layers)), count_(static_cast<size_t>(layers), 0) {
+    for (auto& s : sums_) s.assign(static_cast<size_t>(d * d), 0.0);
+  }
+  void OnInput(int layer, sparsity::Site site, const float* x, int64_t dim) override {
+    if (site != sparsity::Site::kMlpIn || dim != d_) return;
+    double* s = sums_[static_cast<size_t>(layer)].data();
+    for (int64_t i = 0; i < d_; ++i) {
+      const double xi = x[i];
+      double* row = s + i * d_;
+      for (int64_t j = 0; j <= i; ++j) row[j] += xi * x[j];
+    }
+    ++count_[static_cast<size_t>(layer)];
+  }
+  std::vector<std::vector<double>> Take() {
+    for (size_t l = 0; l < sums_.size(); ++l) {
+      const double inv = count_[l] ? 1.0 / static_cast<double>(count_[l]) : 0.0;
+      double* s = sums_[l].data();
+      for (int64_t i = 0; i < d_; ++i) {
+        for (int64_t j = 0; j <= i; ++j) s[j * d_ + i] = s[i * d_ + j] = s[i * d_ + j] * inv;
+      }
+    }
+    return std::move(sums_);
+  }
+
+ private:
+  int64_t d_;
+  std::vector<std::vector<double>> sums_;
+  std::vector<uint64_t> count_;
+};
+
+}  // namespace
+
+Result<std::vector<std::vector<double>>> MlpInputSecondMoments(const Model& model, std::span<const int32_t> tokens,
+                                                               ThreadPool* pool) {
+  const auto& c = model.config();
+  SessionOptions so;
+  so.ctx = std::max(1, std::min<int>(512, static_cast<int>(tokens.size())));
+  so.n_batch = std::min(so.ctx, 64);
+  WEIR_ASSIGN_OR_RETURN(auto session, Session::Create(model, pool, so));
+  SecondMoments moments(c.n_layers, c.d_model);
+  session->set_observer(&moments);
+  for (size_t begin = 0; begin < tokens.size(); begin += static_cast<size_t>(so.ctx)) {
+    session->Reset();
+    const size_t n = std::min(tokens.size() - begin, static_cast<size_t>(so.ctx));
+    WEIR_RETURN_IF_ERROR(session->Prefill(tokens.subspan(begin, n)).status());
+  }
+  return moments.Take();
+}
+
+Result<std::unique_ptr<m2cache::M2Weights>> BuildM2Weights(const Model& model, const m2cache::MixConfig& config,
+                                                            ThreadPool* pool, const std::function<void(int)>& progress,
+                                                            std::span<const int32_t> calibration) {
+  const auto& c = model.config();
+  if (c.IsMoe()) return Status::Unsupported("--m2cache: " + model.file().path + " is a mixture of experts");
+  std::vector<std::vector<double>> moments;
+  const bool predicts = config.predictor != m2cache::PredictorKind::kOracle;
+  if (predicts && !calibration.empty()) {
+    WEIR_ASSIGN_OR_RETURN(moments, MlpInputSecondMoments(model, calibration, pool));
+  }
+  std::vector<m2cache::MlpWeights> layers;
+  for (size_t l = 0; l < model.weights().layers.size(); ++l) {
+    const LayerWeights& w = model.weights().layers[l];
+    layers.push_back({w.w_gate, w.w_up, w.w_down, moments.empty() ? std::span<const double>() : moments[l]});
+  }
+  const int rank = predicts ? config.rank : 0;
+  return m2cache::M2Weights::Build(layers, config.types, rank, config.predictor == m2cache::PredictorKind::kLowRankGlu,
+                                   pool, progress);
+}
+
+}  // namespace weir::model
