@@ -1,12 +1,14 @@
 #include "m2cache/cache_unit.h"
 
+#include "base/check.h"
+
 namespace weir::m2cache {
 
-Result<CacheUnit> CacheUnit::Create(const NeuronRows& src, int64_t capacity, TierMemory* memory) {
-  CacheUnit unit(src, capacity, memory);
-  const int64_t d_model = src.gate.cols();
+Result<CacheUnit> CacheUnit::Create(const NeuronRows& like, int64_t capacity, TierMemory* memory) {
+  CacheUnit unit(like, capacity, memory);
+  const int64_t d_model = like.gate.cols();
   const Shape shape{capacity, d_model};
-  const TensorView* from[3] = {&src.gate, &src.up, &src.down_t};
+  const TensorView* from[3] = {&like.gate, &like.up, &like.down_t};
   TensorView* to[3] = {&unit.rows_.gate, &unit.rows_.up, &unit.rows_.down_t};
   for (int i = 0; i < 3; ++i) {
     const size_t bytes = from[i]->row_bytes() * static_cast<size_t>(std::max<int64_t>(capacity, 1));
@@ -16,11 +18,15 @@ Result<CacheUnit> CacheUnit::Create(const NeuronRows& src, int64_t capacity, Tie
   return unit;
 }
 
-int64_t CacheUnit::Update(std::span<const int32_t> wanted, int32_t* slots, uint64_t* bytes_in) {
+int64_t CacheUnit::Update(const NeuronRows& src, std::span<const int32_t> wanted, int32_t* slots,
+                          uint64_t* bytes_in) {
+  // The rows must be the ones the unit was made for (a bug of the caller otherwise).
+  WEIR_CHECK(src.gate.dtype == rows_.gate.dtype && src.gate.cols() == rows_.gate.cols() &&
+             src.gate.rows() == map_.n_neurons());
   const int64_t hits = map_.Update(wanted, slots, &loads_);
-  const TensorView* from[3] = {&src_.gate, &src_.up, &src_.down_t};
+  const TensorView* from[3] = {&src.gate, &src.up, &src.down_t};
   const TensorView* to[3] = {&rows_.gate, &rows_.up, &rows_.down_t};
-  const size_t row = src_.gate.row_bytes();
+  const size_t row = src.gate.row_bytes();
   // Runs of loads with consecutive neurons into consecutive slots are one copy each.
   for (size_t k = 0; k < loads_.size();) {
     size_t end = k + 1;

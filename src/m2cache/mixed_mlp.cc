@@ -69,6 +69,7 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
     source = m->own_source_.get();
   }
   m->source_ = source;
+  m->top_ = top;
   const size_t layers = static_cast<size_t>(source->n_layers());
   if (config.predictor != PredictorKind::kOracle && weights->predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");

@@ -7,10 +7,13 @@
 //     g, u  = gathered rows of gate, up at p     h = act(g) ⊙ u
 //     y    += Σ_i h_i · down_i at p              gathered down columns
 // Neurons outside both lists are skipped (h = 0). With the cache units the kernels read the
-// units' slots; without them they read the store's rows directly (same numbers).
+// units' slots; without them they read the layer's rows directly (same numbers). The rows come
+// from a LayerSource (layer_source.h), acquired for the step and released after it: the store in
+// DRAM (ResidentSource) or the SSD tier (FileSource, file_source.h).
 //
-// M2Weights is what a model needs for this, built once and shared by every session: the neuron
-// store at both precisions and one predictor per layer.
+// M2Weights is what a model needs for this, built once and shared by every session: one predictor
+// per layer and, when built from the model (not opened from a store file), the neuron store at
+// both precisions.
 //
 // Thread safety: M2Weights is immutable; a MixedMlp belongs to one session (one thread).
 #pragma once
@@ -28,6 +31,7 @@
 #include "base/thread_pool.h"
 #include "kernels/ops.h"
 #include "m2cache/cache_unit.h"
+#include "m2cache/layer_source.h"
 #include "m2cache/low_rank_predictor.h"
 #include "m2cache/neuron_store.h"
 #include "m2cache/tier_memory.h"
@@ -52,7 +56,7 @@ struct MixConfig {
 };
 
 struct M2Weights {
-  std::unique_ptr<NeuronStore> store;
+  std::unique_ptr<NeuronStore> store;           // null when the rows come from a store file
   std::vector<LowRankPredictor> predictors;     // of W_gate, one per layer (empty for the oracle)
   std::vector<LowRankPredictor> up_predictors;  // of W_up, one per layer (kLowRankGlu only)
   int rank = 0;
@@ -75,6 +79,12 @@ struct M2Stats {
   uint64_t unit_loads[kNumPrecisions] = {0, 0};  // neurons copied into a unit, per precision
   uint64_t bytes_into_top = 0;         // bytes copied from the DRAM tier into the top tier
   uint64_t recall_hits = 0, recall_total = 0;  // predicted active ∩ true top set, true set size
+  // The layer source's counters (layer_source.h) since the MLP was created or its stats reset
+  // (a FileSource's fixed area, read when the source is created, is not in them).
+  uint64_t bytes_from_storage = 0;     // bytes read from storage (the SSD tier)
+  uint64_t storage_reads = 0;
+  double storage_read_seconds = 0;     // time inside the device's reads (the preloader's thread)
+  double stall_seconds = 0;            // time the forward pass waited for a layer to arrive
   double recall() const { return recall_total ? static_cast<double>(recall_hits) / recall_total : 0.0; }
   double unit_hit_rate() const {
     const uint64_t n = unit_hits + unit_loads[kHigh] + unit_loads[kLow];
@@ -84,26 +94,38 @@ struct M2Stats {
 
 class MixedMlp {
  public:
-  // top: the memory of the cache units (nullptr = compute from the store's rows); not owned.
+  // top: the memory of the cache units (nullptr = compute from the layer's rows); not owned.
+  // source: where the rows come from (not owned, used by this MixedMlp only); nullptr = the
+  // weights' neuron store in DRAM (a ResidentSource owned by the MixedMlp).
   static Result<std::unique_ptr<MixedMlp>> Create(const M2Weights* weights, const MixConfig& config,
-                                                  kernels::Glu glu, TierMemory* top, ThreadPool* pool);
+                                                  kernels::Glu glu, TierMemory* top, ThreadPool* pool,
+                                                  LayerSource* source = nullptr);
 
   // y[d_model] = MLP_layer(x[d_model]) for one token. x and y may not alias. Fails only when
-  // the top tier's device fails.
+  // the layer source's storage or the top tier's device fails.
   Status Forward(int layer, const float* x, float* y);
 
   const M2Stats& stats() const { return stats_; }
-  void ResetStats() { stats_ = {}; }
+  void ResetStats() {
+    stats_ = {};
+    source_base_ = source_->stats();
+  }
+  const LayerSource& source() const { return *source_; }
   const MixConfig& config() const { return config_; }
   int64_t n_active(int layer, Precision p) const { return counts_[static_cast<size_t>(layer)][p]; }
 
  private:
   MixedMlp(const M2Weights* weights, const MixConfig& config, kernels::Glu glu, ThreadPool* pool)
       : w_(weights), config_(config), glu_(glu), pool_(pool) {}
-  void Score(int layer, const float* x);
-  void CountRecall(int layer, const float* x);
+  void Score(int layer, const LayerNeurons& ln, const float* x);
+  void CountRecall(int layer, const LayerNeurons& ln, const float* x);
+  Status Compute(int layer, const LayerNeurons& ln, const float* x, float* y);
+  void SyncSourceStats();
 
   const M2Weights* w_;
+  std::unique_ptr<LayerSource> own_source_;  // the ResidentSource when none was given
+  LayerSource* source_ = nullptr;
+  SourceStats source_base_;  // the source's counters when stats_ started
   MixConfig config_;
   kernels::Glu glu_;
   ThreadPool* pool_;

@@ -32,6 +32,7 @@ class SlotMap {
   int64_t Update(std::span<const int32_t> wanted, int32_t* slots, std::vector<SlotLoad>* loads);
 
   int64_t capacity() const { return static_cast<int64_t>(neuron_of_slot_.size()); }
+  int64_t n_neurons() const { return static_cast<int64_t>(slot_of_neuron_.size()); }
   // The neuron in a slot, or -1.
   int32_t neuron_in(int32_t slot) const { return neuron_of_slot_[static_cast<size_t>(slot)]; }
   // Forgets every resident neuron (the next update loads all).

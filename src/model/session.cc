@@ -139,14 +139,32 @@ Status Session::Allocate(const SessionOptions& options) {
       return Status::Unsupported("--m2cache computes a dense model's MLP from its own neuron store; it does not combine "
                                  "with --sparsity, a streamed pack or a mixture of experts");
     }
-    if (options.m2cache->store->n_layers() != c.n_layers) {
-      return Status::InvalidArgument("--m2cache: the neuron store was built for another model");
+    if (options.m2cache_source == nullptr && options.m2cache->store == nullptr) {
+      return Status::InvalidArgument("--m2cache: the weights hold no neuron store and no layer source was given");
+    }
+    // The rows come from the given source, else from the store in DRAM (a ResidentSource).
+    const int source_layers = options.m2cache_source ? options.m2cache_source->n_layers()
+                                                     : options.m2cache->store->n_layers();
+    if (source_layers != c.n_layers) {
+      return Status::InvalidArgument("--m2cache: the neuron store has " + std::to_string(source_layers) +
+                                     " layers, the model " + std::to_string(c.n_layers) +
+                                     ": it was built for another model");
+    }
+    for (int l = 0; options.m2cache_source && l < c.n_layers; ++l) {
+      const m2cache::LayerShape s = options.m2cache_source->shape(l);
+      const int64_t d_ff = model_.weights().layers[static_cast<size_t>(l)].w_gate.rows();
+      if (s.d_model != c.d_model || s.d_ff != d_ff) {
+        return Status::InvalidArgument("--m2cache: layer " + std::to_string(l) + " of the neuron store is [d_ff " +
+                                       std::to_string(s.d_ff) + ", d_model " + std::to_string(s.d_model) +
+                                       "], the model's [" + std::to_string(d_ff) + ", " + std::to_string(c.d_model) +
+                                       "]: it was built for another model");
+      }
     }
     if (options.m2cache_config.cache_units) {
       WEIR_ASSIGN_OR_RETURN(top_tier_, m2cache::MakeTier(options.m2cache_config.tier));
     }
     WEIR_ASSIGN_OR_RETURN(mixed_, m2cache::MixedMlp::Create(options.m2cache, options.m2cache_config, mc.glu,
-                                                            top_tier_.get(), pool_));
+                                                            top_tier_.get(), pool_, options.m2cache_source));
     mlp_.push_back(MakeM2CacheMlp(mc, mixed_.get()));
   } else if (moe_ != nullptr) {
     mlp_.push_back(MakeMoeMlp(mc, moe_.get(), expert_source_));

@@ -24,6 +24,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "model/activation_observer.h"
+#include "m2cache/layer_source.h"
 #include "m2cache/mixed_mlp.h"
 #include "m2cache/tier_memory.h"
 #include "model/kv_cache.h"
@@ -50,6 +51,9 @@ struct SessionOptions {
   // `streamed` or a mixture of experts.
   const m2cache::M2Weights* m2cache = nullptr;
   m2cache::MixConfig m2cache_config;
+  // Where M2Cache's neuron rows come from (m2cache/layer_source.h), e.g. the SSD tier streaming a
+  // store file; not owned, one session at a time. nullptr = the weights' store in DRAM.
+  m2cache::LayerSource* m2cache_source = nullptr;
 };
 
 // Weight bytes the linear layers read, summed over tokens ("dense" = what a dense pass would

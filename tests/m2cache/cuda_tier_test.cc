@@ -165,8 +165,8 @@ TEST_P(CudaTierTypesTest, UnitsMatchTheReferenceAndTheDramTier) {
     for (float& v : x) v = step == 0 ? n(rng) : 0.8f * v + 0.6f * n(rng);
     for (int p = 0; p < 2; ++p) {
       Drift(f, static_cast<size_t>(capacity[p]), &lists[p], &rng);
-      const int64_t hits_gpu = on_gpu[p].Update(lists[p], slots_gpu.data(), &bytes_gpu);
-      const int64_t hits_cpu = on_cpu[p].Update(lists[p], slots_cpu.data(), &bytes_cpu);
+      const int64_t hits_gpu = on_gpu[p].Update(ln.at[p], lists[p], slots_gpu.data(), &bytes_gpu);
+      const int64_t hits_cpu = on_cpu[p].Update(ln.at[p], lists[p], slots_cpu.data(), &bytes_cpu);
       ASSERT_EQ(hits_gpu, hits_cpu);
       ASSERT_EQ(bytes_gpu, bytes_cpu);
       hits += static_cast<uint64_t>(hits_gpu);

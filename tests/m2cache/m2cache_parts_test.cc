@@ -172,7 +172,7 @@ TEST(CacheUnitTest, SlotsHoldTheStoreRowsAndOnlyChangesAreCopied) {
     while (want.size() < 40) want.insert(static_cast<int32_t>(rng() % 128));
     std::vector<int32_t> wanted(want.begin(), want.end());
     uint64_t bytes = 0;
-    const int64_t hits = unit->Update(wanted, slots.data(), &bytes);
+    const int64_t hits = unit->Update(src, wanted, slots.data(), &bytes);
     ASSERT_EQ(bytes, 3 * row * static_cast<uint64_t>(40 - hits));
     ASSERT_TRUE(tier->Flush().ok());
     for (size_t k = 0; k < wanted.size(); ++k) {
@@ -183,7 +183,7 @@ TEST(CacheUnitTest, SlotsHoldTheStoreRowsAndOnlyChangesAreCopied) {
     prev = wanted;
   }
   uint64_t bytes = 0;
-  EXPECT_EQ(unit->Update(prev, slots.data(), &bytes), 40);  // the same set again: all hits
+  EXPECT_EQ(unit->Update(src, prev, slots.data(), &bytes), 40);  // the same set again: all hits
   EXPECT_EQ(bytes, 0u);
 }
 
