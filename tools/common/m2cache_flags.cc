@@ -1,12 +1,15 @@
 #include "common/m2cache_flags.h"
 
 #include <cstdio>
+#include <cstdlib>
 
 #include "base/units.h"
 #include "common/cli.h"
 #include "format/mapped_file.h"
 #include "m2cache/mix_config.h"
 #include "model/m2cache_weights.h"
+#include "m2cache/store_file.h"
+#include "storage/open_device.h"
 
 namespace weir::tools {
 
@@ -16,7 +19,16 @@ void AddM2CacheFlags(CLI::App& app, M2CacheFlags* flags) {
                  "high=F,low=F[,hi=TYPE,lo=TYPE,rank=R,predictor=lowrank|oracle,units=on|off,"
                  "tier=dram|cuda,recall=on|off,calib=TEXT] or plan=FILE from `weir m2search` (default "
                  "types q8_0/q4_0, rank 64; calib=TEXT fits the predictors to the MLP inputs of its "
-                 "first 2048 tokens)");
+                 "first 2048 tokens); store=FILE streams the neuron store from a file written by "
+                 "`weir m2store` (its types, rank and predictors) under --memory with --storage, "
+                 "window=N layers read ahead (default 2)");
+}
+
+void ClaimM2CacheMemory(M2CacheFlags* flags, std::string* memory, const std::string& storage) {
+  if (!flags->enabled() || flags->store_path.empty()) return;
+  flags->memory = *memory;
+  memory->clear();
+  flags->storage = storage;
 }
 
 Result<std::string> ReadM2CachePlan(const std::string& path) {
@@ -70,6 +82,20 @@ Status ParseM2CacheFlags(M2CacheFlags* flags) {
       flags->calib_path = part.substr(6);
       continue;
     }
+    if (part.rfind("store=", 0) == 0) {
+      flags->store_path = part.substr(6);
+      if (flags->store_path.empty()) return Status::InvalidArgument("--m2cache store=: name a store file");
+      continue;
+    }
+    if (part.rfind("window=", 0) == 0) {
+      char* end = nullptr;
+      const long w = std::strtol(part.c_str() + 7, &end, 10);
+      if (end == part.c_str() + 7 || *end != '\0' || w < 0 || w > 64) {
+        return Status::InvalidArgument("--m2cache " + part + ": the preload window is 0 to 64 layers");
+      }
+      flags->window = static_cast<int>(w);
+      continue;
+    }
     if (!lib_spec.empty()) lib_spec += ',';
     lib_spec += part;
   }
@@ -77,9 +103,63 @@ Status ParseM2CacheFlags(M2CacheFlags* flags) {
   return Status::Ok();
 }
 
+namespace {
+
+// store=FILE: the predictors from the file, the rows streamed by a FileSource.
+Status OpenM2CacheStore(M2CacheFlags* flags, model::SessionOptions* options) {
+  const std::string& path = flags->store_path;
+  if (!flags->calib_path.empty()) {
+    return Status::InvalidArgument("--m2cache store=" + path + " holds its predictors; calib= fits new ones (give it "
+                                   "to `weir m2store` instead)");
+  }
+  uint64_t budget = UINT64_MAX;
+  if (!flags->memory.empty()) {
+    auto b = ParseBytes(flags->memory);
+    if (!b.ok()) return b.status().WithContext("--memory");
+    budget = *b;
+  }
+  storage::DeviceOptions dev;
+  dev.kind = flags->storage;
+  WEIR_ASSIGN_OR_RETURN(flags->store_device, storage::OpenDevice(path, dev));
+  WEIR_ASSIGN_OR_RETURN(m2cache::OpenedStore opened, m2cache::OpenStoreFile(path, flags->store_device.get()));
+  // The file decides the types, the rank and the predictor (oracle only if asked for, or if the
+  // file has none).
+  m2cache::MixConfig& c = flags->config;
+  c.types = opened.index.types;
+  c.rank = opened.weights->rank;
+  if (opened.predictor == m2cache::PredictorKind::kOracle) {
+    if (c.predictor != m2cache::PredictorKind::kOracle) {
+      return Status::InvalidArgument(path + " has no predictor (written with --predictor none): add predictor=oracle");
+    }
+  } else if (c.predictor == m2cache::PredictorKind::kLowRankGlu && opened.predictor != c.predictor) {
+    return Status::InvalidArgument(path + " holds the gate predictor only; predictor=glu needs a store written with "
+                                   "--predictor glu");
+  } else if (c.predictor != m2cache::PredictorKind::kOracle &&
+             flags->spec.find("predictor=") == std::string::npos) {
+    c.predictor = opened.predictor;
+  }
+  WEIR_ASSIGN_OR_RETURN(flags->store_source,
+                        m2cache::FileSource::Create(opened.index, flags->store_device.get(), {budget, flags->window}));
+  flags->weights = std::move(opened.weights);
+  const std::string& dev_name = flags->store_device->name();
+  flags->store_line = StrFormat("m2cache store %s (%s of layers): memory budget %s (%s), storage %s; %s", path.c_str(),
+                                FormatBytes(opened.index.extent_bytes()).c_str(),
+                                budget == UINT64_MAX ? "unlimited" : FormatBytes(budget).c_str(),
+                                flags->memory.empty() ? "no --memory: the whole store resident" : "--memory",
+                                dev_name.substr(0, dev_name.find(':')).c_str(),
+                                flags->store_source->Describe().c_str());
+  options->m2cache = flags->weights.get();
+  options->m2cache_config = flags->config;
+  options->m2cache_source = flags->store_source.get();
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status BuildM2Cache(M2CacheFlags* flags, const model::Model& model, ThreadPool* pool, bool progress,
                     model::SessionOptions* options) {
   if (!flags->enabled()) return Status::Ok();
+  if (!flags->store_path.empty()) return OpenM2CacheStore(flags, options);
   const int layers = model.config().n_layers;
   std::vector<int32_t> calib;
   if (!flags->calib_path.empty()) {
@@ -115,6 +195,15 @@ nlohmann::json M2StatsJson(const m2cache::MixedMlp& mlp, uint64_t tokens) {
                         {"top_hit_rate", s.unit_hit_rate()},
                         {"top_loads_high_per_token", s.unit_loads[m2cache::kHigh] / t},
                         {"top_loads_low_per_token", s.unit_loads[m2cache::kLow] / t}}}};
+  // The tier below DRAM: bytes read from storage (the SSD tier's preloads) and the time the
+  // forward pass waited for them.
+  j["tiers"]["ssd"] = {{"source", mlp.source().tier()},
+                       {"layout", mlp.source().Describe()},
+                       {"dram_bytes", mlp.source().allocated_bytes()},
+                       {"storage_bytes_per_token", s.bytes_from_storage / t},
+                       {"storage_reads_per_token", s.storage_reads / t},
+                       {"read_ms_per_token", 1e3 * s.storage_read_seconds / t},
+                       {"stall_ms_per_token", 1e3 * s.stall_seconds / t}};
   if (s.recall_total) j["recall"] = s.recall();
   return j;
 }
@@ -132,6 +221,11 @@ std::string FormatM2Stats(const m2cache::MixedMlp& mlp, uint64_t tokens) {
   if (mlp.config().cache_units) {
     out += StrFormat(" | %s tier: %s/token copied in from DRAM, hit rate %.3f", mlp.config().tier.c_str(),
                      FormatBytes(static_cast<uint64_t>(s.bytes_into_top / t)).c_str(), s.unit_hit_rate());
+  }
+  if (std::string(mlp.source().tier()) == "ssd") {
+    out += StrFormat(" | ssd tier: %s/token read from storage (%.1f reads), read %.2f ms/token, stall %.2f ms/token",
+                     FormatBytes(static_cast<uint64_t>(s.bytes_from_storage / t)).c_str(), s.storage_reads / t,
+                     1e3 * s.storage_read_seconds / t, 1e3 * s.stall_seconds / t);
   }
   if (s.recall_total) out += StrFormat(" | predictor recall %.3f", s.recall());
   return out;

@@ -12,6 +12,7 @@
 
 #include "base/status.h"
 #include "base/thread_pool.h"
+#include "m2cache/file_source.h"
 #include "m2cache/mixed_mlp.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -26,16 +27,30 @@ struct M2CacheFlags {
   std::string calib_path;  // calib=FILE: text whose first calib_tokens tokens fit the predictors
   int calib_tokens = 2048;
   std::unique_ptr<m2cache::M2Weights> weights;
+  // store=FILE (`weir m2store`): the neuron store streamed from that file by the SSD tier
+  // (m2cache/file_source.h) under `memory` (--memory, "" = all of it resident), read with the
+  // --storage device; window=N layers preloaded ahead (default 2).
+  std::string store_path;
+  int window = 2;
+  std::string memory;
+  std::string storage = "pread";
+  std::unique_ptr<storage::BlockDevice> store_device;  // outlives store_source
+  std::unique_ptr<m2cache::FileSource> store_source;
+  std::string store_line;  // "m2cache store FILE: ... budget ...", for the start of a run
   bool enabled() const { return !spec.empty(); }
 };
 
 void AddM2CacheFlags(CLI::App& app, M2CacheFlags* flags);
+// With store=FILE, --memory bounds the store's DRAM (not a weir pack's): moves *memory (the
+// --memory flag) and the --storage choice into flags. Call after ParseM2CacheFlags.
+void ClaimM2CacheMemory(M2CacheFlags* flags, std::string* memory, const std::string& storage);
 // Reads the plan (plan=FILE) and parses the spec into flags->config.
 Status ParseM2CacheFlags(M2CacheFlags* flags);
 // The spec a plan file stands for ("high=..,low=..,hi=..,lo=..,rank=..").
 Result<std::string> ReadM2CachePlan(const std::string& path);
 // Builds the neuron store and predictors of a loaded model (seconds; progress on stderr when
-// `progress`), fitted on the calib= text when given, and points `options` at them.
+// `progress`), fitted on the calib= text when given, and points `options` at them; with
+// store=FILE opens the file instead (its types, rank and predictors) and streams it.
 Status BuildM2Cache(M2CacheFlags* flags, const model::Model& model, ThreadPool* pool, bool progress,
                     model::SessionOptions* options);
 

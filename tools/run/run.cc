@@ -69,6 +69,7 @@ int RunMain(int argc, char** argv) {
   }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
   if (Status st = ParseM2CacheFlags(&m2f); !st.ok()) return Fail("run", st);
+  ClaimM2CacheMemory(&m2f, &stf.memory, stf.storage);  // --memory bounds a store=FILE
   mf.tile = spf.policy == nullptr && !m2f.enabled();  // a dense run: tiled weights (kernels/tiled.h)
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;  // also copies the weights at load
@@ -105,6 +106,7 @@ int RunMain(int argc, char** argv) {
   if (!session.ok()) return Fail("run", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
   if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
+  if (!m2f.store_line.empty() && !json) std::fprintf(stderr, "%s\n", m2f.store_line.c_str());
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("run", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
