@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "format/synth_llama.h"
+#include "m2cache/file_source.h"
 #include "m2cache/mix_config.h"
+#include "m2cache/store_file.h"
+#include "storage/open_device.h"
 #include "model/m2cache_weights.h"
 #include "model/model.h"
 #include "model/session.h"
@@ -32,8 +35,9 @@ class M2CacheSessionTest : public ::testing::TestWithParam<std::string> {
   }
 
   std::vector<float> Logits(const m2cache::M2Weights* w, const std::string& spec, WeightTraffic* traffic,
-                            std::string* error = nullptr) {
+                            std::string* error = nullptr, m2cache::LayerSource* source = nullptr) {
     SessionOptions so;
+    so.m2cache_source = source;
     so.ctx = 64;
     so.n_batch = 8;
     if (w != nullptr) {
@@ -74,6 +78,32 @@ TEST_P(M2CacheSessionTest, AllNeuronsAtF32IsTheDenseModel) {
   const auto m2 = Logits(w->get(), "high=1,low=0,hi=f32,lo=f16,predictor=oracle", &m2_t);
   ASSERT_EQ(dense.size(), m2.size());
   for (size_t i = 0; i < dense.size(); ++i) ASSERT_NEAR(m2[i], dense[i], 2e-3f * (1 + std::fabs(dense[i]))) << i;
+}
+
+// The SSD tier: the store written to a file and streamed under a budget that holds only the
+// preload window gives the same logits as the store in DRAM, bit for bit.
+TEST_P(M2CacheSessionTest, TheStoreStreamedFromAFileGivesTheSameLogits) {
+  auto c = m2cache::ParseMixConfig("high=0.2,low=0.3,rank=8");
+  ASSERT_TRUE(c.ok());
+  auto w = BuildM2Weights(*model_, *c, &pool_);
+  ASSERT_TRUE(w.ok()) << w.status().ToString();
+  const std::string store = testing::TempDir() + "/m2.m2s";
+  ASSERT_TRUE(m2cache::WriteStoreFile(**w, store).ok());
+  auto dev = storage::OpenDevice(store, {});
+  ASSERT_TRUE(dev.ok());
+  auto opened = m2cache::OpenStoreFile(store, dev->get());
+  ASSERT_TRUE(opened.ok()) << opened.status().ToString();
+  auto src = m2cache::FileSource::Create(opened->index, dev->get(), {2 * opened->index.max_extent_bytes(), 1});
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  const auto resident = Logits(w->get(), "high=0.2,low=0.3,rank=8", nullptr);
+  std::string error;
+  const auto streamed = Logits(opened->weights.get(), "high=0.2,low=0.3,rank=8", nullptr, &error, src->get());
+  ASSERT_TRUE(error.empty()) << error;
+  ASSERT_EQ(resident.size(), streamed.size());
+  for (size_t i = 0; i < resident.size(); ++i) ASSERT_EQ(resident[i], streamed[i]) << i;
+  if ((*src)->fixed_layers() < model_->config().n_layers) EXPECT_GT((*src)->stats().reads, 0u);
+  // Without a source the weights from a file have no rows to compute from.
+  EXPECT_TRUE(Logits(opened->weights.get(), "high=0.2,low=0.3,rank=8", nullptr, &error).empty());
 }
 
 TEST_P(M2CacheSessionTest, FewerNeuronsReadFewerBytesAndUnitsChangeNothing) {
