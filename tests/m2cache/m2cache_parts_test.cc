@@ -25,7 +25,7 @@ struct Mlp {
   std::vector<float> gate, up, down;  // [f, d], [f, d], [d, f]
   MlpWeights views() const {
     return {TensorView{DType::kF32, Shape{f, d}, gate.data()}, TensorView{DType::kF32, Shape{f, d}, up.data()},
-            TensorView{DType::kF32, Shape{d, f}, down.data()}};
+            TensorView{DType::kF32, Shape{d, f}, down.data()}, {}};
   }
 };
 
@@ -229,7 +229,9 @@ TEST(MixConfigTest, ParsesEveryKeyAndNamesTheBadPart) {
                           "predictor=magic", "units=maybe"}) {
     auto r = ParseMixConfig(bad);
     EXPECT_FALSE(r.ok()) << bad;
-    if (!r.ok()) EXPECT_NE(r.status().message().find("--m2cache"), std::string::npos);
+    if (!r.ok()) {
+      EXPECT_NE(r.status().message().find("--m2cache"), std::string::npos);
+    }
   }
 }
 

@@ -160,7 +160,7 @@ struct Mlp {
   std::vector<float> gate, up, down;
   std::vector<MlpWeights> views() const {
     return {{TensorView{DType::kF32, Shape{f, d}, gate.data()}, TensorView{DType::kF32, Shape{f, d}, up.data()},
-             TensorView{DType::kF32, Shape{d, f}, down.data()}}};
+             TensorView{DType::kF32, Shape{d, f}, down.data()}, {}}};
   }
 };
 

@@ -28,7 +28,7 @@ struct Mlp {
   std::vector<float> gate, up, down;
   MlpWeights view() const {
     return {TensorView{DType::kF32, Shape{f, d}, gate.data()}, TensorView{DType::kF32, Shape{f, d}, up.data()},
-            TensorView{DType::kF32, Shape{d, f}, down.data()}};
+            TensorView{DType::kF32, Shape{d, f}, down.data()}, {}};
   }
 };
 

@@ -101,7 +101,9 @@ TEST_P(M2CacheSessionTest, TheStoreStreamedFromAFileGivesTheSameLogits) {
   ASSERT_TRUE(error.empty()) << error;
   ASSERT_EQ(resident.size(), streamed.size());
   for (size_t i = 0; i < resident.size(); ++i) ASSERT_EQ(resident[i], streamed[i]) << i;
-  if ((*src)->fixed_layers() < model_->config().n_layers) EXPECT_GT((*src)->stats().reads, 0u);
+  if ((*src)->fixed_layers() < model_->config().n_layers) {
+    EXPECT_GT((*src)->stats().reads, 0u);
+  }
   // Without a source the weights from a file have no rows to compute from.
   EXPECT_TRUE(Logits(opened->weights.get(), "high=0.2,low=0.3,rank=8", nullptr, &error).empty());
 }
