@@ -64,8 +64,8 @@ int M2searchMain(int argc, char** argv) {
       ->check(CLI::Range(0.001, 1.0));
   app.add_option("--step", step, "the search step s of r_high (default 0.05)")->check(CLI::Range(0.001, 1.0));
   app.add_option("--rank", rank, "the low-rank predictor's rank (default 64)")->check(CLI::Range(1, 4096));
-  app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default) or glu (|act(gate) * up|, twice the bytes)")
-      ->check(CLI::IsMember({"lowrank", "glu"}));
+  app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default), glu (|act(gate) * up|, twice the bytes) or oracle (the true top neurons from a dense pass: isolates the precision mix from the predictor)")
+      ->check(CLI::IsMember({"lowrank", "glu", "oracle"}));
   app.add_option("--calib", calib, "fit the predictors to the MLP inputs of this text (its first --calib-tokens tokens; "
                  "use a text other than -f)");
   app.add_option("--calib-tokens", calib_tokens, "tokens of --calib (default 2048)")->check(CLI::Range(1, 1 << 24));
