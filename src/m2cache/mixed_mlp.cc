@@ -7,6 +7,7 @@
 #include "kernels/gather.h"
 #include "kernels/matvec.h"
 #include "m2cache/precision_split.h"
+#include "tensor/quantize.h"
 
 namespace weir::m2cache {
 
@@ -24,10 +25,40 @@ std::string MixConfig::ToString() const {
   return s;
 }
 
+namespace {
+
+// sqrt(w_iᵀ C w_i) for every row w_i of `up` (‖w_i‖ when C is empty).
+std::vector<float> UpScale(const TensorView& up, std::span<const double> c, ThreadPool* pool) {
+  const int64_t rows = up.rows(), d = up.cols();
+  std::vector<float> out(static_cast<size_t>(rows));
+  ParallelFor(pool, static_cast<size_t>(rows), [&](size_t begin, size_t end, int) {
+    std::vector<float> w(static_cast<size_t>(d));
+    for (size_t i = begin; i < end; ++i) {
+      DequantizeRow(up, static_cast<int64_t>(i), w.data());
+      double q = 0;
+      if (c.empty()) {
+        for (float v : w) q += static_cast<double>(v) * v;
+      } else {
+        for (int64_t a = 0; a < d; ++a) {
+          const double* ca = c.data() + a * d;
+          double dot = 0;
+          for (int64_t b = 0; b < d; ++b) dot += ca[b] * w[static_cast<size_t>(b)];
+          q += dot * w[static_cast<size_t>(a)];
+        }
+      }
+      out[i] = static_cast<float>(std::sqrt(std::max(q, 0.0)));
+    }
+  });
+  return out;
+}
+
+}  // namespace
+
 uint64_t M2Weights::predictor_bytes() const {
   uint64_t b = 0;
   for (const auto& p : predictors) b += p.bytes();
   for (const auto& p : up_predictors) b += p.bytes();
+  for (const auto& s : up_scale) b += s.size() * sizeof(float);
   return b;
 }
 
@@ -45,6 +76,8 @@ Result<std::unique_ptr<M2Weights>> M2Weights::Build(std::span<const MlpWeights> 
       if (up) {
         WEIR_ASSIGN_OR_RETURN(LowRankPredictor q, LowRankPredictor::Fit(layers[l].up, rank, 0x5550 + l, pool, scale));
         w->up_predictors.push_back(std::move(q));
+      } else {
+        w->up_scale.push_back(UpScale(layers[l].up, scale, pool));
       }
       if (progress) progress(static_cast<int>(l));
     }
@@ -130,6 +163,11 @@ void MixedMlp::Score(int layer, const LayerNeurons& ln, const float* x) {
   if (config_.predictor == PredictorKind::kLowRank) {
     w_->predictors[l].Score(glu_, x, t_.data(), score_.data(), pool_);
     stats_.bytes_predictor += w_->predictors[l].bytes();
+    if (l < w_->up_scale.size() && !w_->up_scale[l].empty()) {
+      const float* s = w_->up_scale[l].data();
+      for (int64_t i = 0; i < ln.d_ff; ++i) score_[static_cast<size_t>(i)] *= s[i];
+      stats_.bytes_predictor += static_cast<uint64_t>(ln.d_ff) * sizeof(float);
+    }
     return;
   }
   if (config_.predictor == PredictorKind::kLowRankGlu) {

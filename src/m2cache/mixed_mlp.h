@@ -59,6 +59,10 @@ struct M2Weights {
   std::unique_ptr<NeuronStore> store;           // null when the rows come from a store file
   std::vector<LowRankPredictor> predictors;     // of W_gate, one per layer (empty for the oracle)
   std::vector<LowRankPredictor> up_predictors;  // of W_up, one per layer (kLowRankGlu only)
+  // Per layer, the expected magnitude of each neuron's up projection, sqrt(w_upᵢᵀ C w_upᵢ) with
+  // C the input's second moment (‖w_upᵢ‖ without one); kLowRank scores |act(ĝᵢ)| · up_scaleᵢ.
+  // Empty = 1 (the plain gate score).
+  std::vector<std::vector<float>> up_scale;
   int rank = 0;
   uint64_t predictor_bytes() const;
   // Builds the store and (rank > 0) the gate predictors, and with `up` those of W_up too;

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string>
@@ -37,10 +38,11 @@ const char* PredictorName(PredictorKind k) {
 
 struct PredictorLayout {
   int64_t rank = 0;
-  StoreRange factor[4];  // gate_a, gate_u, up_a, up_u
-  const TensorView* view[4] = {nullptr, nullptr, nullptr, nullptr};
+  StoreRange factor[5];  // gate_a, gate_u, up_a, up_u, up_scale
+  const void* data[5] = {nullptr, nullptr, nullptr, nullptr, nullptr};
+  uint64_t bytes[5] = {0, 0, 0, 0, 0};
 };
-const char* const kFactorKey[4] = {"gate_a", "gate_u", "up_a", "up_u"};
+const char* const kFactorKey[5] = {"gate_a", "gate_u", "up_a", "up_u", "up_scale"};
 
 Json RangeJson(const StoreRange& r) { return Json{{"offset", r.offset}, {"bytes", r.bytes}}; }
 
@@ -85,19 +87,27 @@ Json LayoutIndex(const M2Weights& w, uint64_t data_start, std::vector<StoreLayer
     for (int l = 0; l < store.n_layers(); ++l) {
       PredictorLayout pl;
       pl.rank = w.predictors[static_cast<size_t>(l)].rank();
-      pl.view[0] = &w.predictors[static_cast<size_t>(l)].a();
-      pl.view[1] = &w.predictors[static_cast<size_t>(l)].u();
+      auto set = [&](int k, const TensorView& v) {
+        pl.data[k] = v.data;
+        pl.bytes[k] = v.nbytes();
+      };
+      set(0, w.predictors[static_cast<size_t>(l)].a());
+      set(1, w.predictors[static_cast<size_t>(l)].u());
       if (kind == PredictorKind::kLowRankGlu) {
-        pl.view[2] = &w.up_predictors[static_cast<size_t>(l)].a();
-        pl.view[3] = &w.up_predictors[static_cast<size_t>(l)].u();
+        set(2, w.up_predictors[static_cast<size_t>(l)].a());
+        set(3, w.up_predictors[static_cast<size_t>(l)].u());
+      }
+      if (static_cast<size_t>(l) < w.up_scale.size() && !w.up_scale[static_cast<size_t>(l)].empty()) {
+        pl.data[4] = w.up_scale[static_cast<size_t>(l)].data();
+        pl.bytes[4] = w.up_scale[static_cast<size_t>(l)].size() * sizeof(float);
       }
       Json jp = {{"rank", pl.rank}};
-      for (int k = 0; k < 4; ++k) {
-        if (pl.view[k] == nullptr) continue;
+      for (int k = 0; k < 5; ++k) {
+        if (pl.data[k] == nullptr) continue;
         pos = AlignUp(pos, kStoreExtentAlignment);
-        pl.factor[k] = {pos, pl.view[k]->nbytes()};
+        pl.factor[k] = {pos, pl.bytes[k]};
         jp[kFactorKey[k]] = RangeJson(pl.factor[k]);
-        pos += pl.view[k]->nbytes();
+        pos += pl.bytes[k];
       }
       jl[static_cast<size_t>(l)]["predictor"] = jp;
       predictors->push_back(pl);
@@ -178,10 +188,10 @@ Status WriteAll(const M2Weights& w, int fd, const std::string& tmp, const std::f
     if (progress) progress(static_cast<int>(l));
   }
   for (const PredictorLayout& pl : predictors) {
-    for (int k = 0; k < 4; ++k) {
-      if (pl.view[k] == nullptr) continue;
+    for (int k = 0; k < 5; ++k) {
+      if (pl.data[k] == nullptr) continue;
       WEIR_RETURN_IF_ERROR(out.PadTo(pl.factor[k].offset));
-      WEIR_RETURN_IF_ERROR(out.Write(pl.view[k]->data, pl.view[k]->nbytes()));
+      WEIR_RETURN_IF_ERROR(out.Write(pl.data[k], pl.bytes[k]));
     }
   }
   if (out.pos() != file_bytes) {
@@ -421,6 +431,18 @@ Result<OpenedStore> OpenStoreFile(const std::string& path, storage::BlockDevice*
         WEIR_RETURN_IF_ERROR(ReadRange(device, ru.offset, u.size(), u.data()).WithContext(pat));
         WEIR_ASSIGN_OR_RETURN(LowRankPredictor q, LowRankPredictor::FromFactors(r, sl.d_model, sl.d_ff, a, u));
         (f == 0 ? weights->predictors : weights->up_predictors).push_back(std::move(q));
+      }
+      // Optional: the up projection's expected magnitudes that scale a lowrank score (F32 [d_ff]).
+      if (jp->contains("up_scale")) {
+        const uint64_t s_bytes = static_cast<uint64_t>(sl.d_ff) * sizeof(float);
+        WEIR_ASSIGN_OR_RETURN(StoreRange rs, GetRange(*jp, "up_scale", data_start, size, s_bytes, pat));
+        std::vector<float> scale(static_cast<size_t>(sl.d_ff));
+        WEIR_RETURN_IF_ERROR(ReadRange(device, rs.offset, s_bytes, scale.data()).WithContext(pat));
+        for (float v : scale) {
+          if (!std::isfinite(v) || v < 0) return Status::Corrupt(pat + ".up_scale: a value is negative or not finite");
+        }
+        weights->up_scale.resize(static_cast<size_t>(l) + 1);
+        weights->up_scale[static_cast<size_t>(l)] = std::move(scale);
       }
     }
     index.layers.push_back(sl);

@@ -12,14 +12,15 @@
 //       boundary inside the extent, in this order: high gate, high up, high down_t, low gate,
 //       low up, low down_t (down_t row i = column i of W_down); zero padding between them
 //     after the last extent, per layer: the predictor's F16 factors, each 4096-aligned:
-//       gate_a [rank, d_model], gate_u [d_ff, rank] (and up_a, up_u for predictor "glu")
+//       gate_a [rank, d_model], gate_u [d_ff, rank] (and up_a, up_u for predictor "glu"), and
+//       optionally up_scale, F32 [d_ff] (M2Weights::up_scale: the lowrank score's factors)
 // The JSON index:
 //   {"format": "weir-m2cache-store", "n_layers": N, "high": "q8_0", "low": "q4_0",
 //    "predictor": {"kind": "lowrank" | "glu" | "none", "rank": R},
 //    "layers": [{"d_model": D, "d_ff": F, "offset": O, "bytes": B,
 //                "high": {"gate": {"offset": .., "bytes": ..}, "up": {..}, "down_t": {..}},
 //                "low":  {"gate": {..}, "up": {..}, "down_t": {..}},
-//                "predictor": {"rank": r, "gate_a": {..}, "gate_u": {..}[, "up_a", "up_u"]}}]}
+//                "predictor": {"rank": r, "gate_a": {..}, "gate_u": {..}[, "up_a", "up_u"][, "up_scale"]}}]}
 //   Every offset is absolute in the file. A layer's predictor rank r is R capped at
 //   min(d_ff, d_model); "predictor" is absent from the layers when the kind is "none".
 //

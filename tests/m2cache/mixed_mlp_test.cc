@@ -228,6 +228,14 @@ TEST_P(MixedMlpTest, MatchesTheReferenceWithAndWithoutCacheUnits) {
     ASSERT_TRUE((*without)->Forward(0, x.data(), y2.data()).ok());
     for (int i = 0; i < 64; ++i) ASSERT_EQ(y1[i], y2[i]) << "units change the numbers at " << i;
     (*w)->predictors[0].Score(glu, x.data(), t.data(), score.data(), nullptr);
+    // The lowrank score is |act(ĝ)| times each neuron's up magnitude (‖w_up_i‖ without calibration).
+    ASSERT_EQ((*w)->up_scale.size(), 1u);
+    for (int i = 0; i < 192; ++i) {
+      double norm = 0;
+      for (int k = 0; k < 64; ++k) norm += static_cast<double>(m.up[i * 64 + k]) * m.up[i * 64 + k];
+      ASSERT_NEAR((*w)->up_scale[0][i], std::sqrt(norm), 1e-5 * std::sqrt(norm));
+      score[i] *= (*w)->up_scale[0][i];
+    }
     const auto ref = Reference(*(*w)->store, glu, score, 24, 48, x);
     double scale = 0;
     for (double v : ref) scale = std::max(scale, std::fabs(v));
@@ -241,7 +249,7 @@ TEST_P(MixedMlpTest, MatchesTheReferenceWithAndWithoutCacheUnits) {
   EXPECT_EQ(s.neurons[kHigh], 20u * 24);
   EXPECT_EQ(s.neurons[kLow], 20u * 48);
   EXPECT_EQ(s.bytes_computed, 20u * (24 * (*w)->store->neuron_bytes(0, kHigh) + 48 * (*w)->store->neuron_bytes(0, kLow)));
-  EXPECT_EQ(s.bytes_predictor, 20u * (*w)->predictors[0].bytes());
+  EXPECT_EQ(s.bytes_predictor, 20u * ((*w)->predictors[0].bytes() + 192 * sizeof(float)));  // + the up scales
   EXPECT_EQ(s.unit_hits + s.unit_loads[kHigh] + s.unit_loads[kLow], 20u * 72);
   EXPECT_GT(s.unit_hits, 0u) << "drifting inputs share neurons between adjacent tokens";
   EXPECT_GE(s.unit_loads[kHigh], 24u);  // the first token loads every neuron

@@ -114,6 +114,9 @@ TEST(StoreFileTest, RoundTripIsByteIdentical) {
       if (glu) {
         EXPECT_TRUE(SamePredictor(opened->weights->up_predictors[static_cast<size_t>(l)],
                                   fx.weights->up_predictors[static_cast<size_t>(l)]));
+      } else {  // lowrank: the up scales come back exactly
+        ASSERT_GT(fx.weights->up_scale.size(), static_cast<size_t>(l));
+        EXPECT_EQ(opened->weights->up_scale.at(static_cast<size_t>(l)), fx.weights->up_scale[static_cast<size_t>(l)]);
       }
     }
     auto src = FileSource::Create(opened->index, dev->get(), {});
