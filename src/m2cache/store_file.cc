@@ -47,7 +47,7 @@ const char* const kFactorKey[5] = {"gate_a", "gate_u", "up_a", "up_u", "up_scale
 Json RangeJson(const StoreRange& r) { return Json{{"offset", r.offset}, {"bytes", r.bytes}}; }
 
 // The index of `w` with the data starting at `data_start`; fills layers and predictors.
-Json LayoutIndex(const M2Weights& w, uint64_t data_start, std::vector<StoreLayer>* layers,
+Json LayoutIndex(const M2Weights& w, const StorePlan& plan, uint64_t data_start, std::vector<StoreLayer>* layers,
                  std::vector<PredictorLayout>* predictors, uint64_t* file_bytes) {
   const NeuronStore& store = *w.store;
   const PredictorKind kind = w.predictors.empty() ? PredictorKind::kOracle
@@ -114,12 +114,14 @@ Json LayoutIndex(const M2Weights& w, uint64_t data_start, std::vector<StoreLayer
     }
   }
   *file_bytes = pos;
-  return Json{{"format", kFormatName},
+  Json index = Json{{"format", kFormatName},
               {"n_layers", store.n_layers()},
               {"high", DTypeName(store.type(kHigh))},
               {"low", DTypeName(store.type(kLow))},
               {"predictor", {{"kind", PredictorName(kind)}, {"rank", kind == PredictorKind::kOracle ? 0 : w.rank}}},
               {"layers", std::move(jl)}};
+  if (plan.valid()) index["plan"] = {{"r_high", plan.r_high}, {"r_low", plan.r_low}};
+  return index;
 }
 
 // Sequential writer over a file descriptor that pads with zeros up to a given offset.
@@ -153,7 +155,8 @@ class Writer {
   uint64_t pos_ = 0;
 };
 
-Status WriteAll(const M2Weights& w, int fd, const std::string& tmp, const std::function<void(int)>& progress) {
+Status WriteAll(const M2Weights& w, const StorePlan& plan, int fd, const std::string& tmp,
+                const std::function<void(int)>& progress) {
   std::vector<StoreLayer> layers;
   std::vector<PredictorLayout> predictors;
   uint64_t file_bytes = 0;
@@ -162,7 +165,7 @@ Status WriteAll(const M2Weights& w, int fd, const std::string& tmp, const std::f
   uint64_t data_start = kStoreExtentAlignment;
   std::string json;
   for (;;) {
-    json = LayoutIndex(w, data_start, &layers, &predictors, &file_bytes).dump();
+    json = LayoutIndex(w, plan, data_start, &layers, &predictors, &file_bytes).dump();
     if (kHeaderBytes + json.size() <= data_start) break;
     data_start = AlignUp(kHeaderBytes + json.size(), kStoreExtentAlignment);
   }
@@ -277,12 +280,16 @@ uint64_t StoreIndex::max_extent_bytes() const {
   return b;
 }
 
-Status WriteStoreFile(const M2Weights& w, const std::string& path, const std::function<void(int)>& progress) {
+Status WriteStoreFile(const M2Weights& w, const std::string& path, const std::function<void(int)>& progress,
+                      const StorePlan& plan) {
+  if (plan.valid() && !(plan.r_high <= 1 && plan.r_low >= 0 && plan.r_high + plan.r_low <= 1 + 1e-9)) {
+    return Status::InvalidArgument(path + ": a plan's ratios must be fractions with r_high + r_low <= 1");
+  }
   if (w.store == nullptr) return Status::InvalidArgument(path + ": the M2Cache weights hold no neuron store to write");
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(tmp + ": cannot create: " + std::strerror(errno));
-  Status st = WriteAll(w, fd, tmp, progress);
+  Status st = WriteAll(w, plan, fd, tmp, progress);
   if (::close(fd) != 0 && st.ok()) st = Status::IoError(tmp + ": close failed: " + std::strerror(errno));
   if (st.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) {
     st = Status::IoError(tmp + ": cannot rename to " + path + ": " + std::strerror(errno));
@@ -360,6 +367,18 @@ Result<OpenedStore> OpenStoreFile(const std::string& path, storage::BlockDevice*
     return Status::Corrupt(where + ": predictor kind \"" + kind + "\" (lowrank, glu or none)");
   }
   const bool has_predictor = out.predictor != PredictorKind::kOracle;
+  if (j.contains("plan")) {
+    WEIR_ASSIGN_OR_RETURN(const Json* jplan, GetObject(j, "plan", where));
+    const auto h = jplan->find("r_high"), l = jplan->find("r_low");
+    if (h == jplan->end() || l == jplan->end() || !h->is_number() || !l->is_number()) {
+      return Status::Corrupt(where + ".plan: r_high and r_low must be numbers");
+    }
+    const double rh = h->get<double>(), rl = l->get<double>();
+    if (!(rh >= 0 && rl >= 0 && rh + rl <= 1 + 1e-9)) {
+      return Status::Corrupt(where + ".plan: r_high and r_low must be fractions with r_high + r_low <= 1");
+    }
+    out.plan = {rh, rl};
+  }
   WEIR_ASSIGN_OR_RETURN(int64_t rank, GetInt(*pred, "rank", has_predictor ? 1 : 0, has_predictor ? kMaxDim : 0,
                                              where + ".predictor"));
   const auto layers_it = j.find("layers");

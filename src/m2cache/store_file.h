@@ -17,6 +17,7 @@
 // The JSON index:
 //   {"format": "weir-m2cache-store", "n_layers": N, "high": "q8_0", "low": "q4_0",
 //    "predictor": {"kind": "lowrank" | "glu" | "none", "rank": R},
+//    optionally "plan": {"r_high": F, "r_low": F} (fractions, r_high + r_low <= 1),
 //    "layers": [{"d_model": D, "d_ff": F, "offset": O, "bytes": B,
 //                "high": {"gate": {"offset": .., "bytes": ..}, "up": {..}, "down_t": {..}},
 //                "low":  {"gate": {..}, "up": {..}, "down_t": {..}},
@@ -73,18 +74,27 @@ struct StoreIndex {
   uint64_t max_extent_bytes() const;
 };
 
+// The neuron ratios a store was searched with (`weir m2search`, Algorithm 1), which runs of the
+// store use unless they name their own; r_high < 0 = none.
+struct StorePlan {
+  double r_high = -1, r_low = -1;
+  bool valid() const { return r_high >= 0; }
+};
+
 // An opened store: its index and the predictors, read resident (M2Weights::store is null).
 struct OpenedStore {
   StoreIndex index;
   std::unique_ptr<M2Weights> weights;
   PredictorKind predictor = PredictorKind::kLowRank;  // kOracle: the file has no predictor
+  StorePlan plan;
 };
 
 // Writes w (its store and predictors) to `path`, atomically: into "<path>.tmp.<pid>" (created
 // exclusively, never over an existing file) which is then renamed over `path`.
 // progress(layer) after each layer's extent.
+// `plan`, when valid, goes into the index as "plan": {"r_high", "r_low"}.
 Status WriteStoreFile(const M2Weights& w, const std::string& path,
-                      const std::function<void(int)>& progress = nullptr);
+                      const std::function<void(int)>& progress = nullptr, const StorePlan& plan = {});
 
 // Reads and validates the index of the store file behind `device` (`path` names it in messages)
 // and loads its predictors. The device must stay open while a FileSource reads from it.

@@ -59,6 +59,23 @@ TEST_F(M2CacheCliTest, SearchWritesAPlanThatRunUses) {
   auto out = nlohmann::json::parse(run.out);
   EXPECT_NEAR(out["m2cache"]["neurons_high_per_layer"].get<double>(),
               std::round(doc["best"]["r_high"].get<double>() * 192), 1e-9);  // tiny: d_ff 192
+  // The plan written into a store: runs of the store use its ratios unless they name their own.
+  const std::string store = *dir_ + "/planned.m2s";
+  auto w = RunCommand(Quote(WeirBin()) + " m2store -m " + Quote(Model()) + " --plan " + Quote(plan) + " -o " + Quote(store));
+  ASSERT_EQ(w.exit_code, 0) << w.err;
+  auto planned = RunCommand(Quote(WeirBin()) + " run -m " + Quote(Model()) + " -n 6 --temp 0 --json --m2cache store=" + store);
+  ASSERT_EQ(planned.exit_code, 0) << planned.err;
+  EXPECT_EQ(nlohmann::json::parse(planned.out)["text"], out["text"]);
+  EXPECT_NEAR(nlohmann::json::parse(planned.out)["m2cache"]["neurons_low_per_layer"].get<double>(),
+              std::round(doc["best"]["r_low"].get<double>() * 192), 1e-9);
+  auto own = RunCommand(Quote(WeirBin()) + " run -m " + Quote(Model()) + " -n 6 --temp 0 --json --m2cache store=" + store +
+                        ",high=0.5,low=0");
+  ASSERT_EQ(own.exit_code, 0) << own.err;
+  EXPECT_NEAR(nlohmann::json::parse(own.out)["m2cache"]["neurons_high_per_layer"].get<double>(), 96, 1e-9);
+  auto disagree = RunCommand(Quote(WeirBin()) + " m2store -m " + Quote(Model()) + " --plan " + Quote(plan) +
+                             " --rank 4 -o " + Quote(*dir_ + "/x.m2s"));
+  EXPECT_EQ(disagree.exit_code, 1);
+  EXPECT_NE(disagree.err.find("disagrees"), std::string::npos) << disagree.err;
 }
 
 TEST_F(M2CacheCliTest, AStreamedStoreGeneratesWhatTheResidentOneDoes) {

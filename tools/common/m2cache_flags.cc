@@ -138,6 +138,17 @@ Status OpenM2CacheStore(M2CacheFlags* flags, model::SessionOptions* options) {
              flags->spec.find("predictor=") == std::string::npos) {
     c.predictor = opened.predictor;
   }
+  // The ratios the store was searched with, unless the run names its own.
+  const bool own_ratios = flags->spec.find("high=") != std::string::npos || flags->spec.find("low=") != std::string::npos ||
+                          !flags->plan_path.empty();
+  std::string ratios_from = "--m2cache";
+  if (!own_ratios && opened.plan.valid()) {
+    c.r_high = opened.plan.r_high;
+    c.r_low = opened.plan.r_low;
+    ratios_from = "the store's plan";
+  } else if (!own_ratios) {
+    ratios_from = "the defaults (the store has no plan)";
+  }
   WEIR_ASSIGN_OR_RETURN(flags->store_source,
                         m2cache::FileSource::Create(opened.index, flags->store_device.get(), {budget, flags->window}));
   flags->weights = std::move(opened.weights);
@@ -148,6 +159,7 @@ Status OpenM2CacheStore(M2CacheFlags* flags, model::SessionOptions* options) {
                                 flags->memory.empty() ? "no --memory: the whole store resident" : "--memory",
                                 dev_name.substr(0, dev_name.find(':')).c_str(),
                                 flags->store_source->Describe().c_str());
+  flags->store_line += StrFormat("; ratios high=%.4g, low=%.4g from %s", c.r_high, c.r_low, ratios_from.c_str());
   options->m2cache = flags->weights.get();
   options->m2cache_config = flags->config;
   options->m2cache_source = flags->store_source.get();

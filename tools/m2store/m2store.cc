@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <nlohmann/json.hpp>
 
 #include "base/units.h"
 #include "common/cli.h"
@@ -38,8 +39,41 @@ int M2storeMain(int argc, char** argv) {
       ->check(CLI::IsMember({"lowrank", "glu", "none"}));
   app.add_option("--calib", calib, "fit the predictors to the MLP inputs of this text (its first --calib-tokens tokens)");
   app.add_option("--calib-tokens", calib_tokens, "tokens of --calib (default 2048)")->check(CLI::Range(1, 1 << 24));
+  std::string plan_path;
+  app.add_option("--plan", plan_path,
+                 "a plan from `weir m2search -o`: its best ratios go into the store (runs of the store use them "
+                 "unless they give high=/low=), and its types, rank, predictor and calibration text are used");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
   if (out == mf.model) return Fail("m2store", Status::InvalidArgument("-o " + out + " is the model file"));
+  m2cache::StorePlan store_plan;
+  if (!plan_path.empty()) {
+    auto text = format::ReadSmallFile(plan_path, 16u << 20);
+    if (!text.ok()) return Fail("m2store", text.status());
+    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
+    if (j.is_discarded() || !j.is_object() || j.value("format", "") != "weir-m2cache-plan" || !j["best"].is_object() ||
+        !j["best"]["r_high"].is_number() || !j["best"]["r_low"].is_number() || !j["hi"].is_string() ||
+        !j["lo"].is_string() || !j["rank"].is_number_integer()) {
+      return Fail("m2store", Status::InvalidArgument(plan_path + ": not a plan written by `weir m2search -o`"));
+    }
+    // The plan's settings, unless a flag names another (then they must agree).
+    auto take = [&](const char* flag, std::string* value, const std::string& from_plan) -> Status {
+      if (app.count(flag) > 0 && *value != from_plan) {
+        return Status::InvalidArgument(std::string(flag) + " " + *value + " disagrees with the plan's " + from_plan);
+      }
+      *value = from_plan;
+      return Status::Ok();
+    };
+    std::string rank_s = std::to_string(rank);
+    for (Status st : {take("--hi", &hi, j["hi"].get<std::string>()), take("--lo", &lo, j["lo"].get<std::string>()),
+                      take("--rank", &rank_s, std::to_string(j["rank"].get<int>())),
+                      take("--predictor", &predictor, j.value("predictor", std::string("lowrank")))}) {
+      if (!st.ok()) return Fail("m2store", st);
+    }
+    rank = std::stoi(rank_s);
+    if (predictor == "oracle") predictor = "none";
+    if (calib.empty() && j.contains("calib") && j["calib"].is_string()) calib = j["calib"].get<std::string>();
+    store_plan = {j["best"]["r_high"].get<double>(), j["best"]["r_low"].get<double>()};
+  }
 
   auto config = m2cache::ParseMixConfig("hi=" + hi + ",lo=" + lo + ",rank=" + std::to_string(rank) + ",predictor=" +
                                         (predictor == "none" ? std::string("oracle") : predictor));
@@ -66,7 +100,8 @@ int M2storeMain(int argc, char** argv) {
   build_bar.Finish();
   if (!weights.ok()) return Fail("m2store", weights.status());
   ProgressBar write_bar("write", layers, progress);
-  const Status st = m2cache::WriteStoreFile(**weights, out, [&](int l) { write_bar.Update(static_cast<uint64_t>(l + 1)); });
+  const Status st = m2cache::WriteStoreFile(**weights, out, [&](int l) { write_bar.Update(static_cast<uint64_t>(l + 1)); },
+                                            store_plan);
   write_bar.Finish();
   if (!st.ok()) return Fail("m2store", st);
   std::fprintf(stderr, "wrote %s: %llu layers, neurons %s at %s + %s, predictors %s (%s)\n", out.c_str(),
