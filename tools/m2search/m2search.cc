@@ -55,13 +55,15 @@ int M2searchMain(int argc, char** argv) {
   AddModelFlags(app, &mf);
   std::string file, out, hi = "q8_0", lo = "q4_0", predictor = "lowrank", calib;
   int calib_tokens = 2048;
-  double budget = 0.5, step = 0.05;
+  double budget = 0.5, step = 0.05, max_high = 1.0;
   int rank = 64, ppl_chunks = 0;
   bool json = false, recall = false;
   model::UncertaintyOptions uo;
   app.add_option("-f,--file", file, "text for UQEst (and perplexity): wikitext-2 in the paper")->required();
   app.add_option("--budget", budget, "MLP bytes per token as the fraction of neurons that fit at the low precision (default 0.5)")
       ->check(CLI::Range(0.001, 1.0));
+  app.add_option("--max-high", max_high, "walk r_high only up to this fraction (default 1: to r_low = 0; a fine --step near 0)")
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--step", step, "the search step s of r_high (default 0.05)")->check(CLI::Range(0.001, 1.0));
   app.add_option("--rank", rank, "the low-rank predictor's rank (default 64)")->check(CLI::Range(1, 4096));
   app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default), glu (|act(gate) * up|, twice the bytes) or oracle (the true top neurons from a dense pass: isolates the precision mix from the predictor)")
@@ -148,6 +150,7 @@ int M2searchMain(int argc, char** argv) {
   auto dense = evaluate(nullptr);
   if (!dense.ok()) return Fail("m2search", dense.status());
   std::vector<m2cache::RatioPoint> points = m2cache::RatioCandidates(budget, step, n_ratio);
+  std::erase_if(points, [&](const m2cache::RatioPoint& p) { return p.r_high > max_high + 1e-12; });
   std::vector<Scores> scores;
   ProgressBar bar("m2search", points.size(), progress);
   auto best = m2cache::SearchRatios(&points, [&](const m2cache::RatioPoint& p) -> Result<double> {
@@ -179,6 +182,7 @@ int M2searchMain(int argc, char** argv) {
                         {"text", file},
                         {"budget", budget},
                         {"step", step},
+                        {"max_high", max_high},
                         {"hi", hi},
                         {"lo", lo},
                         {"rank", rank},
