@@ -1,7 +1,7 @@
 // TierMemory: the memory of the top cache tier, where a layer's cache unit lives and where the
 // MLP is computed from (M2Cache §5.3). The DRAM tier below it is the neuron store in host memory.
 //   dram (MakeHostTier)   the CPU engine: units in ordinary host memory, loads are memcpy
-//   cuda (cuda_tier.h)    GPU memory, loads are cudaMemcpyAsync from pinned host memory on a
+//   cuda (cuda/cuda_tier.cu) GPU memory, loads are cudaMemcpyAsync from pinned host memory on a
 //                         copy stream, built with -DWEIR_CUDA=ON
 // A buffer's pointer is only dereferenced by the compute of its own tier.
 //
