@@ -17,6 +17,7 @@
 #include <tuple>
 #include <vector>
 
+#include "random_mlp.h"
 #include "kernels/ops.h"
 #include "m2cache/cache_unit.h"
 #include "m2cache/mixed_mlp.h"
@@ -52,28 +53,8 @@ TEST(CudaTierTest, MakeTierGivesTheCudaTierOrSaysWhyNot) {
       << tier.status().ToString();
 }
 
-struct Mlp {
-  int64_t d, f;
-  std::vector<float> gate, up, down;
-  MlpWeights view() const {
-    MlpWeights w;
-    w.gate = TensorView{DType::kF32, Shape{f, d}, gate.data()};
-    w.up = TensorView{DType::kF32, Shape{f, d}, up.data()};
-    w.down = TensorView{DType::kF32, Shape{d, f}, down.data()};
-    return w;
-  }
-};
-
-Mlp RandomMlp(int64_t d, int64_t f, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 0.3f);
-  Mlp m{d, f, {}, {}, {}};
-  for (auto* v : {&m.gate, &m.up, &m.down}) {
-    v->resize(static_cast<size_t>(d * f));
-    for (float& x : *v) x = n(rng);
-  }
-  return m;
-}
+using m2test::Mlp;
+using m2test::RandomMlp;
 
 // y = Σ_{i in neurons} act(g_i) u_i down_i from the dequantized rows, in double (the activation
 // in float, as kernels::GatedActivation computes it).

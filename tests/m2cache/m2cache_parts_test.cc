@@ -9,6 +9,7 @@
 #include <set>
 #include <vector>
 
+#include "random_mlp.h"
 #include "m2cache/cache_unit.h"
 #include "m2cache/mix_config.h"
 #include "m2cache/neuron_store.h"
@@ -20,29 +21,13 @@
 namespace weir::m2cache {
 namespace {
 
-struct Mlp {
-  int64_t d, f;
-  std::vector<float> gate, up, down;  // [f, d], [f, d], [d, f]
-  MlpWeights views() const {
-    return {TensorView{DType::kF32, Shape{f, d}, gate.data()}, TensorView{DType::kF32, Shape{f, d}, up.data()},
-            TensorView{DType::kF32, Shape{d, f}, down.data()}, {}};
-  }
-};
+using m2test::Mlp;
 
-Mlp RandomMlp(int64_t d, int64_t f, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 0.5f);
-  Mlp m{d, f, {}, {}, {}};
-  for (auto* v : {&m.gate, &m.up, &m.down}) {
-    v->resize(static_cast<size_t>(d * f));
-    for (float& x : *v) x = n(rng);
-  }
-  return m;
-}
+Mlp RandomMlp(int64_t d, int64_t f, uint32_t seed) { return m2test::RandomMlp(d, f, seed, 0.5f); }
 
 TEST(NeuronStoreTest, RowsAreTheWeightsRequantizedNeuronMajor) {
   const Mlp m = RandomMlp(64, 96, 1);
-  const MlpWeights w[1] = {m.views()};
+  const MlpWeights w[1] = {m.view()};
   auto store = NeuronStore::Build(w, {DType::kQ8_0, DType::kQ4_0}, nullptr);
   ASSERT_TRUE(store.ok()) << store.status().ToString();
   const LayerNeurons& ln = (*store)->layer(0);
@@ -69,7 +54,7 @@ TEST(NeuronStoreTest, RowsAreTheWeightsRequantizedNeuronMajor) {
 
 TEST(NeuronStoreTest, RefusesATypeWhoseBlockDoesNotDivideTheRow) {
   const Mlp m = RandomMlp(48, 32, 2);
-  const MlpWeights w[1] = {m.views()};
+  const MlpWeights w[1] = {m.view()};
   auto store = NeuronStore::Build(w, {DType::kQ8_0, DType::kQ4_0}, nullptr);
   ASSERT_FALSE(store.ok());
   EXPECT_NE(store.status().message().find("not a multiple"), std::string::npos) << store.status().ToString();
@@ -81,7 +66,7 @@ TEST(NeuronStoreTest, RefusesATypeWhoseBlockDoesNotDivideTheRow) {
 
 TEST(NeuronStoreTest, RefusesMismatchedShapes) {
   Mlp m = RandomMlp(64, 96, 3);
-  MlpWeights w[1] = {m.views()};
+  MlpWeights w[1] = {m.view()};
   w[0].down.shape = Shape{64, 64};
   EXPECT_FALSE(NeuronStore::Build(w, {}, nullptr).ok());
 }
@@ -156,7 +141,7 @@ TEST(SlotMapTest, KeepsResidentNeuronsAndLoadsOnlyTheNewOnes) {
 
 TEST(CacheUnitTest, SlotsHoldTheStoreRowsAndOnlyChangesAreCopied) {
   const Mlp m = RandomMlp(64, 128, 11);
-  const MlpWeights w[1] = {m.views()};
+  const MlpWeights w[1] = {m.view()};
   auto store = NeuronStore::Build(w, {DType::kQ8_0, DType::kQ4_0}, nullptr);
   ASSERT_TRUE(store.ok());
   auto tier = MakeHostTier();

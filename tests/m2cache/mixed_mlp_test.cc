@@ -9,6 +9,7 @@
 #include <random>
 #include <vector>
 
+#include "random_mlp.h"
 #include "kernels/ops.h"
 #include "m2cache/low_rank_predictor.h"
 #include "m2cache/mixed_mlp.h"
@@ -155,25 +156,8 @@ TEST(LowRankPredictorTest, TheSameSeedGivesTheSameFactors) {
   EXPECT_EQ(std::memcmp(a->u().data, b->u().data, a->u().nbytes()), 0);
 }
 
-struct Mlp {
-  int64_t d, f;
-  std::vector<float> gate, up, down;
-  std::vector<MlpWeights> views() const {
-    return {{TensorView{DType::kF32, Shape{f, d}, gate.data()}, TensorView{DType::kF32, Shape{f, d}, up.data()},
-             TensorView{DType::kF32, Shape{d, f}, down.data()}, {}}};
-  }
-};
-
-Mlp RandomMlp(int64_t d, int64_t f, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 0.3f);
-  Mlp m{d, f, {}, {}, {}};
-  for (auto* v : {&m.gate, &m.up, &m.down}) {
-    v->resize(static_cast<size_t>(d * f));
-    for (float& x : *v) x = n(rng);
-  }
-  return m;
-}
+using m2test::Mlp;
+using m2test::RandomMlp;
 
 // y = Σ over the split's neurons of act(g_i) u_i down_i, from the dequantized store rows, in
 // double; the split from the given scores by a full sort.

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "random_mlp.h"
 #include "m2cache/file_source.h"
 #include "m2cache/mixed_mlp.h"
 #include "m2cache/store_file.h"
@@ -23,25 +24,8 @@
 namespace weir::m2cache {
 namespace {
 
-struct Mlp {
-  int64_t d, f;
-  std::vector<float> gate, up, down;
-  MlpWeights view() const {
-    return {TensorView{DType::kF32, Shape{f, d}, gate.data()}, TensorView{DType::kF32, Shape{f, d}, up.data()},
-            TensorView{DType::kF32, Shape{d, f}, down.data()}, {}};
-  }
-};
-
-Mlp RandomMlp(int64_t d, int64_t f, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> n(0.0f, 0.3f);
-  Mlp m{d, f, {}, {}, {}};
-  for (auto* v : {&m.gate, &m.up, &m.down}) {
-    v->resize(static_cast<size_t>(d * f));
-    for (float& x : *v) x = n(rng);
-  }
-  return m;
-}
+using m2test::Mlp;
+using m2test::RandomMlp;
 
 // A model of `layers` random MLPs, its M2 weights and their store file's bytes.
 struct Fixture {
