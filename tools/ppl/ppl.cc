@@ -46,6 +46,9 @@ int PplMain(int argc, char** argv) {
   if (Status st = ParseM2CacheFlags(&m2f); !st.ok()) return Fail("ppl", st);
   ClaimM2CacheMemory(&m2f, &stf.memory, stf.storage);  // --memory bounds a store=FILE
   mf.tile = spf.policy == nullptr && !m2f.enabled();  // a dense run: tiled weights (kernels/tiled.h)
+  // A streamed M2Cache store computes the MLP from the store file: the model's own MLP tensors are
+  // never read, so they stay in the mapped file instead of being copied into memory.
+  if (!m2f.store_path.empty()) mf.mmap = true;
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;  // also copies the weights at load
   auto text = format::ReadSmallFile(file, 1ull << 30);
