@@ -31,7 +31,7 @@ void ClaimM2CacheMemory(M2CacheFlags* flags, std::string* memory, const std::str
   flags->storage = storage;
 }
 
-Result<std::string> ReadM2CachePlan(const std::string& path) {
+Result<M2CachePlan> ReadM2CachePlan(const std::string& path) {
   WEIR_ASSIGN_OR_RETURN(std::string text, format::ReadSmallFile(path, 16u << 20));
   nlohmann::json j = nlohmann::json::parse(text, nullptr, false);
   if (j.is_discarded() || !j.is_object() || j.value("format", "") != "weir-m2cache-plan") {
@@ -42,16 +42,32 @@ Result<std::string> ReadM2CachePlan(const std::string& path) {
       !j["lo"].is_string() || !j["rank"].is_number_integer()) {
     return Status::InvalidArgument(path + ": the plan lacks best.r_high, best.r_low, hi, lo or rank");
   }
-  char buf[200];
-  std::snprintf(buf, sizeof(buf), "high=%.17g,low=%.17g,hi=%s,lo=%s,rank=%d,predictor=%s", best["r_high"].get<double>(),
-                best["r_low"].get<double>(), j["hi"].get<std::string>().c_str(), j["lo"].get<std::string>().c_str(),
-                j["rank"].get<int>(), j.value("predictor", std::string("lowrank")).c_str());
-  std::string spec = buf;
+  M2CachePlan plan;
+  plan.r_high = best["r_high"].get<double>();
+  plan.r_low = best["r_low"].get<double>();
+  plan.hi = j["hi"].get<std::string>();
+  plan.lo = j["lo"].get<std::string>();
+  plan.rank = j["rank"].get<int>();
+  if (j.contains("predictor") && j["predictor"].is_string()) plan.predictor = j["predictor"].get<std::string>();
+  if (j.contains("calib") && j["calib"].is_string()) plan.calib = j["calib"].get<std::string>();
+  return plan;
+}
+
+std::string M2CachePlan::Spec() const {
+  std::string spec = StrFormat("high=%.17g,low=%.17g,hi=%s,lo=%s,rank=%d,predictor=%s", r_high, r_low, hi.c_str(),
+                               lo.c_str(), rank, predictor.c_str());
   // The predictors the ratios were searched with: fitted on the same calibration text.
-  if (j.contains("calib") && j["calib"].is_string() && !j["calib"].get<std::string>().empty()) {
-    spec += ",calib=" + j["calib"].get<std::string>();
-  }
+  if (!calib.empty()) spec += ",calib=" + calib;
   return spec;
+}
+
+Result<std::vector<int32_t>> ReadCalibrationTokens(const model::Model& model, const std::string& path, int max_tokens) {
+  if (model.tokenizer() == nullptr) return Status::InvalidArgument(path + ": calibration text needs a model with a tokenizer");
+  WEIR_ASSIGN_OR_RETURN(std::string text, format::ReadSmallFile(path, 1ull << 30));
+  std::vector<int32_t> ids = model.tokenizer()->Encode(text, false);
+  if (ids.size() > static_cast<size_t>(max_tokens)) ids.resize(static_cast<size_t>(max_tokens));
+  if (ids.empty()) return Status::InvalidArgument(path + ": the calibration text is empty");
+  return ids;
 }
 
 Status ParseM2CacheFlags(M2CacheFlags* flags) {
@@ -66,7 +82,8 @@ Status ParseM2CacheFlags(M2CacheFlags* flags) {
     std::string piece = part;
     if (part.rfind("plan=", 0) == 0) {
       flags->plan_path = part.substr(5);
-      WEIR_ASSIGN_OR_RETURN(piece, ReadM2CachePlan(flags->plan_path));
+      WEIR_ASSIGN_OR_RETURN(M2CachePlan plan, ReadM2CachePlan(flags->plan_path));
+      piece = plan.Spec();
     }
     if (!spec.empty()) spec += ',';
     spec += piece;
@@ -175,11 +192,7 @@ Status BuildM2Cache(M2CacheFlags* flags, const model::Model& model, ThreadPool* 
   const int layers = model.config().n_layers;
   std::vector<int32_t> calib;
   if (!flags->calib_path.empty()) {
-    if (model.tokenizer() == nullptr) return Status::InvalidArgument("--m2cache calib=: the model has no tokenizer");
-    WEIR_ASSIGN_OR_RETURN(std::string text, format::ReadSmallFile(flags->calib_path, 1ull << 30));
-    calib = model.tokenizer()->Encode(text, false);
-    if (calib.size() > static_cast<size_t>(flags->calib_tokens)) calib.resize(static_cast<size_t>(flags->calib_tokens));
-    if (calib.empty()) return Status::InvalidArgument("--m2cache calib=" + flags->calib_path + ": the text is empty");
+    WEIR_ASSIGN_OR_RETURN(calib, ReadCalibrationTokens(model, flags->calib_path, flags->calib_tokens));
   }
   ProgressBar bar("m2cache", static_cast<uint64_t>(layers), progress);
   WEIR_ASSIGN_OR_RETURN(flags->weights, model::BuildM2Weights(model, flags->config, pool, [&](int l) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "base/status.h"
 #include "base/thread_pool.h"
@@ -46,8 +47,17 @@ void AddM2CacheFlags(CLI::App& app, M2CacheFlags* flags);
 void ClaimM2CacheMemory(M2CacheFlags* flags, std::string* memory, const std::string& storage);
 // Reads the plan (plan=FILE) and parses the spec into flags->config.
 Status ParseM2CacheFlags(M2CacheFlags* flags);
-// The spec a plan file stands for ("high=..,low=..,hi=..,lo=..,rank=..").
-Result<std::string> ReadM2CachePlan(const std::string& path);
+// A plan written by `weir m2search -o`: the best ratios and what they were searched with.
+struct M2CachePlan {
+  double r_high = 0, r_low = 0;
+  std::string hi, lo, predictor = "lowrank", calib;
+  int rank = 0;
+  // The --m2cache spec it stands for ("high=..,low=..,hi=..,lo=..,rank=..,predictor=..[,calib=..]").
+  std::string Spec() const;
+};
+Result<M2CachePlan> ReadM2CachePlan(const std::string& path);
+// The first `max_tokens` tokens of a calibration text (an error when it has none).
+Result<std::vector<int32_t>> ReadCalibrationTokens(const model::Model& model, const std::string& path, int max_tokens);
 // Builds the neuron store and predictors of a loaded model (seconds; progress on stderr when
 // `progress`), fitted on the calib= text when given, and points `options` at them; with
 // store=FILE opens the file instead (its types, rank and predictors) and streams it.

@@ -103,10 +103,9 @@ int M2searchMain(int argc, char** argv) {
 
   std::vector<int32_t> calib_ids;
   if (!calib.empty()) {
-    auto calib_text = format::ReadSmallFile(calib, 1ull << 30);
-    if (!calib_text.ok()) return Fail("m2search", calib_text.status());
-    calib_ids = tok->Encode(*calib_text, false);
-    if (calib_ids.size() > static_cast<size_t>(calib_tokens)) calib_ids.resize(static_cast<size_t>(calib_tokens));
+    auto ids_or = ReadCalibrationTokens(model, calib, calib_tokens);
+    if (!ids_or.ok()) return Fail("m2search", ids_or.status());
+    calib_ids = std::move(*ids_or);
   }
   ProgressBar build_bar("predictors", static_cast<uint64_t>(model.config().n_layers), progress);
   auto weights = model::BuildM2Weights(model, *spec, &pool, [&](int l) { build_bar.Update(static_cast<uint64_t>(l + 1)); },

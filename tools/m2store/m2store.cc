@@ -5,11 +5,11 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
 #include "base/units.h"
 #include "common/cli.h"
 #include "common/commands.h"
+#include "common/m2cache_flags.h"
 #include "common/model_flags.h"
 #include "format/mapped_file.h"
 #include "m2cache/mix_config.h"
@@ -47,14 +47,8 @@ int M2storeMain(int argc, char** argv) {
   if (out == mf.model) return Fail("m2store", Status::InvalidArgument("-o " + out + " is the model file"));
   m2cache::StorePlan store_plan;
   if (!plan_path.empty()) {
-    auto text = format::ReadSmallFile(plan_path, 16u << 20);
-    if (!text.ok()) return Fail("m2store", text.status());
-    const nlohmann::json j = nlohmann::json::parse(*text, nullptr, false);
-    if (j.is_discarded() || !j.is_object() || j.value("format", "") != "weir-m2cache-plan" || !j["best"].is_object() ||
-        !j["best"]["r_high"].is_number() || !j["best"]["r_low"].is_number() || !j["hi"].is_string() ||
-        !j["lo"].is_string() || !j["rank"].is_number_integer()) {
-      return Fail("m2store", Status::InvalidArgument(plan_path + ": not a plan written by `weir m2search -o`"));
-    }
+    auto plan = ReadM2CachePlan(plan_path);
+    if (!plan.ok()) return Fail("m2store", plan.status());
     // The plan's settings, unless a flag names another (then they must agree).
     auto take = [&](const char* flag, std::string* value, const std::string& from_plan) -> Status {
       if (app.count(flag) > 0 && *value != from_plan) {
@@ -64,15 +58,14 @@ int M2storeMain(int argc, char** argv) {
       return Status::Ok();
     };
     std::string rank_s = std::to_string(rank);
-    for (Status st : {take("--hi", &hi, j["hi"].get<std::string>()), take("--lo", &lo, j["lo"].get<std::string>()),
-                      take("--rank", &rank_s, std::to_string(j["rank"].get<int>())),
-                      take("--predictor", &predictor, j.value("predictor", std::string("lowrank")))}) {
+    for (Status st : {take("--hi", &hi, plan->hi), take("--lo", &lo, plan->lo),
+                      take("--rank", &rank_s, std::to_string(plan->rank)), take("--predictor", &predictor, plan->predictor)}) {
       if (!st.ok()) return Fail("m2store", st);
     }
     rank = std::stoi(rank_s);
     if (predictor == "oracle") predictor = "none";
-    if (calib.empty() && j.contains("calib") && j["calib"].is_string()) calib = j["calib"].get<std::string>();
-    store_plan = {j["best"]["r_high"].get<double>(), j["best"]["r_low"].get<double>()};
+    if (calib.empty()) calib = plan->calib;
+    store_plan = {plan->r_high, plan->r_low};
   }
 
   auto config = m2cache::ParseMixConfig("hi=" + hi + ",lo=" + lo + ",rank=" + std::to_string(rank) + ",predictor=" +
@@ -86,11 +79,9 @@ int M2storeMain(int argc, char** argv) {
   const model::Model& model = **loaded;
   std::vector<int32_t> calib_ids;
   if (!calib.empty()) {
-    if (model.tokenizer() == nullptr) return Fail("m2store", Status::InvalidArgument("--calib: the model has no tokenizer"));
-    auto text = format::ReadSmallFile(calib, 1ull << 30);
-    if (!text.ok()) return Fail("m2store", text.status());
-    calib_ids = model.tokenizer()->Encode(*text, false);
-    if (calib_ids.size() > static_cast<size_t>(calib_tokens)) calib_ids.resize(static_cast<size_t>(calib_tokens));
+    auto ids_or = ReadCalibrationTokens(model, calib, calib_tokens);
+    if (!ids_or.ok()) return Fail("m2store", ids_or.status());
+    calib_ids = std::move(*ids_or);
   }
   const bool progress = isatty(2);
   const uint64_t layers = static_cast<uint64_t>(model.config().n_layers);
