@@ -42,6 +42,8 @@ void Session::Embed(std::span<const int32_t> tokens) {
 // x += PostNorm(Wo · softmax(scale · q·Kᵀ) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k likewise,
 // xb = RMSNorm(x), K and V appended to the cache. A sliding-window layer attends to the last
 // `sliding_window` positions only (its own included) and has its own RoPE base.
+// Token t's keys and values are those of its sequence, seq_[t]: this session's cache at
+// pos() + t, or in a batched decode (DecodeBatch) the cache and position of the t-th session.
 Status Session::Attention(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
@@ -81,10 +83,12 @@ Status Session::Attention(int layer, int n) {
     if (w.attn_k_norm) {
       for (int h = 0; h < nkv; ++h) kernels::RmsNorm(kt + h * hd, kt + h * hd, w.attn_k_norm, hd, c.rms_eps);
     }
-    kernels::Rope(qt, nh, hd, c.rope_dim, pos_ + t, theta, c.rope_style);
-    kernels::Rope(kt, nkv, hd, c.rope_dim, pos_ + t, theta, c.rope_style);
-    std::memcpy(kv_.k(layer, pos_ + t), kt, sizeof(float) * kv_dim);
-    std::memcpy(kv_.v(layer, pos_ + t), vt, sizeof(float) * kv_dim);
+    KVCache& cache = *seq_[static_cast<size_t>(t)].kv;
+    const int pos = seq_[static_cast<size_t>(t)].pos;
+    kernels::Rope(qt, nh, hd, c.rope_dim, pos, theta, c.rope_style);
+    kernels::Rope(kt, nkv, hd, c.rope_dim, pos, theta, c.rope_style);
+    std::memcpy(cache.k(layer, pos), kt, sizeof(float) * kv_dim);
+    std::memcpy(cache.v(layer, pos), vt, sizeof(float) * kv_dim);
   }
 
   // One (token, head) pair per work item; query head h reads key-value head h / (nh / nkv).
@@ -92,20 +96,21 @@ Status Session::Attention(int layer, int n) {
   const float scale = c.AttnScale();
   const int group = nh / nkv;
   const int window = c.IsSliding(layer) ? c.sliding_window : 0;
-  const int ring = kv_.rows(layer);  // a sliding layer's positions wrap around its rows
   ParallelFor(pool_, static_cast<size_t>(n * nh), [&](size_t begin, size_t end, int thread) {
     float* scores = scores_.data<float>() + static_cast<size_t>(thread) * kv_.ctx();
     for (size_t item = begin; item < end; ++item) {
       const int t = static_cast<int>(item) / nh, h = static_cast<int>(item) % nh;
-      const int kvh = h / group, n_pos = pos_ + t + 1;  // causal: positions 0..pos+t
+      KVCache& cache = *seq_[static_cast<size_t>(t)].kv;  // this token's sequence
+      const int ring = cache.rows(layer);  // a sliding layer's positions wrap around its rows
+      const int kvh = h / group, n_pos = seq_[static_cast<size_t>(t)].pos + 1;  // causal: 0..pos
       const int first = window > 0 ? std::max(0, n_pos - window) : 0;
       const int count = n_pos - first;
       const float* qh = q + t * q_dim + h * hd;
       // The keys [first, n_pos) lie in at most two runs of consecutive rows.
       const int run = std::min(count, ring - first % ring);
-      kernels::DotRowsF32(kv_.k(layer, first) + kvh * hd, static_cast<size_t>(kv_dim), run, hd, qh, scores);
+      kernels::DotRowsF32(cache.k(layer, first) + kvh * hd, static_cast<size_t>(kv_dim), run, hd, qh, scores);
       if (run < count) {
-        kernels::DotRowsF32(kv_.k(layer, first + run) + kvh * hd, static_cast<size_t>(kv_dim), count - run, hd,
+        kernels::DotRowsF32(cache.k(layer, first + run) + kvh * hd, static_cast<size_t>(kv_dim), count - run, hd,
                             qh, scores + run);
       }
       for (int p = 0; p < count; ++p) scores[p] *= scale;
@@ -113,7 +118,7 @@ Status Session::Attention(int layer, int n) {
       float* out = att + t * q_dim + h * hd;
       std::memset(out, 0, sizeof(float) * hd);
       for (int p = 0; p < count; ++p) {
-        const float* vp = kv_.v(layer, first + p) + kvh * hd;
+        const float* vp = cache.v(layer, first + p) + kvh * hd;
         const float a = scores[p];
         for (int i = 0; i < hd; ++i) out[i] += a * vp[i];
       }

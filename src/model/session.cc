@@ -1,6 +1,7 @@
 #include "model/session.h"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 namespace weir::model {
@@ -19,6 +20,7 @@ Status Session::Allocate(const SessionOptions& options) {
   if (options.n_batch <= 0) return Status::InvalidArgument(StrFormat("batch size %d must be positive", options.n_batch));
   n_batch_ = std::min(options.n_batch, ctx);
   WEIR_RETURN_IF_ERROR(kv_.Init(c, ctx, n_batch_));
+  seq_.assign(static_cast<size_t>(n_batch_), Seq{&kv_, 0});
 
   size_t max_q = 0, max_kv = 0, max_ff = 0;
   for (const auto& L : c.layers) {
@@ -201,6 +203,7 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
     }
   }
   if (streamed_ != nullptr) streamed_->BeginToken();
+  for (int t = 0; t < n; ++t) seq_[static_cast<size_t>(t)] = Seq{&kv_, pos_ + t};
   Embed(tokens);
   for (int l = 0; l < model_.config().n_layers; ++l) {
     WEIR_RETURN_IF_ERROR(Attention(l, n));
@@ -210,6 +213,70 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
   pos_ += n;
   traffic_.tokens += static_cast<uint64_t>(n);
   return logits_.data<float>();
+}
+
+bool Session::Batchable() const {
+  return policy_ == nullptr && streamed_ == nullptr && mixed_ == nullptr && observer_ == nullptr &&
+         (moe_ == nullptr || experts_ != nullptr);
+}
+
+Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                            std::span<const float*> logits) {
+  const int n = static_cast<int>(sessions.size());
+  if (n == 0 || tokens.size() != sessions.size() || logits.size() != sessions.size()) {
+    return Status::InvalidArgument(StrFormat("batched decode of %d sessions with %zu tokens and %zu logits",
+                                             n, tokens.size(), logits.size()));
+  }
+  Session& lead = *sessions[0];
+  const format::LlamaConfig& c = lead.model_.config();
+  if (n > lead.n_batch_) {
+    return Status::InvalidArgument(StrFormat("batched decode of %d sessions; the first holds %d tokens a call",
+                                             n, lead.n_batch_));
+  }
+  for (int i = 0; i < n; ++i) {
+    const Session& s = *sessions[static_cast<size_t>(i)];
+    for (int j = 0; j < i; ++j) {
+      if (sessions[static_cast<size_t>(j)] == &s) {
+        return Status::InvalidArgument(StrFormat("batched decode: session %d is also session %d", i, j));
+      }
+    }
+    if (&s.model_ != &lead.model_ || s.kv_.ctx() != lead.kv_.ctx() || !s.Batchable()) {
+      return Status::InvalidArgument(StrFormat(
+          "batched decode: session %d %s", i,
+          &s.model_ != &lead.model_ ? "runs another model"
+          : s.kv_.ctx() != lead.kv_.ctx() ? "has another context size"
+                                           : "has per-sequence MLP state (sparsity, a pack, M2Cache or an observer)"));
+    }
+    if (s.pos_ + 1 > s.kv_.ctx()) {
+      return Status::InvalidArgument(StrFormat("batched decode: session %d's context is full (%d positions)", i,
+                                               s.kv_.ctx()));
+    }
+    const int32_t t = tokens[static_cast<size_t>(i)];
+    if (t < 0 || t >= c.vocab_size) {
+      return Status::InvalidArgument(StrFormat("token id %d outside the vocabulary [0, %d)", t, c.vocab_size));
+    }
+  }
+  for (int i = 0; i < n; ++i) {
+    Session& s = *sessions[static_cast<size_t>(i)];
+    lead.seq_[static_cast<size_t>(i)] = Seq{&s.kv_, s.pos_};
+  }
+  lead.Embed(tokens);
+  for (int l = 0; l < c.n_layers; ++l) {
+    WEIR_RETURN_IF_ERROR(lead.Attention(l, n));
+    WEIR_RETURN_IF_ERROR(lead.Mlp(l, n));
+  }
+  lead.Output(n, LogitsFor::kAll);
+  const size_t vocab = static_cast<size_t>(c.vocab_size);
+  for (int i = 0; i < n; ++i) {
+    Session& s = *sessions[static_cast<size_t>(i)];
+    float* dst = s.logits_.data<float>();
+    if (i > 0) std::memcpy(dst, lead.logits_.data<float>() + static_cast<size_t>(i) * vocab, vocab * sizeof(float));
+    logits[static_cast<size_t>(i)] = dst;
+    ++s.pos_;
+    if (i > 0) s.traffic_.tokens += 1;
+  }
+  lead.traffic_.tokens += 1;
+  return Status::Ok();
 }
 
 bool Session::Rewind(int pos) {

@@ -89,6 +89,21 @@ class Session {
   // Feeds any number of tokens in n_batch chunks; returns the logits of the last one.
   Result<const float*> Prefill(std::span<const int32_t> tokens);
 
+  // Continuous batching: one decode step of several sequences as one forward pass. Runs
+  // tokens[i] at sessions[i]->pos() and appends it to that session's KV cache; the linear
+  // layers multiply all the tokens at once (one read of the weights for the batch) and each
+  // token attends to its own cache. logits[i] receives sessions[i]'s [vocab], valid until that
+  // session's next call. The sessions must be distinct, over one Model, of one context size,
+  // each Batchable(), at most sessions[0]->n_batch() of them; sessions[0] lends its buffers.
+  // The result equals each session's own Forward of its token (within float rounding: the
+  // batched product sums in another order).
+  static Status DecodeBatch(std::span<Session* const> sessions, std::span<const int32_t> tokens,
+                            std::span<const float*> logits);
+  // Whether DecodeBatch may take this session: its MLP is the dense or mixture-of-experts one
+  // over resident weights (no sparsity policy, streamed pack or M2Cache, whose per-token state
+  // belongs to one sequence) and no observer watches it.
+  bool Batchable() const;
+
   // Forgets the sequence (the KV cache is reused from position 0).
   void Reset() { pos_ = 0; }
   // Goes back to position `pos` (0 <= pos <= pos()), keeping the cached positions before it, so
@@ -139,6 +154,13 @@ class Session {
   ThreadPool* pool_;
   KVCache kv_;
   int pos_ = 0;
+  // The sequence of each token of the current call (n_batch entries): whose KV cache it reads
+  // and appends to, at which position. Forward fills it with this session's own.
+  struct Seq {
+    KVCache* kv;
+    int pos;
+  };
+  std::vector<Seq> seq_;
   int n_batch_ = 0;
   ActivationObserver* observer_ = nullptr;
   std::unique_ptr<sparsity::SparsityPolicy> policy_;

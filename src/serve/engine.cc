@@ -7,8 +7,8 @@ namespace weir::serve {
 using Clock = std::chrono::steady_clock;
 
 Engine::Engine(TextCodec codec, std::vector<std::unique_ptr<model::Session>> sessions,
-               int queue_limit, Metrics* metrics)
-    : codec_(std::move(codec)), queue_limit_(queue_limit), metrics_(metrics) {
+               int queue_limit, Metrics* metrics, bool batch_decode)
+    : codec_(std::move(codec)), queue_limit_(queue_limit), metrics_(metrics), batch_decode_(batch_decode) {
   for (auto& s : sessions) {
     ctx_ = ctx_ == 0 ? s->ctx() : std::min(ctx_, s->ctx());
     Slot slot;
@@ -93,18 +93,17 @@ void Engine::Start(Slot& s) {
   s.prev = job.prompt.back();
 }
 
-void Engine::Step(Slot& s) {
+std::optional<int32_t> Engine::Emit(Slot& s) {
   Job& job = *s.job;
   if (job.cancelled.load()) {
     metrics_->cancelled.fetch_add(1);
     Finish(s, "cancelled");
-    return;
+    return std::nullopt;
   }
-  const Clock::time_point t0 = Clock::now();
   const int32_t tok = s.sampler->Sample(s.logits);
   if (codec_.is_stop(tok)) {
     Finish(s, "stop");
-    return;
+    return std::nullopt;
   }
   const std::string piece = codec_.decode(s.prev, tok);
   s.prev = tok;
@@ -131,20 +130,53 @@ void Engine::Step(Slot& s) {
   if (first) metrics_->AddTtft(job.ttft_seconds);
   if (stop_hit) {
     Finish(s, "stop");
-    return;
+    return std::nullopt;
   }
   if (job.completion_tokens >= job.max_tokens || s.session->pos() >= s.session->ctx()) {
     Finish(s, "length");
-    return;
+    return std::nullopt;
   }
-  auto next = s.session->Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
-  if (!next.ok()) {
-    s.session->Reset();
-    Finish(s, "error", next.status());
-    return;
+  return tok;
+}
+
+void Engine::Advance(std::span<Slot* const> slots, std::span<const int32_t> tokens) {
+  const Clock::time_point t0 = Clock::now();
+  std::vector<model::Session*> batch;
+  for (Slot* s : slots) {
+    if (batch_decode_ && s->session->Batchable()) batch.push_back(s->session.get());
   }
-  s.logits = *next;
-  metrics_->AddDecode(std::chrono::duration<double>(Clock::now() - t0).count());
+  if (batch.size() > 1 && batch.size() == slots.size() &&
+      batch.size() <= static_cast<size_t>(batch[0]->n_batch())) {
+    std::vector<const float*> logits(batch.size());
+    Status st = model::Session::DecodeBatch(batch, tokens, logits);
+    if (st.ok()) {
+      for (size_t i = 0; i < slots.size(); ++i) slots[i]->logits = logits[i];
+      metrics_->AddDecode(std::chrono::duration<double>(Clock::now() - t0).count(),
+                          static_cast<int>(slots.size()));
+      return;
+    }
+    // A batch that cannot run (a session it refuses) runs one slot at a time below; nothing
+    // was appended to any cache (DecodeBatch checks everything before it computes).
+  }
+  for (size_t i = 0; i < slots.size(); ++i) {
+    Slot& s = *slots[i];
+    const Clock::time_point t1 = Clock::now();
+    auto next = s.session->Forward(tokens.subspan(i, 1), model::LogitsFor::kLast);
+    if (!next.ok()) {
+      s.session->Reset();
+      Finish(s, "error", next.status());
+      continue;
+    }
+    s.logits = *next;
+    metrics_->AddDecode(std::chrono::duration<double>(Clock::now() - t1).count());
+  }
+}
+
+void Engine::Step(Slot& s) {
+  const std::optional<int32_t> tok = Emit(s);
+  if (!tok) return;
+  Slot* one = &s;
+  Advance(std::span<Slot* const>(&one, 1), std::span<const int32_t>(&*tok, 1));
 }
 
 void Engine::Loop() {
@@ -182,12 +214,20 @@ void Engine::Loop() {
       if (s->job && s->logits != nullptr) Step(*s);
       s->stepped = true;
     }
-    // One decode step per busy slot, in turn (a slot that has just made its first token waits
-    // for the next round).
+    // One decode step for every busy slot (a slot that has just made its first token waits for
+    // the next round): each samples its token, then the tokens run as one batch.
+    std::vector<Slot*> stepping;
+    std::vector<int32_t> tokens;
     for (Slot& s : slots_) {
-      if (s.job && s.logits != nullptr && !s.stepped) Step(s);
+      if (s.job && s.logits != nullptr && !s.stepped) {
+        if (const std::optional<int32_t> tok = Emit(s)) {
+          stepping.push_back(&s);
+          tokens.push_back(*tok);
+        }
+      }
       s.stepped = false;
     }
+    if (!stepping.empty()) Advance(stepping, tokens);
   }
   // Shutting down: nothing more is computed.
   std::deque<std::shared_ptr<Job>> left;

@@ -1,6 +1,9 @@
 // Engine: the generation side of `weir serve`. One worker thread owns every model session (one
-// per slot, each with its own KV cache, all over one copy of the weights) and runs the requests
-// of the busy slots a decode step each in turn, so that several clients progress at once; further
+// per slot, each with its own KV cache, all over one copy of the weights). Each round it prefills
+// the requests that just got a slot, then makes one token for every busy slot: the slots'
+// tokens go through the model as one batch (continuous batching, model::Session::DecodeBatch:
+// the weights are read once for all of them), or one slot after the other where the sessions
+// cannot be batched (a sparsity policy, a streamed pack, M2Cache) or batching is off. Further
 // requests wait in a bounded queue (Submit refuses with 503 when it is full).
 //
 // A Job is one request's generation. The HTTP thread fills its inputs, submits it and then reads
@@ -20,6 +23,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <thread>
 #include <vector>
@@ -64,8 +68,9 @@ class Engine {
  public:
   // `sessions`: one per slot (their KV caches are the slots' contexts). queue_limit: requests
   // that may wait for a slot. `metrics` outlives the engine.
+  // batch_decode: run the busy slots' decode steps as one batch where the sessions allow.
   Engine(TextCodec codec, std::vector<std::unique_ptr<model::Session>> sessions, int queue_limit,
-         Metrics* metrics);
+         Metrics* metrics, bool batch_decode = true);
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -90,7 +95,12 @@ class Engine {
   };
   void Loop();
   void Start(Slot& s);  // prefill the slot's new job
-  void Step(Slot& s);   // one token of the slot's job
+  void Step(Slot& s);   // one token of the slot's job: Emit, then Advance
+  // Samples the slot's next token from its logits and appends its text to the job; nullopt when
+  // the job has ended (stop token or string, length, cancelled).
+  std::optional<int32_t> Emit(Slot& s);
+  // Runs tokens[i] through slots[i]'s session (one batch where possible) and stores the logits.
+  void Advance(std::span<Slot* const> slots, std::span<const int32_t> tokens);
   void Finish(Slot& s, const std::string& reason, Status error = Status::Ok());
 
   TextCodec codec_;
@@ -98,6 +108,7 @@ class Engine {
   int queue_limit_;
   int ctx_ = 0;
   Metrics* metrics_;
+  bool batch_decode_ = true;
 
   std::mutex mu_;
   std::condition_variable cv_;

@@ -21,10 +21,11 @@ void Metrics::AddPrefill(double seconds) {
   ++prefill_count_;
 }
 
-void Metrics::AddDecode(double seconds) {
+void Metrics::AddDecode(double seconds, int tokens) {
   std::lock_guard<std::mutex> lock(mu_);
   decode_sum_ += seconds;
   ++decode_count_;
+  decode_tokens_ += static_cast<uint64_t>(tokens);
 }
 
 std::string Metrics::Render(const std::string& extra) const {
@@ -52,12 +53,16 @@ std::string Metrics::Render(const std::string& extra) const {
   metric("weir_prefill_seconds", "summary", "time prefilling prompts");
   s += StrFormat("weir_prefill_seconds_sum %.6f\nweir_prefill_seconds_count %llu\n", prefill_sum_,
                  static_cast<unsigned long long>(prefill_count_));
-  metric("weir_decode_step_seconds", "summary", "time per decode step of one slot");
+  metric("weir_decode_step_seconds", "summary",
+         "time per decode step (one token of every slot in the step's batch)");
   s += StrFormat("weir_decode_step_seconds_sum %.6f\nweir_decode_step_seconds_count %llu\n",
                  decode_sum_, static_cast<unsigned long long>(decode_count_));
+  metric("weir_decode_batch_size", "gauge", "tokens per decode step so far (slots batched together)");
+  s += StrFormat("weir_decode_batch_size %.3f\n",
+                 decode_count_ > 0 ? static_cast<double>(decode_tokens_) / decode_count_ : 0.0);
   metric("weir_decode_tokens_per_second", "gauge", "tokens per second of decode steps so far");
   s += StrFormat("weir_decode_tokens_per_second %.3f\n",
-                 decode_sum_ > 0 ? static_cast<double>(decode_count_) / decode_sum_ : 0.0);
+                 decode_sum_ > 0 ? static_cast<double>(decode_tokens_) / decode_sum_ : 0.0);
   metric("weir_slots", "gauge", "slots (--parallel)");
   s += StrFormat("weir_slots %d\n", slots.load());
   metric("weir_slots_busy", "gauge", "slots generating");

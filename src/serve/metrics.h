@@ -21,7 +21,8 @@ struct Metrics {
   void CountRequest(const std::string& endpoint, int status);
   void AddTtft(double seconds);
   void AddPrefill(double seconds);
-  void AddDecode(double seconds);
+  // One decode step that made `tokens` tokens (one per slot in the batch) in `seconds`.
+  void AddDecode(double seconds, int tokens = 1);
   // The text of every metric, then `extra` (already in the format).
   std::string Render(const std::string& extra) const;
 
@@ -29,7 +30,7 @@ struct Metrics {
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   double ttft_sum_ = 0, prefill_sum_ = 0, decode_sum_ = 0;
-  uint64_t ttft_count_ = 0, prefill_count_ = 0, decode_count_ = 0;
+  uint64_t ttft_count_ = 0, prefill_count_ = 0, decode_count_ = 0, decode_tokens_ = 0;
 };
 
 }  // namespace weir::serve

@@ -47,6 +47,7 @@ int ServeMain(int argc, char** argv) {
   ChatFlags cf;
   serve::ServerOptions so;
   int parallel = 1, queue = 16;
+  bool no_batch = false;
   AddModelFlags(app, &mf);
   AddSamplingFlags(app, &sf);
   AddSparsityFlags(app, &spf);
@@ -59,6 +60,9 @@ int ServeMain(int argc, char** argv) {
   app.add_option("--parallel", parallel,
                  "slots: requests generated at once, each with its own KV cache (default 1)")
       ->check(CLI::Range(1, 64));
+  app.add_flag("--no-batch", no_batch,
+               "run the busy slots' decode steps one after the other instead of as one batch "
+               "(continuous batching is on by default; this is for comparison)");
   app.add_option("--queue", queue, "requests that may wait for a slot before 503 (default 16)")
       ->check(CLI::Range(0, 4096));
   app.add_option("--api-key", so.api_key, "require 'Authorization: Bearer KEY' on the API");
@@ -138,7 +142,7 @@ int ServeMain(int argc, char** argv) {
   const ChatSetup* chat = &*setup;
   codec.is_stop = [chat](int32_t id) { return chat->IsStop(id); };
   codec.vocab_size = model.config().vocab_size;
-  serve::Engine engine(codec, std::move(sessions), queue, &metrics);
+  serve::Engine engine(codec, std::move(sessions), queue, &metrics, !no_batch);
 
   serve::ModelText text;
   text.model_id = BaseName(mf.model);
