@@ -8,6 +8,10 @@ namespace weir::model {
 Sampler::Sampler(int vocab_size, const SamplerOptions& options)
     : opt_(options), vocab_(vocab_size), rng_(options.seed) {
   cand_.reserve(static_cast<size_t>(vocab_size));
+  if (opt_.presence_penalty != 0 || opt_.frequency_penalty != 0) {
+    count_.assign(static_cast<size_t>(vocab_size), 0);
+    penalized_.resize(static_cast<size_t>(vocab_size));
+  }
 }
 
 int32_t Sampler::Argmax(const float* logits, int n) {
@@ -17,6 +21,18 @@ int32_t Sampler::Argmax(const float* logits, int n) {
 }
 
 int32_t Sampler::Sample(const float* logits) {
+  if (count_.empty()) return Pick(logits);
+  std::copy(logits, logits + vocab_, penalized_.begin());
+  for (int32_t j : seen_) {
+    const int32_t c = count_[static_cast<size_t>(j)];
+    penalized_[static_cast<size_t>(j)] -= opt_.presence_penalty + opt_.frequency_penalty * static_cast<float>(c);
+  }
+  const int32_t tok = Pick(penalized_.data());
+  if (count_[static_cast<size_t>(tok)]++ == 0) seen_.push_back(tok);
+  return tok;
+}
+
+int32_t Sampler::Pick(const float* logits) {
   if (opt_.temp <= 0) return Argmax(logits, vocab_);
   cand_.clear();
   for (int i = 0; i < vocab_; ++i) cand_.emplace_back(logits[i] / opt_.temp, i);

@@ -1,5 +1,8 @@
 // Sampler: picks the next token from logits -- greedy (temp <= 0), or temperature with optional
 // top-k and top-p (nucleus) truncation, from a seeded generator so runs are reproducible.
+// Presence and frequency penalties (OpenAI's definition) lower the logit of every token already
+// sampled by this sampler: logit[j] -= presence * (c[j] > 0) + frequency * c[j], c[j] = how many
+// times j was sampled; they apply before greedy or temperature sampling alike.
 //
 // Thread safety: none; one per session.
 #pragma once
@@ -15,19 +18,29 @@ struct SamplerOptions {
   int top_k = 40;        // <= 0: no top-k
   float top_p = 0.95f;   // >= 1: no top-p
   uint64_t seed = 0;
+  float presence_penalty = 0;   // OpenAI's range is [-2, 2]; 0 = off
+  float frequency_penalty = 0;  // idem
 };
 
 class Sampler {
  public:
   Sampler(int vocab_size, const SamplerOptions& options);
+  // The next token from logits [vocab]; counts it for the penalties.
   int32_t Sample(const float* logits);
   static int32_t Argmax(const float* logits, int n);
 
  private:
+  int32_t Pick(const float* logits);  // greedy or temperature / top-k / top-p
+
   SamplerOptions opt_;
   int vocab_;
   std::mt19937_64 rng_;
   std::vector<std::pair<float, int32_t>> cand_;  // allocated once
+  // Penalties only: how often each token was sampled, the tokens sampled at least once, and the
+  // logits with the penalties applied.
+  std::vector<int32_t> count_;
+  std::vector<int32_t> seen_;
+  std::vector<float> penalized_;
 };
 
 }  // namespace weir::model

@@ -132,6 +132,11 @@ std::optional<ApiError> ParseGenerationRequest(const std::string& body, bool cha
   if (auto e = Integer(j, "top_k", 0, 1 << 20, &top_k)) return e;
   if (auto e = Integer(j, "seed", -9.2e18, 9.2e18, &seed)) return e;
   if (auto e = Integer(j, "n", 1, 1, &n)) return e;
+  std::optional<double> presence, frequency;
+  if (auto e = Number(j, "presence_penalty", -2, 2, &presence)) return e;
+  if (auto e = Number(j, "frequency_penalty", -2, 2, &frequency)) return e;
+  if (presence) r.presence_penalty = static_cast<float>(*presence);
+  if (frequency) r.frequency_penalty = static_cast<float>(*frequency);
   if (temperature) r.temperature = static_cast<float>(*temperature);
   if (top_p) r.top_p = static_cast<float>(*top_p);
   if (top_k) r.top_k = static_cast<int>(*top_k);

@@ -5,7 +5,8 @@
 //   POST /v1/chat/completions  {"messages": [{"role", "content"}...], ...}   -> chat.completion
 //   POST /v1/completions       {"prompt": "text", ...}                       -> text_completion
 //   POST /tokenize, /detokenize  their bodies (ParseTokenizeRequest, ParseDetokenizeRequest)
-// Sampling fields: max_tokens (max_completion_tokens), temperature, top_p, top_k, seed, stop
+// Sampling fields: max_tokens (max_completion_tokens), temperature, top_p, top_k, seed,
+// presence_penalty and frequency_penalty (each in [-2, 2]), stop
 // (a string or up to 4 strings), stream, n (1 only). Unknown fields are ignored, as OpenAI's
 // server does for fields it does not know; a known field of the wrong type or range is a 400.
 //
@@ -39,6 +40,7 @@ struct GenerationRequest {
   std::string prompt;                       // completions
   int max_tokens = -1;                      // -1: the server's default
   std::optional<float> temperature, top_p;
+  std::optional<float> presence_penalty, frequency_penalty;
   std::optional<int> top_k;
   std::optional<uint64_t> seed;
   std::vector<std::string> stop;

@@ -129,6 +129,8 @@ struct HttpServer::Impl {
     if (r.temperature) job->sampling.temp = *r.temperature;
     if (r.top_p) job->sampling.top_p = *r.top_p;
     if (r.top_k) job->sampling.top_k = *r.top_k;
+    if (r.presence_penalty) job->sampling.presence_penalty = *r.presence_penalty;
+    if (r.frequency_penalty) job->sampling.frequency_penalty = *r.frequency_penalty;
     if (r.seed) {
       job->sampling.seed = *r.seed;
     } else if (text.sampling.seed == 0) {

@@ -160,6 +160,76 @@ TEST(StreamingSessionTest, BudgetChangesWhileGenerating) {
   EXPECT_TRUE(Same(t, *resident));
 }
 
+// Several sessions over one streamer (`weir serve --parallel N` with a pack): their steps
+// interleave, each on its own KV cache, and each sequence gets bit for bit the logits it gets
+// alone, under a budget that holds both sessions and little cache, for every policy.
+TEST(StreamingSessionTest, SessionsTakingTurnsOnOneStreamerEachGetTheirOwnResult) {
+  const Files f = MakeFiles(DType::kQ8_0, 1);
+  ThreadPool pool(2);
+  const std::vector<std::vector<int32_t>> prompts = {{1, 17, 250, 3, 99}, {5, 8, 13}};
+  const int steps = 6;
+  // Greedy logits of each prompt run alone, every block resident.
+  auto run = [&](const StreamingConfig& c, bool together) -> std::vector<std::vector<float>> {
+    std::vector<std::vector<float>> out(prompts.size());
+    auto sm = StreamingModel::Open(f.pack, Memory(f.pack), c);
+    EXPECT_TRUE(sm.ok()) << sm.status().ToString();
+    if (!sm.ok()) return {};
+    SessionOptions so;
+    so.ctx = 64;
+    so.n_batch = 4;
+    so.streamed = &(*sm)->streamer();
+    std::vector<std::unique_ptr<Session>> ss;
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      auto s = Session::Create((*sm)->model(), &pool, so);
+      EXPECT_TRUE(s.ok());
+      if (!s.ok()) return {};
+      EXPECT_FALSE((*s)->Batchable());  // a streamed MLP follows one token at a time
+      bytes += (*s)->allocated_bytes();
+      ss.push_back(std::move(s).value());
+    }
+    Status fit = (*sm)->Fit(bytes);
+    EXPECT_TRUE(fit.ok()) << fit.ToString();
+    const int vocab = (*sm)->model().config().vocab_size;
+    std::vector<const float*> l(prompts.size());
+    auto step = [&](size_t i) {
+      const int32_t tok = Sampler::Argmax(l[i], vocab);
+      out[i].insert(out[i].end(), l[i], l[i] + vocab);
+      auto next = ss[i]->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast);
+      EXPECT_TRUE(next.ok()) << next.status().ToString();
+      l[i] = next.ok() ? *next : l[i];
+    };
+    if (together) {  // prefill both, then alternate their steps
+      for (size_t i = 0; i < prompts.size(); ++i) l[i] = ss[i]->Prefill(prompts[i]).value();
+      for (int t = 0; t < steps; ++t) {
+        for (size_t i = 0; i < prompts.size(); ++i) step(i);
+      }
+    } else {  // one sequence after the other
+      for (size_t i = 0; i < prompts.size(); ++i) {
+        l[i] = ss[i]->Prefill(prompts[i]).value();
+        for (int t = 0; t < steps; ++t) step(i);
+      }
+    }
+    return out;
+  };
+  const auto alone = run(Config(UINT64_MAX, "lru"), false);
+  ASSERT_EQ(alone.size(), prompts.size());
+  MemoryPlan plan;
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 1, &plan).ok());
+  // Room for the second session and an eighth of the streamed weights in the cache.
+  const uint64_t small = plan.minimum() + plan.session_bytes + plan.streamed_bytes / 8;
+  for (const char* policy : {"lru", "lfu", "atu", "window"}) {
+    SCOPED_TRACE(policy);
+    const auto together = run(Config(small, policy), true);
+    ASSERT_EQ(together.size(), alone.size());
+    for (size_t i = 0; i < alone.size(); ++i) {
+      ASSERT_EQ(together[i].size(), alone[i].size());
+      EXPECT_EQ(std::memcmp(together[i].data(), alone[i].data(), alone[i].size() * sizeof(float)), 0)
+          << "sequence " << i;
+    }
+  }
+}
+
 TEST(StreamingSessionTest, AttentionStreamedOrStatic) {
   const Files f = MakeFiles(DType::kQ4_0, 2, 4);
   ThreadPool pool(2);

@@ -11,6 +11,7 @@ TEST(ServeApiTest, ParsesChatRequests) {
       R"({"model": "m", "messages": [{"role": "system", "content": "be brief"},
           {"role": "user", "content": [{"type": "text", "text": "hi "}, {"type": "text", "text": "there"}]}],
           "max_tokens": 7, "temperature": 0, "top_p": 0.5, "top_k": 3, "seed": 42,
+          "presence_penalty": 0.5, "frequency_penalty": -1.25,
           "stop": ["\n", "END"], "stream": true, "stream_options": {"include_usage": true},
           "unknown_field": {"ignored": 1}})",
       true, &r);
@@ -23,6 +24,8 @@ TEST(ServeApiTest, ParsesChatRequests) {
   EXPECT_EQ(*r.top_p, 0.5f);
   EXPECT_EQ(*r.top_k, 3);
   EXPECT_EQ(*r.seed, 42u);
+  EXPECT_EQ(*r.presence_penalty, 0.5f);
+  EXPECT_EQ(*r.frequency_penalty, -1.25f);
   EXPECT_EQ(r.stop, (std::vector<std::string>{"\n", "END"}));
   EXPECT_TRUE(r.stream && r.include_usage);
   EXPECT_EQ(r.model, "m");
@@ -59,6 +62,8 @@ TEST(ServeApiTest, BadRequestsNameTheField) {
       {R"({"messages": [{"role": "user", "content": "x"}], "stop": ["a","b","c","d","e"]})", true, "stop"},
       {R"({"messages": [{"role": "user", "content": "x"}], "stream": "yes"})", true, "stream"},
       {R"({"messages": [{"role": "user", "content": "x"}], "top_p": "high"})", true, "top_p"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "presence_penalty": 2.5})", true, "presence_penalty"},
+      {R"({"messages": [{"role": "user", "content": "x"}], "frequency_penalty": "x"})", true, "frequency_penalty"},
       {R"({})", false, "prompt"},
       {R"({"prompt": ["a", "b"]})", false, "prompt"},
   };

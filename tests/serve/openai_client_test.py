@@ -164,6 +164,11 @@ def main():
             together = list(pool.map(
                 lambda p: chat_text(c, p, max_tokens=16).choices[0].message.content, prompts))
         check(together == alone, "concurrent requests give the same texts as alone")
+        # ... and their decode steps ran as batches (continuous batching): more than one token
+        # per step on average since the start.
+        m = re.search(r"^weir_decode_batch_size ([0-9.]+)$", s.get("/metrics")[1], re.M)
+        check(m is not None and float(m.group(1)) > 1.0,
+              f"concurrent decode steps ran as batches ({m.group(1) if m else 'no metric'})")
 
         # Errors.
         code, body, _ = s.request("POST", "/v1/chat/completions", b"{not json")
@@ -238,6 +243,26 @@ def main():
             headers={"Content-Type": "application/json", "Authorization": "Bearer sekret"})
         check(code == 503 and headers.get("Retry-After") == "1", f"queue full -> 503 ({code})")
         stream.close()
+    finally:
+        s.stop()
+
+    # A streamed pack with two slots: both share one budget and one weight cache, and each
+    # request gets the text it gets alone. A budget that cannot hold the slots is refused.
+    pack = os.path.join(tmp, "m.weir")
+    subprocess.run([args.weir, "pack", "-m", model, "-o", pack], check=True, capture_output=True)
+    r = subprocess.run([args.weir, "serve", "-m", pack, "--port", "0", "--parallel", "2",
+                        "--memory", "1MiB", *extra], capture_output=True, text=True, timeout=120)
+    check(r.returncode != 0 and "is below the minimum" in r.stderr,
+          f"a pack under a budget too small for two slots is refused: {r.stderr[-300:]!r}")
+    s = Server(args.weir, pack, "--parallel", "2", "-c", "512", *extra)
+    try:
+        c = s.client()
+        prompts = [f"Name a river number {i}." for i in range(2)]
+        alone = [chat_text(c, p, max_tokens=12).choices[0].message.content for p in prompts]
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            together = list(pool.map(
+                lambda p: chat_text(c, p, max_tokens=12).choices[0].message.content, prompts))
+        check(together == alone, "a streamed pack's two slots give the same texts as alone")
     finally:
         s.stop()
 

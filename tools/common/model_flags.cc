@@ -45,6 +45,12 @@ void AddSamplingFlags(CLI::App& app, SamplingFlags* f) {
   app.add_option("--top-p", f->top_p, "nucleus sampling threshold; 1 = off (default 0.95)")
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--seed", f->seed, "random seed; -1 = from the clock (default -1)");
+  app.add_option("--presence-penalty", f->presence_penalty,
+                 "subtracted from the logit of every token already generated (default 0)")
+      ->check(CLI::Range(-2.0, 2.0));
+  app.add_option("--frequency-penalty", f->frequency_penalty,
+                 "subtracted from a token's logit once per time it was generated (default 0)")
+      ->check(CLI::Range(-2.0, 2.0));
 }
 
 model::SamplerOptions ToSamplerOptions(const SamplingFlags& f) {
@@ -52,6 +58,8 @@ model::SamplerOptions ToSamplerOptions(const SamplingFlags& f) {
   o.temp = f.temp;
   o.top_k = f.top_k;
   o.top_p = f.top_p;
+  o.presence_penalty = f.presence_penalty;
+  o.frequency_penalty = f.frequency_penalty;
   o.seed = f.seed >= 0 ? static_cast<uint64_t>(f.seed)
                        : static_cast<uint64_t>(std::chrono::steady_clock::now().time_since_epoch().count());
   return o;

@@ -36,6 +36,8 @@ struct SamplingFlags {
   int top_k = 40;
   float top_p = 0.95f;
   int64_t seed = -1;  // -1 = from the clock
+  float presence_penalty = 0;
+  float frequency_penalty = 0;
 };
 
 void AddSamplingFlags(CLI::App& app, SamplingFlags* flags);

@@ -14,6 +14,7 @@
 #include "common/plan_flags.h"
 #include "common/streaming_flags.h"
 #include "base/memory_info.h"
+#include "base/units.h"
 #include "serve/engine.h"
 #include "serve/http_server.h"
 
@@ -112,18 +113,13 @@ int ServeMain(int argc, char** argv) {
   mf.pool = &pool;
   auto m = LoadRunModel(mf, stf);
   if (!m.ok()) return fail(m.status());
-  if (m->streaming && parallel > 1) {
-    return fail(Status::InvalidArgument(
-        "--parallel " + std::to_string(parallel) +
-        ": a streamed pack serves one slot (its weight cache and I/O pipeline follow one "
-        "sequence); run it with --parallel 1, or serve the GGUF with --parallel N"));
-  }
   const model::Model& model = m->model();
   auto setup = SetupChat(cf, model);
   if (!setup.ok()) return fail(setup.status());
   if (m->streaming) std::fprintf(stderr, "weir serve: %s\n", MemoryLine(*m).c_str());
 
   std::vector<std::unique_ptr<model::Session>> sessions;
+  uint64_t session_bytes = 0;  // every slot's KV cache and activations
   for (int i = 0; i < parallel; ++i) {
     model::SessionOptions o;
     o.ctx = mf.ctx;
@@ -131,10 +127,28 @@ int ServeMain(int argc, char** argv) {
     m->Configure(&o);
     auto session = model::Session::Create(model, &pool, o);
     if (!session.ok()) return fail(session.status());
-    if (i == 0) {
-      if (Status st = m->Fit(**session); !st.ok()) return fail(st);
-    }
+    session_bytes += (*session)->allocated_bytes();
     sessions.push_back(std::move(session).value());
+  }
+  if (m->streaming) {
+    // The slots share the one budget: their KV caches come out of it before the weight cache.
+    if (Status st = m->streaming->Fit(session_bytes); !st.ok()) {
+      if (st.code() != Status::Code::kOutOfMemory) return fail(st);
+      const uint64_t each = session_bytes / static_cast<uint64_t>(parallel);
+      int most = 0;
+      for (int k = parallel - 1; k >= 1 && most == 0; --k) {
+        if (m->streaming->Fit(each * static_cast<uint64_t>(k)).ok()) most = k;
+      }
+      const std::string holds =
+          most == 0 ? std::string("holds no slot beside the model's minimum; use a smaller -c or a larger --memory")
+                    : StrFormat("holds at most %d slot%s beside the model's minimum; use --parallel %d, a smaller "
+                                "-c, or a larger --memory",
+                                most, most == 1 ? "" : "s", most);
+      return fail(Status::OutOfMemory(StrFormat("--parallel %d: each slot's KV cache and activations take %s (-c %d), "
+                                                "and the memory budget %s (%s)",
+                                                parallel, FormatBytes(each).c_str(), sessions[0]->ctx(),
+                                                holds.c_str(), st.message().c_str())));
+    }
   }
   const tokenizer::Tokenizer* tok = setup->tok;
   serve::TextCodec codec;
