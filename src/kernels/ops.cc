@@ -27,11 +27,10 @@ void GatedActivation(Glu glu, float* gate, const float* up, int64_t n) {
 }
 
 void GeluTanhMul(float* gate, const float* up, int64_t n) {
-  constexpr float kSqrt2OverPi = 0.79788456080286535588f;
-  constexpr float kCubic = 0.044715f;
-  for (int64_t i = 0; i < n; ++i) {
-    const float g = gate[i];
-    gate[i] = 0.5f * g * (1.0f + std::tanh(kSqrt2OverPi * g * (1.0f + kCubic * g * g))) * up[i];
+  if (auto* f = internal::ActiveKernels().gelu_mul) {
+    f(gate, up, n);
+  } else {
+    ref::GeluTanhMul(gate, up, n);
   }
 }
 

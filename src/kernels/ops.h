@@ -26,7 +26,9 @@ void Softmax(float* x, int64_t n);
 void SiluMul(float* gate, const float* up, int64_t n);
 
 // gate[i] = gelu(gate[i]) * up[i]  (GeGLU, Gemma), with gelu's tanh approximation
-//   gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))).
+//   gelu(g) = 0.5 g (1 + tanh(z)) = g sigmoid(2z),  z = sqrt(2/pi) (g + 0.044715 g^3).
+// Every path computes the sigmoid form, g u / (1 + exp(-2z)): the same exponential as SiLU, and
+// no cancellation in 1 + tanh(z) where g is negative.
 void GeluTanhMul(float* gate, const float* up, int64_t n);
 
 // The gated linear unit of an MLP: gate[i] = act(gate[i]) * up[i], the one place every MLP
@@ -51,6 +53,7 @@ namespace ref {
 void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps);
 void Softmax(float* x, int64_t n);
 void SiluMul(float* gate, const float* up, int64_t n);
+void GeluTanhMul(float* gate, const float* up, int64_t n);  // in double precision
 }  // namespace ref
 
 }  // namespace weir::kernels

@@ -657,6 +657,28 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
 }
 
+// gelu(g) u = g u / (1 + exp(-2z)), z = sqrt(2/pi) (g + 0.044715 g^3) (ops.h).
+void GeluMul(float* gate, const float* up, int64_t n) {
+  const hn::ScalableTag<float> df;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(df));
+  const auto one = hn::Set(df, 1.0f);
+  const auto k = hn::Set(df, -2.0f * 0.79788456080286535588f);
+  const auto c = hn::Set(df, 0.044715f);
+  const auto lo = hn::Set(df, -88.0f), hi = hn::Set(df, 88.0f);
+  int64_t i = 0;
+  for (; i + nl <= n; i += nl) {
+    const auto g = hn::LoadU(df, gate + i);
+    // -2z within [-88, 88]: Exp's range (beyond it the result is 0 or g u / 1.7e38 ~ 0 anyway).
+    const auto z2 = hn::Min(hn::Max(hn::Mul(k, hn::MulAdd(hn::Mul(c, g), hn::Mul(g, g), g)), lo), hi);
+    hn::StoreU(hn::Div(hn::Mul(g, hn::LoadU(df, up + i)), hn::Add(one, hn::Exp(df, z2))), df, gate + i);
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float z2 = -2.0f * 0.79788456080286535588f * (g + 0.044715f * g * g * g);
+    gate[i] = g * up[i] / (1.0f + Exp1(std::min(std::max(z2, -88.0f), 88.0f)));
+  }
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace weir::kernels::internal
 HWY_AFTER_NAMESPACE();
@@ -673,6 +695,7 @@ HWY_EXPORT(AxpyGather);
 HWY_EXPORT(RmsNorm);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(SiluMul);
+HWY_EXPORT(GeluMul);
 
 size_t DispatchPrepBytes(DType t, int64_t cols) { return HWY_DYNAMIC_DISPATCH(PrepBytes)(t, cols); }
 void DispatchPrep(DType t, const float* x, int64_t cols, void* out) {
@@ -698,11 +721,15 @@ void DispatchSoftmax(float* x, int64_t n) { HWY_DYNAMIC_DISPATCH(Softmax)(x, n);
 void DispatchSiluMul(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(SiluMul)(gate, up, n);
 }
+void DispatchGeluMul(float* gate, const float* up, int64_t n) {
+  HWY_DYNAMIC_DISPATCH(GeluMul)(gate, up, n);
+}
 
 const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
                            DispatchPrepBytes,  DispatchPrep,    DispatchDot,     DispatchDotGather,
                            DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
-                           nullptr,            nullptr,         nullptr,         nullptr};
+                           nullptr,            nullptr,         nullptr,         nullptr,
+                           DispatchGeluMul};
 
 }  // namespace
 

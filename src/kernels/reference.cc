@@ -280,7 +280,7 @@ const internal::IsaKernels kScalarTable = {
     kScalarDirectTypes, internal::kFloatQ8Q4Q41Types,
     ScalarPrepBytes, ScalarPrep,   ScalarDot,    nullptr, ScalarAxpyGather,
     ref::RmsNorm,    ref::Softmax, ref::SiluMul, nullptr, nullptr,
-    nullptr,         nullptr,
+    nullptr,         nullptr,      ref::GeluTanhMul,
 };
 
 }  // namespace
@@ -381,6 +381,16 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (int64_t i = 0; i < n; ++i) {
     const float g = gate[i];
     gate[i] = g / (1.0f + std::exp(-g)) * up[i];
+  }
+}
+
+void GeluTanhMul(float* gate, const float* up, int64_t n) {
+  constexpr double kSqrt2OverPi = 0.79788456080286535588;
+  constexpr double kCubic = 0.044715;
+  for (int64_t i = 0; i < n; ++i) {
+    const double g = gate[i];
+    const double z = kSqrt2OverPi * (g + kCubic * g * g * g);
+    gate[i] = static_cast<float>(g * up[i] / (1.0 + std::exp(-2.0 * z)));
   }
 }
 

@@ -851,6 +851,27 @@ void SiluMul(float* gate, const float* up, int64_t n) {
   for (; i < n; ++i) gate[i] = gate[i] * up[i] / (1.0f + Exp1(-gate[i]));
 }
 
+// gelu(g) u = g u / (1 + exp(-2z)), z = sqrt(2/pi) (g + 0.044715 g^3) (ops.h).
+void GeluMul(float* gate, const float* up, int64_t n) {
+  const __m256 one = _mm256_set1_ps(1.0f);
+  const __m256 k = _mm256_set1_ps(-2.0f * 0.79788456080286535588f);
+  const __m256 c = _mm256_set1_ps(0.044715f);
+  const __m256 lo = _mm256_set1_ps(-88.0f), hi = _mm256_set1_ps(88.0f);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 g = _mm256_loadu_ps(gate + i);
+    // -2z within [-88, 88]: Exp's range (beyond it the result is 0 or g u / 1.7e38 ~ 0 anyway).
+    const __m256 z2 = _mm256_min_ps(_mm256_max_ps(_mm256_mul_ps(k, _mm256_fmadd_ps(_mm256_mul_ps(c, g), _mm256_mul_ps(g, g), g)), lo), hi);
+    _mm256_storeu_ps(gate + i, _mm256_div_ps(_mm256_mul_ps(g, _mm256_loadu_ps(up + i)),
+                                             _mm256_add_ps(one, Exp(z2))));
+  }
+  for (; i < n; ++i) {
+    const float g = gate[i];
+    const float z2 = -2.0f * 0.79788456080286535588f * (g + 0.044715f * g * g * g);
+    gate[i] = g * up[i] / (1.0f + Exp1(std::min(std::max(z2, -88.0f), 88.0f)));
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Tiled dense product (tiled.h): each 64-byte quant vector holds 4 inputs of 16 rows; its two
 // 256-bit halves are rows 0-7 and 8-15, one row per 32-bit lane. The activation is prepared by
@@ -963,7 +984,7 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
 const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
-                           nullptr,   DotTiled};
+                           nullptr,   DotTiled, GeluMul};
 
 }  // namespace
 

@@ -88,6 +88,41 @@ TEST(OpsTest, SiluMulMatchesReferenceOnEveryPath) {
   }
 }
 
+// GeGLU on every path against the double-precision reference, including the saturated ends
+// (large |g|: exp overflows to inf or the product is exactly 0) and the negative range where the
+// tanh form 1 + tanh(z) would cancel.
+TEST(OpsTest, GeluTanhMulMatchesReferenceOnEveryPath) {
+  std::mt19937 rng(25);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (int64_t n : kSizes) {
+      std::vector<float> g = RandomFloats(rng, n, -12, 12), u = RandomFloats(rng, n, -2, 2);
+      if (n > 3) {
+        g[1] = -120.0f;
+        g[2] = 90.0f;
+        g[3] = -3.5f;
+      }
+      std::vector<float> got = g, want = g;
+      GeluTanhMul(got.data(), u.data(), n);
+      ref::GeluTanhMul(want.data(), u.data(), n);
+      for (int64_t i = 0; i < n; ++i) {
+        ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-30)
+            << IsaName(isa) << " n " << n << " g " << g[i];
+      }
+    }
+  }
+  // The reference is the tanh approximation itself: against gelu's formula in long double.
+  for (float g : {-6.0f, -3.0f, -1.0f, -0.1f, 0.0f, 0.3f, 1.0f, 2.5f, 8.0f}) {
+    float got = g;
+    const float one = 1.0f;
+    ref::GeluTanhMul(&got, &one, 1);
+    const long double x = g;
+    const long double want =
+        0.5L * x * (1.0L + std::tanh(0.79788456080286535588L * (x + 0.044715L * x * x * x)));
+    EXPECT_NEAR(got, static_cast<double>(want), 1e-6 * std::fabs(static_cast<double>(want)) + 1e-12) << g;
+  }
+}
+
 TEST(OpsTest, RopeRotatesPairsAndKeepsNorms) {
   std::mt19937 rng(24);
   const int n_heads = 3, head_dim = 8;

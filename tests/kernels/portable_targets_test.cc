@@ -92,6 +92,11 @@ TEST(PortableTargetsTest, EveryHighwayTargetMatchesReference) {
       SiluMul(got.data(), b.data(), n);
       ref::SiluMul(want.data(), b.data(), n);
       for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]));
+      got = a;
+      want = a;
+      GeluTanhMul(got.data(), b.data(), n);
+      ref::GeluTanhMul(want.data(), b.data(), n);
+      for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(got[i], want[i], 1e-5 * std::fabs(want[i]) + 1e-30);
     }
   }
 }

@@ -111,6 +111,9 @@ struct IsaKernels {
   void (*prep_tiled)(DType t, const float* x, int64_t cols, void* out);
   void (*dot_tiled)(DType t, const uint8_t* groups, const TiledGeometry& g, const void* xp,
                     size_t xp_stride, int64_t n_tok, float* y, size_t y_stride);
+
+  // GeGLU with gelu's tanh approximation (ops.h GeluTanhMul), or nullptr (then ref::GeluTanhMul).
+  void (*gelu_mul)(float* gate, const float* up, int64_t n) = nullptr;
 };
 
 void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out);
