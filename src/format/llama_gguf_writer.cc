@@ -191,7 +191,11 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
       default_pattern = default_pattern && c.IsSliding(l) == (l % period < period - 1);
     }
     if (!default_pattern) w->Add(K("attention.sliding_window_pattern"), GgufValue::U32Array(flags));
-    w->AddF32(K("rope.freq_base_swa"), c.rope_theta_sliding);
+    // Not where the row's default is the global base and the file keeps it (gemma2's
+    // converter never writes the key).
+    if (arch.rope_theta_sliding > 0 || c.rope_theta_sliding != c.rope_theta) {
+      w->AddF32(K("rope.freq_base_swa"), c.rope_theta_sliding);
+    }
   } else if (arch.sliding_window_period > 0 && arch.sliding_window_default > 0) {
     w->AddU32(K("attention.sliding_window"), 0);  // absent would read as the row's default
   }

@@ -79,6 +79,7 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
       }
       if (arch == "gemma2") {
         s.n_layers = 4, s.head_dim = 32, s.sliding_window = 4, s.rms_eps = 1e-6f;
+        s.rope_theta = 1e5f;  // not 10000, so that a sliding layer on gemma3's base shows
         s.attn_softcap = 0.05f, s.final_softcap = 0.5f;
       }
       return s;

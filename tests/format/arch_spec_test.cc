@@ -124,7 +124,7 @@ TEST(ArchSpecTest, Gemma2TinySlidesOnEvenLayersWithOneRopeBase) {
   EXPECT_EQ(c.layer_sliding, (std::vector<uint8_t>{1, 0, 1, 0}));
   for (int l = 0; l < c.n_layers; ++l) {
     EXPECT_EQ(c.IsSliding(l), l % 2 == 0) << l;
-    EXPECT_FLOAT_EQ(c.RopeTheta(l), 10000.0f) << l;
+    EXPECT_FLOAT_EQ(c.RopeTheta(l), 1e5f) << l;
   }
   EXPECT_FLOAT_EQ(c.AttnScale(), 1.0f / std::sqrt(32.0f));
   EXPECT_GT(c.attn_logit_softcap, 0.0f);
@@ -132,6 +132,18 @@ TEST(ArchSpecTest, Gemma2TinySlidesOnEvenLayersWithOneRopeBase) {
   EXPECT_TRUE(c.tied_output);
   EXPECT_EQ(c.arch->qk_norm, false);
   EXPECT_EQ(c.arch->post_norms, true);
+  // The file states what llama.cpp's converter writes, and no RoPE base of sliding layers.
+  const std::string path = testing::TempDir() + "/gemma2_keys.gguf";
+  ASSERT_TRUE(WriteRandomLlamaGguf(*spec, DType::kF32, 3, path, nullptr).ok());
+  auto f = GgufFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  for (const char* key : {"gemma2.attention.sliding_window", "gemma2.attn_logit_softcapping",
+                          "gemma2.final_logit_softcapping", "gemma2.attention.key_length"}) {
+    EXPECT_TRUE(f->Has(key)) << key;
+  }
+  EXPECT_FALSE(f->Has("gemma2.rope.freq_base_swa"));
+  EXPECT_FALSE(f->Has("gemma2.attention.sliding_window_pattern"));
+  EXPECT_EQ(f->FindTensor("output.weight"), nullptr);
 }
 
 // Rewrites a generated gemma2 file (n_layers layers) with its metadata minus the soft-cap and
@@ -178,7 +190,8 @@ TEST(ArchSpecTest, Gemma2KeysAsLlamaCppReadsThem) {
     EXPECT_EQ(c.layer_sliding, (std::vector<uint8_t>{1, 0, 1, 0}));
     EXPECT_FLOAT_EQ(c.attn_logit_softcap, 50.0f);
     EXPECT_FLOAT_EQ(c.final_logit_softcap, 30.0f);
-    EXPECT_FLOAT_EQ(c.RopeTheta(0), c.rope_theta);
+    EXPECT_FLOAT_EQ(c.rope_theta, 1e5f);
+    EXPECT_FLOAT_EQ(c.RopeTheta(0), 1e5f);  // the global base, not gemma3's 10000
     EXPECT_FLOAT_EQ(c.AttnScale(), 1.0f / std::sqrt(32.0f));
   }
   {
@@ -199,7 +212,7 @@ TEST(ArchSpecTest, Gemma2KeysAsLlamaCppReadsThem) {
     ASSERT_TRUE(m.ok()) << m.status().ToString();
     EXPECT_EQ(m->config.sliding_window, 8);
     EXPECT_FLOAT_EQ(m->config.RopeTheta(0), 500.0f);
-    EXPECT_FLOAT_EQ(m->config.RopeTheta(1), 10000.0f);
+    EXPECT_FLOAT_EQ(m->config.RopeTheta(1), 1e5f);
   }
   {
     const std::string path =

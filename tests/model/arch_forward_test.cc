@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -167,15 +168,20 @@ TEST(SlidingWindowTest, Gemma2SoftCapsAndWindowChangeTheLogits) {
   const int vocab = base->config().vocab_size;
   const std::vector<int32_t> ids = Ids(20, vocab);
   const std::vector<float> want = AllLogits(*base, ids, 8, 8, &pool);
-  EXPECT_GT(MaxRelDiff(AllLogits(*no_attn_cap, ids, 8, 8, &pool), want), 1e-2);
-  EXPECT_GT(MaxRelDiff(AllLogits(*no_final_cap, ids, 8, 8, &pool), want), 1e-1);
+  const double attn_cap = MaxRelDiff(AllLogits(*no_attn_cap, ids, 8, 8, &pool), want);
+  const double final_cap = MaxRelDiff(AllLogits(*no_final_cap, ids, 8, 8, &pool), want);
   const std::vector<float> w = AllLogits(*wide, ids, 8, 8, &pool);
   const size_t first4 = 4 * static_cast<size_t>(vocab);
   EXPECT_EQ(std::vector<float>(w.begin(), w.begin() + first4),
             std::vector<float>(want.begin(), want.begin() + first4));
-  EXPECT_GT(MaxRelDiff(std::vector<float>(w.begin() + first4, w.end()),
-                       std::vector<float>(want.begin() + first4, want.end())),
-            1e-2);
+  const double window = MaxRelDiff(std::vector<float>(w.begin() + first4, w.end()),
+                                   std::vector<float>(want.begin() + first4, want.end()));
+  std::printf("[gemma2] without attention cap %.3g, without final cap %.3g, window 512 %.3g\n",
+              attn_cap, final_cap, window);
+  // Measured (seed 11): 1.2e-2, 0.42, 1.2; float32 rounding moves them by ~1e-6.
+  EXPECT_GT(attn_cap, 3e-3);
+  EXPECT_GT(final_cap, 1e-1);
+  EXPECT_GT(window, 1e-1);
 }
 
 TEST(SlidingWindowTest, RewindKeepsOnlyWhatTheRingsStillHold) {
