@@ -1,5 +1,5 @@
 // Elementwise and small vector operations of the decoder: RMSNorm, RoPE, softmax, SwiGLU, GeGLU,
-// logit soft-capping, top-k.
+// logit soft-capping, one query's attention weights, top-k.
 // RmsNorm, Softmax and SiluMul run on the path chosen in isa.h (vectorized on AVX2 / AVX-512 /
 // Highway); Rope and TopK have one implementation (they are a negligible share of a token).
 //
