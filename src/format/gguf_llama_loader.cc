@@ -314,12 +314,14 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   WEIR_RETURN_IF_ERROR(ReadSlidingWindow(f, *arch, prefix, &c));
   // Soft-caps: a stated 0 turns one off (llama.cpp would divide by it); absent, the row's default.
   if (arch->logit_softcap) {
-    WEIR_ASSIGN_OR_RETURN(c.final_logit_softcap, GetNonNegativeFloat(f, K("final_logit_softcapping"),
-                                                                     arch->final_softcap_default));
+    WEIR_ASSIGN_OR_RETURN(c.final_logit_softcap,
+                          GetNonNegativeFloat(f, K("final_logit_softcapping"),
+                                              arch->final_softcap_default));
   }
   if (arch->attn_softcap) {
-    WEIR_ASSIGN_OR_RETURN(c.attn_logit_softcap, GetNonNegativeFloat(f, K("attn_logit_softcapping"),
-                                                                    arch->attn_softcap_default));
+    WEIR_ASSIGN_OR_RETURN(c.attn_logit_softcap,
+                          GetNonNegativeFloat(f, K("attn_logit_softcapping"),
+                                              arch->attn_softcap_default));
   }
   // Gemma 2 27B and Gemma 3 27B scale queries by 1/sqrt(d_model / n_head) instead of
   // 1/sqrt(head_dim) (their query_pre_attn_scalar: 4608 / 32 = 144 and 5376 / 32 = 168, where

@@ -200,7 +200,9 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   const int period = c.arch->sliding_window_period;
   if (s.sliding_window > 0 && period > 0) {
     c.sliding_window = s.sliding_window;
-    c.rope_theta_sliding = c.arch->rope_theta_sliding > 0 ? c.arch->rope_theta_sliding : s.rope_theta;
+    // A row without a base of its own (gemma2) slides on the global one.
+    c.rope_theta_sliding =
+        c.arch->rope_theta_sliding > 0 ? c.arch->rope_theta_sliding : s.rope_theta;
     for (int l = 0; l < s.n_layers; ++l) c.layer_sliding.push_back(l % period < period - 1);
   }
   if (c.arch->attn_softcap) c.attn_logit_softcap = s.attn_softcap;

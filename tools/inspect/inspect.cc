@@ -289,7 +289,8 @@ int InspectMain(int argc, char** argv) {
                 sliding, c.n_layers, c.sliding_window, c.rope_theta_sliding);
   }
   if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0) {
-    std::printf("soft-caps:  attention scores %g, final logits %g (cap * tanh(x / cap); 0 = none)\n",
+    std::printf("soft-caps:  attention scores %g, final logits %g (cap * tanh(x / cap); 0 = "
+                "none)\n",
                 c.attn_logit_softcap, c.final_logit_softcap);
   }
   if (c.IsMoe()) {
