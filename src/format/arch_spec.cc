@@ -82,6 +82,28 @@ constexpr TensorSpec kGemma3Tensors[] = {
     {R::kOutput,       "output.weight",              kGlobal, kOpt, D::kVocab,   D::kDModel},
 };
 
+// Gemma 2: Gemma 3's block without QK-norm (llama.cpp's gemma2 graph; its converter writes no
+// output.weight, the head is token_embd).
+constexpr TensorSpec kGemma2Tensors[] = {
+    {R::kTokenEmbd,    "token_embd.weight",          kGlobal, kReq, D::kVocab,   D::kDModel},
+    {R::kAttnNorm,     "attn_norm.weight",           kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kAttnQ,        "attn_q.weight",              kLayer,  kReq, D::kQDim,    D::kDModel},
+    {R::kAttnK,        "attn_k.weight",              kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnV,        "attn_v.weight",              kLayer,  kReq, D::kKvDim,   D::kDModel},
+    {R::kAttnQBias,    "attn_q.bias",                kLayer,  kOpt, D::kQDim,    D::kNone},
+    {R::kAttnKBias,    "attn_k.bias",                kLayer,  kOpt, D::kKvDim,   D::kNone},
+    {R::kAttnVBias,    "attn_v.bias",                kLayer,  kOpt, D::kKvDim,   D::kNone},
+    {R::kAttnOutput,   "attn_output.weight",         kLayer,  kReq, D::kDModel,  D::kQDim},
+    {R::kPostAttnNorm, "post_attention_norm.weight", kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnNorm,      "ffn_norm.weight",            kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kFfnGate,      "ffn_gate.weight",            kLayer,  kReq, D::kDff,     D::kDModel},
+    {R::kFfnUp,        "ffn_up.weight",              kLayer,  kReq, D::kDff,     D::kDModel},
+    {R::kFfnDown,      "ffn_down.weight",            kLayer,  kReq, D::kDModel,  D::kDff},
+    {R::kPostFfnNorm,  "post_ffw_norm.weight",       kLayer,  kReq, D::kDModel,  D::kNone},
+    {R::kOutputNorm,   "output_norm.weight",         kGlobal, kReq, D::kDModel,  D::kNone},
+    {R::kOutput,       "output.weight",              kGlobal, kOpt, D::kVocab,   D::kDModel},
+};
+
 // Mixtral: Llama's attention; the MLP is a router and 3-D stacks of experts (GGUF ne
 // [d_model, d_ff, n_expert] etc., innermost first).
 constexpr TensorSpec kMixtralTensors[] = {
@@ -135,9 +157,16 @@ constexpr ArchSpec kMixtral{ "mixtral",  "llama",    RopeStyle::kAdjacentPairs, 
                             false,  false,     false,     0,         0.0f,     false,  false,   true,  kMixtralTensors};
 constexpr ArchSpec kQwen3Moe{"qwen3moe", "qwen3moe", RopeStyle::kRotateHalf,    Activation::kSilu,
                             true,   false,     false,     0,         0.0f,     false,  false,   true,  kQwen3MoeTensors};
+// Gemma 2 (llama.cpp's gemma2): every other layer slides (layer 0 first) with the global RoPE base
+// (theta_swa 0); the attention scores are soft-capped; the fields after `tensors` are
+//                          attn_softcap tied_head attn_softcap_default final_softcap_default window_default
+constexpr ArchSpec kGemma2{  "gemma2",   "gemma2",   RopeStyle::kRotateHalf,    Activation::kGeluTanh,
+                            false,  true,      true,      2,         0.0f,     true,   false,   false, kGemma2Tensors,
+                            true,        true,     50.0f,               30.0f,                4096};
 // clang-format on
 
-constexpr const ArchSpec* kArchs[] = {&kLlama, &kQwen2, &kQwen3, &kGemma3, &kMixtral, &kQwen3Moe};
+constexpr const ArchSpec* kArchs[] = {&kLlama,   &kQwen2,    &kQwen3, &kGemma3,
+                                       &kMixtral, &kQwen3Moe, &kGemma2};
 
 }  // namespace
 

@@ -10,7 +10,7 @@
 //     attn_q.bias -> no bias),
 //   - the switches in which the decoder block differs between architectures: RoPE pairing,
 //     QK-norm, post-norms, MLP activation, embedding scale, the sliding-window layer pattern and
-//     the RoPE base of sliding layers, whether a final logit soft-cap may be stated.
+//     the RoPE base of sliding layers, whether attention and final logit soft-caps may be stated.
 // Values that differ between files of one architecture (the window size, the soft-cap, per-layer
 // bases) are read by the loader into LlamaConfig (model_file.h); the row says which keys exist.
 //
@@ -20,7 +20,12 @@
 //   llama   adjacent     SiLU       -        -           1           -               optional
 //   qwen2   rotate-half  SiLU       -        -           1           -               optional
 //   qwen3   rotate-half  SiLU       yes      -           1           -               optional
+//   gemma2  rotate-half  GELU-tanh  -        yes         sqrt(d)     even (1 of 2)   optional
 //   gemma3  rotate-half  GELU-tanh  yes      yes         sqrt(d)     5 of every 6    optional
+// Soft-caps (cap * tanh(x / cap)): gemma2 on the attention scores and the final logits (files
+// that leave the keys out get llama.cpp's 50 and 30), gemma3 on the final logits when stated.
+// gemma2's sliding layers share the global RoPE base (gemma3's have their own, 10000); its
+// head is always token_embd (the converter writes no output.weight).
 //
 // Mixture-of-experts rows (`moe`): the MLP is n_expert experts of width d_ff stacked in 3-D
 // tensors ([n_expert, d_ff, d_model] ...), and a router (ffn_gate_inp, [n_expert, d_model]) picks
@@ -119,13 +124,27 @@ struct ArchSpec {
   // global when l % period == period - 1, sliding otherwise (0: the architecture has none).
   // <name>.attention.sliding_window_pattern (a period or one bool per layer) overrides it.
   int sliding_window_period;
-  float rope_theta_sliding;  // RoPE base of sliding layers unless <name>.rope.freq_base_swa
+  // RoPE base of sliding layers unless <name>.rope.freq_base_swa; 0: the global base.
+  float rope_theta_sliding;
   bool logit_softcap;        // <name>.final_logit_softcapping may be stated
   bool qkv_bias;             // its converter writes q/k/v biases (`weir gen` writes them too)
   // Mixture of experts: the MLP is the router and stacked experts (model/moe.h), and the file
   // states <gguf_name>.expert_count and .expert_used_count.
   bool moe;
   std::span<const TensorSpec> tensors;
+  // Fields added after the first rows (a row that leaves them out gets these defaults):
+  // Attention logit soft-capping: <gguf_name>.attn_logit_softcapping may be stated
+  // (LlamaConfig::attn_logit_softcap: scores = cap * tanh(scores / cap) before the softmax).
+  bool attn_softcap = false;
+  // The converter writes no output.weight and llama.cpp reads token_embd as the head, so
+  // `weir gen` writes the head tied (a stated output.weight is still read).
+  bool tied_head = false;
+  // What llama.cpp assumes when a file of this architecture leaves a key out (0: the switch is
+  // off): <gguf_name>.attn_logit_softcapping, .final_logit_softcapping and
+  // .attention.sliding_window.
+  float attn_softcap_default = 0.0f;
+  float final_softcap_default = 0.0f;
+  int sliding_window_default = 0;
 };
 
 // Every architecture weir runs.
@@ -136,9 +155,9 @@ const ArchSpec* FindArch(std::string_view name);
 // <gguf_name>.expert_count > 0) picks the MoE row where one GGUF name has both (llama ->
 // mixtral). nullptr when weir has no such row.
 const ArchSpec* FindGgufArch(std::string_view gguf_name, bool has_experts);
-// "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe" (for --arch help and messages).
+// "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2" (for --arch help and messages).
 std::string ArchNameList();
-// The distinct GGUF names: "llama, qwen2, qwen3, gemma3, qwen3moe".
+// The distinct GGUF names: "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2".
 std::string GgufArchNameList();
 // The default row of configs that do not say otherwise (llama2.c, safetensors Llama, synthetic).
 const ArchSpec& LlamaArch();

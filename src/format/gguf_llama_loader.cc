@@ -80,9 +80,9 @@ Result<float> GetPositiveFloat(const GgufFile& f, const std::string& key,
   return v;
 }
 
-// An optional float key >= 0; 0 when absent.
-Result<float> GetNonNegativeFloat(const GgufFile& f, const std::string& key) {
-  if (!f.Has(key)) return 0.0f;
+// An optional float key >= 0; `def` when absent.
+Result<float> GetNonNegativeFloat(const GgufFile& f, const std::string& key, float def) {
+  if (!f.Has(key)) return def;
   WEIR_ASSIGN_OR_RETURN(float v, f.GetF32(key));
   if (!std::isfinite(v) || v < 0.0f) {
     return Status::InvalidArgument(
@@ -121,14 +121,18 @@ std::set<std::string> NeededTensors(const ArchSpec& arch, int n_layers) {
 }
 
 // The sliding-window layers of a file whose architecture has them: `<arch>.attention.
-// sliding_window` (> 0) turns them on; `<arch>.attention.sliding_window_pattern` is either one
-// bool per layer (true = sliding) or a period n (layer l slides when l % n < n - 1; 0 = every
-// layer), else the row's period.
+// sliding_window` (> 0; when absent, the row's default, 4096 for gemma2 as in llama.cpp) turns
+// them on; `<arch>.attention.sliding_window_pattern` is either one bool per layer (true =
+// sliding) or a period n (layer l slides when l % n < n - 1; 0 = every layer), else the row's
+// period. Sliding layers rotate with `<arch>.rope.freq_base_swa`, else the row's base (gemma3's
+// 10000), else the global one (gemma2).
 Status ReadSlidingWindow(const GgufFile& f, const ArchSpec& arch, const std::string& prefix,
                          LlamaConfig* c) {
   const std::string window_key = prefix + ".attention.sliding_window";
-  if (arch.sliding_window_period == 0 || !f.Has(window_key)) return Status::Ok();
-  WEIR_ASSIGN_OR_RETURN(c->sliding_window, GetInt(f, window_key, 0, lim::kMaxContext));
+  if (arch.sliding_window_period == 0) return Status::Ok();
+  if (!f.Has(window_key) && arch.sliding_window_default == 0) return Status::Ok();
+  WEIR_ASSIGN_OR_RETURN(c->sliding_window, GetInt(f, window_key, 0, lim::kMaxContext,
+                                                  arch.sliding_window_default));
   if (c->sliding_window == 0) return Status::Ok();
   const int L = c->n_layers;
   c->layer_sliding.assign(static_cast<size_t>(L), 0);
@@ -154,8 +158,9 @@ Status ReadSlidingWindow(const GgufFile& f, const ArchSpec& arch, const std::str
       c->layer_sliding[static_cast<size_t>(l)] = period == 0 || l % period < period - 1;
     }
   }
-  WEIR_ASSIGN_OR_RETURN(c->rope_theta_sliding, GetPositiveFloat(f, prefix + ".rope.freq_base_swa",
-                                                                arch.rope_theta_sliding));
+  const float theta_swa = arch.rope_theta_sliding > 0 ? arch.rope_theta_sliding : c->rope_theta;
+  WEIR_ASSIGN_OR_RETURN(c->rope_theta_sliding,
+                        GetPositiveFloat(f, prefix + ".rope.freq_base_swa", theta_swa));
   return Status::Ok();
 }
 
@@ -307,14 +312,24 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   // The architecture's switches with values in the file.
   if (arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(c.d_model));
   WEIR_RETURN_IF_ERROR(ReadSlidingWindow(f, *arch, prefix, &c));
+  // Soft-caps: a stated 0 turns one off (llama.cpp would divide by it); absent, the row's default.
   if (arch->logit_softcap) {
-    WEIR_ASSIGN_OR_RETURN(float cap, GetNonNegativeFloat(f, K("final_logit_softcapping")));
-    c.final_logit_softcap = cap;
+    WEIR_ASSIGN_OR_RETURN(c.final_logit_softcap,
+                          GetNonNegativeFloat(f, K("final_logit_softcapping"),
+                                              arch->final_softcap_default));
   }
-  // Gemma 3 27B scales queries by 1/sqrt(d_model / n_head) instead of 1/sqrt(head_dim) (its
-  // query_pre_attn_scalar); GGUF does not state it, so llama.cpp recognises the model by its 62
-  // layers, and so does weir.
-  if (prefix == "gemma3" && c.n_layers == 62 && c.n_head > 0) {
+  if (arch->attn_softcap) {
+    WEIR_ASSIGN_OR_RETURN(c.attn_logit_softcap,
+                          GetNonNegativeFloat(f, K("attn_logit_softcapping"),
+                                              arch->attn_softcap_default));
+  }
+  // Gemma 2 27B and Gemma 3 27B scale queries by 1/sqrt(d_model / n_head) instead of
+  // 1/sqrt(head_dim) (their query_pre_attn_scalar: 4608 / 32 = 144 and 5376 / 32 = 168, where
+  // head_dim is 128); GGUF does not state it, so llama.cpp recognises the models by their layer
+  // counts (46 and 62), and so does weir. Gemma 2 2B and 9B (26 and 42 layers) scale by
+  // 1/sqrt(head_dim) = 1/sqrt(256), which is their query_pre_attn_scalar.
+  if (((prefix == "gemma2" && c.n_layers == 46) || (prefix == "gemma3" && c.n_layers == 62)) &&
+      c.n_head > 0) {
     c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
   }
 

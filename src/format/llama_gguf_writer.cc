@@ -191,7 +191,13 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
       default_pattern = default_pattern && c.IsSliding(l) == (l % period < period - 1);
     }
     if (!default_pattern) w->Add(K("attention.sliding_window_pattern"), GgufValue::U32Array(flags));
-    w->AddF32(K("rope.freq_base_swa"), c.rope_theta_sliding);
+    // Not where the row's default is the global base and the file keeps it (gemma2's
+    // converter never writes the key).
+    if (arch.rope_theta_sliding > 0 || c.rope_theta_sliding != c.rope_theta) {
+      w->AddF32(K("rope.freq_base_swa"), c.rope_theta_sliding);
+    }
+  } else if (arch.sliding_window_period > 0 && arch.sliding_window_default > 0) {
+    w->AddU32(K("attention.sliding_window"), 0);  // absent would read as the row's default
   }
   if (arch.moe) {
     // llama.cpp reads the experts' width from expert_feed_forward_length (qwen3moe) or
@@ -201,8 +207,12 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
     w->AddU32(K("expert_used_count"), static_cast<uint32_t>(c.n_expert_used));
     if (!c.expert_weights_norm) w->AddBool(K("expert_weights_norm"), false);
   }
-  if (c.final_logit_softcap > 0 && arch.logit_softcap) {
+  // A soft-cap of 0 (none) is written where the row's default for an absent key is not 0.
+  if (arch.logit_softcap && (c.final_logit_softcap > 0 || arch.final_softcap_default > 0)) {
     w->AddF32(K("final_logit_softcapping"), c.final_logit_softcap);
+  }
+  if (arch.attn_softcap && (c.attn_logit_softcap > 0 || arch.attn_softcap_default > 0)) {
+    w->AddF32(K("attn_logit_softcapping"), c.attn_logit_softcap);
   }
 
   if (tok.kind == TokenizerSpec::Kind::kNone) {

@@ -41,13 +41,14 @@ std::vector<std::string> LlamaTensorNames(
 // (F32 0, F16 1, Q4_0 2, Q8_0 7, BF16 32).
 uint32_t LlamaFileType(DType t);
 
-// Adds general.architecture/name/file_type, every <arch>.* hyperparameter (Gemma 3 also
+// Adds general.architecture/name/file_type, every <arch>.* hyperparameter (Gemma 2/3 also
 // attention.sliding_window, its pattern when it is not the row's default, rope.freq_base_swa
-// and final_logit_softcapping when set) and the tokenizer.ggml.* keys. Per-layer head counts and d_ff are written as arrays of n_layers
-// values when they differ between layers (weir's structured pruning; llama.cpp reads such
-// arrays too), and llama.attention.key_length/value_length when head_dim is not
-// d_model / n_head. A context length of 0 (unknown) is written as 2048, because llama.cpp
-// requires the key. Tokenizers: SentencePiece -> "llama" (token types inferred when absent:
+// unless it is gemma2's global base, final_logit_softcapping and attn_logit_softcapping when
+// set, and for Gemma 2 a 0 where it means none) and the tokenizer.ggml.* keys. Per-layer head
+// counts and d_ff are written as arrays of n_layers values when they differ between layers
+// (weir's structured pruning; llama.cpp reads such arrays too), and
+// llama.attention.key_length/value_length when head_dim is not d_model / n_head. A context
+// length of 0 (unknown) is written as 2048, because llama.cpp requires the key. Tokenizers: SentencePiece -> "llama" (token types inferred when absent:
 // <0xNN> BYTE, bos/eos CONTROL, unk UNKNOWN); byte-level BPE -> "gpt2" with merges;
 // merge-list BPE that is not byte-level (tokenizer.json with a "▁" marker) -> "llama" with the
 // score of the token each merge makes set to -rank; none -> "no_vocab".

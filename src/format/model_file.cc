@@ -195,6 +195,7 @@ Status ValidateArchValues(const ModelFile& m) {
   WEIR_RETURN_IF_ERROR(finite_at_least("embed_scale", c.embed_scale, 0.0f, true));
   WEIR_RETURN_IF_ERROR(finite_at_least("attn_scale", c.attn_scale, 0.0f, false));
   WEIR_RETURN_IF_ERROR(finite_at_least("final_logit_softcap", c.final_logit_softcap, 0.0f, false));
+  WEIR_RETURN_IF_ERROR(finite_at_least("attn_logit_softcap", c.attn_logit_softcap, 0.0f, false));
   WEIR_RETURN_IF_ERROR(CheckRange(m.path, "sliding_window", c.sliding_window, 0, INT32_MAX));
   if (!c.layer_sliding.empty() && static_cast<int64_t>(c.layer_sliding.size()) != c.n_layers) {
     return Status::InvalidArgument(StrFormat("%s: config has %zu sliding-layer flags for n_layers %d",

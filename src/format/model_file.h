@@ -17,7 +17,8 @@
 //   blk.N.ffn_up.weight      [d_ff, d_model]
 //   blk.N.ffn_down.weight    [d_model, d_ff]
 // and Gemma 3 adds blk.N.attn_q_norm / attn_k_norm [head_dim], post_attention_norm and
-// post_ffw_norm [d_model]. Mixture-of-experts rows replace ffn_gate/up/down with
+// post_ffw_norm [d_model] (Gemma 2 the post-norms only). Mixture-of-experts rows replace
+// ffn_gate/up/down with
 //   blk.N.ffn_gate_inp.weight   [n_expert, d_model]          (the router)
 //   blk.N.ffn_gate_exps.weight  [n_expert, d_ff, d_model]
 //   blk.N.ffn_up_exps.weight    [n_expert, d_ff, d_model]
@@ -86,6 +87,9 @@ struct LlamaConfig {
   int n_expert = 0;
   int n_expert_used = 0;
   bool expert_weights_norm = true;
+  // Attention logit soft-capping (arch->attn_softcap, Gemma 2): each score q.k * AttnScale()
+  // becomes cap * tanh(score / cap) before the softmax; 0 = none.
+  float attn_logit_softcap = 0.0f;
 
   bool IsSliding(int layer) const {
     return sliding_window > 0 && static_cast<size_t>(layer) < layer_sliding.size() &&

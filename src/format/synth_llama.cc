@@ -77,6 +77,11 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
         s.n_layers = 6, s.n_head_kv = 1, s.head_dim = 32, s.sliding_window = 4;
         s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
       }
+      if (arch == "gemma2") {
+        s.n_layers = 4, s.head_dim = 32, s.sliding_window = 4, s.rms_eps = 1e-6f;
+        s.rope_theta = 1e5f;  // not 10000, so that a sliding layer on gemma3's base shows
+        s.attn_softcap = 0.05f, s.final_softcap = 0.5f;
+      }
       return s;
     }
     if (arch == "gemma3" && name == "gemma3-270m") {
@@ -163,6 +168,10 @@ Status ValidateSynthSpec(const SynthSpec& s, DType type) {
   }
   if (!(s.rope_theta > 0) || !(s.rms_eps > 0))
     return bad("rope_theta and rms_eps must be positive");
+  if (!(s.attn_softcap >= 0) || !(s.final_softcap >= 0) || !std::isfinite(s.attn_softcap) ||
+      !std::isfinite(s.final_softcap)) {
+    return bad("soft-caps must be finite and >= 0 (0 = none)");
+  }
   return Status::Ok();
 }
 
@@ -182,7 +191,7 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   c.rope_theta = s.rope_theta;
   c.rope_dim = c.head_dim;
   c.rope_style = c.arch->rope_style;
-  c.tied_output = false;
+  c.tied_output = c.arch->tied_head;
   c.n_expert = s.n_expert;
   c.n_expert_used = s.n_expert_used;
   c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0),
@@ -191,9 +200,13 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   const int period = c.arch->sliding_window_period;
   if (s.sliding_window > 0 && period > 0) {
     c.sliding_window = s.sliding_window;
-    c.rope_theta_sliding = c.arch->rope_theta_sliding;
+    // A row without a base of its own (gemma2) slides on the global one.
+    c.rope_theta_sliding =
+        c.arch->rope_theta_sliding > 0 ? c.arch->rope_theta_sliding : s.rope_theta;
     for (int l = 0; l < s.n_layers; ++l) c.layer_sliding.push_back(l % period < period - 1);
   }
+  if (c.arch->attn_softcap) c.attn_logit_softcap = s.attn_softcap;
+  if (c.arch->logit_softcap) c.final_logit_softcap = s.final_softcap;
   return c;
 }
 

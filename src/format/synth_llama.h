@@ -9,7 +9,8 @@
 // same seed always gives the same bytes.
 // Norm weights are 1.0 (F32) for llama; for the other architectures 1 + 5 * (0.02 z), so that a
 // norm applied to the wrong vector, or not at all, shows in the logits. Biases (qwen2) are
-// 0.02 z. token_embd and output are written too (untied).
+// 0.02 z. token_embd and output are written too (untied), except for rows whose head is always
+// token_embd (ArchSpec::tied_head: gemma2), which get no output.weight.
 //
 // Vocabulary (SentencePiece, "llama"): 0 <unk> (UNKNOWN), 1 <s> (CONTROL), 2 </s> (CONTROL),
 // 3..258 <0x00>..<0xFF> (BYTE), then filler pieces: "▁", the printable ASCII characters, "▁" +
@@ -53,6 +54,10 @@ struct SynthSpec {
   // logits for low-numbered experts spread wider and they are chosen more often (a skewed,
   // Zipf-like routing, as trained routers have; 0 = every expert alike).
   float router_skew = 0.0f;
+  // Soft-caps of the rows that have them (0 = none): the attention scores' (gemma2) and the final
+  // logits' (gemma2, gemma3).
+  float attn_softcap = 0.0f;
+  float final_softcap = 0.0f;
 };
 
 // "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.
@@ -67,6 +72,16 @@ struct SynthSpec {
 //   gemma3 "tiny": d_model 64, 6 layers (5 sliding with a window of 4, then 1 global), 4 heads,
 //     1 kv head, head_dim 32, d_ff 192, vocab 320, ctx 512, RoPE bases 1e6 (global) and 1e4
 //     (sliding), rms_eps 1e-6. A 20-token prompt crosses the window and the KV ring.
+//   gemma2 "tiny": d_model 64, 4 layers (0 and 2 sliding with a window of 4, 1 and 3 global; one
+//     RoPE base, 1e5 rather than Gemma 2's 10000 so that a sliding layer rotating with gemma3's
+//     10000 would show; no rope.freq_base_swa key, as the converter writes none), 4 heads, 2 kv
+//     heads, head_dim 32, d_ff 192, vocab 320, ctx 512, rms_eps 1e-6, and soft-caps small
+//     enough to bite on random weights: attention 0.05 (the scores q.k/sqrt(32) reach +-0.1
+//     here; Gemma 2's own cap is 50, for trained scores) and final 0.5 (the logits reach +-0.62;
+//     Gemma 2's is 30). Leaving out the attention cap moves the logits by 2.5e-2 of their range,
+//     the final one by 0.46, the window (every layer global) by 1.4 (numpy oracle, seed 1234,
+//     20 tokens). A smaller final cap would squeeze the logits' range and so inflate the oracle
+//     test's relative error of Q8 activations.
 //   gemma3 "gemma3-270m": Gemma 3 270M's shapes (640, 18 layers, 4 heads, 1 kv head, head_dim
 //     256, d_ff 2048, vocab 262144, window 512).
 //   mixtral "tiny": llama's tiny with 8 experts of d_ff 64, 2 per token, RoPE base 1e6.

@@ -39,6 +39,12 @@ void SoftCap(float* x, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
 }
 
+void AttentionWeights(float* scores, int64_t n, float scale, float softcap) {
+  for (int64_t i = 0; i < n; ++i) scores[i] *= scale;
+  if (softcap > 0) SoftCap(scores, n, softcap);
+  Softmax(scores, n);
+}
+
 void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style) {
   for (int i = 0; i < rot_dim / 2; ++i) {
     float freq = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(rot_dim));

@@ -4,9 +4,9 @@
 // One pass serves every architecture of format/arch_spec.h: Llama's block is the default, and
 // the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
 // (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
-// layers with their own RoPE base, and final logit soft-capping (Gemma 3). A switch that is off
-// costs a null-pointer test. A mixture-of-experts row's MLP is the MoE provider (moe_mlp.cc over
-// model/moe.h's MoeMlp).
+// layers with their own RoPE base, attention logit soft-capping (Gemma 2) and final logit
+// soft-capping (Gemma 2/3). A switch that is off costs a null-pointer test. A mixture-of-experts
+// row's MLP is the MoE provider (moe_mlp.cc over model/moe.h's MoeMlp).
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and the MLP's provider (mlp_provider.h: the sparse one selects units and
@@ -39,9 +39,10 @@ void Session::Embed(std::span<const int32_t> tokens) {
   traffic_.output_bytes += tokens.size() * w.token_embd.row_bytes();
 }
 
-// x += PostNorm(Wo · softmax(scale · q·Kᵀ) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k likewise,
-// xb = RMSNorm(x), K and V appended to the cache. A sliding-window layer attends to the last
-// `sliding_window` positions only (its own included) and has its own RoPE base.
+// x += PostNorm(Wo · softmax(SoftCap(scale · q·Kᵀ)) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k
+// likewise, xb = RMSNorm(x), K and V appended to the cache; SoftCap(s) = cap · tanh(s / cap)
+// (Gemma 2) or s. A sliding-window layer attends to the last `sliding_window` positions only (its
+// own included) and has its own RoPE base.
 // Token t's keys and values are those of its sequence, seq_[t]: this session's cache at
 // pos() + t, or in a batched decode (DecodeBatch) the cache and position of the t-th session.
 Status Session::Attention(int layer, int n) {
@@ -113,8 +114,7 @@ Status Session::Attention(int layer, int n) {
         kernels::DotRowsF32(cache.k(layer, first + run) + kvh * hd, static_cast<size_t>(kv_dim), count - run, hd,
                             qh, scores + run);
       }
-      for (int p = 0; p < count; ++p) scores[p] *= scale;
-      kernels::Softmax(scores, count);
+      kernels::AttentionWeights(scores, count, scale, c.attn_logit_softcap);
       float* out = att + t * q_dim + h * hd;
       std::memset(out, 0, sizeof(float) * hd);
       for (int p = 0; p < count; ++p) {

@@ -60,7 +60,7 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
   }
   EXPECT_EQ(FindArch("gpt2"), nullptr);
   EXPECT_EQ(&LlamaArch(), FindArch("llama"));
-  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe");
+  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2");
 }
 
 TEST(ArchSpecTest, ShapesFollowTheConfig) {
@@ -104,6 +104,146 @@ TEST(ArchSpecTest, GeneratedModelsRoundTrip) {
     EXPECT_EQ(m->Find("blk.0.attn_q.bias") != nullptr, a->qkv_bias);
     EXPECT_EQ(m->Find("blk.1.attn_k_norm.weight") != nullptr, a->qk_norm);
     EXPECT_EQ(m->Find("blk.1.post_ffw_norm.weight") != nullptr, a->post_norms);
+    EXPECT_FLOAT_EQ(c.attn_logit_softcap, want.attn_logit_softcap);
+    EXPECT_FLOAT_EQ(c.final_logit_softcap, want.final_logit_softcap);
+    EXPECT_EQ(c.tied_output, a->tied_head);
+    EXPECT_EQ(m->Find("output.weight") == nullptr, a->tied_head);
+  }
+}
+
+// Gemma 2 (llama.cpp's gemma2: load_swa_pattern(ml, 2)): layers 0, 2, ... slide, 1, 3, ... are
+// global, and both rotate with the one RoPE base. The tiny model's window (4) is far below its
+// context (512), and its soft-caps are on.
+TEST(ArchSpecTest, Gemma2TinySlidesOnEvenLayersWithOneRopeBase) {
+  auto spec = SynthPreset("tiny", "gemma2");
+  ASSERT_TRUE(spec.ok());
+  const LlamaConfig c = SynthConfig(*spec);
+  EXPECT_EQ(c.n_layers, 4);
+  EXPECT_EQ(c.sliding_window, 4);
+  EXPECT_LT(c.sliding_window, c.ctx_len);
+  EXPECT_EQ(c.layer_sliding, (std::vector<uint8_t>{1, 0, 1, 0}));
+  for (int l = 0; l < c.n_layers; ++l) {
+    EXPECT_EQ(c.IsSliding(l), l % 2 == 0) << l;
+    EXPECT_FLOAT_EQ(c.RopeTheta(l), 1e5f) << l;
+  }
+  EXPECT_FLOAT_EQ(c.AttnScale(), 1.0f / std::sqrt(32.0f));
+  EXPECT_GT(c.attn_logit_softcap, 0.0f);
+  EXPECT_GT(c.final_logit_softcap, 0.0f);
+  EXPECT_TRUE(c.tied_output);
+  EXPECT_EQ(c.arch->qk_norm, false);
+  EXPECT_EQ(c.arch->post_norms, true);
+  // The file states what llama.cpp's converter writes, and no RoPE base of sliding layers.
+  const std::string path = testing::TempDir() + "/gemma2_keys.gguf";
+  ASSERT_TRUE(WriteRandomLlamaGguf(*spec, DType::kF32, 3, path, nullptr).ok());
+  auto f = GgufFile::Open(path);
+  ASSERT_TRUE(f.ok()) << f.status().ToString();
+  for (const char* key : {"gemma2.attention.sliding_window", "gemma2.attn_logit_softcapping",
+                          "gemma2.final_logit_softcapping", "gemma2.attention.key_length"}) {
+    EXPECT_TRUE(f->Has(key)) << key;
+  }
+  EXPECT_FALSE(f->Has("gemma2.rope.freq_base_swa"));
+  EXPECT_FALSE(f->Has("gemma2.attention.sliding_window_pattern"));
+  EXPECT_EQ(f->FindTensor("output.weight"), nullptr);
+}
+
+// Rewrites a generated gemma2 file (n_layers layers) with its metadata minus the soft-cap and
+// sliding-window keys (as in files converted before llama.cpp wrote them), plus `extra`.
+std::string Gemma2File(const std::string& dir, const std::string& name,
+                       const std::vector<std::pair<std::string, GgufValue>>& extra,
+                       int n_layers = 4) {
+  auto spec = SynthPreset("tiny", "gemma2");
+  EXPECT_TRUE(spec.ok());
+  spec->n_layers = n_layers;
+  const std::string src = dir + "/src_" + name + ".gguf";
+  EXPECT_TRUE(WriteRandomLlamaGguf(*spec, DType::kF32, 5, src, nullptr).ok());
+  auto m = LoadModel(src);
+  EXPECT_TRUE(m.ok()) << m.status().ToString();
+  // A copy of the row without those switches: the writer then leaves their keys out.
+  ArchSpec bare = *m->config.arch;
+  bare.attn_softcap = bare.logit_softcap = false;
+  bare.sliding_window_period = 0;
+  LlamaConfig c = m->config;
+  c.arch = &bare;
+  const std::string out = dir + "/" + name + ".gguf";
+  GgufWriter w;
+  EXPECT_TRUE(AddLlamaGgufMetadata(c, m->tokenizer, name, 0, &w).ok());
+  for (const auto& [k, v] : extra) w.Add(k, v);
+  for (const std::string& n : m->tensor_order) {
+    const TensorView& t = m->tensors.at(n);
+    w.AddTensor(n, t.dtype, t.shape, t.data);
+  }
+  EXPECT_TRUE(w.Write(out, nullptr).ok());
+  return out;
+}
+
+// The gemma2 keys as llama.cpp reads them: absent, a file gets Gemma 2's own values (window 4096,
+// soft-caps 50 and 30); a stated 0 turns a switch off; a negative or non-finite cap is an error
+// naming the file, the key and the value; the 46-layer model (27B) scales queries by
+// 1/sqrt(d_model / n_head).
+TEST(ArchSpecTest, Gemma2KeysAsLlamaCppReadsThem) {
+  const std::string dir = testing::TempDir();
+  {
+    auto m = LoadModel(Gemma2File(dir, "bare", {}));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    const LlamaConfig& c = m->config;
+    EXPECT_EQ(c.sliding_window, 4096);
+    EXPECT_EQ(c.layer_sliding, (std::vector<uint8_t>{1, 0, 1, 0}));
+    EXPECT_FLOAT_EQ(c.attn_logit_softcap, 50.0f);
+    EXPECT_FLOAT_EQ(c.final_logit_softcap, 30.0f);
+    EXPECT_FLOAT_EQ(c.rope_theta, 1e5f);
+    EXPECT_FLOAT_EQ(c.RopeTheta(0), 1e5f);  // the global base, not gemma3's 10000
+    EXPECT_FLOAT_EQ(c.AttnScale(), 1.0f / std::sqrt(32.0f));
+  }
+  {
+    auto m = LoadModel(Gemma2File(dir, "zeros",
+                                  {{"gemma2.attention.sliding_window", GgufValue::U32(0)},
+                                   {"gemma2.attn_logit_softcapping", GgufValue::F32(0.0f)},
+                                   {"gemma2.final_logit_softcapping", GgufValue::F32(0.0f)}}));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->config.sliding_window, 0);
+    EXPECT_FALSE(m->config.IsSliding(0));
+    EXPECT_EQ(m->config.attn_logit_softcap, 0.0f);
+    EXPECT_EQ(m->config.final_logit_softcap, 0.0f);
+  }
+  {
+    auto m = LoadModel(Gemma2File(dir, "swa_base",
+                                  {{"gemma2.attention.sliding_window", GgufValue::U32(8)},
+                                   {"gemma2.rope.freq_base_swa", GgufValue::F32(500.0f)}}));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_EQ(m->config.sliding_window, 8);
+    EXPECT_FLOAT_EQ(m->config.RopeTheta(0), 500.0f);
+    EXPECT_FLOAT_EQ(m->config.RopeTheta(1), 1e5f);
+  }
+  {
+    const std::string path =
+        Gemma2File(dir, "negative", {{"gemma2.attn_logit_softcapping", GgufValue::F32(-1.0f)}});
+    auto m = LoadModel(path);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), Status::Code::kInvalidArgument);
+    EXPECT_NE(m.status().message().find(path + ": metadata 'gemma2.attn_logit_softcapping' = -1, "
+                                               "expected a finite number >= 0"),
+              std::string::npos)
+        << m.status().message();
+  }
+  {
+    auto m = LoadModel(Gemma2File(
+        dir, "nan", {{"gemma2.final_logit_softcapping", GgufValue::F32(std::nanf(""))}}));
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find("'gemma2.final_logit_softcapping' = nan"),
+              std::string::npos)
+        << m.status().message();
+  }
+  {
+    auto m = LoadModel(Gemma2File(
+        dir, "wrong_type", {{"gemma2.attn_logit_softcapping", GgufValue::String("50")}}));
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find("gemma2.attn_logit_softcapping"), std::string::npos)
+        << m.status().message();
+  }
+  {  // 27B: d_model / n_head = 64 / 4 = 16 here, head_dim 32
+    auto m = LoadModel(Gemma2File(dir, "l46", {}, 46));
+    ASSERT_TRUE(m.ok()) << m.status().ToString();
+    EXPECT_FLOAT_EQ(m->config.AttnScale(), 0.25f);
   }
 }
 
@@ -198,7 +338,8 @@ TEST(ArchSpecTest, UnknownArchitectureIsUnsupported) {
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), Status::Code::kUnsupported);
   EXPECT_NE(m.status().message().find(
-                "general.architecture is 'phi2'; weir loads llama, qwen2, qwen3, gemma3, qwen3moe"),
+                "general.architecture is 'phi2'; weir loads llama, qwen2, qwen3, gemma3, qwen3moe, "
+                "gemma2"),
             std::string::npos)
       << m.status().message();
 }

@@ -148,6 +148,34 @@ TEST(OpsTest, RopeRotatesPairsAndKeepsNorms) {
   }
 }
 
+// Attention weights with Gemma 2's soft-cap, by hand: q.k = {2, -1, 6, 0}, scale 0.5 gives
+// s = {1, -0.5, 3, 0}; cap 2 gives 2 tanh(s / 2) = {0.924234, -0.489837, 1.810297, 0}, whose
+// softmax (exp = {2.51993, 0.61272, 6.11213, 1}, sum 10.24478) is below. Without the cap the
+// weights are softmax(s), and the largest score takes 0.82 instead of 0.60.
+TEST(OpsTest, AttentionWeightsScaleThenSoftCapThenSoftmax) {
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    std::vector<float> capped = {2, -1, 6, 0}, plain = capped;
+    AttentionWeights(capped.data(), 4, 0.5f, 2.0f);
+    AttentionWeights(plain.data(), 4, 0.5f, 0.0f);  // 0 = no cap
+    const double want_capped[] = {0.24596943, 0.05980777, 0.59661348, 0.09760932};
+    const double want_plain[] = {0.11135776, 0.02484727, 0.82282873, 0.04096623};
+    for (int i = 0; i < 4; ++i) {
+      EXPECT_NEAR(capped[i], want_capped[i], 1e-6) << IsaName(isa) << " " << i;
+      EXPECT_NEAR(plain[i], want_plain[i], 1e-6) << IsaName(isa) << " " << i;
+    }
+    // Scores far beyond the cap saturate at +-cap: 1000 and 100 both become ~cap, so they share
+    // the weight almost equally instead of 1000 taking all of it.
+    std::vector<float> big = {1000, 100, -1000};
+    AttentionWeights(big.data(), 3, 1.0f, 1.0f);
+    const double e = std::exp(1.0), e_tanh100 = std::exp(std::tanh(100.0));
+    const double sum = e + e_tanh100 + std::exp(-1.0);
+    EXPECT_NEAR(big[0], e / sum, 1e-6);
+    EXPECT_NEAR(big[1], e_tanh100 / sum, 1e-6);
+    EXPECT_NEAR(big[2], std::exp(-1.0) / sum, 1e-6);
+  }
+}
+
 // The true top-k by a full sort: larger score first, NaN last, ties by lower index.
 std::vector<int32_t> SortTopK(const std::vector<float>& s, int64_t k) {
   std::vector<int32_t> order(s.size());

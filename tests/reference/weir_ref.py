@@ -24,6 +24,16 @@ Model files it reads (each reader checks every offset and length against the fil
       llama   RoPE on adjacent pairs (2i, 2i+1), SwiGLU
       qwen2   RoPE on halves (i, i + n_rot/2), q/k/v biases
       qwen3   RoPE on halves, RMSNorm over each q and k head (attn_q_norm, attn_k_norm)
+      gemma2  (Hugging Face's Gemma2ForCausalLM, llama.cpp's gemma2 graph) gemma3's block without
+              QK-norm, and with attention logit soft-capping: each score q.k * scale becomes
+              cap*tanh(score/cap) before the mask and softmax, cap = gemma2.attn_logit_softcapping
+              (default 50); final logits cap*tanh(logits/cap), cap =
+              gemma2.final_logit_softcapping (default 30); layers 0, 2, 4, ... slide (window
+              gemma2.attention.sliding_window, default 4096) with the same RoPE base as the others
+              (unless gemma2.rope.freq_base_swa says otherwise). scale is 1/sqrt(head_dim), except
+              for the 46-layer model (27B), whose query_pre_attn_scalar is d_model/n_heads.
+              A stated cap of 0 means none here (Hugging Face's None). The output head is
+              token_embd unless output.weight is stored.
       gemma3  RoPE on halves, QK-norm, RMSNorm on each block's output before the residual add
               (post_attention_norm, post_ffw_norm), GeGLU with gelu's tanh form, embeddings
               times sqrt(d_model), sliding-window attention (a query at p sees keys p-w+1..p)
@@ -253,8 +263,9 @@ class Model:
     """d_model, n_layers, per-layer n_heads / n_kv_heads / d_ff, head_dim, n_rot, eps, theta,
     rope ("adjacent" or "half"), vocab, bos; weights as float64 arrays [out, in]. The
     architecture's extras default to Llama's: act ("silu" or "gelu_tanh"), embed_scale,
-    attn_scale (None = 1/sqrt(head_dim)), softcap (0 = none), window (0 = none) with one
-    sliding flag and one RoPE base per layer (sliding, thetas)."""
+    attn_scale (None = 1/sqrt(head_dim)), softcap (0 = none) on the final logits, attn_softcap
+    (0 = none) on the attention scores, window (0 = none) with one sliding flag and one RoPE base
+    per layer (sliding, thetas)."""
 
     def __init__(self):
         self.layers = []  # dicts: attn_norm [D], wq [H*hd, D], wk [KV*hd, D], wv [KV*hd, D],
@@ -269,6 +280,7 @@ class Model:
         self.embed_scale = 1.0
         self.attn_scale = None
         self.softcap = 0.0
+        self.attn_softcap = 0.0
         self.window = 0
         self.sliding = None  # [n_layers] bools, None = every layer global
         self.thetas = None  # [n_layers] RoPE bases, None = theta everywhere
@@ -280,7 +292,7 @@ class Model:
         return {k: getattr(self, k) for k in (
             "format", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_rot",
             "d_ff", "eps", "theta", "rope", "vocab", "bos", "act", "embed_scale", "softcap",
-            "window", "sliding", "thetas", "n_expert", "n_expert_used", "expert_norm")}
+            "attn_softcap", "window", "sliding", "thetas", "n_expert", "n_expert_used", "expert_norm")}
 
     def check(self, path):
         """Validates every weight shape against the hyperparameters."""
@@ -336,13 +348,17 @@ def _f64(a):
 
 # The architectures the GGUF reader knows, from their published definitions (llama.cpp's graph
 # per architecture, Hugging Face's modeling files): RoPE pairing, activation, which optional
-# per-layer tensors the block must have, and the sliding-window defaults.
+# per-layer tensors the block must have, the sliding-window defaults (theta_swa None: the global
+# base) and the soft-caps a file gets when it leaves their keys out.
 GGUF_ARCHS = {
     "llama": dict(rope="adjacent", act="silu", need=()),
     "qwen2": dict(rope="half", act="silu", need=()),
     "qwen3": dict(rope="half", act="silu", need=("q_norm", "k_norm")),
     "gemma3": dict(rope="half", act="gelu_tanh", emb_sqrt_d=True, swa_period=6, theta_swa=10000.0,
                    need=("q_norm", "k_norm", "post_attn_norm", "post_ffn_norm")),
+    "gemma2": dict(rope="half", act="gelu_tanh", emb_sqrt_d=True, swa_period=2, theta_swa=None,
+                   window=4096, attn_softcap=50.0, final_softcap=30.0,
+                   need=("post_attn_norm", "post_ffn_norm")),
     "qwen3moe": dict(rope="half", act="silu", need=("q_norm", "k_norm"), moe=True),
 }
 
@@ -391,10 +407,19 @@ def load_gguf(path):
     m.act = spec["act"]
     if spec.get("emb_sqrt_d"):
         m.embed_scale = math.sqrt(m.d_model)
-    m.softcap = float(meta.get(arch + ".final_logit_softcapping", 0.0))
-    if arch == "gemma3" and m.n_layers == 62:  # Gemma 3 27B: query_pre_attn_scalar d/heads
+    m.softcap = float(meta.get(arch + ".final_logit_softcapping", spec.get("final_softcap", 0.0)))
+    m.attn_softcap = 0.0
+    if "attn_softcap" in spec:
+        m.attn_softcap = float(meta.get(arch + ".attn_logit_softcapping", spec["attn_softcap"]))
+    for name, cap in (("final_logit_softcapping", m.softcap),
+                      ("attn_logit_softcapping", m.attn_softcap)):
+        if not (math.isfinite(cap) and cap >= 0):
+            raise ModelError(f"{path}: {arch}.{name} = {cap}, expected a finite number >= 0")
+    # The 27B models: query_pre_attn_scalar d/heads (Gemma 2: 4608/32; Gemma 3: 5376/32).
+    if (arch, m.n_layers) in (("gemma2", 46), ("gemma3", 62)):
         m.attn_scale = 1.0 / math.sqrt(m.d_model // m.n_heads[0])
-    window = int(meta.get(arch + ".attention.sliding_window", 0)) if spec.get("swa_period") else 0
+    window = (int(meta.get(arch + ".attention.sliding_window", spec.get("window", 0)))
+              if spec.get("swa_period") else 0)
     if window > 0:
         m.window = window
         pattern = meta.get(arch + ".attention.sliding_window_pattern", spec["swa_period"])
@@ -406,7 +431,7 @@ def load_gguf(path):
         else:
             n = int(pattern)
             m.sliding = [n == 0 or i % n < n - 1 for i in range(m.n_layers)]
-        theta_swa = float(meta.get(arch + ".rope.freq_base_swa", spec["theta_swa"]))
+        theta_swa = float(meta.get(arch + ".rope.freq_base_swa", spec["theta_swa"] or m.theta))
         m.thetas = [theta_swa if sl else m.theta for sl in m.sliding]
     m.bos = int(meta.get("tokenizer.ggml.bos_token_id", 1))
     m.tok_emb = _f64(t.get("token_embd.weight"))
@@ -637,6 +662,8 @@ def attention(m, l, h, i):  # h [n, D] (normed) -> [n, D]
     v = np.repeat(v, group, axis=1)
     scale = m.attn_scale if m.attn_scale else 1.0 / math.sqrt(hd)
     scores = np.einsum("qhd,khd->hqk", q, k) * scale  # [H, n, n]
+    if m.attn_softcap:  # Gemma 2: capped before the mask and the softmax
+        scores = m.attn_softcap * np.tanh(scores / m.attn_softcap)
     dist = np.arange(n)[:, None] - np.arange(n)[None, :]  # query pos - key pos
     visible = dist >= 0  # causal
     if m.sliding and m.sliding[i]:

@@ -66,6 +66,10 @@ int GenMain(int argc, char** argv) {
     spec.vocab_size = v[5];
     spec.arch = arch;
     if (arch == "qwen3moe") spec.rms_eps = 1e-6f, spec.rope_theta = 1e6f;
+    if (arch == "gemma2") {  // Gemma 2's own soft-caps, window and epsilon
+      spec.attn_softcap = 50.0f, spec.final_softcap = 30.0f, spec.sliding_window = 4096;
+      spec.rms_eps = 1e-6f;
+    }
     if (!experts.empty() &&
         std::sscanf(experts.c_str(), "%d,%d", &spec.n_expert, &spec.n_expert_used) != 2) {
       std::fprintf(stderr, "weir gen: --experts wants n_expert,n_expert_used\n");

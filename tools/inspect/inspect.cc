@@ -241,7 +241,9 @@ int InspectMain(int argc, char** argv) {
                    {"rope_theta", c.rope_theta}, {"rope_dim", c.rope_dim},
                    {"rope_style", RopeStyleName(c.rope_style)}, {"tied_output", c.tied_output},
                    {"architecture", c.arch->name}, {"sliding_window", c.sliding_window},
-                   {"sliding_layers", sliding}, {"rope_theta_sliding", c.rope_theta_sliding}};
+                   {"sliding_layers", sliding}, {"rope_theta_sliding", c.rope_theta_sliding},
+                   {"attn_scale", c.AttnScale()}, {"attn_logit_softcap", c.attn_logit_softcap},
+                   {"final_logit_softcap", c.final_logit_softcap}};
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : c.layers) layers.push_back({{"n_head", L.n_head}, {"n_head_kv", L.n_head_kv}, {"d_ff", L.d_ff}});
     j["layers"] = layers;
@@ -285,6 +287,11 @@ int InspectMain(int argc, char** argv) {
     std::printf("sliding-window attention: %d of %d layers see the last %d positions (rope theta "
                 "%g); the others all\n",
                 sliding, c.n_layers, c.sliding_window, c.rope_theta_sliding);
+  }
+  if (c.attn_logit_softcap > 0 || c.final_logit_softcap > 0) {
+    std::printf("soft-caps:  attention scores %g, final logits %g (cap * tanh(x / cap); 0 = "
+                "none)\n",
+                c.attn_logit_softcap, c.final_logit_softcap);
   }
   if (c.IsMoe()) {
     std::printf("experts:    %d per layer, %d per token (weights: softmax over %s) | one expert "
