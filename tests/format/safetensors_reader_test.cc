@@ -6,6 +6,8 @@
 #include <cstring>
 
 #include "format/hf_config.h"
+#include "format/llama_gguf_writer.h"
+#include "format/weir_pack_writer.h"
 #include "testing/testing.h"
 #include "tiny_model_files.h"
 
@@ -665,6 +667,9 @@ TEST(SafetensorsFamiliesTest, Gemma3NormsAreOnePlusWAndConfigMaps) {
   EXPECT_EQ(r->config.layer_sliding, (std::vector<uint8_t>{1, 0}));
   EXPECT_FLOAT_EQ(r->config.attn_scale, 0.25f);
   EXPECT_FLOAT_EQ(r->config.final_logit_softcap, 30.0f);
+  Status st = WriteLlamaGguf(*r, testing::TempDir() + "/g.gguf", std::nullopt, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();  // GGUF has no such key
+  EXPECT_NE(st.message().find("query scale of 0.25"), std::string::npos) << st.ToString();
   // No pattern at all: the row's period (6): both layers slide.
   cfg.erase("sliding_window_pattern");
   r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
@@ -774,6 +779,15 @@ TEST(SafetensorsFamiliesTest, MistralSlidingWindowCoversEveryLayer) {
   EXPECT_EQ(r->config.layer_sliding, (std::vector<uint8_t>{1, 1}));
   EXPECT_FLOAT_EQ(r->config.RopeTheta(0), 1e6f);  // one RoPE base
   ExpectAll(*r, e);
+  // A pack or a GGUF cannot hold a window on llama's row: refused, not dropped.
+  const std::string dir = testing::TempDir();
+  Status st = WritePack(*r, dir + "/m.weirpack", PackOptions{}, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();
+  EXPECT_NE(st.message().find("sliding window of 5"), std::string::npos) << st.ToString();
+  st = WriteLlamaGguf(*r, dir + "/m.gguf", std::nullopt, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();
+  EXPECT_NE(st.message().find("a sliding window of 5 on llama has no GGUF key"), std::string::npos)
+      << st.ToString();
   cfg["sliding_window"] = nullptr;  // Mistral 7B v0.2+: none
   r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
   ASSERT_TRUE(r.ok()) << r.status().ToString();
