@@ -481,7 +481,6 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
   m.path = path;
   m.format = FileFormat::kSafetensors;
   m.config = hf.config;
-  m.config.rope_style = RopeStyle::kRotateHalf;  // HF's q/k layout in every family
   for (const Shard& s : shards) m.backing.push_back(s.file);
   const LlamaConfig& c = m.config;
 

@@ -265,6 +265,7 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
 // the HF class saves them (Llama/Mixtral q/k rows back in halves order, Gemma's norms as w of
 // 1 + w, experts one tensor each). Then
 //   weir on the checkpoint == weir on the GGUF   (same weights: rel_err < 1e-6, every argmax)
+//   the oracle on the checkpoint == the oracle on the GGUF (the same, for the converter)
 //   weir on the checkpoint ~  the oracle's load_hf, written from transformers' classes and
 //                             independent of weir's HF table (kF32Bound / kHalfBound)
 // Measured (Nov 2026, 2 threads): see docs/models.md.
@@ -298,31 +299,39 @@ TEST_P(HfCheckpointTest, LogitsMatchGgufAndOracle) {
     int vocab = 0, bos = 0;
     ASSERT_NO_FATAL_FAILURE(OracleInfo(gguf, &vocab, &bos));
     const std::string tokens = TokenList(vocab, bos);
-    std::vector<float> logits[2];
-    const std::string models[2] = {gguf, hf};
-    for (int i = 0; i < 2; ++i) {
-      const std::string out = dir + "/weir" + std::to_string(i) + ".f32";
-      CommandResult w = RunCommand(Quote(WeirBin()) + " logits -t 2 -m " + Quote(models[i]) +
-                                   " --tokens " + tokens + " -o " + out);
-      ASSERT_EQ(w.exit_code, 0) << Describe(w);
-      logits[i] = ReadF32(out);
-      ASSERT_EQ(logits[i].size(), static_cast<size_t>(kNumTokens) * vocab) << models[i];
-    }
-    double max_abs = 0, max_diff = 0;
-    int agree = 0;
-    for (int t = 0; t < kNumTokens; ++t) {
-      const float* a = logits[0].data() + static_cast<size_t>(t) * vocab;
-      const float* b = logits[1].data() + static_cast<size_t>(t) * vocab;
-      agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
-      for (int v = 0; v < vocab; ++v) {
-        max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[v])));
-        max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[v]) - b[v]));
+    // Each program on both files: weir's two readers, and the oracle's two readers (which
+    // checks gguf_to_hf.py and load_hf against load_gguf, apart from weir).
+    const std::string programs[2] = {Quote(WeirBin()) + " logits -t 2 -m ",
+                                     Oracle() + " logits "};
+    const char* program_names[2] = {"weir", "oracle"};
+    for (int prog = 0; prog < 2; ++prog) {
+      std::vector<float> logits[2];
+      const std::string models[2] = {gguf, hf};
+      for (int i = 0; i < 2; ++i) {
+        const std::string out = dir + "/" + program_names[prog] + std::to_string(i) + ".f32";
+        CommandResult w =
+            RunCommand(programs[prog] + Quote(models[i]) + " --tokens " + tokens + " -o " + out);
+        ASSERT_EQ(w.exit_code, 0) << Describe(w);
+        logits[i] = ReadF32(out);
+        ASSERT_EQ(logits[i].size(), static_cast<size_t>(kNumTokens) * vocab) << models[i];
       }
+      double max_abs = 0, max_diff = 0;
+      int agree = 0;
+      for (int t = 0; t < kNumTokens; ++t) {
+        const float* a = logits[0].data() + static_cast<size_t>(t) * vocab;
+        const float* b = logits[1].data() + static_cast<size_t>(t) * vocab;
+        agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
+        for (int v = 0; v < vocab; ++v) {
+          max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[v])));
+          max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[v]) - b[v]));
+        }
+      }
+      std::printf("[hf] %-22s %s(hf) vs %s(gguf) rel_err %.3e  argmax_agree %d/%d\n", p.name,
+                  program_names[prog], program_names[prog], max_diff / max_abs, agree,
+                  kNumTokens);
+      EXPECT_LT(max_diff / max_abs, 1e-6) << p.name << " " << program_names[prog];
+      EXPECT_EQ(agree, kNumTokens) << p.name << " " << program_names[prog];
     }
-    std::printf("[hf] %-24s weir(hf) vs weir(gguf) rel_err %.3e  argmax_agree %d/%d\n", p.name,
-                max_diff / max_abs, agree, kNumTokens);
-    EXPECT_LT(max_diff / max_abs, 1e-6) << p.name;
-    EXPECT_EQ(agree, kNumTokens) << p.name;
   }
   const bool half = std::string(p.type) != "f32";
   CompareWithOracle(std::string("hf_") + p.name, hf, half ? kHalfBound : kF32Bound);
