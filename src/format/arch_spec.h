@@ -34,14 +34,14 @@
 // table (HfArch, below the rows in arch_spec.cc) binds each config.json `architectures` value to
 // its row and gives the checkpoint's name of every role, so one file says what an architecture
 // is in both formats:
-//   architectures        row       names                               differences at load
-//   LlamaForCausalLM     llama     model.layers.N.self_attn.q_proj ... -
-//   MistralForCausalLM   llama     as Llama                            sliding_window: every layer
-//   Qwen2ForCausalLM     qwen2     as Llama + q/k/v_proj.bias          -
-//   Qwen3ForCausalLM     qwen3     as Llama + self_attn.q_norm/k_norm  -
-//   Gemma3ForCausalLM    gemma3    pre/post_feedforward_layernorm ...  norms stored as w, read 1 + w
-//   MixtralForCausalLM   mixtral   block_sparse_moe.experts.E.w1/w3/w2 experts stacked at load
-//   Qwen3MoeForCausalLM  qwen3moe  mlp.experts.E.gate/up/down_proj     experts stacked at load
+//   architectures        row       names                          differences at load
+//   LlamaForCausalLM     llama     model.layers.N.self_attn.q_proj -
+//   MistralForCausalLM   llama     as Llama                       sliding_window: every layer
+//   Qwen2ForCausalLM     qwen2     + self_attn.q/k/v_proj.bias    -
+//   Qwen3ForCausalLM     qwen3     + self_attn.q_norm/k_norm      -
+//   Gemma3ForCausalLM    gemma3    + pre/post_feedforward_layernorm  norms stored as w: 1 + w
+//   MixtralForCausalLM   mixtral   block_sparse_moe.experts.E.w1  experts stacked at load
+//   Qwen3MoeForCausalLM  qwen3moe  mlp.experts.E.gate_proj        experts stacked at load
 // Every HF checkpoint keeps q and k in the layout of RoPE on halves (transformers' rotate_half),
 // so its config gets RopeStyle::kRotateHalf whatever the row says: llama.cpp's converter permutes
 // Llama's q/k rows into adjacent pairs for GGUF, weir instead keeps the rows and rotates halves.

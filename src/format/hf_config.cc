@@ -79,10 +79,10 @@ Status ReadSlidingWindow(const Json& cfg, const HfArch& hf, const std::string& p
       const bool slide = t.is_string() && t.get<std::string>() == "sliding_attention";
       const bool full = t.is_string() && t.get<std::string>() == "full_attention";
       if (!slide && !full) {
-        return Status::Unsupported(StrFormat(
-            "%s: layer_types[%zu] = %s; weir computes \"full_attention\" and "
-            "\"sliding_attention\" layers",
-            p, l, JsonPreview(t).c_str()));
+        return Status::Unsupported(
+            StrFormat("%s: layer_types[%zu] = %s; weir computes \"full_attention\" and "
+                      "\"sliding_attention\" layers",
+                      p, l, JsonPreview(t).c_str()));
       }
       sliding.push_back(slide);
     }
@@ -92,17 +92,18 @@ Status ReadSlidingWindow(const Json& cfg, const HfArch& hf, const std::string& p
                           GetOptionalInt(cfg, "sliding_window_pattern", path));
     const int64_t period = pattern.value_or(arch.sliding_window_period);
     if (period < 0 || period > limits::kMaxLayers) {
-      return Status::InvalidArgument(StrFormat("%s: field 'sliding_window_pattern' = %lld is "
-                                               "outside 0..%lld",
-                                               p, static_cast<long long>(period),
-                                               static_cast<long long>(limits::kMaxLayers)));
+      return Status::InvalidArgument(
+          StrFormat("%s: field 'sliding_window_pattern' = %lld is "
+                    "outside 0..%lld",
+                    p, static_cast<long long>(period), static_cast<long long>(limits::kMaxLayers)));
     }
     // transformers: layer l slides when (l + 1) % pattern != 0; 1 = no sliding layer.
     for (int l = 0; l < L && period > 1; ++l) sliding.push_back((l + 1) % period != 0);
   } else if (hf.sliding_window == HfSlidingWindow::kEveryLayer) {
     if (FindField(cfg, "sliding_window") != nullptr) sliding.assign(static_cast<size_t>(L), 1);
   } else {
-    WEIR_ASSIGN_OR_RETURN(std::optional<bool> use, GetOptionalBool(cfg, "use_sliding_window", path));
+    WEIR_ASSIGN_OR_RETURN(std::optional<bool> use,
+                          GetOptionalBool(cfg, "use_sliding_window", path));
     if (use && *use) {
       return Status::Unsupported(
           StrFormat("%s: use_sliding_window = true without layer_types (sliding layers from "
@@ -121,8 +122,9 @@ Status ReadSlidingWindow(const Json& cfg, const HfArch& hf, const std::string& p
   }
   c->sliding_window = static_cast<int>(*window);
   c->layer_sliding = std::move(sliding);
-  WEIR_ASSIGN_OR_RETURN(std::optional<double> local, GetPositive(cfg, "rope_local_base_freq", path));
-  c->rope_theta_sliding = local ? static_cast<float>(*local)
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> local,
+                        GetPositive(cfg, "rope_local_base_freq", path));
+  c->rope_theta_sliding = local                            ? static_cast<float>(*local)
                           : arch.sliding_window_period > 0 ? arch.rope_theta_sliding
                                                            : c->rope_theta;
   return Status::Ok();
@@ -148,13 +150,14 @@ Status ReadExperts(const Json& cfg, const HfArch& hf, const std::string& path, L
                         GetOptionalInt(cfg, "decoder_sparse_step", path));
   if (step && *step != 1) {
     return Status::Unsupported(StrFormat(
-        "%s: decoder_sparse_step = %lld (dense MLP layers between MoE layers) is not supported",
-        p, static_cast<long long>(*step)));
+        "%s: decoder_sparse_step = %lld (dense MLP layers between MoE layers) is not supported", p,
+        static_cast<long long>(*step)));
   }
   if (const Json* dense = FindField(cfg, "mlp_only_layers"); dense && !dense->empty()) {
-    return Status::Unsupported(StrFormat("%s: mlp_only_layers %s (dense MLP layers in a MoE "
-                                         "model) is not supported",
-                                         p, JsonPreview(*dense).c_str()));
+    return Status::Unsupported(
+        StrFormat("%s: mlp_only_layers %s (dense MLP layers in a MoE "
+                  "model) is not supported",
+                  p, JsonPreview(*dense).c_str()));
   }
   WEIR_ASSIGN_OR_RETURN(std::optional<int64_t> shared,
                         GetOptionalInt(cfg, "shared_expert_intermediate_size", path));
@@ -167,12 +170,12 @@ Status ReadExperts(const Json& cfg, const HfArch& hf, const std::string& path, L
 }
 
 // The values of the row's switches that config.json states.
-Status ReadArchValues(const Json& cfg, const HfArch& hf, const std::string& path,
-                      LlamaConfig* c) {
+Status ReadArchValues(const Json& cfg, const HfArch& hf, const std::string& path, LlamaConfig* c) {
   const char* p = path.c_str();
   const ArchSpec& arch = *hf.arch;
   if (arch.embed_scale_sqrt_d) c->embed_scale = std::sqrt(static_cast<float>(c->d_model));
-  WEIR_ASSIGN_OR_RETURN(std::optional<double> qpas, GetPositive(cfg, "query_pre_attn_scalar", path));
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> qpas,
+                        GetPositive(cfg, "query_pre_attn_scalar", path));
   if (qpas && *qpas != c->head_dim) c->attn_scale = static_cast<float>(1.0 / std::sqrt(*qpas));
   WEIR_ASSIGN_OR_RETURN(std::optional<double> cap,
                         GetOptionalNumber(cfg, "final_logit_softcapping", path));
@@ -268,8 +271,9 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   WEIR_ASSIGN_OR_RETURN(auto d_model, GetDim(cfg, "hidden_size", limits::kMaxModelDim, true, path));
   // A MoE row's d_ff is its experts' width (moe_intermediate_size where stated: Qwen3-MoE).
   const bool moe_ff = arch.moe && FindField(cfg, "moe_intermediate_size") != nullptr;
-  WEIR_ASSIGN_OR_RETURN(auto d_ff, GetDim(cfg, moe_ff ? "moe_intermediate_size" : "intermediate_size",
-                                          limits::kMaxFfnDim, true, path));
+  WEIR_ASSIGN_OR_RETURN(auto d_ff,
+                        GetDim(cfg, moe_ff ? "moe_intermediate_size" : "intermediate_size",
+                               limits::kMaxFfnDim, true, path));
   WEIR_ASSIGN_OR_RETURN(auto n_layers,
                         GetDim(cfg, "num_hidden_layers", limits::kMaxLayers, true, path));
   WEIR_ASSIGN_OR_RETURN(auto n_head,

@@ -295,9 +295,9 @@ Status UnknownTensor(const std::string& hf, const HfArch& arch, int n_layers,
                      const std::string& path) {
   const int64_t layer = LayerOf(hf);
   if (layer >= n_layers) {
-    return Status::InvalidArgument(StrFormat(
-        "%s: tensor '%s' is for layer %lld but config.json has num_hidden_layers=%d",
-        path.c_str(), Printable(hf).c_str(), static_cast<long long>(layer), n_layers));
+    return Status::InvalidArgument(
+        StrFormat("%s: tensor '%s' is for layer %lld but config.json has num_hidden_layers=%d",
+                  path.c_str(), Printable(hf).c_str(), static_cast<long long>(layer), n_layers));
   }
   return Status::Unsupported(StrFormat(
       "%s: tensor '%s' is not part of a %s checkpoint weir can run (biases it does not have, "
@@ -308,8 +308,8 @@ Status UnknownTensor(const std::string& hf, const HfArch& arch, int n_layers,
 // A view of `e` in `shard`, copied into an owned buffer when it must be converted to F32 or is
 // not aligned to its element size.
 // `add` (Gemma's 1 + w) is added to every element of a tensor converted to F32.
-Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool want_f32,
-                            float add, ModelFile* m) {
+Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool want_f32, float add,
+                            ModelFile* m) {
   const uint8_t* src = shard.file->data() + shard.header.data_offset + e.begin;
   const size_t nbytes = e.end - e.begin;
   const size_t elem = ElementBytes(e.dtype);
@@ -574,8 +574,7 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
                   "%s)",
                   p, Printable(name).c_str(), TensorName(*b.spec, b.layer).c_str(),
                   b.expert >= 0 ? StrFormat(" (expert %d)", b.expert).c_str() : "",
-                  hf_arch.architecture, ShapeDerivation(*b.spec).c_str(),
-                  want.ToString().c_str()));
+                  hf_arch.architecture, ShapeDerivation(*b.spec).c_str(), want.ToString().c_str()));
   }
 
   // Stack each layer's experts into the row's [n_expert, outer, inner] tensor (an owned copy:
@@ -600,10 +599,10 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
     }
     auto owned = std::make_shared<OwnedBuffer>();
     if (!owned->bytes.Reset(std::max<size_t>(total, 1), 64)) {
-      return Status::OutOfMemory(StrFormat("%s: cannot allocate %llu bytes to stack the experts "
-                                           "of %s",
-                                           p, static_cast<unsigned long long>(total),
-                                           canonical.c_str()));
+      return Status::OutOfMemory(
+          StrFormat("%s: cannot allocate %llu bytes to stack the experts "
+                    "of %s",
+                    p, static_cast<unsigned long long>(total), canonical.c_str()));
     }
     for (size_t x = 0; x < sl.experts.size(); ++x) {
       const auto& [shard, e] = sl.experts[x];

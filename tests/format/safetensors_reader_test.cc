@@ -634,13 +634,14 @@ TEST(SafetensorsFamiliesTest, Gemma3NormsAreOnePlusWAndConfigMaps) {
   const struct {
     const char* hf;
     const char* gguf;
-  } norms[] = {{"model.layers.1.input_layernorm.weight", "blk.1.attn_norm.weight"},
-               {"model.layers.0.self_attn.q_norm.weight", "blk.0.attn_q_norm.weight"},
-               {"model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"},
-               {"model.layers.1.post_attention_layernorm.weight", "blk.1.post_attention_norm.weight"},
-               {"model.layers.1.pre_feedforward_layernorm.weight", "blk.1.ffn_norm.weight"},
-               {"model.layers.0.post_feedforward_layernorm.weight", "blk.0.post_ffw_norm.weight"},
-               {"model.norm.weight", "output_norm.weight"}};
+  } norms[] = {
+      {"model.layers.1.input_layernorm.weight", "blk.1.attn_norm.weight"},
+      {"model.layers.0.self_attn.q_norm.weight", "blk.0.attn_q_norm.weight"},
+      {"model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"},
+      {"model.layers.1.post_attention_layernorm.weight", "blk.1.post_attention_norm.weight"},
+      {"model.layers.1.pre_feedforward_layernorm.weight", "blk.1.ffn_norm.weight"},
+      {"model.layers.0.post_feedforward_layernorm.weight", "blk.0.post_ffw_norm.weight"},
+      {"model.norm.weight", "output_norm.weight"}};
   for (const auto& n : norms) {
     const std::vector<float>& w = b.values.at(n.hf);
     ExpectValues(m, n.gguf, Plus(w, 1.0f), Shape{static_cast<int64_t>(w.size())});
@@ -734,8 +735,8 @@ TEST(SafetensorsFamiliesTest, QwenBiasesAndQkNormAreRequired) {
                                         "blk.1.attn_v.bias is missing"),
               std::string::npos)
         << r.status().ToString();
-    tensors.push_back({"model.layers.1.self_attn.v_proj.bias", "F32", {8},
-                       testdata::F32Bytes(kv_bias)});
+    tensors.push_back(
+        {"model.layers.1.self_attn.v_proj.bias", "F32", {8}, testdata::F32Bytes(kv_bias)});
     r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
     ASSERT_TRUE(r.ok()) << r.status().ToString();
     EXPECT_STREQ(r->config.arch->name, "qwen2");
@@ -929,8 +930,7 @@ TEST(SafetensorsFamiliesTest, MixtralExpertsAreStacked) {
     cfg.erase("num_local_experts");
     r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
     ASSERT_FALSE(r.ok());
-    EXPECT_NE(r.status().message().find("missing required field 'num_experts'"),
-              std::string::npos)
+    EXPECT_NE(r.status().message().find("missing required field 'num_experts'"), std::string::npos)
         << r.status().ToString();
   }
 }
