@@ -195,7 +195,8 @@ constexpr HfTensorName kHfQwen3Names[] = {
 };
 
 // Gemma 3: post_attention_layernorm is the norm on the attention's output (GGUF
-// post_attention_norm), not the MLP's input norm (pre_feedforward_layernorm).
+// post_attention_norm), not the MLP's input norm (pre_feedforward_layernorm). A Gemma row
+// without QK-norm can use this table as it is (its q_norm / k_norm names are then not read).
 constexpr HfTensorName kHfGemma3Names[] = {
     {R::kTokenEmbd,    "model.embed_tokens.weight"},
     {R::kAttnNorm,     "input_layernorm.weight"},

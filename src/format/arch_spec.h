@@ -169,7 +169,8 @@ struct HfArch {
   const ArchSpec* arch;
   // The checkpoint's tensors: one entry per role the checkpoint has, each required except
   // kOutput (lm_head, absent when tied). A role of the row without an entry (an optional bias)
-  // is never bound.
+  // is never bound; an entry whose role the row lacks is never read, so one family's table can
+  // serve several rows (Gemma's names for a Gemma row without QK-norm).
   std::span<const HfTensorName> tensors;
   bool norm_plus_one;  // RMSNorm computes x * (1 + w) (Gemma): the loader stores 1 + w
   HfSlidingWindow sliding_window;

