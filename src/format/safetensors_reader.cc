@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "base/aligned_buffer.h"
 #include "base/checked_math.h"
@@ -245,19 +247,16 @@ struct Binding {
   int expert = -1;
 };
 
-// The checkpoint's name of every tensor the row reads, for config `c`.
+// The checkpoint's name of every tensor the row reads, for config `c`, except the expert
+// slices (n_layers * n_expert names per projection, matched by MatchExpert instead).
 std::map<std::string, Binding> ExpectedHfNames(const HfArch& hf, const LlamaConfig& c) {
   std::map<std::string, Binding> names;
   for (const TensorSpec& t : hf.arch->tensors) {
     const HfTensorName* n = FindHfTensorName(hf, t.role);
-    if (n == nullptr) continue;  // an optional tensor this checkpoint kind never has
-    const int n_layers = t.per_layer ? c.n_layers : 1;
-    const int n_experts = t.stack == Dim::kExperts ? c.n_expert : 1;
-    for (int l = 0; l < n_layers; ++l) {
-      for (int e = 0; e < n_experts; ++e) {
-        const int layer = t.per_layer ? l : -1, expert = t.stack == Dim::kExperts ? e : -1;
-        names[HfName(*n, t.per_layer, layer, expert)] = Binding{&t, layer, expert};
-      }
+    if (n == nullptr || t.stack == Dim::kExperts) continue;  // never stored / matched apart
+    for (int l = 0; l < (t.per_layer ? c.n_layers : 1); ++l) {
+      const int layer = t.per_layer ? l : -1;
+      names[HfName(*n, t.per_layer, layer, -1)] = Binding{&t, layer, -1};
     }
   }
   return names;
@@ -280,6 +279,37 @@ int64_t LayerOf(const std::string& hf) {
     return -1;
   }
   return layer;
+}
+
+// `hf` as one expert slice of a stacked tensor of the row ("model.layers.3.mlp.experts.7.
+// up_proj.weight"), if it is one: layer < n_layers, expert < n_expert, both canonical decimals.
+std::optional<Binding> MatchExpert(const std::string& hf, const HfArch& arch,
+                                   const LlamaConfig& c) {
+  const int64_t layer = LayerOf(hf);
+  if (layer < 0 || layer >= c.n_layers) return std::nullopt;
+  const std::string_view rest =
+      std::string_view(hf).substr(hf.find('.', sizeof("model.layers.") - 1) + 1);
+  for (const TensorSpec& t : arch.arch->tensors) {
+    const HfTensorName* n = FindHfTensorName(arch, t.role);
+    if (n == nullptr || t.stack != Dim::kExperts) continue;
+    const std::string_view name = n->name;
+    const size_t at = name.find("{E}");
+    const std::string_view pre = name.substr(0, at), post = name.substr(at + 3);
+    if (rest.size() <= pre.size() + post.size() || rest.substr(0, pre.size()) != pre ||
+        rest.substr(rest.size() - post.size()) != post) {
+      continue;
+    }
+    const std::string_view digits = rest.substr(pre.size(), rest.size() - pre.size() - post.size());
+    if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) continue;
+    int64_t e = 0;
+    bool ok = true;
+    for (char ch : digits) {
+      ok = ok && ch >= '0' && ch <= '9';
+      e = e * 10 + (ch - '0');
+    }
+    if (ok && e < c.n_expert) return Binding{&t, static_cast<int>(layer), static_cast<int>(e)};
+  }
+  return std::nullopt;
 }
 
 // Tensors that carry nothing weir needs (RoPE's inverse frequencies, recomputed from rope_theta).
@@ -526,6 +556,8 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
         continue;  // the tied twin of token_embd
       } else if (auto it = expected.find(e.name); it != expected.end()) {
         b = it->second;
+      } else if (std::optional<Binding> x = MatchExpert(e.name, hf_arch, c)) {
+        b = *x;
       } else if (IsIgnored(e.name, c.n_layers)) {
         continue;
       } else {
@@ -570,11 +602,29 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
     if (found.count(name) || b.spec->role == TensorRole::kOutput) continue;
     const Shape want = ExpectedShape(*b.spec, c, b.layer);
     return Status::Corrupt(
-        StrFormat("%s: tensor '%s' = %s%s is missing (a %s checkpoint has it; expected shape %s = "
+        StrFormat("%s: tensor '%s' = %s is missing (a %s checkpoint has it; expected shape %s = "
                   "%s)",
                   p, Printable(name).c_str(), TensorName(*b.spec, b.layer).c_str(),
-                  b.expert >= 0 ? StrFormat(" (expert %d)", b.expert).c_str() : "",
                   hf_arch.architecture, ShapeDerivation(*b.spec).c_str(), want.ToString().c_str()));
+  }
+
+  for (const TensorSpec& t : hf_arch.arch->tensors) {
+    const HfTensorName* n = FindHfTensorName(hf_arch, t.role);
+    if (n == nullptr || t.stack != Dim::kExperts) continue;
+    for (int l = 0; l < c.n_layers; ++l) {
+      auto it = stacks.find(TensorName(t, l));
+      for (int x = 0; x < c.n_expert; ++x) {
+        if (it != stacks.end() && it->second.experts[static_cast<size_t>(x)].second != nullptr) {
+          continue;
+        }
+        const Shape want = ExpectedShape(t, c, l);
+        return Status::Corrupt(StrFormat(
+            "%s: tensor '%s' = %s (expert %d) is missing (a %s checkpoint has it; expected shape "
+            "[%s, %s] = %s)",
+            p, HfName(*n, true, l, x).c_str(), TensorName(t, l).c_str(), x, hf_arch.architecture,
+            DimName(t.outer), DimName(t.inner), Shape{want[1], want[2]}.ToString().c_str()));
+      }
+    }
   }
 
   // Stack each layer's experts into the row's [n_expert, outer, inner] tensor (an owned copy:
