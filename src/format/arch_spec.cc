@@ -168,6 +168,131 @@ constexpr ArchSpec kGemma2{  "gemma2",   "gemma2",   RopeStyle::kRotateHalf,    
 constexpr const ArchSpec* kArchs[] = {&kLlama,   &kQwen2,    &kQwen3, &kGemma3,
                                        &kMixtral, &kQwen3Moe, &kGemma2};
 
+// ---- Hugging Face checkpoints: each role's name in transformers' state dict ----
+// Names of per-layer tensors follow "model.layers.N."; "{E}" is the expert's number.
+// clang-format off
+constexpr HfTensorName kHfLlamaNames[] = {
+    {R::kTokenEmbd,  "model.embed_tokens.weight"},
+    {R::kAttnNorm,   "input_layernorm.weight"},
+    {R::kAttnQ,      "self_attn.q_proj.weight"},
+    {R::kAttnK,      "self_attn.k_proj.weight"},
+    {R::kAttnV,      "self_attn.v_proj.weight"},
+    {R::kAttnOutput, "self_attn.o_proj.weight"},
+    {R::kFfnNorm,    "post_attention_layernorm.weight"},
+    {R::kFfnGate,    "mlp.gate_proj.weight"},
+    {R::kFfnUp,      "mlp.up_proj.weight"},
+    {R::kFfnDown,    "mlp.down_proj.weight"},
+    {R::kOutputNorm, "model.norm.weight"},
+    {R::kOutput,     "lm_head.weight"},
+};
+
+// Qwen2: Llama's names, and q/k/v always have biases.
+constexpr HfTensorName kHfQwen2Names[] = {
+    {R::kTokenEmbd,  "model.embed_tokens.weight"},
+    {R::kAttnNorm,   "input_layernorm.weight"},
+    {R::kAttnQ,      "self_attn.q_proj.weight"},
+    {R::kAttnK,      "self_attn.k_proj.weight"},
+    {R::kAttnV,      "self_attn.v_proj.weight"},
+    {R::kAttnQBias,  "self_attn.q_proj.bias"},
+    {R::kAttnKBias,  "self_attn.k_proj.bias"},
+    {R::kAttnVBias,  "self_attn.v_proj.bias"},
+    {R::kAttnOutput, "self_attn.o_proj.weight"},
+    {R::kFfnNorm,    "post_attention_layernorm.weight"},
+    {R::kFfnGate,    "mlp.gate_proj.weight"},
+    {R::kFfnUp,      "mlp.up_proj.weight"},
+    {R::kFfnDown,    "mlp.down_proj.weight"},
+    {R::kOutputNorm, "model.norm.weight"},
+    {R::kOutput,     "lm_head.weight"},
+};
+
+// Qwen3: Llama's names plus QK-norm.
+constexpr HfTensorName kHfQwen3Names[] = {
+    {R::kTokenEmbd,  "model.embed_tokens.weight"},
+    {R::kAttnNorm,   "input_layernorm.weight"},
+    {R::kAttnQ,      "self_attn.q_proj.weight"},
+    {R::kAttnK,      "self_attn.k_proj.weight"},
+    {R::kAttnV,      "self_attn.v_proj.weight"},
+    {R::kAttnQNorm,  "self_attn.q_norm.weight"},
+    {R::kAttnKNorm,  "self_attn.k_norm.weight"},
+    {R::kAttnOutput, "self_attn.o_proj.weight"},
+    {R::kFfnNorm,    "post_attention_layernorm.weight"},
+    {R::kFfnGate,    "mlp.gate_proj.weight"},
+    {R::kFfnUp,      "mlp.up_proj.weight"},
+    {R::kFfnDown,    "mlp.down_proj.weight"},
+    {R::kOutputNorm, "model.norm.weight"},
+    {R::kOutput,     "lm_head.weight"},
+};
+
+// Gemma 3: post_attention_layernorm is the norm on the attention's output (GGUF
+// post_attention_norm), not the MLP's input norm (pre_feedforward_layernorm). A Gemma row
+// without QK-norm can use this table as it is (its q_norm / k_norm names are then not read).
+constexpr HfTensorName kHfGemma3Names[] = {
+    {R::kTokenEmbd,    "model.embed_tokens.weight"},
+    {R::kAttnNorm,     "input_layernorm.weight"},
+    {R::kAttnQ,        "self_attn.q_proj.weight"},
+    {R::kAttnK,        "self_attn.k_proj.weight"},
+    {R::kAttnV,        "self_attn.v_proj.weight"},
+    {R::kAttnQNorm,    "self_attn.q_norm.weight"},
+    {R::kAttnKNorm,    "self_attn.k_norm.weight"},
+    {R::kAttnOutput,   "self_attn.o_proj.weight"},
+    {R::kPostAttnNorm, "post_attention_layernorm.weight"},
+    {R::kFfnNorm,      "pre_feedforward_layernorm.weight"},
+    {R::kFfnGate,      "mlp.gate_proj.weight"},
+    {R::kFfnUp,        "mlp.up_proj.weight"},
+    {R::kFfnDown,      "mlp.down_proj.weight"},
+    {R::kPostFfnNorm,  "post_feedforward_layernorm.weight"},
+    {R::kOutputNorm,   "model.norm.weight"},
+    {R::kOutput,       "lm_head.weight"},
+};
+
+// Mixtral: w1 is the gate, w3 the up and w2 the down projection of each expert.
+constexpr HfTensorName kHfMixtralNames[] = {
+    {R::kTokenEmbd,   "model.embed_tokens.weight"},
+    {R::kAttnNorm,    "input_layernorm.weight"},
+    {R::kAttnQ,       "self_attn.q_proj.weight"},
+    {R::kAttnK,       "self_attn.k_proj.weight"},
+    {R::kAttnV,       "self_attn.v_proj.weight"},
+    {R::kAttnOutput,  "self_attn.o_proj.weight"},
+    {R::kFfnNorm,     "post_attention_layernorm.weight"},
+    {R::kFfnGateInp,  "block_sparse_moe.gate.weight"},
+    {R::kFfnGateExps, "block_sparse_moe.experts.{E}.w1.weight"},
+    {R::kFfnUpExps,   "block_sparse_moe.experts.{E}.w3.weight"},
+    {R::kFfnDownExps, "block_sparse_moe.experts.{E}.w2.weight"},
+    {R::kOutputNorm,  "model.norm.weight"},
+    {R::kOutput,      "lm_head.weight"},
+};
+
+constexpr HfTensorName kHfQwen3MoeNames[] = {
+    {R::kTokenEmbd,   "model.embed_tokens.weight"},
+    {R::kAttnNorm,    "input_layernorm.weight"},
+    {R::kAttnQ,       "self_attn.q_proj.weight"},
+    {R::kAttnK,       "self_attn.k_proj.weight"},
+    {R::kAttnV,       "self_attn.v_proj.weight"},
+    {R::kAttnQNorm,   "self_attn.q_norm.weight"},
+    {R::kAttnKNorm,   "self_attn.k_norm.weight"},
+    {R::kAttnOutput,  "self_attn.o_proj.weight"},
+    {R::kFfnNorm,     "post_attention_layernorm.weight"},
+    {R::kFfnGateInp,  "mlp.gate.weight"},
+    {R::kFfnGateExps, "mlp.experts.{E}.gate_proj.weight"},
+    {R::kFfnUpExps,   "mlp.experts.{E}.up_proj.weight"},
+    {R::kFfnDownExps, "mlp.experts.{E}.down_proj.weight"},
+    {R::kOutputNorm,  "model.norm.weight"},
+    {R::kOutput,      "lm_head.weight"},
+};
+
+// One entry per config.json `architectures` value.
+//   architectures          model_type     row         names             1 + w  sliding_window                    expert norm default
+constexpr HfArch kHfArchs[] = {
+    {"LlamaForCausalLM",    "llama",       &kLlama,    kHfLlamaNames,    false, HfSlidingWindow::kIgnored},
+    {"MistralForCausalLM",  "mistral",     &kLlama,    kHfLlamaNames,    false, HfSlidingWindow::kEveryLayer},
+    {"Qwen2ForCausalLM",    "qwen2",       &kQwen2,    kHfQwen2Names,    false, HfSlidingWindow::kIgnored},
+    {"Qwen3ForCausalLM",    "qwen3",       &kQwen3,    kHfQwen3Names,    false, HfSlidingWindow::kIgnored},
+    {"Gemma3ForCausalLM",   "gemma3_text", &kGemma3,   kHfGemma3Names,   true,  HfSlidingWindow::kRowPattern},
+    {"MixtralForCausalLM",  "mixtral",     &kMixtral,  kHfMixtralNames,  false, HfSlidingWindow::kEveryLayer, true},
+    {"Qwen3MoeForCausalLM", "qwen3_moe",   &kQwen3Moe, kHfQwen3MoeNames, false, HfSlidingWindow::kIgnored,    false},
+};
+// clang-format on
+
 }  // namespace
 
 const char* ActivationName(Activation a) { return a == Activation::kSilu ? "silu" : "gelu-tanh"; }
@@ -234,6 +359,58 @@ std::string ArchNameList() {
 }
 
 const ArchSpec& LlamaArch() { return kLlama; }
+
+std::span<const HfArch> AllHfArchs() { return kHfArchs; }
+
+const HfArch* FindHfArch(std::string_view architecture) {
+  for (const HfArch& h : kHfArchs) {
+    if (architecture == h.architecture) return &h;
+  }
+  return nullptr;
+}
+
+const HfArch* FindHfModelType(std::string_view model_type) {
+  for (const HfArch& h : kHfArchs) {
+    if (model_type == h.model_type) return &h;
+  }
+  return nullptr;
+}
+
+std::string HfArchNameList() {
+  std::string s;
+  for (const HfArch& h : kHfArchs) s += (s.empty() ? "" : ", ") + std::string(h.architecture);
+  return s;
+}
+
+const HfTensorName* FindHfTensorName(const HfArch& hf, TensorRole role) {
+  for (const HfTensorName& t : hf.tensors) {
+    if (t.role == role) return &t;
+  }
+  return nullptr;
+}
+
+std::string HfName(const HfTensorName& t, bool per_layer, int layer, int expert) {
+  std::string name = t.name;
+  if (const size_t at = name.find("{E}"); at != std::string::npos) {
+    name.replace(at, 3, std::to_string(expert));
+  }
+  return per_layer ? StrFormat("model.layers.%d.%s", layer, name.c_str()) : name;
+}
+
+bool IsNormRole(TensorRole r) {
+  switch (r) {
+    case TensorRole::kOutputNorm:
+    case TensorRole::kAttnNorm:
+    case TensorRole::kAttnQNorm:
+    case TensorRole::kAttnKNorm:
+    case TensorRole::kPostAttnNorm:
+    case TensorRole::kFfnNorm:
+    case TensorRole::kPostFfnNorm:
+      return true;
+    default:
+      return false;
+  }
+}
 
 const TensorSpec* FindTensorSpec(const ArchSpec& arch, TensorRole role) {
   for (const TensorSpec& t : arch.tensors) {

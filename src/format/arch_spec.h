@@ -35,6 +35,22 @@
 // A row's `name` is weir's name for it (`weir gen --arch`, messages); `gguf_name` is the file's
 // general.architecture and key prefix, shared by llama and mixtral.
 //
+// Hugging Face checkpoints (safetensors + config.json) name the same tensors differently; the HF
+// table (HfArch, below the rows in arch_spec.cc) binds each config.json `architectures` value to
+// its row and gives the checkpoint's name of every role, so one file says what an architecture
+// is in both formats:
+//   architectures        row       names                          differences at load
+//   LlamaForCausalLM     llama     model.layers.N.self_attn.q_proj -
+//   MistralForCausalLM   llama     as Llama                       sliding_window: every layer
+//   Qwen2ForCausalLM     qwen2     + self_attn.q/k/v_proj.bias    -
+//   Qwen3ForCausalLM     qwen3     + self_attn.q_norm/k_norm      -
+//   Gemma3ForCausalLM    gemma3    + pre/post_feedforward_layernorm  norms stored as w: 1 + w
+//   MixtralForCausalLM   mixtral   block_sparse_moe.experts.E.w1  experts stacked at load
+//   Qwen3MoeForCausalLM  qwen3moe  mlp.experts.E.gate_proj        experts stacked at load
+// Every HF checkpoint keeps q and k in the layout of RoPE on halves (transformers' rotate_half),
+// so its config gets RopeStyle::kRotateHalf whatever the row says: llama.cpp's converter permutes
+// Llama's q/k rows into adjacent pairs for GGUF, weir instead keeps the rows and rotates halves.
+//
 // Thread safety: the rows are immutable statics.
 #pragma once
 
@@ -146,6 +162,57 @@ struct ArchSpec {
   float final_softcap_default = 0.0f;
   int sliding_window_default = 0;
 };
+
+// ---- Hugging Face checkpoints ----
+
+// A checkpoint's name of the tensor of `role`. Global tensors are named in full
+// ("model.norm.weight"); a per-layer tensor is "model.layers.N." + name; a stacked expert tensor
+// (TensorSpec::stack == kExperts) is stored as one 2-D tensor per expert, "{E}" in the name
+// standing for the expert's number ("mlp.experts.{E}.gate_proj.weight").
+struct HfTensorName {
+  TensorRole role;
+  const char* name;
+};
+
+// How config.json's sliding_window is read (transformers differs per model class).
+enum class HfSlidingWindow : uint8_t {
+  kIgnored,     // the model class does not read it (Llama; Qwen's needs use_sliding_window)
+  kEveryLayer,  // when not null, every layer sees the last sliding_window positions (Mistral)
+  kRowPattern,  // the row's sliding layers (layer_types / sliding_window_pattern: Gemma)
+};
+
+// One config.json `architectures` value weir reads, bound to its row.
+struct HfArch {
+  const char* architecture;  // "Qwen2ForCausalLM"
+  const char* model_type;    // config.json model_type, used when `architectures` is absent
+  const ArchSpec* arch;
+  // The checkpoint's tensors: one entry per role the checkpoint has, each required except
+  // kOutput (lm_head, absent when tied). A role of the row without an entry (an optional bias)
+  // is never bound; an entry whose role the row lacks is never read, so one family's table can
+  // serve several rows (Gemma's names for a Gemma row without QK-norm).
+  std::span<const HfTensorName> tensors;
+  bool norm_plus_one;  // RMSNorm computes x * (1 + w) (Gemma): the loader stores 1 + w
+  HfSlidingWindow sliding_window;
+  // Mixture of experts: norm_topk_prob's default when config.json omits it (Mixtral always
+  // renormalises the chosen experts' weights; Qwen3-MoE's config class defaults to false).
+  bool expert_norm_default = true;
+};
+
+// Every HF architecture weir reads.
+std::span<const HfArch> AllHfArchs();
+// The entry of a config.json `architectures` value, or nullptr.
+const HfArch* FindHfArch(std::string_view architecture);
+// The entry of a config.json model_type ("qwen2"), or nullptr.
+const HfArch* FindHfModelType(std::string_view model_type);
+// "LlamaForCausalLM, MistralForCausalLM, ..." (for messages).
+std::string HfArchNameList();
+// The checkpoint's name of `role` in the entry, or nullptr when the checkpoint has none.
+const HfTensorName* FindHfTensorName(const HfArch& hf, TensorRole role);
+// The tensor's name in a checkpoint: "model.norm.weight",
+// "model.layers.3.mlp.experts.7.gate_proj.weight" (layer, expert ignored where not used).
+std::string HfName(const HfTensorName& t, bool per_layer, int layer, int expert);
+// Whether the role is an RMSNorm weight (Gemma's 1 + w applies to exactly these).
+bool IsNormRole(TensorRole role);
 
 // Every architecture weir runs.
 std::span<const ArchSpec* const> AllArchs();

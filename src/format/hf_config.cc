@@ -1,5 +1,6 @@
 #include "format/hf_config.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "base/printable.h"
@@ -48,6 +49,152 @@ Result<int32_t> GetTokenId(const Json& cfg, const char* key, const std::string& 
   return static_cast<int32_t>(id);
 }
 
+// An optional number field that must be finite and > 0; nullopt when absent or null.
+Result<std::optional<double>> GetPositive(const Json& cfg, const char* key,
+                                          const std::string& path) {
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> v, GetOptionalNumber(cfg, key, path));
+  if (v && (!std::isfinite(*v) || *v <= 0 || *v > 1e12)) {
+    return Status::InvalidArgument(
+        StrFormat("%s: field '%s' = %g must be a positive number", path.c_str(), key, *v));
+  }
+  return v;
+}
+
+// The sliding-window layers (see hf_config.h).
+Status ReadSlidingWindow(const Json& cfg, const HfArch& hf, const std::string& path,
+                         LlamaConfig* c) {
+  const char* p = path.c_str();
+  const ArchSpec& arch = *hf.arch;
+  const int L = c->n_layers;
+  std::vector<uint8_t> sliding;  // empty: no sliding layer
+  if (const Json* types = FindField(cfg, "layer_types")) {
+    if (!types->is_array() || types->size() != static_cast<size_t>(L)) {
+      return Status::InvalidArgument(
+          StrFormat("%s: field 'layer_types' must be a list of num_hidden_layers = %d entries, "
+                    "got %s",
+                    p, L, JsonPreview(*types, 80).c_str()));
+    }
+    for (size_t l = 0; l < types->size(); ++l) {
+      const Json& t = (*types)[l];
+      const bool slide = t.is_string() && t.get<std::string>() == "sliding_attention";
+      const bool full = t.is_string() && t.get<std::string>() == "full_attention";
+      if (!slide && !full) {
+        return Status::Unsupported(
+            StrFormat("%s: layer_types[%zu] = %s; weir computes \"full_attention\" and "
+                      "\"sliding_attention\" layers",
+                      p, l, JsonPreview(t).c_str()));
+      }
+      sliding.push_back(slide);
+    }
+    if (std::find(sliding.begin(), sliding.end(), 1) == sliding.end()) sliding.clear();
+  } else if (hf.sliding_window == HfSlidingWindow::kRowPattern) {
+    WEIR_ASSIGN_OR_RETURN(std::optional<int64_t> pattern,
+                          GetOptionalInt(cfg, "sliding_window_pattern", path));
+    const int64_t period = pattern.value_or(arch.sliding_window_period);
+    if (period < 0 || period > limits::kMaxLayers) {
+      return Status::InvalidArgument(
+          StrFormat("%s: field 'sliding_window_pattern' = %lld is "
+                    "outside 0..%lld",
+                    p, static_cast<long long>(period), static_cast<long long>(limits::kMaxLayers)));
+    }
+    // transformers: layer l slides when (l + 1) % pattern != 0; 1 = no sliding layer.
+    for (int l = 0; l < L && period > 1; ++l) sliding.push_back((l + 1) % period != 0);
+  } else if (hf.sliding_window == HfSlidingWindow::kEveryLayer) {
+    if (FindField(cfg, "sliding_window") != nullptr) sliding.assign(static_cast<size_t>(L), 1);
+  } else {
+    WEIR_ASSIGN_OR_RETURN(std::optional<bool> use,
+                          GetOptionalBool(cfg, "use_sliding_window", path));
+    if (use && *use) {
+      return Status::Unsupported(
+          StrFormat("%s: use_sliding_window = true without layer_types (sliding layers from "
+                    "max_window_layers) is not supported",
+                    p));
+    }
+  }
+  if (sliding.empty()) return Status::Ok();
+  WEIR_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetOptionalInt(cfg, "sliding_window", path));
+  if (!window || *window <= 0 || *window > limits::kMaxContext) {
+    return Status::InvalidArgument(
+        StrFormat("%s: %s has sliding-window layers, but field 'sliding_window' = %s is not a "
+                  "window in 1..%lld",
+                  p, hf.architecture, window ? std::to_string(*window).c_str() : "null",
+                  static_cast<long long>(limits::kMaxContext)));
+  }
+  c->sliding_window = static_cast<int>(*window);
+  c->layer_sliding = std::move(sliding);
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> local,
+                        GetPositive(cfg, "rope_local_base_freq", path));
+  c->rope_theta_sliding = local                            ? static_cast<float>(*local)
+                          : arch.sliding_window_period > 0 ? arch.rope_theta_sliding
+                                                           : c->rope_theta;
+  return Status::Ok();
+}
+
+// The mixture-of-experts fields of a MoE row.
+Status ReadExperts(const Json& cfg, const HfArch& hf, const std::string& path, LlamaConfig* c) {
+  const char* p = path.c_str();
+  const char* count_key = FindField(cfg, "num_local_experts") ? "num_local_experts" : "num_experts";
+  WEIR_ASSIGN_OR_RETURN(auto n_expert, GetDim(cfg, count_key, limits::kMaxExperts, true, path));
+  WEIR_ASSIGN_OR_RETURN(auto n_used,
+                        GetDim(cfg, "num_experts_per_tok", limits::kMaxExperts, true, path));
+  if (*n_used > *n_expert) {
+    return Status::InvalidArgument(StrFormat("%s: num_experts_per_tok %lld exceeds %s %lld", p,
+                                             static_cast<long long>(*n_used), count_key,
+                                             static_cast<long long>(*n_expert)));
+  }
+  c->n_expert = static_cast<int>(*n_expert);
+  c->n_expert_used = static_cast<int>(*n_used);
+  WEIR_ASSIGN_OR_RETURN(std::optional<bool> norm, GetOptionalBool(cfg, "norm_topk_prob", path));
+  c->expert_weights_norm = norm.value_or(hf.expert_norm_default);
+  WEIR_ASSIGN_OR_RETURN(std::optional<int64_t> step,
+                        GetOptionalInt(cfg, "decoder_sparse_step", path));
+  if (step && *step != 1) {
+    return Status::Unsupported(StrFormat(
+        "%s: decoder_sparse_step = %lld (dense MLP layers between MoE layers) is not supported", p,
+        static_cast<long long>(*step)));
+  }
+  if (const Json* dense = FindField(cfg, "mlp_only_layers"); dense && !dense->empty()) {
+    return Status::Unsupported(
+        StrFormat("%s: mlp_only_layers %s (dense MLP layers in a MoE "
+                  "model) is not supported",
+                  p, JsonPreview(*dense).c_str()));
+  }
+  WEIR_ASSIGN_OR_RETURN(std::optional<int64_t> shared,
+                        GetOptionalInt(cfg, "shared_expert_intermediate_size", path));
+  if (shared && *shared > 0) {
+    return Status::Unsupported(
+        StrFormat("%s: shared_expert_intermediate_size = %lld; weir computes routed experts only",
+                  p, static_cast<long long>(*shared)));
+  }
+  return Status::Ok();
+}
+
+// The values of the row's switches that config.json states.
+Status ReadArchValues(const Json& cfg, const HfArch& hf, const std::string& path, LlamaConfig* c) {
+  const char* p = path.c_str();
+  const ArchSpec& arch = *hf.arch;
+  if (arch.embed_scale_sqrt_d) c->embed_scale = std::sqrt(static_cast<float>(c->d_model));
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> qpas,
+                        GetPositive(cfg, "query_pre_attn_scalar", path));
+  if (qpas && *qpas != c->head_dim) c->attn_scale = static_cast<float>(1.0 / std::sqrt(*qpas));
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> cap,
+                        GetOptionalNumber(cfg, "final_logit_softcapping", path));
+  if (cap) {
+    if (!std::isfinite(*cap) || *cap < 0) {
+      return Status::InvalidArgument(
+          StrFormat("%s: final_logit_softcapping %g must be >= 0", p, *cap));
+    }
+    if (*cap > 0 && !arch.logit_softcap) {
+      return Status::Unsupported(StrFormat("%s: final_logit_softcapping %g is not supported for %s",
+                                           p, *cap, hf.architecture));
+    }
+    c->final_logit_softcap = static_cast<float>(*cap);
+  }
+  WEIR_RETURN_IF_ERROR(ReadSlidingWindow(cfg, hf, path, c));
+  if (arch.moe) WEIR_RETURN_IF_ERROR(ReadExperts(cfg, hf, path, c));
+  return Status::Ok();
+}
+
 }  // namespace
 
 Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::string& path) {
@@ -58,8 +205,8 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
         StrFormat("%s: top level must be a JSON object, got %s", p, JsonTypeName(cfg)));
   }
 
-  // Architecture.
-  bool is_llama = false;
+  // Architecture: the first `architectures` entry the HF table knows, else model_type.
+  const HfArch* hf = nullptr;
   std::string arch_text = "none";
   if (const Json* archs = FindField(cfg, "architectures")) {
     if (!archs->is_array()) {
@@ -68,41 +215,65 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
     }
     arch_text = JsonPreview(*archs, 120);
     for (const Json& a : *archs) {
-      if (a.is_string() && a.get<std::string>() == "LlamaForCausalLM") is_llama = true;
+      if (hf == nullptr && a.is_string()) hf = FindHfArch(a.get<std::string>());
     }
   }
   WEIR_ASSIGN_OR_RETURN(std::optional<std::string> model_type,
                         GetOptionalString(cfg, "model_type", path));
-  if (model_type && *model_type == "llama") is_llama = true;
-  if (!is_llama) {
+  if (hf == nullptr && arch_text == "none" && model_type) hf = FindHfModelType(*model_type);
+  if (hf == nullptr) {
     return Status::Unsupported(
-        StrFormat("%s: not a Llama model (architectures %s, model_type '%s'); weir reads "
-                  "LlamaForCausalLM",
-                  p, arch_text.c_str(), model_type ? Printable(*model_type).c_str() : "none"));
+        StrFormat("%s: architectures %s (model_type '%s') is not one weir reads; weir reads %s", p,
+                  arch_text.c_str(), model_type ? Printable(*model_type).c_str() : "none",
+                  HfArchNameList().c_str()));
   }
+  const ArchSpec& arch = *hf->arch;
 
   // Features weir does not implement: refuse rather than compute something else.
   if (const Json* scaling = FindField(cfg, "rope_scaling")) {
     return Status::Unsupported(StrFormat("%s: rope_scaling %s is not supported (only null)", p,
                                          JsonPreview(*scaling, 80).c_str()));
   }
-  WEIR_ASSIGN_OR_RETURN(std::optional<std::string> act, GetOptionalString(cfg, "hidden_act", path));
-  if (act && *act != "silu") {
+  if (const Json* params = FindField(cfg, "rope_parameters")) {
     return Status::Unsupported(
-        StrFormat("%s: hidden_act '%s' is not supported (only silu)", p, Printable(*act).c_str()));
+        StrFormat("%s: rope_parameters %s (transformers' newer RoPE form) is not supported; weir "
+                  "reads rope_theta",
+                  p, JsonPreview(*params, 80).c_str()));
   }
-  for (const char* key : {"attention_bias", "mlp_bias"}) {
+  const bool gelu = arch.activation == Activation::kGeluTanh;
+  for (const char* key : {"hidden_act", "hidden_activation"}) {
+    WEIR_ASSIGN_OR_RETURN(std::optional<std::string> act, GetOptionalString(cfg, key, path));
+    if (!act) continue;
+    const bool ok = gelu ? (*act == "gelu_pytorch_tanh" || *act == "gelu_new") : *act == "silu";
+    if (!ok) {
+      return Status::Unsupported(StrFormat("%s: %s '%s' is not supported for %s (only %s)", p, key,
+                                           Printable(*act).c_str(), hf->architecture,
+                                           gelu ? "gelu_pytorch_tanh" : "silu"));
+    }
+  }
+  for (const char* key : {"attention_bias", "mlp_bias", "use_bidirectional_attention"}) {
     WEIR_ASSIGN_OR_RETURN(std::optional<bool> b, GetOptionalBool(cfg, key, path));
     if (b && *b) {
       return Status::Unsupported(StrFormat("%s: %s = true is not supported", p, key));
     }
   }
+  if (const Json* cap = FindField(cfg, "attn_logit_softcapping")) {
+    return Status::Unsupported(
+        StrFormat("%s: attn_logit_softcapping %s is not supported (attention scores are not "
+                  "capped by weir)",
+                  p, JsonPreview(*cap).c_str()));
+  }
 
   HfLlamaConfig out;
+  out.hf = hf;
   LlamaConfig& c = out.config;
+  c.arch = &arch;
   WEIR_ASSIGN_OR_RETURN(auto d_model, GetDim(cfg, "hidden_size", limits::kMaxModelDim, true, path));
+  // A MoE row's d_ff is its experts' width (moe_intermediate_size where stated: Qwen3-MoE).
+  const bool moe_ff = arch.moe && FindField(cfg, "moe_intermediate_size") != nullptr;
   WEIR_ASSIGN_OR_RETURN(auto d_ff,
-                        GetDim(cfg, "intermediate_size", limits::kMaxFfnDim, true, path));
+                        GetDim(cfg, moe_ff ? "moe_intermediate_size" : "intermediate_size",
+                               limits::kMaxFfnDim, true, path));
   WEIR_ASSIGN_OR_RETURN(auto n_layers,
                         GetDim(cfg, "num_hidden_layers", limits::kMaxLayers, true, path));
   WEIR_ASSIGN_OR_RETURN(auto n_head,
@@ -151,6 +322,7 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   c.rms_eps = static_cast<float>(eps_v);
   c.rope_theta = static_cast<float>(theta_v);
   c.layers.assign(c.n_layers, LayerDims{c.n_head, c.n_head_kv, c.d_ff});
+  WEIR_RETURN_IF_ERROR(ReadArchValues(cfg, *hf, path, &c));
 
   WEIR_ASSIGN_OR_RETURN(std::optional<bool> tie, GetOptionalBool(cfg, "tie_word_embeddings", path));
   out.tie_word_embeddings = tie.value_or(false);

@@ -1,9 +1,14 @@
-// Reads a Hugging Face config.json for LlamaForCausalLM into a LlamaConfig.
+// Reads a Hugging Face config.json into a LlamaConfig, for every architecture of the HF table
+// (format/arch_spec.h, HfArch): `architectures` (else model_type) picks the entry and so the
+// ArchSpec row. This is the one place where config.json fields map to LlamaConfig.
 //
 // Fields used (all others are kept as metadata only):
-//   architectures / model_type   must include "LlamaForCausalLM" / be "llama"
+//   architectures / model_type   an entry of the HF table: LlamaForCausalLM, MistralForCausalLM,
+//                                Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM
+//                                (gemma3_text), MixtralForCausalLM, Qwen3MoeForCausalLM
 //   hidden_size                  d_model                      (required)
-//   intermediate_size            d_ff                         (required)
+//   intermediate_size            d_ff                         (required; MoE: expert width)
+//   moe_intermediate_size        d_ff of a MoE row, when stated (Qwen3-MoE)
 //   num_hidden_layers            n_layers                     (required)
 //   num_attention_heads          n_head                       (required)
 //   num_key_value_heads          n_head_kv                    (default n_head)
@@ -14,8 +19,25 @@
 //   rope_theta                   rope_theta                   (default 10000)
 //   tie_word_embeddings          output head = token_embd     (default false, as transformers)
 //   bos_token_id, eos_token_id   (eos may be a list; its first entry is used)
-// Rejected as unsupported: rope_scaling other than null, hidden_act other than "silu",
-// attention_bias or mlp_bias true. RoPE is RopeStyle::kRotateHalf (HF's q/k layout).
+//   hidden_act / hidden_activation  must be the row's activation: silu, or gelu_pytorch_tanh /
+//                                gelu_new for GELU-tanh (Gemma)
+//   query_pre_attn_scalar        attn_scale = 1/sqrt(it) when it differs from head_dim (Gemma)
+//   final_logit_softcapping      final_logit_softcap (rows with a soft-cap; others refuse it)
+//   sliding_window, layer_types, sliding_window_pattern, rope_local_base_freq
+//                                sliding-window layers, their window and RoPE base:
+//                                layer_types ("sliding_attention" / "full_attention" per layer)
+//                                when stated; else as the entry says (HfSlidingWindow): Gemma
+//                                the period sliding_window_pattern (default the row's), Mistral
+//                                and Mixtral every layer when sliding_window is not null, Llama
+//                                and Qwen none (use_sliding_window true without layer_types is
+//                                refused). rope_local_base_freq is the sliding layers' RoPE base
+//                                (default the row's, else rope_theta).
+//   num_local_experts / num_experts, num_experts_per_tok, norm_topk_prob
+//                                n_expert, n_expert_used, expert_weights_norm (MoE rows)
+// Rejected as unsupported: rope_scaling and rope_parameters other than null, an activation that
+// is not the row's, attention_bias or mlp_bias true, attn_logit_softcapping,
+// use_bidirectional_attention, Qwen3-MoE's mlp_only_layers / decoder_sparse_step other than 1.
+// RoPE is RopeStyle::kRotateHalf (HF's q/k layout, every architecture).
 //
 // Thread safety: free function.
 #pragma once
@@ -32,7 +54,8 @@
 namespace weir::format {
 
 struct HfLlamaConfig {
-  LlamaConfig config;  // layers filled uniformly
+  LlamaConfig config;         // layers filled uniformly; config.arch is hf->arch
+  const HfArch* hf = nullptr;  // the entry of the HF table (never null on success)
   bool tie_word_embeddings = false;
   bool tie_word_embeddings_stated = false;  // the file has the field
   int32_t bos_token_id = -1;                // -1: not stated

@@ -1,6 +1,7 @@
 #include "format/llama_gguf_writer.h"
 
 #include <cctype>
+#include <cmath>
 #include <cstring>
 #include <map>
 
@@ -179,6 +180,23 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
   w->AddF32(K("rope.freq_base"), c.rope_theta);
   w->AddF32(K("attention.layer_norm_rms_epsilon"), c.rms_eps);
   w->AddU32(K("vocab_size"), static_cast<uint32_t>(c.vocab_size));
+  // What GGUF cannot state for the row is refused, not dropped: a sliding window on a row
+  // without sliding layers (Mistral's sliding_window; llama.cpp's converter drops it), a query
+  // scale other than 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar, which llama.cpp infers
+  // only for Gemma 3 27B's 62 layers).
+  if (c.sliding_window > 0 && arch.sliding_window_period == 0) {
+    return Status::Unsupported(StrFormat(
+        "%s: a sliding window of %d on %s has no GGUF key (llama.cpp's %s has no sliding layers)",
+        name.c_str(), c.sliding_window, arch.name, arch.gguf_name));
+  }
+  const bool inferred_scale =
+      prefix == "gemma3" && c.n_layers == 62 && c.n_head > 0 &&
+      c.attn_scale == 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
+  if (c.attn_scale > 0 && !inferred_scale) {
+    return Status::Unsupported(
+        StrFormat("%s: a query scale of %g (not 1/sqrt(head_dim)) has no GGUF key for %s",
+                  name.c_str(), static_cast<double>(c.attn_scale), arch.gguf_name));
+  }
   if (c.sliding_window > 0 && arch.sliding_window_period > 0) {
     w->AddU32(K("attention.sliding_window"), static_cast<uint32_t>(c.sliding_window));
     // The pattern only when it is not the row's default: one u32 flag per layer (llama.cpp

@@ -5,7 +5,9 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <set>
+#include <string_view>
 
 #include "base/aligned_buffer.h"
 #include "base/checked_math.h"
@@ -20,8 +22,6 @@ namespace weir::format {
 namespace {
 
 constexpr char kMetadataKey[] = "__metadata__";
-constexpr char kEmbedName[] = "model.embed_tokens.weight";
-constexpr char kHeadName[] = "lm_head.weight";
 
 uint64_t ReadU64(const uint8_t* p) {
   uint64_t v = 0;
@@ -239,69 +239,106 @@ struct Located {
   size_t entry = 0;
 };
 
-// HF name -> canonical name. Sets *ignored for tensors that carry nothing weir needs.
-Result<std::string> CanonicalName(const std::string& hf, int n_layers, const std::string& path,
-                                  bool* ignored) {
-  *ignored = false;
-  if (hf == kEmbedName) return std::string("token_embd.weight");
-  if (hf == kHeadName) return std::string("output.weight");
-  if (hf == "model.norm.weight") return std::string("output_norm.weight");
-  static const char kLayerPrefix[] = "model.layers.";
-  const size_t prefix_len = sizeof(kLayerPrefix) - 1;
-  if (hf.compare(0, prefix_len, kLayerPrefix) == 0) {
-    size_t i = prefix_len;
-    int64_t layer = 0;
-    size_t digits = 0;
-    while (i < hf.size() && hf[i] >= '0' && hf[i] <= '9' && digits < 9) {
-      layer = layer * 10 + (hf[i] - '0');
-      ++i;
-      ++digits;
-    }
-    if (digits > 0 && i < hf.size() && hf[i] == '.' && !(digits > 1 && hf[prefix_len] == '0')) {
-      const std::string suffix = hf.substr(i + 1);
-      static const std::pair<const char*, const char*> kMap[] = {
-          {"input_layernorm.weight", "attn_norm.weight"},
-          {"self_attn.q_proj.weight", "attn_q.weight"},
-          {"self_attn.k_proj.weight", "attn_k.weight"},
-          {"self_attn.v_proj.weight", "attn_v.weight"},
-          {"self_attn.o_proj.weight", "attn_output.weight"},
-          {"post_attention_layernorm.weight", "ffn_norm.weight"},
-          {"mlp.gate_proj.weight", "ffn_gate.weight"},
-          {"mlp.up_proj.weight", "ffn_up.weight"},
-          {"mlp.down_proj.weight", "ffn_down.weight"},
-      };
-      const char* mapped = nullptr;
-      for (const auto& [from, to] : kMap) {
-        if (suffix == from) mapped = to;
-      }
-      if (mapped || suffix == "self_attn.rotary_emb.inv_freq") {
-        if (layer >= n_layers) {
-          return Status::InvalidArgument(StrFormat(
-              "%s: tensor '%s' is for layer %lld but config.json has num_hidden_layers=%d",
-              path.c_str(), Printable(hf).c_str(), static_cast<long long>(layer), n_layers));
-        }
-        if (!mapped) {
-          *ignored = true;
-          return std::string();
-        }
-        return "blk." + std::to_string(layer) + "." + mapped;
-      }
+// Where a checkpoint tensor goes: the row's spec, its layer (-1: global) and expert (-1: not
+// one slice of a stacked expert tensor).
+struct Binding {
+  const TensorSpec* spec = nullptr;
+  int layer = -1;
+  int expert = -1;
+};
+
+// The checkpoint's name of every tensor the row reads, for config `c`, except the expert
+// slices (n_layers * n_expert names per projection, matched by MatchExpert instead).
+std::map<std::string, Binding> ExpectedHfNames(const HfArch& hf, const LlamaConfig& c) {
+  std::map<std::string, Binding> names;
+  for (const TensorSpec& t : hf.arch->tensors) {
+    const HfTensorName* n = FindHfTensorName(hf, t.role);
+    if (n == nullptr || t.stack == Dim::kExperts) continue;  // never stored / matched apart
+    for (int l = 0; l < (t.per_layer ? c.n_layers : 1); ++l) {
+      const int layer = t.per_layer ? l : -1;
+      names[HfName(*n, t.per_layer, layer, -1)] = Binding{&t, layer, -1};
     }
   }
-  return Status::Unsupported(StrFormat(
-      "%s: tensor '%s' is not part of a LlamaForCausalLM checkpoint weir can run (biases, "
-      "adapters and quantization scales are not supported)",
-      path.c_str(), Printable(hf).c_str()));
+  return names;
 }
 
-bool IsNormName(const std::string& canonical) {
-  return EndsWith(canonical, "attn_norm.weight") || EndsWith(canonical, "ffn_norm.weight") ||
-         canonical == "output_norm.weight";
+// The layer number of "model.layers.N.<rest>" (canonical decimal), or -1.
+int64_t LayerOf(const std::string& hf) {
+  static const char kLayerPrefix[] = "model.layers.";
+  const size_t prefix_len = sizeof(kLayerPrefix) - 1;
+  if (hf.compare(0, prefix_len, kLayerPrefix) != 0) return -1;
+  size_t i = prefix_len;
+  int64_t layer = 0;
+  size_t digits = 0;
+  while (i < hf.size() && hf[i] >= '0' && hf[i] <= '9' && digits < 9) {
+    layer = layer * 10 + (hf[i] - '0');
+    ++i;
+    ++digits;
+  }
+  if (digits == 0 || i >= hf.size() || hf[i] != '.' || (digits > 1 && hf[prefix_len] == '0')) {
+    return -1;
+  }
+  return layer;
+}
+
+// `hf` as one expert slice of a stacked tensor of the row ("model.layers.3.mlp.experts.7.
+// up_proj.weight"), if it is one: layer < n_layers, expert < n_expert, both canonical decimals.
+std::optional<Binding> MatchExpert(const std::string& hf, const HfArch& arch,
+                                   const LlamaConfig& c) {
+  const int64_t layer = LayerOf(hf);
+  if (layer < 0 || layer >= c.n_layers) return std::nullopt;
+  const std::string_view rest =
+      std::string_view(hf).substr(hf.find('.', sizeof("model.layers.") - 1) + 1);
+  for (const TensorSpec& t : arch.arch->tensors) {
+    const HfTensorName* n = FindHfTensorName(arch, t.role);
+    if (n == nullptr || t.stack != Dim::kExperts) continue;
+    const std::string_view name = n->name;
+    const size_t at = name.find("{E}");
+    const std::string_view pre = name.substr(0, at), post = name.substr(at + 3);
+    if (rest.size() <= pre.size() + post.size() || rest.substr(0, pre.size()) != pre ||
+        rest.substr(rest.size() - post.size()) != post) {
+      continue;
+    }
+    const std::string_view digits = rest.substr(pre.size(), rest.size() - pre.size() - post.size());
+    if (digits.size() > 9 || (digits.size() > 1 && digits[0] == '0')) continue;
+    int64_t e = 0;
+    bool ok = true;
+    for (char ch : digits) {
+      ok = ok && ch >= '0' && ch <= '9';
+      e = e * 10 + (ch - '0');
+    }
+    if (ok && e < c.n_expert) return Binding{&t, static_cast<int>(layer), static_cast<int>(e)};
+  }
+  return std::nullopt;
+}
+
+// Tensors that carry nothing weir needs (RoPE's inverse frequencies, recomputed from rope_theta).
+bool IsIgnored(const std::string& hf, int n_layers) {
+  const int64_t layer = LayerOf(hf);
+  return layer >= 0 && layer < n_layers &&
+         hf == StrFormat("model.layers.%lld.self_attn.rotary_emb.inv_freq",
+                         static_cast<long long>(layer));
+}
+
+// The error for a tensor the checkpoint kind does not have.
+Status UnknownTensor(const std::string& hf, const HfArch& arch, int n_layers,
+                     const std::string& path) {
+  const int64_t layer = LayerOf(hf);
+  if (layer >= n_layers) {
+    return Status::InvalidArgument(
+        StrFormat("%s: tensor '%s' is for layer %lld but config.json has num_hidden_layers=%d",
+                  path.c_str(), Printable(hf).c_str(), static_cast<long long>(layer), n_layers));
+  }
+  return Status::Unsupported(StrFormat(
+      "%s: tensor '%s' is not part of a %s checkpoint weir can run (biases it does not have, "
+      "adapters and quantization scales are not supported)",
+      path.c_str(), Printable(hf).c_str(), arch.architecture));
 }
 
 // A view of `e` in `shard`, copied into an owned buffer when it must be converted to F32 or is
 // not aligned to its element size.
-Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool want_f32,
+// `add` (Gemma's 1 + w) is added to every element of a tensor converted to F32.
+Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool want_f32, float add,
                             ModelFile* m) {
   const uint8_t* src = shard.file->data() + shard.header.data_offset + e.begin;
   const size_t nbytes = e.end - e.begin;
@@ -309,7 +346,7 @@ Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool 
   TensorView v;
   v.shape = e.shape;
   v.dtype = e.dtype;
-  const bool convert = want_f32 && e.dtype != DType::kF32;
+  const bool convert = want_f32 && (e.dtype != DType::kF32 || add != 0.0f);
   const bool misaligned = reinterpret_cast<uintptr_t>(src) % elem != 0;
   if (!convert && !misaligned) {
     v.data = src;
@@ -325,9 +362,14 @@ Result<TensorView> MakeView(const Shard& shard, const SafetensorsEntry& e, bool 
   if (convert) {
     float* out = owned->bytes.data<float>();
     for (size_t i = 0; i < numel; ++i) {
-      uint16_t h;
-      std::memcpy(&h, src + 2 * i, 2);
-      out[i] = e.dtype == DType::kF16 ? F16ToF32(h) : BF16ToF32(h);
+      if (e.dtype == DType::kF32) {
+        std::memcpy(&out[i], src + 4 * i, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * i, 2);
+        out[i] = e.dtype == DType::kF16 ? F16ToF32(h) : BF16ToF32(h);
+      }
+      out[i] += add;
     }
     v.dtype = DType::kF32;
   } else {
@@ -455,12 +497,12 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
                     index_path.c_str(), Printable(tensor).c_str(), Printable(file).c_str()));
     }
   }
+  const HfArch& hf_arch = *hf.hf;
+  const std::map<std::string, Binding> expected = ExpectedHfNames(hf_arch, hf.config);
   std::map<std::string, std::string> alias_of;  // dropped name -> stored name
   for (const Shard& s : shards) {
     for (const auto& [key, value] : s.header.metadata) {
-      if (stored.count(key) || !stored.count(value)) continue;
-      bool ignored;
-      if (!CanonicalName(key, hf.config.n_layers, s.path, &ignored).ok() || ignored) continue;
+      if (stored.count(key) || !stored.count(value) || !expected.count(key)) continue;
       alias_of[key] = value;
     }
   }
@@ -470,8 +512,13 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
   m.format = FileFormat::kSafetensors;
   m.config = hf.config;
   for (const Shard& s : shards) m.backing.push_back(s.file);
+  const LlamaConfig& c = m.config;
 
   // Tied embeddings: decide which stored tensor is token_embd and whether output exists.
+  const HfTensorName* embed_name = FindHfTensorName(hf_arch, TensorRole::kTokenEmbd);
+  const HfTensorName* head_name = FindHfTensorName(hf_arch, TensorRole::kOutput);
+  WEIR_CHECK(embed_name != nullptr && head_name != nullptr);
+  const std::string kEmbedName = embed_name->name, kHeadName = head_name->name;
   auto source_of = [&](const std::string& name) -> std::string {
     if (stored.count(name)) return name;
     auto a = alias_of.find(name);
@@ -484,28 +531,142 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
     token_embd_src = embed_src.empty() ? head_src : embed_src;
     output_src.clear();
   }
+  const Binding embed_binding = expected.at(kEmbedName), head_binding = expected.at(kHeadName);
 
-  // Canonical tensors in file order.
+  // Every checkpoint tensor, bound to its spec, in file order. Expert slices are collected per
+  // stacked tensor and stacked below.
+  struct Slices {
+    const TensorSpec* spec = nullptr;
+    int layer = -1;
+    std::vector<std::pair<const Shard*, const SafetensorsEntry*>> experts;  // n_expert slots
+  };
+  std::map<std::string, Slices> stacks;  // canonical name -> its experts
+  std::set<std::string> found;           // checkpoint names bound
+  const float norm_add = hf_arch.norm_plus_one ? 1.0f : 0.0f;
   for (size_t si = 0; si < shards.size(); ++si) {
     for (const SafetensorsEntry& e : shards[si].header.tensors) {
-      std::string canonical;
+      Binding b;
+      std::string hf_name = e.name;
       if (!token_embd_src.empty() && e.name == token_embd_src) {
-        canonical = "token_embd.weight";
+        b = embed_binding;
+        hf_name = kEmbedName;
       } else if (!output_src.empty() && e.name == output_src) {
-        canonical = "output.weight";
+        b = head_binding;
       } else if (e.name == kEmbedName || e.name == kHeadName) {
         continue;  // the tied twin of token_embd
+      } else if (auto it = expected.find(e.name); it != expected.end()) {
+        b = it->second;
+      } else if (std::optional<Binding> x = MatchExpert(e.name, hf_arch, c)) {
+        b = *x;
+      } else if (IsIgnored(e.name, c.n_layers)) {
+        continue;
       } else {
-        bool ignored;
-        WEIR_ASSIGN_OR_RETURN(canonical,
-                              CanonicalName(e.name, m.config.n_layers, shards[si].path, &ignored));
-        if (ignored) continue;
+        return UnknownTensor(e.name, hf_arch, c.n_layers, shards[si].path);
       }
-      WEIR_ASSIGN_OR_RETURN(TensorView v, MakeView(shards[si], e, IsNormName(canonical), &m));
+      found.insert(hf_name);
+      const TensorSpec& t = *b.spec;
+      const std::string canonical = TensorName(t, b.layer);
+      Shape want = ExpectedShape(t, c, b.layer);
+      std::string derivation = ShapeDerivation(t), what = canonical;
+      if (b.expert >= 0) {  // one [outer, inner] slice of [n_expert, outer, inner]
+        want = Shape{want[1], want[2]};
+        derivation = StrFormat("[%s, %s]", DimName(t.outer), DimName(t.inner));
+        what = StrFormat("expert %d of %s", b.expert, canonical.c_str());
+      }
+      if (!(e.shape == want)) {
+        return Status::Corrupt(StrFormat("%s: tensor '%s' = %s has shape %s, expected %s = %s",
+                                         shards[si].path.c_str(), Printable(e.name).c_str(),
+                                         what.c_str(), e.shape.ToString().c_str(),
+                                         derivation.c_str(), want.ToString().c_str()));
+      }
+      if (b.expert >= 0) {
+        Slices& sl = stacks[canonical];
+        if (sl.spec == nullptr) {  // the first expert seen: the stack's place in file order
+          sl.spec = &t;
+          sl.layer = b.layer;
+          sl.experts.resize(static_cast<size_t>(c.n_expert));
+          m.tensor_order.push_back(canonical);
+        }
+        sl.experts[static_cast<size_t>(b.expert)] = {&shards[si], &e};
+        continue;
+      }
+      const float add = IsNormRole(t.role) ? norm_add : 0.0f;
+      WEIR_ASSIGN_OR_RETURN(TensorView v, MakeView(shards[si], e, t.vector(), add, &m));
       m.tensors[canonical] = v;
       m.tensor_order.push_back(canonical);
     }
   }
+
+  // Every tensor of the checkpoint kind must be there (lm_head may be tied away).
+  for (const auto& [name, b] : expected) {
+    if (found.count(name) || b.spec->role == TensorRole::kOutput) continue;
+    const Shape want = ExpectedShape(*b.spec, c, b.layer);
+    return Status::Corrupt(
+        StrFormat("%s: tensor '%s' = %s is missing (a %s checkpoint has it; expected shape %s = "
+                  "%s)",
+                  p, Printable(name).c_str(), TensorName(*b.spec, b.layer).c_str(),
+                  hf_arch.architecture, ShapeDerivation(*b.spec).c_str(), want.ToString().c_str()));
+  }
+
+  for (const TensorSpec& t : hf_arch.arch->tensors) {
+    const HfTensorName* n = FindHfTensorName(hf_arch, t.role);
+    if (n == nullptr || t.stack != Dim::kExperts) continue;
+    for (int l = 0; l < c.n_layers; ++l) {
+      auto it = stacks.find(TensorName(t, l));
+      for (int x = 0; x < c.n_expert; ++x) {
+        if (it != stacks.end() && it->second.experts[static_cast<size_t>(x)].second != nullptr) {
+          continue;
+        }
+        const Shape want = ExpectedShape(t, c, l);
+        return Status::Corrupt(StrFormat(
+            "%s: tensor '%s' = %s (expert %d) is missing (a %s checkpoint has it; expected shape "
+            "[%s, %s] = %s)",
+            p, HfName(*n, true, l, x).c_str(), TensorName(t, l).c_str(), x, hf_arch.architecture,
+            DimName(t.outer), DimName(t.inner), Shape{want[1], want[2]}.ToString().c_str()));
+      }
+    }
+  }
+
+  // Stack each layer's experts into the row's [n_expert, outer, inner] tensor (an owned copy:
+  // weir's expert kernels index one 3-D tensor).
+  for (const auto& [canonical, sl] : stacks) {
+    const SafetensorsEntry& first = *sl.experts[0].second;
+    const size_t slice_bytes = first.end - first.begin;
+    for (size_t x = 1; x < sl.experts.size(); ++x) {
+      const SafetensorsEntry& e = *sl.experts[x].second;
+      if (e.dtype != first.dtype) {
+        return Status::Unsupported(StrFormat(
+            "%s: experts of %s differ in type: '%s' is %s, '%s' is %s; weir stacks experts of "
+            "one type",
+            sl.experts[x].first->path.c_str(), canonical.c_str(), Printable(first.name).c_str(),
+            DTypeName(first.dtype), Printable(e.name).c_str(), DTypeName(e.dtype)));
+      }
+    }
+    uint64_t total = 0;
+    if (!CheckedMul(static_cast<uint64_t>(slice_bytes), static_cast<uint64_t>(sl.experts.size()),
+                    &total)) {
+      return Status::InvalidArgument(StrFormat("%s: %s is too large", p, canonical.c_str()));
+    }
+    auto owned = std::make_shared<OwnedBuffer>();
+    if (!owned->bytes.Reset(std::max<size_t>(total, 1), 64)) {
+      return Status::OutOfMemory(
+          StrFormat("%s: cannot allocate %llu bytes to stack the experts "
+                    "of %s",
+                    p, static_cast<unsigned long long>(total), canonical.c_str()));
+    }
+    for (size_t x = 0; x < sl.experts.size(); ++x) {
+      const auto& [shard, e] = sl.experts[x];
+      std::memcpy(owned->bytes.data() + x * slice_bytes,
+                  shard->file->data() + shard->header.data_offset + e->begin, slice_bytes);
+    }
+    TensorView v;
+    v.dtype = first.dtype;
+    v.shape = ExpectedShape(*sl.spec, c, sl.layer);
+    v.data = owned->bytes.data();
+    m.backing.push_back(std::move(owned));
+    m.tensors[canonical] = v;
+  }
+  m.metadata.emplace_back("hf.arch_row", hf_arch.arch->name);
 
   // Tokenizer.
   std::string tok_path = options.tokenizer_path;

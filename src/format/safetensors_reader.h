@@ -1,5 +1,7 @@
-// Reader for Hugging Face LlamaForCausalLM checkpoints in safetensors format, with config.json
-// (and tokenizer.json) beside the weights.
+// Reader for Hugging Face checkpoints in safetensors format, with config.json (and tokenizer.json)
+// beside the weights: every `architectures` value of the HF table in format/arch_spec.h
+// (LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM,
+// MixtralForCausalLM, Qwen3MoeForCausalLM).
 //
 // safetensors file layout:
 //   offset 0      u64 (little-endian) N: length of the JSON header in bytes
@@ -19,7 +21,9 @@
 // A tensor whose start is not aligned to its element size is copied into an owned, aligned
 // buffer kept in ModelFile::backing; aligned tensors are views into the read-only mapping.
 //
-// Model mapping (HF name -> canonical GGUF name, see model_file.h):
+// Model mapping (HF name -> canonical GGUF name, see model_file.h): config.json (hf_config.h)
+// picks the HF table's entry, whose names bind each tensor of the ArchSpec row by role; for
+// Llama
 //   model.embed_tokens.weight                      -> token_embd.weight
 //   lm_head.weight                                 -> output.weight
 //   model.norm.weight                              -> output_norm.weight
@@ -28,8 +32,19 @@
 //   model.layers.N.post_attention_layernorm.weight -> blk.N.ffn_norm.weight
 //   model.layers.N.mlp.{gate,up,down}_proj.weight  -> blk.N.ffn_{gate,up,down}.weight
 //   model.layers.N.self_attn.rotary_emb.inv_freq   (ignored: recomputed from rope_theta)
-// Any other tensor (biases, adapters, quantization scales) is reported as unsupported rather
-// than silently dropped. q/k keep HF's layout, so RoPE is RopeStyle::kRotateHalf.
+// and arch_spec.cc lists the other families' names. Every named tensor is required (lm_head
+// unless tied); a stored tensor the entry does not name (a bias Llama does not have, adapters,
+// quantization scales) is reported as unsupported rather than silently dropped. Each tensor's
+// shape is checked against the row (messages give both names).
+// At load, by the entry's switches:
+//   - q/k keep HF's layout in every family, so RoPE is RopeStyle::kRotateHalf;
+//   - 1-D tensors (norms, biases) stored F16/BF16 are converted to F32 (owned buffers);
+//   - Gemma (norm_plus_one): HF stores w of x * (1 + w); the F32 copy holds 1 + w, what the
+//     row's ordinary RMSNorm (and llama.cpp's GGUF) expects;
+//   - experts (Mixtral's block_sparse_moe.experts.E.w1/w3/w2, Qwen3-MoE's
+//     mlp.experts.E.{gate,up,down}_proj): the n_expert 2-D tensors of a layer are copied into
+//     one owned [n_expert, rows, cols] tensor of their common type (the row's 3-D expert
+//     tensors; a copy of every expert weight in memory).
 // Tied embeddings: torch's save_model stores a shared tensor once and records the dropped name
 // in __metadata__ ("model.embed_tokens.weight": "lm_head.weight" in TinyStories-656K); such an
 // alias is resolved. When config.json says tie_word_embeddings, or only one of the two tensors

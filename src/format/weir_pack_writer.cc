@@ -293,6 +293,14 @@ Status OrderGroup(const PackOptions& options, const std::string& path, PackGroup
 Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
                  const std::function<void(double)>& progress) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
+  // A sliding window on a row without sliding layers (a Hugging Face Mistral's sliding_window)
+  // has no place in a pack: refused rather than dropped.
+  if (model.config.sliding_window > 0 && model.config.arch->sliding_window_period == 0) {
+    return Status::Unsupported(StrFormat("%s: %s has a sliding window of %d, which weir packs do "
+                                         "not hold",
+                                         path.c_str(), model.path.c_str(),
+                                         model.config.sliding_window));
+  }
   if (model.config.IsMoe()) return WriteExpertPack(model, path, options, progress);
   if (options.layout == PackLayout::kExperts) {
     return Status::InvalidArgument(path + ": --layout experts is for mixtures of experts; " +

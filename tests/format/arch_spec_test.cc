@@ -63,6 +63,50 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
   EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2");
 }
 
+// Every HF entry names each required tensor of its row once.
+TEST(ArchSpecTest, EveryHfEntryCoversItsRow) {
+  std::set<std::string> architectures;
+  for (const HfArch& h : AllHfArchs()) {
+    SCOPED_TRACE(h.architecture);
+    ASSERT_NE(h.arch, nullptr);
+    EXPECT_TRUE(architectures.insert(h.architecture).second);
+    EXPECT_EQ(FindHfArch(h.architecture), &h);
+    std::set<std::string> names;
+    std::set<TensorRole> roles;
+    for (const HfTensorName& n : h.tensors) {
+      EXPECT_TRUE(names.insert(n.name).second) << "duplicate name " << n.name;
+      EXPECT_TRUE(roles.insert(n.role).second) << "duplicate role of " << n.name;
+      // A family's name table may serve a row that lacks some of its roles (Gemma's names for a
+      // row without QK-norm): those names are never read.
+      const TensorSpec* t = FindTensorSpec(*h.arch, n.role);
+      if (t == nullptr) continue;
+      // Expert slices carry the expert's number; nothing else does.
+      EXPECT_EQ(std::string(n.name).find("{E}") != std::string::npos, t->stack == Dim::kExperts)
+          << n.name;
+      // Global tensors are named in full, per-layer ones relative to model.layers.N.
+      EXPECT_EQ(std::string(n.name).rfind("model.", 0) == 0 || n.role == TensorRole::kOutput,
+                !t->per_layer)
+          << n.name;
+    }
+    for (const TensorSpec& t : h.arch->tensors) {
+      if (t.required || t.role == TensorRole::kOutput) {
+        EXPECT_NE(FindHfTensorName(h, t.role), nullptr) << t.name;
+      }
+    }
+    EXPECT_EQ(h.norm_plus_one, std::string(h.arch->name) == "gemma3");
+  }
+  EXPECT_EQ(FindHfArch("GPT2LMHeadModel"), nullptr);
+  EXPECT_EQ(FindHfModelType("gemma3_text"), FindHfArch("Gemma3ForCausalLM"));
+  EXPECT_EQ(FindHfArch("MistralForCausalLM")->arch, &LlamaArch());
+  const HfArch& mixtral = *FindHfArch("MixtralForCausalLM");
+  EXPECT_EQ(HfName(*FindHfTensorName(mixtral, TensorRole::kFfnUpExps), true, 3, 7),
+            "model.layers.3.block_sparse_moe.experts.7.w3.weight");
+  EXPECT_EQ(HfName(*FindHfTensorName(mixtral, TensorRole::kOutputNorm), false, -1, -1),
+            "model.norm.weight");
+  EXPECT_EQ(HfArchNameList().rfind("LlamaForCausalLM, MistralForCausalLM, Qwen2ForCausalLM", 0),
+            0u);
+}
+
 TEST(ArchSpecTest, ShapesFollowTheConfig) {
   LlamaConfig c;
   c.d_model = 64, c.n_layers = 2, c.n_head = 4, c.n_head_kv = 1, c.head_dim = 32, c.d_ff = 96;

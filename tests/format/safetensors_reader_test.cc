@@ -2,9 +2,12 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "format/hf_config.h"
+#include "format/llama_gguf_writer.h"
+#include "format/weir_pack_writer.h"
 #include "testing/testing.h"
 #include "tiny_model_files.h"
 
@@ -404,10 +407,30 @@ TEST(HfConfigTest, BadFieldsAreClearErrors) {
   expect(with("attention_bias", true), Status::Code::kUnsupported, "attention_bias");
   expect(with("tie_word_embeddings", "yes"), Status::Code::kInvalidArgument, "tie_word_embeddings");
   expect(with("bos_token_id", -3), Status::Code::kInvalidArgument, "bos_token_id");
-  nlohmann::json mistral = good;
-  mistral["architectures"] = {"MistralForCausalLM"};
-  mistral["model_type"] = "mistral";
-  expect(mistral, Status::Code::kUnsupported, "MistralForCausalLM");
+  nlohmann::json gpt2 = good;
+  gpt2["architectures"] = {"GPT2LMHeadModel"};
+  gpt2["model_type"] = "gpt2";
+  expect(gpt2, Status::Code::kUnsupported, "GPT2LMHeadModel");
+  expect(gpt2, Status::Code::kUnsupported, "weir reads LlamaForCausalLM, MistralForCausalLM");
+  expect(with("architectures", {"Gemma3ForConditionalGeneration"}), Status::Code::kUnsupported,
+         "Gemma3ForConditionalGeneration");
+  expect(with("rope_parameters", {{"rope_theta", 1e6}}), Status::Code::kUnsupported,
+         "rope_parameters");
+  expect(with("use_sliding_window", true), Status::Code::kUnsupported, "use_sliding_window");
+  expect(with("attn_logit_softcapping", 50.0), Status::Code::kUnsupported,
+         "attn_logit_softcapping");
+  expect(with("final_logit_softcapping", 30.0), Status::Code::kUnsupported,
+         "final_logit_softcapping 30 is not supported for LlamaForCausalLM");
+  expect(with("layer_types", {"full_attention"}), Status::Code::kInvalidArgument,
+         "'layer_types' must be a list of num_hidden_layers = 2 entries");
+  expect(with("layer_types", {"full_attention", "chunked_attention"}), Status::Code::kUnsupported,
+         "layer_types[1]");
+  // Without architectures, model_type picks the entry.
+  nlohmann::json by_type = without("architectures");
+  by_type["model_type"] = "qwen3";
+  auto q3 = ParseHfLlamaConfig(by_type.dump(), "config.json");
+  ASSERT_TRUE(q3.ok()) << q3.status().ToString();
+  EXPECT_STREQ(q3->config.arch->name, "qwen3");
   auto garbage = ParseHfLlamaConfig("{\"hidden_size\": 1,,}", "config.json");
   ASSERT_FALSE(garbage.ok());
   EXPECT_NE(garbage.status().message().find("invalid JSON"), std::string::npos);
@@ -506,6 +529,436 @@ TEST(SafetensorsReaderTest, RealTinyStories656K) {
   // model.norm.weight is the last tensor in the file.
   EXPECT_EQ(std::memcmp(m.Find("output_norm.weight")->data, bytes.data() + bytes.size() - 512, 512),
             0);
+}
+
+// ---- the other families of the HF table ----
+
+// A checkpoint written tensor by tensor under its HF names (F32 unless stated), with the values
+// stored per HF name: the test's own list of names, independent of the table in arch_spec.cc.
+struct HfBuilder {
+  std::vector<StTensor> tensors;
+  std::map<std::string, std::vector<float>> values;  // as stored (BF16 ones rounded)
+  int n = 0;
+  void Add(const std::string& name, std::vector<int64_t> shape, const char* dtype = "F32") {
+    ++n;
+    int64_t numel = 1;
+    for (int64_t d : shape) numel *= d;
+    std::vector<float> v(static_cast<size_t>(numel));
+    for (int64_t i = 0; i < numel; ++i) v[i] = testdata::TestValue(n, i) - 0.5f * (n % 3);
+    if (std::string(dtype) == "BF16") {
+      std::vector<uint16_t> h(v.size());
+      for (size_t i = 0; i < v.size(); ++i) h[i] = F32ToBF16(v[i]), v[i] = BF16ToF32(h[i]);
+      tensors.push_back({name, dtype, shape, testdata::U16Bytes(h)});
+    } else {
+      tensors.push_back({name, dtype, shape, testdata::F32Bytes(v)});
+    }
+    values[name] = v;
+  }
+  void Drop(const std::string& name) {
+    std::erase_if(tensors, [&](const StTensor& t) { return t.name == name; });
+  }
+};
+
+nlohmann::json BaseConfig(const char* arch, const char* model_type) {
+  TinyDims d;
+  nlohmann::json c = HfConfig(d, false);
+  c["architectures"] = {arch};
+  c["model_type"] = model_type;
+  return c;
+}
+
+std::vector<float> Plus(std::vector<float> v, float add) {
+  for (float& x : v) x += add;
+  return v;
+}
+
+// Gemma 3: dims of TinyDims with head_dim 8 (q_dim 32 != d_model 16), norms stored as w.
+HfBuilder Gemma3Checkpoint(const TinyDims& d, const char* norm_dtype = "F32") {
+  HfBuilder b;
+  const int hd = 8, q = d.n_heads * hd, kv = d.n_kv_heads * hd;
+  b.Add("model.embed_tokens.weight", {d.vocab, d.dim});
+  for (int l = 0; l < d.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "input_layernorm.weight", {d.dim}, norm_dtype);
+    b.Add(p + "self_attn.q_proj.weight", {q, d.dim});
+    b.Add(p + "self_attn.k_proj.weight", {kv, d.dim});
+    b.Add(p + "self_attn.v_proj.weight", {kv, d.dim});
+    b.Add(p + "self_attn.q_norm.weight", {hd}, norm_dtype);
+    b.Add(p + "self_attn.k_norm.weight", {hd}, norm_dtype);
+    b.Add(p + "self_attn.o_proj.weight", {d.dim, q});
+    b.Add(p + "post_attention_layernorm.weight", {d.dim}, norm_dtype);
+    b.Add(p + "pre_feedforward_layernorm.weight", {d.dim}, norm_dtype);
+    b.Add(p + "mlp.gate_proj.weight", {d.hidden, d.dim});
+    b.Add(p + "mlp.up_proj.weight", {d.hidden, d.dim});
+    b.Add(p + "mlp.down_proj.weight", {d.dim, d.hidden});
+    b.Add(p + "post_feedforward_layernorm.weight", {d.dim}, norm_dtype);
+  }
+  b.Add("model.norm.weight", {d.dim}, norm_dtype);
+  return b;
+}
+
+nlohmann::json Gemma3Config() {
+  nlohmann::json c = BaseConfig("Gemma3ForCausalLM", "gemma3_text");
+  c.erase("hidden_act");
+  c.erase("tie_word_embeddings");  // Gemma3TextConfig's default (true) is not saved
+  c["hidden_activation"] = "gelu_pytorch_tanh";
+  c["head_dim"] = 8;
+  c["query_pre_attn_scalar"] = 8;
+  c["sliding_window"] = 3;
+  c["layer_types"] = {"sliding_attention", "full_attention"};
+  c["rope_theta"] = 1e6;
+  c["rope_local_base_freq"] = 1e4;
+  c["final_logit_softcapping"] = nullptr;
+  c["attn_logit_softcapping"] = nullptr;
+  return c;
+}
+
+TEST(SafetensorsFamiliesTest, Gemma3NormsAreOnePlusWAndConfigMaps) {
+  TinyDims d;
+  HfBuilder b = Gemma3Checkpoint(d);
+  auto r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), Gemma3Config()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ModelFile& m = *r;
+  const LlamaConfig& c = m.config;
+  EXPECT_STREQ(c.arch->name, "gemma3");
+  EXPECT_EQ(c.rope_style, RopeStyle::kRotateHalf);
+  EXPECT_EQ(c.head_dim, 8);
+  EXPECT_FLOAT_EQ(c.embed_scale, 4.0f);  // sqrt(16)
+  EXPECT_EQ(c.attn_scale, 0.0f);         // query_pre_attn_scalar == head_dim
+  EXPECT_EQ(c.sliding_window, 3);
+  EXPECT_EQ(c.layer_sliding, (std::vector<uint8_t>{1, 0}));
+  EXPECT_FLOAT_EQ(c.RopeTheta(0), 1e4f);
+  EXPECT_FLOAT_EQ(c.RopeTheta(1), 1e6f);
+  EXPECT_TRUE(c.tied_output);
+  // Every norm is 1 + w; weights are the stored bytes.
+  const struct {
+    const char* hf;
+    const char* gguf;
+  } norms[] = {
+      {"model.layers.1.input_layernorm.weight", "blk.1.attn_norm.weight"},
+      {"model.layers.0.self_attn.q_norm.weight", "blk.0.attn_q_norm.weight"},
+      {"model.layers.0.self_attn.k_norm.weight", "blk.0.attn_k_norm.weight"},
+      {"model.layers.1.post_attention_layernorm.weight", "blk.1.post_attention_norm.weight"},
+      {"model.layers.1.pre_feedforward_layernorm.weight", "blk.1.ffn_norm.weight"},
+      {"model.layers.0.post_feedforward_layernorm.weight", "blk.0.post_ffw_norm.weight"},
+      {"model.norm.weight", "output_norm.weight"}};
+  for (const auto& n : norms) {
+    const std::vector<float>& w = b.values.at(n.hf);
+    ExpectValues(m, n.gguf, Plus(w, 1.0f), Shape{static_cast<int64_t>(w.size())});
+  }
+  ExpectValues(m, "blk.0.attn_q.weight", b.values.at("model.layers.0.self_attn.q_proj.weight"),
+               Shape{32, 16});
+
+  // BF16 norms: converted to F32, then 1 + w.
+  HfBuilder h = Gemma3Checkpoint(d, "BF16");
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(h.tensors), Gemma3Config()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  ExpectValues(*r, "blk.0.ffn_norm.weight",
+               Plus(h.values.at("model.layers.0.pre_feedforward_layernorm.weight"), 1.0f),
+               Shape{16});
+
+  // sliding_window_pattern instead of layer_types: layer i slides when (i + 1) % 2 != 0.
+  nlohmann::json cfg = Gemma3Config();
+  cfg.erase("layer_types");
+  cfg["sliding_window_pattern"] = 2;
+  cfg["query_pre_attn_scalar"] = 16;
+  cfg["final_logit_softcapping"] = 30.0;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.layer_sliding, (std::vector<uint8_t>{1, 0}));
+  EXPECT_FLOAT_EQ(r->config.attn_scale, 0.25f);
+  EXPECT_FLOAT_EQ(r->config.final_logit_softcap, 30.0f);
+  Status st = WriteLlamaGguf(*r, testing::TempDir() + "/g.gguf", std::nullopt, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();  // GGUF has no such key
+  EXPECT_NE(st.message().find("query scale of 0.25"), std::string::npos) << st.ToString();
+  // No pattern at all: the row's period (6): both layers slide.
+  cfg.erase("sliding_window_pattern");
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.layer_sliding, (std::vector<uint8_t>{1, 1}));
+
+  // Errors: a Llama activation, a missing QK-norm, a wrong norm shape, sliding layers without a
+  // window.
+  cfg = Gemma3Config();
+  cfg["hidden_activation"] = "silu";
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("hidden_activation 'silu' is not supported for "
+                                      "Gemma3ForCausalLM (only gelu_pytorch_tanh)"),
+            std::string::npos)
+      << r.status().ToString();
+  HfBuilder missing = b;
+  missing.Drop("model.layers.1.self_attn.k_norm.weight");
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(missing.tensors), Gemma3Config()));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor 'model.layers.1.self_attn.k_norm.weight' = "
+                                      "blk.1.attn_k_norm.weight is missing (a Gemma3ForCausalLM "
+                                      "checkpoint has it; expected shape [head_dim] = [8])"),
+            std::string::npos)
+      << r.status().ToString();
+  HfBuilder wrong = b;
+  for (StTensor& t : wrong.tensors) {
+    if (t.name == "model.layers.0.post_feedforward_layernorm.weight") t.shape = {4, 4};
+  }
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(wrong.tensors), Gemma3Config()));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor 'model.layers.0.post_feedforward_layernorm.weight' "
+                                      "= blk.0.post_ffw_norm.weight has shape [4, 4], expected "
+                                      "[d_model] = [16]"),
+            std::string::npos)
+      << r.status().ToString();
+  cfg = Gemma3Config();
+  cfg["sliding_window"] = nullptr;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'sliding_window' = null"), std::string::npos)
+      << r.status().ToString();
+}
+
+TEST(SafetensorsFamiliesTest, QwenBiasesAndQkNormAreRequired) {
+  TinyDims d;
+  Expected e;
+  auto llama = HfLlamaTensors(d, true, true, &e);
+  std::vector<float> q_bias(16, 0.25f), kv_bias(8, -0.5f), head_norm(4, 1.5f);
+  {
+    auto tensors = llama;
+    for (int l = 0; l < d.n_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      tensors.push_back({p + "q_proj.bias", "F32", {16}, testdata::F32Bytes(q_bias)});
+      tensors.push_back({p + "k_proj.bias", "F32", {8}, testdata::F32Bytes(kv_bias)});
+      if (l == 0) tensors.push_back({p + "v_proj.bias", "F32", {8}, testdata::F32Bytes(kv_bias)});
+    }
+    const nlohmann::json cfg = BaseConfig("Qwen2ForCausalLM", "qwen2");
+    auto r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+    ASSERT_FALSE(r.ok());  // layer 1 has no v bias
+    EXPECT_NE(r.status().message().find("'model.layers.1.self_attn.v_proj.bias' = "
+                                        "blk.1.attn_v.bias is missing"),
+              std::string::npos)
+        << r.status().ToString();
+    tensors.push_back(
+        {"model.layers.1.self_attn.v_proj.bias", "F32", {8}, testdata::F32Bytes(kv_bias)});
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_STREQ(r->config.arch->name, "qwen2");
+    ExpectValues(*r, "blk.1.attn_q.bias", q_bias, Shape{16});
+    ExpectValues(*r, "blk.1.attn_v.bias", kv_bias, Shape{8});
+    ExpectAll(*r, e);
+  }
+  {
+    auto tensors = llama;
+    for (int l = 0; l < d.n_layers; ++l) {
+      const std::string p = "model.layers." + std::to_string(l) + ".self_attn.";
+      tensors.push_back({p + "q_norm.weight", "F32", {4}, testdata::F32Bytes(head_norm)});
+      tensors.push_back({p + "k_norm.weight", "F32", {4}, testdata::F32Bytes(head_norm)});
+    }
+    auto r = LoadSafetensorsModel(
+        WriteModelDir(MakeSafetensors(tensors), BaseConfig("Qwen3ForCausalLM", "qwen3")));
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_STREQ(r->config.arch->name, "qwen3");
+    ExpectValues(*r, "blk.1.attn_k_norm.weight", head_norm, Shape{4});  // no 1 + w
+    // The same QK-norm in a Llama checkpoint is not Llama's.
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), HfConfig(d, false)));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
+    EXPECT_NE(r.status().message().find("not part of a LlamaForCausalLM checkpoint"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+}
+
+TEST(SafetensorsFamiliesTest, MistralSlidingWindowCoversEveryLayer) {
+  TinyDims d;
+  Expected e;
+  auto tensors = HfLlamaTensors(d, true, true, &e);
+  nlohmann::json cfg = BaseConfig("MistralForCausalLM", "mistral");
+  cfg["sliding_window"] = 5;
+  cfg["rope_theta"] = 1e6;
+  auto r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_STREQ(r->config.arch->name, "llama");
+  EXPECT_EQ(r->config.sliding_window, 5);
+  EXPECT_EQ(r->config.layer_sliding, (std::vector<uint8_t>{1, 1}));
+  EXPECT_FLOAT_EQ(r->config.RopeTheta(0), 1e6f);  // one RoPE base
+  ExpectAll(*r, e);
+  // A pack or a GGUF cannot hold a window on llama's row: refused, not dropped.
+  const std::string dir = testing::TempDir();
+  Status st = WritePack(*r, dir + "/m.weirpack", PackOptions{}, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();
+  EXPECT_NE(st.message().find("sliding window of 5"), std::string::npos) << st.ToString();
+  st = WriteLlamaGguf(*r, dir + "/m.gguf", std::nullopt, nullptr);
+  EXPECT_EQ(st.code(), Status::Code::kUnsupported) << st.ToString();
+  EXPECT_NE(st.message().find("a sliding window of 5 on llama has no GGUF key"), std::string::npos)
+      << st.ToString();
+  cfg["sliding_window"] = nullptr;  // Mistral 7B v0.2+: none
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.sliding_window, 0);
+  // Llama's config class has no sliding window: a stated one is not read.
+  cfg = HfConfig(d, false);
+  cfg["sliding_window"] = 5;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.sliding_window, 0);
+}
+
+// Mixtral with 3 experts of width 24, 2 per token; experts stored BF16.
+HfBuilder MixtralCheckpoint(const TinyDims& d) {
+  HfBuilder b;
+  b.Add("model.embed_tokens.weight", {d.vocab, d.dim});
+  for (int l = 0; l < d.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "input_layernorm.weight", {d.dim});
+    b.Add(p + "self_attn.q_proj.weight", {d.dim, d.dim});
+    b.Add(p + "self_attn.k_proj.weight", {d.kv_dim(), d.dim});
+    b.Add(p + "self_attn.v_proj.weight", {d.kv_dim(), d.dim});
+    b.Add(p + "self_attn.o_proj.weight", {d.dim, d.dim});
+    b.Add(p + "post_attention_layernorm.weight", {d.dim});
+    b.Add(p + "block_sparse_moe.gate.weight", {3, d.dim});
+    for (int x = 0; x < 3; ++x) {
+      const std::string e = p + "block_sparse_moe.experts." + std::to_string(x) + ".";
+      b.Add(e + "w1.weight", {d.hidden, d.dim}, "BF16");
+      b.Add(e + "w2.weight", {d.dim, d.hidden}, "BF16");
+      b.Add(e + "w3.weight", {d.hidden, d.dim}, "BF16");
+    }
+  }
+  b.Add("model.norm.weight", {d.dim});
+  b.Add("lm_head.weight", {d.vocab, d.dim});
+  return b;
+}
+
+nlohmann::json MixtralConfig() {
+  nlohmann::json c = BaseConfig("MixtralForCausalLM", "mixtral");
+  c["num_local_experts"] = 3;
+  c["num_experts_per_tok"] = 2;
+  c["sliding_window"] = nullptr;
+  return c;
+}
+
+// The stacked tensor's bytes: expert x's BF16 values at slice x.
+void ExpectStacked(const ModelFile& m, const std::string& name, const HfBuilder& b,
+                   const std::string& layer_prefix, const char* w, const Shape& shape) {
+  const TensorView* t = m.Find(name);
+  ASSERT_NE(t, nullptr) << name;
+  EXPECT_EQ(t->dtype, DType::kBF16) << name;
+  ASSERT_EQ(t->shape, shape) << name << " " << t->shape.ToString();
+  const int64_t slice = shape[1] * shape[2];
+  for (int x = 0; x < shape[0]; ++x) {
+    const std::vector<float>& v = b.values.at(layer_prefix + "block_sparse_moe.experts." +
+                                              std::to_string(x) + "." + w + ".weight");
+    for (int64_t i = 0; i < slice; ++i) {
+      uint16_t h;
+      std::memcpy(&h, static_cast<const uint8_t*>(t->data) + 2 * (x * slice + i), 2);
+      ASSERT_EQ(BF16ToF32(h), v[i]) << name << " expert " << x << " element " << i;
+    }
+  }
+}
+
+TEST(SafetensorsFamiliesTest, MixtralExpertsAreStacked) {
+  TinyDims d;
+  HfBuilder b = MixtralCheckpoint(d);
+  auto r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), MixtralConfig()));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const ModelFile& m = *r;
+  EXPECT_STREQ(m.config.arch->name, "mixtral");
+  EXPECT_EQ(m.config.n_expert, 3);
+  EXPECT_EQ(m.config.n_expert_used, 2);
+  EXPECT_TRUE(m.config.expert_weights_norm);
+  EXPECT_EQ(m.config.rope_style, RopeStyle::kRotateHalf);
+  ExpectStacked(m, "blk.1.ffn_gate_exps.weight", b, "model.layers.1.", "w1", Shape{3, 24, 16});
+  ExpectStacked(m, "blk.1.ffn_up_exps.weight", b, "model.layers.1.", "w3", Shape{3, 24, 16});
+  ExpectStacked(m, "blk.0.ffn_down_exps.weight", b, "model.layers.0.", "w2", Shape{3, 16, 24});
+  ExpectValues(m, "blk.0.ffn_gate_inp.weight",
+               b.values.at("model.layers.0.block_sparse_moe.gate.weight"), Shape{3, 16});
+  EXPECT_EQ(std::count(m.tensor_order.begin(), m.tensor_order.end(), "blk.0.ffn_up_exps.weight"),
+            1);
+
+  {  // A missing expert, named.
+    HfBuilder x = b;
+    x.Drop("model.layers.1.block_sparse_moe.experts.2.w3.weight");
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(x.tensors), MixtralConfig()));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("'model.layers.1.block_sparse_moe.experts.2.w3.weight' = "
+                                        "blk.1.ffn_up_exps.weight (expert 2) is missing"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  {  // An expert of the wrong shape.
+    HfBuilder x = b;
+    for (StTensor& t : x.tensors) {
+      if (t.name == "model.layers.0.block_sparse_moe.experts.1.w2.weight") t.shape = {24, 16};
+    }
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(x.tensors), MixtralConfig()));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("= expert 1 of blk.0.ffn_down_exps.weight has shape "
+                                        "[24, 16], expected [d_model, d_ff] = [16, 24]"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  {  // Experts of mixed types.
+    HfBuilder x = b;
+    for (StTensor& t : x.tensors) {
+      if (t.name == "model.layers.0.block_sparse_moe.experts.1.w1.weight") {
+        t.dtype = "F16";
+      }
+    }
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(x.tensors), MixtralConfig()));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
+    EXPECT_NE(r.status().message().find("experts of blk.0.ffn_gate_exps.weight differ in type"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  {  // An expert past num_local_experts is not part of the checkpoint.
+    HfBuilder x = b;
+    x.Add("model.layers.0.block_sparse_moe.experts.3.w1.weight", {d.hidden, d.dim});
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(x.tensors), MixtralConfig()));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("experts.3.w1.weight' is not part of a "
+                                        "MixtralForCausalLM checkpoint"),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  {  // Config errors.
+    nlohmann::json cfg = MixtralConfig();
+    cfg["num_experts_per_tok"] = 4;
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("num_experts_per_tok 4 exceeds num_local_experts 3"),
+              std::string::npos)
+        << r.status().ToString();
+    cfg = MixtralConfig();
+    cfg.erase("num_local_experts");
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+    ASSERT_FALSE(r.ok());
+    EXPECT_NE(r.status().message().find("missing required field 'num_experts'"), std::string::npos)
+        << r.status().ToString();
+  }
+}
+
+TEST(HfConfigTest, Qwen3MoeFields) {
+  TinyDims d;
+  nlohmann::json c = BaseConfig("Qwen3MoeForCausalLM", "qwen3_moe");
+  c["num_experts"] = 8;
+  c["num_experts_per_tok"] = 2;
+  c["moe_intermediate_size"] = 32;
+  c["decoder_sparse_step"] = 1;
+  c["mlp_only_layers"] = nlohmann::json::array();
+  auto r = ParseHfLlamaConfig(c.dump(), "config.json");
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_STREQ(r->config.arch->name, "qwen3moe");
+  EXPECT_EQ(r->config.d_ff, 32);  // the experts' width, not intermediate_size
+  EXPECT_EQ(r->config.n_expert, 8);
+  EXPECT_FALSE(r->config.expert_weights_norm);  // Qwen3MoeConfig's default
+  c["norm_topk_prob"] = true;
+  r = ParseHfLlamaConfig(c.dump(), "config.json");
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->config.expert_weights_norm);
+  c["mlp_only_layers"] = {1};
+  r = ParseHfLlamaConfig(c.dump(), "config.json");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("mlp_only_layers [1]"), std::string::npos)
+      << r.status().ToString();
+  (void)d;
 }
 
 }  // namespace

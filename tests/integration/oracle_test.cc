@@ -31,6 +31,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -263,6 +264,102 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                          [](const ::testing::TestParamInfo<GenType>& info) {
                            return GenName(info.param);
                          });
+
+// --- Hugging Face checkpoints of every family: the same weights as a GGUF ----------------------
+//
+// `weir gen` writes a GGUF of the row; tests/reference/gguf_to_hf.py writes the same weights as
+// the HF class saves them (Llama/Mixtral q/k rows back in halves order, Gemma's norms as w of
+// 1 + w, experts one tensor each). Then
+//   weir on the checkpoint == weir on the GGUF   (same weights: rel_err < 1e-6, every argmax)
+//   the oracle on the checkpoint == the oracle on the GGUF (the same, for the converter)
+//   weir on the checkpoint ~  the oracle's load_hf, written from transformers' classes and
+//                             independent of weir's HF table (kF32Bound / kHalfBound)
+// Measured (Nov 2026, 2 threads): see docs/models.md.
+
+struct HfCase {
+  const char* name;
+  const char* hf_class;
+  const char* arch;   // weir gen --arch
+  const char* type;   // weir gen --type and the checkpoint's dtype
+  const char* flags;  // more gguf_to_hf.py flags
+  bool same_as_gguf;  // false: the checkpoint computes something else (a sliding window)
+};
+
+void PrintTo(const HfCase& p, std::ostream* os) { *os << p.name; }
+
+class HfCheckpointTest : public ::testing::TestWithParam<HfCase> {};
+
+TEST_P(HfCheckpointTest, LogitsMatchGgufAndOracle) {
+  const HfCase& p = GetParam();
+  ASSERT_TRUE(FileExists(WeirBin())) << "weir binary missing: " << WeirBin();
+  const std::string dir = TempDir(), gguf = dir + "/tiny.gguf", hf = dir + "/hf";
+  CommandResult g = RunCommand(Quote(WeirBin()) + " gen --arch " + p.arch +
+                               " --preset tiny --type " + p.type + " --seed 7 --no-progress -o " +
+                               Quote(gguf));
+  ASSERT_EQ(g.exit_code, 0) << Describe(g);
+  CommandResult c = RunCommand(Script("gguf_to_hf.py") + " " + Quote(gguf) + " " + Quote(hf) +
+                               " --arch " + p.hf_class + " --dtype " + p.type + " " + p.flags);
+  ASSERT_EQ(c.exit_code, 0) << Describe(c);
+
+  if (p.same_as_gguf) {
+    int vocab = 0, bos = 0;
+    ASSERT_NO_FATAL_FAILURE(OracleInfo(gguf, &vocab, &bos));
+    const std::string tokens = TokenList(vocab, bos);
+    // Each program on both files: weir's two readers, and the oracle's two readers (which
+    // checks gguf_to_hf.py and load_hf against load_gguf, apart from weir).
+    const std::string programs[2] = {Quote(WeirBin()) + " logits -t 2 -m ",
+                                     Oracle() + " logits "};
+    const char* program_names[2] = {"weir", "oracle"};
+    for (int prog = 0; prog < 2; ++prog) {
+      std::vector<float> logits[2];
+      const std::string models[2] = {gguf, hf};
+      for (int i = 0; i < 2; ++i) {
+        const std::string out = dir + "/" + program_names[prog] + std::to_string(i) + ".f32";
+        CommandResult w =
+            RunCommand(programs[prog] + Quote(models[i]) + " --tokens " + tokens + " -o " + out);
+        ASSERT_EQ(w.exit_code, 0) << Describe(w);
+        logits[i] = ReadF32(out);
+        ASSERT_EQ(logits[i].size(), static_cast<size_t>(kNumTokens) * vocab) << models[i];
+      }
+      double max_abs = 0, max_diff = 0;
+      int agree = 0;
+      for (int t = 0; t < kNumTokens; ++t) {
+        const float* a = logits[0].data() + static_cast<size_t>(t) * vocab;
+        const float* b = logits[1].data() + static_cast<size_t>(t) * vocab;
+        agree += std::max_element(a, a + vocab) - a == std::max_element(b, b + vocab) - b;
+        for (int v = 0; v < vocab; ++v) {
+          max_abs = std::max(max_abs, std::fabs(static_cast<double>(a[v])));
+          max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[v]) - b[v]));
+        }
+      }
+      std::printf("[hf] %-22s %s(hf) vs %s(gguf) rel_err %.3e  argmax_agree %d/%d\n", p.name,
+                  program_names[prog], program_names[prog], max_diff / max_abs, agree,
+                  kNumTokens);
+      EXPECT_LT(max_diff / max_abs, 1e-6) << p.name << " " << program_names[prog];
+      EXPECT_EQ(agree, kNumTokens) << p.name << " " << program_names[prog];
+    }
+  }
+  const bool half = std::string(p.type) != "f32";
+  CompareWithOracle(std::string("hf_") + p.name, hf, half ? kHalfBound : kF32Bound);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Families, HfCheckpointTest,
+    ::testing::Values(
+        HfCase{"llama", "LlamaForCausalLM", "llama", "f32", "", true},
+        HfCase{"mistral", "MistralForCausalLM", "llama", "f32", "--sliding-window 64", true},
+        // A window of 5 on every layer: 20 tokens cross it (oracle only; GGUF has no window).
+        HfCase{"mistral_window5", "MistralForCausalLM", "llama", "f32", "--sliding-window 5",
+               false},
+        HfCase{"qwen2", "Qwen2ForCausalLM", "qwen2", "f32", "", true},
+        HfCase{"qwen3", "Qwen3ForCausalLM", "qwen3", "f32", "", true},
+        HfCase{"gemma3", "Gemma3ForCausalLM", "gemma3", "f32", "", true},
+        HfCase{"gemma3_bf16_pattern", "Gemma3ForCausalLM", "gemma3", "bf16", "--pattern-key",
+               true},
+        HfCase{"mixtral", "MixtralForCausalLM", "mixtral", "f32", "", true},
+        HfCase{"mixtral_bf16", "MixtralForCausalLM", "mixtral", "bf16", "", true},
+        HfCase{"qwen3moe", "Qwen3MoeForCausalLM", "qwen3moe", "f32", "", true}),
+    [](const ::testing::TestParamInfo<HfCase>& info) { return std::string(info.param.name); });
 
 // --- GGUF corners on a generated model: per-layer shapes, v2 with 64-byte alignment --------------
 

@@ -50,11 +50,13 @@ Model files it reads (each reader checks every offset and length against the fil
               (Mixtral; Qwen3 with norm_topk_prob) or, when <arch>.expert_weights_norm is false,
               by their probabilities under the softmax over all experts.
 
-  Hugging Face safetensors + config.json (LlamaForCausalLM)
+  Hugging Face safetensors + config.json (LlamaForCausalLM, MistralForCausalLM,
+  Qwen2ForCausalLM, Qwen3ForCausalLM, Gemma3ForCausalLM, MixtralForCausalLM,
+  Qwen3MoeForCausalLM: HF_ARCHS below says how each differs from Llama)
     u64 header_length | JSON header {name: {dtype, shape, data_offsets [begin, end)}} | data
     dtypes F32, F16, BF16, F64.  Sharded models (model.safetensors.index.json) are accepted.
     If only one of lm_head.weight / model.embed_tokens.weight is stored the other is the same
-    matrix (tied embeddings).  RoPE rotates halves (i, i + head_dim/2).
+    matrix (tied embeddings).  RoPE rotates halves (i, i + head_dim/2) in every family.
 
   llama2.c legacy checkpoint (.bin)
     7 x i32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}; a negative
@@ -496,6 +498,32 @@ def read_safetensors(path):
     return out
 
 
+# The Hugging Face model classes the reader knows (config.json "architectures"), from
+# transformers' modeling files: the GGUF architecture whose forward pass it is, and how its
+# checkpoint differs from Llama's.
+#   bias     q_proj/k_proj/v_proj have biases (Qwen2)
+#   qk_norm  self_attn.q_norm / k_norm, RMSNorm over each head (Qwen3, Gemma 3)
+#   gemma    Gemma3RMSNorm computes x * (1 + w) and the checkpoint stores w; norms are
+#            input_layernorm, post_attention_layernorm (on the attention's output),
+#            pre_feedforward_layernorm, post_feedforward_layernorm; GELU-tanh; embeddings times
+#            sqrt(hidden_size); queries scaled by query_pre_attn_scalar^-1/2; sliding layers from
+#            layer_types or sliding_window_pattern (layer i slides when (i + 1) % pattern != 0,
+#            default 6) with RoPE base rope_local_base_freq (default 10000)
+#   window   "every": a non-null sliding_window applies to every layer (Mistral, Mixtral)
+#   moe      "mixtral": block_sparse_moe.gate (router), block_sparse_moe.experts.E.w1 (gate),
+#            w3 (up), w2 (down); "qwen": mlp.gate, mlp.experts.E.{gate,up,down}_proj with
+#            moe_intermediate_size and norm_topk_prob (default false)
+HF_ARCHS = {
+    "LlamaForCausalLM": dict(model_type="llama"),
+    "MistralForCausalLM": dict(model_type="mistral", window="every"),
+    "Qwen2ForCausalLM": dict(model_type="qwen2", bias=True),
+    "Qwen3ForCausalLM": dict(model_type="qwen3", qk_norm=True),
+    "Gemma3ForCausalLM": dict(model_type="gemma3_text", qk_norm=True, gemma=True),
+    "MixtralForCausalLM": dict(model_type="mixtral", window="every", moe="mixtral"),
+    "Qwen3MoeForCausalLM": dict(model_type="qwen3_moe", qk_norm=True, moe="qwen"),
+}
+
+
 def load_hf(model_dir):
     cfg_path = os.path.join(model_dir, "config.json")
     try:
@@ -519,37 +547,107 @@ def load_hf(model_dir):
                 raise ModelError(f"{cfg_path}: missing {name}")
             return default
         return cfg[name]
+    hf_name = next((a for a in cfg.get("architectures") or [] if a in HF_ARCHS), None)
+    if hf_name is None and not cfg.get("architectures"):
+        hf_name = next((a for a, s in HF_ARCHS.items() if s["model_type"] == cfg.get("model_type")),
+                       None)
+    if hf_name is None:
+        raise ModelError(f"{cfg_path}: architectures {cfg.get('architectures')} not supported")
+    spec = HF_ARCHS[hf_name]
+    gemma, moe = spec.get("gemma", False), spec.get("moe")
     if cfg.get("rope_scaling") is not None:
         raise ModelError(f"{cfg_path}: rope_scaling {cfg['rope_scaling']} is not supported")
     m = Model()
     m.format = "safetensors"
+    m.arch = hf_name
     m.d_model = int(c("hidden_size"))
     m.n_layers = int(c("num_hidden_layers"))
     m.n_heads = [int(c("num_attention_heads"))] * m.n_layers
     m.n_kv_heads = [int(c("num_key_value_heads", m.n_heads[0]))] * m.n_layers
-    m.d_ff = [int(c("intermediate_size"))] * m.n_layers
+    ff = "moe_intermediate_size" if moe == "qwen" else "intermediate_size"
+    m.d_ff = [int(c(ff))] * m.n_layers
     m.head_dim = int(c("head_dim", m.d_model // m.n_heads[0]))
     m.n_rot = m.head_dim
-    m.eps = float(c("rms_norm_eps"))
+    m.eps = float(c("rms_norm_eps", 1e-6))
     m.theta = float(c("rope_theta", 10000.0))
     m.rope = "half"
     m.bos = int(c("bos_token_id", 1))
+    if gemma:
+        m.act = "gelu_tanh"
+        m.embed_scale = math.sqrt(m.d_model)
+        m.attn_scale = float(c("query_pre_attn_scalar", m.head_dim)) ** -0.5
+        m.softcap = float(cfg.get("final_logit_softcapping") or 0.0)
+    if moe:
+        m.n_expert = int(c("num_local_experts" if moe == "mixtral" else "num_experts"))
+        m.n_expert_used = int(c("num_experts_per_tok"))
+        m.expert_norm = bool(cfg.get("norm_topk_prob", moe == "mixtral"))
+    # Sliding-window layers.
+    sliding = None
+    if cfg.get("layer_types") is not None:
+        sliding = [lt == "sliding_attention" for lt in cfg["layer_types"]]
+    elif gemma:
+        p = int(c("sliding_window_pattern", 6))
+        sliding = [(i + 1) % p != 0 for i in range(m.n_layers)]
+    elif spec.get("window") == "every" and cfg.get("sliding_window") is not None:
+        sliding = [True] * m.n_layers
+    if sliding and any(sliding):
+        m.window = int(c("sliding_window"))
+        m.sliding = sliding
+        local = float(c("rope_local_base_freq", 10000.0 if gemma else m.theta))
+        m.thetas = [local if s else m.theta for s in sliding]
+
     emb = t.get("model.embed_tokens.weight", t.get("lm_head.weight"))
     head = t.get("lm_head.weight", emb)
     if not cfg.get("tie_word_embeddings", True) and (
             "lm_head.weight" not in t or "model.embed_tokens.weight" not in t):
         raise ModelError(f"{model_dir}: tie_word_embeddings is false but only one of "
                          f"lm_head.weight / model.embed_tokens.weight is stored")
+    if cfg.get("tie_word_embeddings", False):
+        head = emb
     m.tok_emb, m.w_out = _f64(emb), _f64(head)
     m.vocab = int(c("vocab_size"))
-    m.out_norm = _f64(t.get("model.norm.weight"))
+    shift = 1.0 if gemma else 0.0  # Gemma stores w of x * (1 + w)
+
+    def need(name):
+        if name not in t:
+            raise ModelError(f"{model_dir}: missing tensor {name}")
+        return _f64(t[name])
+
+    def norm(name):
+        return need(name) + shift
+    m.out_norm = norm("model.norm.weight")
     for i in range(m.n_layers):
-        g = lambda n: _f64(t.get(f"model.layers.{i}.{n}.weight"))  # noqa: E731
-        m.layers.append(dict(
-            attn_norm=g("input_layernorm"), wq=g("self_attn.q_proj"), wk=g("self_attn.k_proj"),
-            wv=g("self_attn.v_proj"), wo=g("self_attn.o_proj"),
-            ffn_norm=g("post_attention_layernorm"), w_gate=g("mlp.gate_proj"),
-            w_up=g("mlp.up_proj"), w_down=g("mlp.down_proj")))
+        p = f"model.layers.{i}."
+        layer = dict(attn_norm=norm(p + "input_layernorm.weight"),
+                     wq=need(p + "self_attn.q_proj.weight"), wk=need(p + "self_attn.k_proj.weight"),
+                     wv=need(p + "self_attn.v_proj.weight"), wo=need(p + "self_attn.o_proj.weight"))
+        if spec.get("bias"):
+            for b, proj in (("bq", "q"), ("bk", "k"), ("bv", "v")):
+                layer[b] = need(p + f"self_attn.{proj}_proj.bias")
+        if spec.get("qk_norm"):
+            layer["q_norm"] = norm(p + "self_attn.q_norm.weight")
+            layer["k_norm"] = norm(p + "self_attn.k_norm.weight")
+        if gemma:
+            layer["post_attn_norm"] = norm(p + "post_attention_layernorm.weight")
+            layer["ffn_norm"] = norm(p + "pre_feedforward_layernorm.weight")
+            layer["post_ffn_norm"] = norm(p + "post_feedforward_layernorm.weight")
+        else:
+            layer["ffn_norm"] = norm(p + "post_attention_layernorm.weight")
+        if moe == "mixtral":
+            e = p + "block_sparse_moe."
+            layer["router"] = need(e + "gate.weight")
+            for key, w in (("gate_exps", "w1"), ("up_exps", "w3"), ("down_exps", "w2")):
+                layer[key] = np.stack([need(e + f"experts.{x}.{w}.weight")
+                                       for x in range(m.n_expert)])
+        elif moe == "qwen":
+            layer["router"] = need(p + "mlp.gate.weight")
+            for key, w in (("gate_exps", "gate"), ("up_exps", "up"), ("down_exps", "down")):
+                layer[key] = np.stack([need(p + f"mlp.experts.{x}.{w}_proj.weight")
+                                       for x in range(m.n_expert)])
+        else:
+            layer.update(w_gate=need(p + "mlp.gate_proj.weight"), w_up=need(p + "mlp.up_proj.weight"),
+                         w_down=need(p + "mlp.down_proj.weight"))
+        m.layers.append(layer)
     return m.check(model_dir)
 
 
