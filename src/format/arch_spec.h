@@ -62,6 +62,7 @@ enum class Dim : uint8_t {
   kDff,      // d_ff
   kHeadDim,  // head_dim
   kExperts,  // n_expert (MoE rows)
+  kRopeHalf, // rope_dim / 2: one entry per rotated pair (rope_freqs)
 };
 // "d_model", "n_head * head_dim", ... (the symbols of error messages).
 const char* DimName(Dim d);
@@ -92,6 +93,9 @@ enum class TensorRole : uint8_t {
   kFfnGateExps,  // [n_expert, d_ff, d_model]
   kFfnUpExps,    // [n_expert, d_ff, d_model]
   kFfnDownExps,  // [n_expert, d_model, d_ff]
+  // RoPE frequency factors (Llama 3.1's rope_freqs.weight, global, F32 [rope_dim / 2], finite
+  // and > 0): pair i turns by pos * base^(-2i/rope_dim) / factor[i].
+  kRopeFreqs,
 };
 
 struct TensorSpec {
@@ -126,6 +130,11 @@ struct ArchSpec {
   // states <gguf_name>.expert_count and .expert_used_count.
   bool moe;
   std::span<const TensorSpec> tensors;
+  // Linear RoPE scaling (<gguf_name>.rope.scaling.factor, LlamaConfig::rope_scaling_factor)
+  // applies to the sliding-window layers too. llama.cpp: Gemma 3 keeps its sliding layers
+  // unscaled (only the global ones are stretched, as in Hugging Face's Gemma3), Gemma 2 and
+  // Cohere 2 scale both.
+  bool rope_scale_sliding = false;
 };
 
 // Every architecture weir runs.

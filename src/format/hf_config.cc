@@ -5,6 +5,7 @@
 #include "base/printable.h"
 #include "format/json_util.h"
 #include "format/llama_limits.h"
+#include "format/rope_scaling.h"
 
 namespace weir::format {
 
@@ -48,6 +49,68 @@ Result<int32_t> GetTokenId(const Json& cfg, const char* key, const std::string& 
   return static_cast<int32_t>(id);
 }
 
+// rope_scaling (transformers' names; "type" is the older spelling of "rope_type"):
+//   null, or rope_type "default"        plain RoPE
+//   "linear", factor F                  positions divided by F (config.rope_scaling_factor)
+//   "llama3", factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
+//                                       Llama 3.1's per-pair factors (format/rope_scaling.h),
+//                                       which the reader adds as rope_freqs.weight
+// Other types (dynamic, yarn, longrope, ...) are refused by name.
+Status ReadRopeScaling(const Json& cfg, const std::string& path, double theta,
+                       HfLlamaConfig* out) {
+  const char* p = path.c_str();
+  const Json* scaling = FindField(cfg, "rope_scaling");
+  if (scaling == nullptr) return Status::Ok();
+  if (!scaling->is_object()) {
+    return Status::InvalidArgument(StrFormat("%s: rope_scaling must be an object or null, got %s",
+                                             p, JsonPreview(*scaling, 80).c_str()));
+  }
+  const std::string where = path + " rope_scaling";
+  WEIR_ASSIGN_OR_RETURN(std::optional<std::string> type,
+                        GetOptionalString(*scaling, "rope_type", where));
+  if (!type) {
+    WEIR_ASSIGN_OR_RETURN(type, GetOptionalString(*scaling, "type", where));
+  }
+  if (!type) {
+    return Status::InvalidArgument(StrFormat("%s: rope_scaling %s names no rope_type", p,
+                                             JsonPreview(*scaling, 80).c_str()));
+  }
+  // A required positive number of the rope_scaling object.
+  auto number = [&](const char* key) -> Result<double> {
+    WEIR_ASSIGN_OR_RETURN(std::optional<double> v, GetOptionalNumber(*scaling, key, where));
+    if (!v) {
+      return Status::InvalidArgument(StrFormat("%s: rope_scaling of type '%s' needs field '%s'",
+                                               p, type->c_str(), key));
+    }
+    if (!std::isfinite(*v) || *v <= 0) {
+      return Status::InvalidArgument(
+          StrFormat("%s: rope_scaling.%s = %g must be finite and > 0", p, key, *v));
+    }
+    return *v;
+  };
+  LlamaConfig& c = out->config;
+  if (*type == "default") return Status::Ok();
+  if (*type == "linear") {
+    WEIR_ASSIGN_OR_RETURN(double factor, number("factor"));
+    c.rope_scaling_factor = static_cast<float>(factor);
+    return Status::Ok();
+  }
+  if (*type == "llama3") {
+    Llama3RopeScaling l3;
+    WEIR_ASSIGN_OR_RETURN(l3.factor, number("factor"));
+    WEIR_ASSIGN_OR_RETURN(l3.low_freq_factor, number("low_freq_factor"));
+    WEIR_ASSIGN_OR_RETURN(l3.high_freq_factor, number("high_freq_factor"));
+    WEIR_ASSIGN_OR_RETURN(l3.original_max_position_embeddings,
+                          number("original_max_position_embeddings"));
+    WEIR_ASSIGN_OR_RETURN(out->rope_freqs, Llama3RopeFreqs(l3, theta, c.rope_dim, where));
+    return Status::Ok();
+  }
+  return Status::Unsupported(
+      StrFormat("%s: rope_scaling type '%s' is not supported (weir implements null, 'default', "
+                "'linear' and 'llama3')",
+                p, Printable(*type).c_str()));
+}
+
 }  // namespace
 
 Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::string& path) {
@@ -82,10 +145,6 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   }
 
   // Features weir does not implement: refuse rather than compute something else.
-  if (const Json* scaling = FindField(cfg, "rope_scaling")) {
-    return Status::Unsupported(StrFormat("%s: rope_scaling %s is not supported (only null)", p,
-                                         JsonPreview(*scaling, 80).c_str()));
-  }
   WEIR_ASSIGN_OR_RETURN(std::optional<std::string> act, GetOptionalString(cfg, "hidden_act", path));
   if (act && *act != "silu") {
     return Status::Unsupported(
@@ -150,6 +209,7 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   }
   c.rms_eps = static_cast<float>(eps_v);
   c.rope_theta = static_cast<float>(theta_v);
+  WEIR_RETURN_IF_ERROR(ReadRopeScaling(cfg, path, theta_v, &out));
   c.layers.assign(c.n_layers, LayerDims{c.n_head, c.n_head_kv, c.d_ff});
 
   WEIR_ASSIGN_OR_RETURN(std::optional<bool> tie, GetOptionalBool(cfg, "tie_word_embeddings", path));

@@ -14,7 +14,9 @@
 //   rope_theta                   rope_theta                   (default 10000)
 //   tie_word_embeddings          output head = token_embd     (default false, as transformers)
 //   bos_token_id, eos_token_id   (eos may be a list; its first entry is used)
-// Rejected as unsupported: rope_scaling other than null, hidden_act other than "silu",
+//   rope_scaling                 null / "default": none; "linear": rope_scaling_factor;
+//                                "llama3": rope_freqs (Llama 3.1's factors, rope_scaling.h)
+// Rejected as unsupported: other rope_scaling types, hidden_act other than "silu",
 // attention_bias or mlp_bias true. RoPE is RopeStyle::kRotateHalf (HF's q/k layout).
 //
 // Thread safety: free function.
@@ -39,6 +41,9 @@ struct HfLlamaConfig {
   int32_t eos_token_id = -1;
   // Every top-level scalar field as ("hf.<key>", value) for `weir inspect`.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // rope_scaling "llama3": the per-pair RoPE frequency factors [rope_dim / 2], which the reader
+  // stores as the tensor rope_freqs.weight (empty: none).
+  std::vector<float> rope_freqs;
 };
 
 // `path` is only used in messages.

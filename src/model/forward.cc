@@ -4,7 +4,8 @@
 // One pass serves every architecture of format/arch_spec.h: Llama's block is the default, and
 // the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
 // (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
-// layers with their own RoPE base, and final logit soft-capping (Gemma 3). A switch that is off
+// layers with their own RoPE base, and final logit soft-capping (Gemma 3); RoPE takes linear
+// scaling (positions / rope.scaling.factor) and Llama 3.1's per-pair frequency factors. A switch that is off
 // costs a null-pointer test. A mixture-of-experts row's MLP is the MoE provider (moe_mlp.cc over
 // model/moe.h's MoeMlp).
 //
@@ -41,7 +42,8 @@ void Session::Embed(std::span<const int32_t> tokens) {
 
 // x += PostNorm(Wo · softmax(scale · q·Kᵀ) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k likewise,
 // xb = RMSNorm(x), K and V appended to the cache. A sliding-window layer attends to the last
-// `sliding_window` positions only (its own included) and has its own RoPE base.
+// `sliding_window` positions only (its own included) and has its own RoPE base (and, Gemma 3,
+// no linear RoPE scaling: LlamaConfig::RopeFreqScale).
 Status Session::Attention(int layer, int n) {
   const auto& c = model_.config();
   const LayerWeights& w = model_.weights().layers[static_cast<size_t>(layer)];
@@ -51,6 +53,8 @@ Status Session::Attention(int layer, int n) {
   const int nkv = c.layers[static_cast<size_t>(layer)].n_head_kv;
   const int q_dim = nh * hd, kv_dim = nkv * hd;
   const float theta = c.RopeTheta(layer);
+  const float rope_scale = c.RopeFreqScale(layer);                // linear scaling: 1 / factor
+  const float* rope_freqs = model_.weights().rope_freqs;          // [rope_dim / 2] or null
   float* x = x_.data<float>();     // [n, d]
   float* xb = xb_.data<float>();   // [n, d]
   float* q = q_.data<float>();     // [n, q_dim]
@@ -81,8 +85,8 @@ Status Session::Attention(int layer, int n) {
     if (w.attn_k_norm) {
       for (int h = 0; h < nkv; ++h) kernels::RmsNorm(kt + h * hd, kt + h * hd, w.attn_k_norm, hd, c.rms_eps);
     }
-    kernels::Rope(qt, nh, hd, c.rope_dim, pos_ + t, theta, c.rope_style);
-    kernels::Rope(kt, nkv, hd, c.rope_dim, pos_ + t, theta, c.rope_style);
+    kernels::Rope(qt, nh, hd, c.rope_dim, pos_ + t, theta, c.rope_style, rope_scale, rope_freqs);
+    kernels::Rope(kt, nkv, hd, c.rope_dim, pos_ + t, theta, c.rope_style, rope_scale, rope_freqs);
     std::memcpy(kv_.k(layer, pos_ + t), kt, sizeof(float) * kv_dim);
     std::memcpy(kv_.v(layer, pos_ + t), vt, sizeof(float) * kv_dim);
   }
