@@ -319,6 +319,58 @@ INSTANTIATE_TEST_SUITE_P(
                       RopeCase{"gemma3_linear8", "gemma3", "--rope-scaling linear:8"}),
     [](const ::testing::TestParamInfo<RopeCase>& info) { return std::string(info.param.name); });
 
+// A trained model with config.json rope_scaling: TinyStories-656K (head_dim 16, base 10^4) with
+// its config changed to "llama3" (factor 8, low 1, high 4, original context 64) or "linear"
+// (factor 2). weir reads the safetensors directory (computing Llama 3.1's factors itself) and
+// the GGUF `weir convert` writes from it (rope_freqs.weight / rope.scaling.*, q and k permuted
+// to adjacent pairs); the oracle computes the factors from the definition. Without the scaling
+// the logits move far outside the bound (the check can fail).
+// Measured (Nov 2026): llama3 2.9e-7 (GGUF 3.8e-7), linear 5.1e-7; without the scaling 0.28 and
+// 0.55, argmax_agree 0.67 and 0.73.
+TEST(RopeScalingOracleTest, TrainedModelConfigJson) {
+  const std::string src = SharedPath("models/tinystories-656k");
+  if (!FileExists(src + "/model.safetensors")) GTEST_SKIP() << src << " is absent";
+  ASSERT_TRUE(FileExists(WeirBin())) << "weir binary missing: " << WeirBin();
+  constexpr int kTokens = 48;
+  const nlohmann::json base = nlohmann::json::parse(ReadFile(src + "/config.json"));
+  const std::string root = TempDir();
+  auto make = [&](const std::string& name, const nlohmann::json& scaling) {
+    const std::string dir = root + "/" + name;
+    EXPECT_EQ(RunCommand("mkdir -p " + Quote(dir) + " && ln -sf " +
+                         Quote(src + "/model.safetensors") + " " + Quote(src + "/tokenizer.json") +
+                         " " + Quote(dir))
+                  .exit_code,
+              0);
+    nlohmann::json c = base;
+    c["rope_scaling"] = scaling;
+    WriteFile(dir + "/config.json", c.dump(1));
+    return dir;
+  };
+  const std::string plain = make("plain", nullptr);
+  const struct {
+    const char* name;
+    nlohmann::json scaling;
+  } cases[] = {
+      {"llama3", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                  {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}}},
+      {"linear", {{"type", "linear"}, {"factor", 2.0}}},
+  };
+  for (const auto& c : cases) {
+    const std::string dir = make(c.name, c.scaling), gguf = dir + ".gguf";
+    CompareWithOracle(std::string("656k_") + c.name + "_safetensors", dir, kF32Bound, kTokens);
+    CommandResult conv = RunCommand(Quote(WeirBin()) + " convert --no-progress -m " + Quote(dir) +
+                                    " -o " + Quote(gguf));
+    ASSERT_EQ(conv.exit_code, 0) << Describe(conv);
+    CompareWithOracle(std::string("656k_") + c.name + "_converted_gguf", gguf, kF32Bound, kTokens);
+    Comparison off;
+    ASSERT_NO_FATAL_FAILURE(RunBoth(c.name, dir, plain, kTokens, &off));
+    std::printf("[oracle] 656k_%-22s vs the oracle without scaling: rel_err %.3e  argmax_agree "
+                "%.2f\n",
+                c.name, off.rel_err, off.argmax_agree);
+    EXPECT_GT(off.rel_err, 100 * kF32Bound.max_rel_err) << c.name;
+  }
+}
+
 // --- GGUF corners on a generated model: per-layer shapes, v2 with 64-byte alignment --------------
 
 struct Variant {
