@@ -8,7 +8,8 @@
 //     shape in terms of the config's symbols (Dim), whether it is per layer and whether it is
 //     required (an optional tensor that is absent binds to nothing: output.weight -> tied head,
 //     attn_q.bias -> no bias),
-//   - the switches in which the decoder block differs between architectures: RoPE pairing,
+//   - the switches in which the decoder block differs between architectures: RoPE pairing (and
+//     whether linear RoPE scaling reaches the sliding layers),
 //     QK-norm, post-norms, MLP activation, embedding scale, the sliding-window layer pattern and
 //     the RoPE base of sliding layers, whether a final logit soft-cap may be stated.
 // Values that differ between files of one architecture (the window size, the soft-cap, per-layer
@@ -21,6 +22,12 @@
 //   qwen2   rotate-half  SiLU       -        -           1           -               optional
 //   qwen3   rotate-half  SiLU       yes      -           1           -               optional
 //   gemma3  rotate-half  GELU-tanh  yes      yes         sqrt(d)     5 of every 6    optional
+//
+// RoPE scaling: linear (<name>.rope.scaling.type "linear", .factor; LlamaConfig::
+// rope_scaling_factor) on every row, on the sliding layers only where rope_scale_sliding says so
+// (gemma3: no); Llama 3.1's per-pair frequency factors rope_freqs.weight (TensorRole::
+// kRopeFreqs, [rope_dim / 2]) in the tables of llama and mixtral only, as llama.cpp reads it.
+// YaRN, LongRoPE and other types are refused by the loaders.
 //
 // Mixture-of-experts rows (`moe`): the MLP is n_expert experts of width d_ff stacked in 3-D
 // tensors ([n_expert, d_ff, d_model] ...), and a router (ffn_gate_inp, [n_expert, d_model]) picks
@@ -62,7 +69,7 @@ enum class Dim : uint8_t {
   kDff,      // d_ff
   kHeadDim,  // head_dim
   kExperts,  // n_expert (MoE rows)
-  kRopeHalf, // rope_dim / 2: one entry per rotated pair (rope_freqs)
+  kRopeHalf,  // rope_dim / 2: one entry per rotated pair (rope_freqs)
 };
 // "d_model", "n_head * head_dim", ... (the symbols of error messages).
 const char* DimName(Dim d);
