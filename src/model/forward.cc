@@ -5,8 +5,8 @@
 // the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
 // (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
 // layers with their own RoPE base, and final logit soft-capping (Gemma 3); RoPE takes linear
-// scaling (positions / rope.scaling.factor) and Llama 3.1's per-pair frequency factors. A switch that is off
-// costs a null-pointer test. A mixture-of-experts row's MLP is the MoE provider (moe_mlp.cc over
+// scaling (positions / rope.scaling.factor) and Llama 3.1's per-pair frequency factors. A switch
+// that is off costs a null-pointer test. A mixture-of-experts row's MLP is the MoE provider (moe_mlp.cc over
 // model/moe.h's MoeMlp).
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
@@ -53,8 +53,8 @@ Status Session::Attention(int layer, int n) {
   const int nkv = c.layers[static_cast<size_t>(layer)].n_head_kv;
   const int q_dim = nh * hd, kv_dim = nkv * hd;
   const float theta = c.RopeTheta(layer);
-  const float rope_scale = c.RopeFreqScale(layer);                // linear scaling: 1 / factor
-  const float* rope_freqs = model_.weights().rope_freqs;          // [rope_dim / 2] or null
+  const float rope_scale = c.RopeFreqScale(layer);        // linear scaling: 1 / factor, or 1
+  const float* rope_freqs = model_.weights().rope_freqs;  // [rope_dim / 2] or null
   float* x = x_.data<float>();     // [n, d]
   float* xb = xb_.data<float>();   // [n, d]
   float* q = q_.data<float>();     // [n, q_dim]
