@@ -34,6 +34,27 @@ constexpr TensorSpec kLlamaTensors[] = {
     {R::kFfnDown,    "ffn_down.weight",    kLayer,  kReq, D::kDModel, D::kDff},
     {R::kOutputNorm, "output_norm.weight", kGlobal, kReq, D::kDModel, D::kNone},
     {R::kOutput,     "output.weight",      kGlobal, kOpt, D::kVocab,  D::kDModel},  // absent: tied
+    {R::kRopeFreqs,  "rope_freqs.weight",  kGlobal, kOpt, D::kRopeHalf, D::kNone},  // Llama 3.1
+};
+
+// Qwen2: Llama's tensors without rope_freqs (llama.cpp reads rope_freqs.weight for the "llama"
+// family only, not for qwen2, qwen3 or gemma3).
+constexpr TensorSpec kQwen2Tensors[] = {
+    {R::kTokenEmbd,  "token_embd.weight",  kGlobal, kReq, D::kVocab,  D::kDModel},
+    {R::kAttnNorm,   "attn_norm.weight",   kLayer,  kReq, D::kDModel, D::kNone},
+    {R::kAttnQ,      "attn_q.weight",      kLayer,  kReq, D::kQDim,   D::kDModel},
+    {R::kAttnK,      "attn_k.weight",      kLayer,  kReq, D::kKvDim,  D::kDModel},
+    {R::kAttnV,      "attn_v.weight",      kLayer,  kReq, D::kKvDim,  D::kDModel},
+    {R::kAttnQBias,  "attn_q.bias",        kLayer,  kOpt, D::kQDim,   D::kNone},
+    {R::kAttnKBias,  "attn_k.bias",        kLayer,  kOpt, D::kKvDim,  D::kNone},
+    {R::kAttnVBias,  "attn_v.bias",        kLayer,  kOpt, D::kKvDim,  D::kNone},
+    {R::kAttnOutput, "attn_output.weight", kLayer,  kReq, D::kDModel, D::kQDim},
+    {R::kFfnNorm,    "ffn_norm.weight",    kLayer,  kReq, D::kDModel, D::kNone},
+    {R::kFfnGate,    "ffn_gate.weight",    kLayer,  kReq, D::kDff,    D::kDModel},
+    {R::kFfnUp,      "ffn_up.weight",      kLayer,  kReq, D::kDff,    D::kDModel},
+    {R::kFfnDown,    "ffn_down.weight",    kLayer,  kReq, D::kDModel, D::kDff},
+    {R::kOutputNorm, "output_norm.weight", kGlobal, kReq, D::kDModel, D::kNone},
+    {R::kOutput,     "output.weight",      kGlobal, kOpt, D::kVocab,  D::kDModel},
 };
 
 // Qwen3: Llama's tensors plus QK-norm.
@@ -120,6 +141,7 @@ constexpr TensorSpec kMixtralTensors[] = {
     {R::kFfnDownExps,  "ffn_down_exps.weight", kLayer,  kReq, D::kDModel,  D::kDff,    D::kExperts},
     {R::kOutputNorm,   "output_norm.weight",   kGlobal, kReq, D::kDModel,  D::kNone},
     {R::kOutput,       "output.weight",        kGlobal, kOpt, D::kVocab,   D::kDModel},
+    {R::kRopeFreqs,    "rope_freqs.weight",    kGlobal, kOpt, D::kRopeHalf, D::kNone},
 };
 
 // Qwen3 MoE: Qwen3's attention (QK-norm) and Mixtral's MLP; d_ff is the expert's width
@@ -148,7 +170,7 @@ constexpr TensorSpec kQwen3MoeTensors[] = {
 constexpr ArchSpec kLlama{   "llama",    "llama",    RopeStyle::kAdjacentPairs, Activation::kSilu,
                             false,  false,     false,     0,         0.0f,     false,  false,   false, kLlamaTensors};
 constexpr ArchSpec kQwen2{   "qwen2",    "qwen2",    RopeStyle::kRotateHalf,    Activation::kSilu,
-                            false,  false,     false,     0,         0.0f,     false,  true,    false, kLlamaTensors};
+                            false,  false,     false,     0,         0.0f,     false,  true,    false, kQwen2Tensors};
 constexpr ArchSpec kQwen3{   "qwen3",    "qwen3",    RopeStyle::kRotateHalf,    Activation::kSilu,
                             true,   false,     false,     0,         0.0f,     false,  false,   false, kQwen3Tensors};
 constexpr ArchSpec kGemma3{  "gemma3",   "gemma3",   RopeStyle::kRotateHalf,    Activation::kGeluTanh,
@@ -162,7 +184,8 @@ constexpr ArchSpec kQwen3Moe{"qwen3moe", "qwen3moe", RopeStyle::kRotateHalf,    
 //                          attn_softcap tied_head attn_softcap_default final_softcap_default window_default
 constexpr ArchSpec kGemma2{  "gemma2",   "gemma2",   RopeStyle::kRotateHalf,    Activation::kGeluTanh,
                             false,  true,      true,      2,         0.0f,     true,   false,   false, kGemma2Tensors,
-                            true,        true,     50.0f,               30.0f,                4096};
+                            true,        true,     50.0f,               30.0f,                4096,
+                            /*rope_scale_sliding=*/true};
 // clang-format on
 
 constexpr const ArchSpec* kArchs[] = {&kLlama,   &kQwen2,    &kQwen3, &kGemma3,
@@ -315,6 +338,8 @@ const char* DimName(Dim d) {
       return "head_dim";
     case Dim::kExperts:
       return "n_expert";
+    case Dim::kRopeHalf:
+      return "rope_dim / 2";
   }
   return "?";
 }
@@ -446,6 +471,8 @@ Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& c, int layer) {
         return c.head_dim;
       case Dim::kExperts:
         return c.n_expert;
+      case Dim::kRopeHalf:
+        return (c.rope_dim > 0 ? c.rope_dim : c.head_dim) / 2;
     }
     return 0;
   };

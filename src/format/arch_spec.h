@@ -8,7 +8,8 @@
 //     shape in terms of the config's symbols (Dim), whether it is per layer and whether it is
 //     required (an optional tensor that is absent binds to nothing: output.weight -> tied head,
 //     attn_q.bias -> no bias),
-//   - the switches in which the decoder block differs between architectures: RoPE pairing,
+//   - the switches in which the decoder block differs between architectures: RoPE pairing (and
+//     whether linear RoPE scaling reaches the sliding layers),
 //     QK-norm, post-norms, MLP activation, embedding scale, the sliding-window layer pattern and
 //     the RoPE base of sliding layers, whether attention and final logit soft-caps may be stated.
 // Values that differ between files of one architecture (the window size, the soft-cap, per-layer
@@ -26,6 +27,12 @@
 // that leave the keys out get llama.cpp's 50 and 30), gemma3 on the final logits when stated.
 // gemma2's sliding layers share the global RoPE base (gemma3's have their own, 10000); its
 // head is always token_embd (the converter writes no output.weight).
+//
+// RoPE scaling: linear (<name>.rope.scaling.type "linear", .factor; LlamaConfig::
+// rope_scaling_factor) on every row, on the sliding layers only where rope_scale_sliding says so
+// (gemma3: no); Llama 3.1's per-pair frequency factors rope_freqs.weight (TensorRole::
+// kRopeFreqs, [rope_dim / 2]) in the tables of llama and mixtral only, as llama.cpp reads it.
+// YaRN, LongRoPE and other types are refused by the loaders.
 //
 // Mixture-of-experts rows (`moe`): the MLP is n_expert experts of width d_ff stacked in 3-D
 // tensors ([n_expert, d_ff, d_model] ...), and a router (ffn_gate_inp, [n_expert, d_model]) picks
@@ -83,6 +90,7 @@ enum class Dim : uint8_t {
   kDff,      // d_ff
   kHeadDim,  // head_dim
   kExperts,  // n_expert (MoE rows)
+  kRopeHalf,  // rope_dim / 2: one entry per rotated pair (rope_freqs)
 };
 // "d_model", "n_head * head_dim", ... (the symbols of error messages).
 const char* DimName(Dim d);
@@ -113,6 +121,9 @@ enum class TensorRole : uint8_t {
   kFfnGateExps,  // [n_expert, d_ff, d_model]
   kFfnUpExps,    // [n_expert, d_ff, d_model]
   kFfnDownExps,  // [n_expert, d_model, d_ff]
+  // RoPE frequency factors (Llama 3.1's rope_freqs.weight, global, F32 [rope_dim / 2], finite
+  // and > 0): pair i turns by pos * base^(-2i/rope_dim) / factor[i].
+  kRopeFreqs,
 };
 
 struct TensorSpec {
@@ -161,6 +172,11 @@ struct ArchSpec {
   float attn_softcap_default = 0.0f;
   float final_softcap_default = 0.0f;
   int sliding_window_default = 0;
+  // Linear RoPE scaling (<gguf_name>.rope.scaling.factor, LlamaConfig::rope_scaling_factor)
+  // applies to the sliding-window layers too. llama.cpp: Gemma 3 keeps its sliding layers
+  // unscaled (only the global ones are stretched, as in Hugging Face's Gemma3), Gemma 2 and
+  // Cohere 2 scale both.
+  bool rope_scale_sliding = false;
 };
 
 // ---- Hugging Face checkpoints ----

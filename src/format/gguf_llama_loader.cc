@@ -202,6 +202,47 @@ Status ReadExperts(const GgufFile& f, const std::string& prefix, LlamaConfig* c)
   return Status::Ok();
 }
 
+// RoPE scaling as llama.cpp reads it: <prefix>.rope.scaling.type defaults to "linear", whose
+// factor is <prefix>.rope.scaling.factor (or the older rope.scale_linear; absent or 0 = none);
+// "none" ignores any factor. Other types (yarn, longrope) and a yarn-style attention factor are
+// refused by name rather than computed as plain RoPE.
+Status ReadRopeScaling(const GgufFile& f, const std::string& prefix, LlamaConfig* c) {
+  const char* path = f.path().c_str();
+  const std::string type_key = prefix + ".rope.scaling.type";
+  std::string type = "linear";
+  if (f.Has(type_key)) {
+    WEIR_ASSIGN_OR_RETURN(type, f.GetString(type_key));
+  }
+  if (type != "none" && type != "linear") {
+    return Status::Unsupported(
+        StrFormat("%s: %s is '%s'; weir implements 'none' and 'linear' RoPE scaling (and Llama "
+                  "3.1's rope_freqs.weight), not YaRN, LongRoPE or others",
+                  path, type_key.c_str(), Printable(type, 32).c_str()));
+  }
+  std::string factor_key = prefix + ".rope.scaling.factor";
+  if (!f.Has(factor_key)) factor_key = prefix + ".rope.scale_linear";
+  float factor = 0.0f;
+  if (f.Has(factor_key)) {
+    WEIR_ASSIGN_OR_RETURN(factor, f.GetF32(factor_key));
+    if (!std::isfinite(factor) || factor < 0.0f) {
+      return Status::InvalidArgument(
+          StrFormat("%s: metadata '%s' = %g, expected a finite number >= 0 (0 = no scaling)", path,
+                    factor_key.c_str(), static_cast<double>(factor)));
+    }
+  }
+  c->rope_scaling_factor = type == "linear" && factor > 0.0f ? factor : 1.0f;
+  const std::string attn_key = prefix + ".rope.scaling.attn_factor";
+  if (f.Has(attn_key)) {
+    WEIR_ASSIGN_OR_RETURN(float attn_factor, f.GetF32(attn_key));
+    if (attn_factor != 1.0f) {
+      return Status::Unsupported(
+          StrFormat("%s: metadata '%s' = %g; weir implements RoPE without a magnitude factor (1)",
+                    path, attn_key.c_str(), static_cast<double>(attn_factor)));
+    }
+  }
+  return Status::Ok();
+}
+
 size_t NaturalAlignment(DType t) { return t == DType::kF32 ? 4 : 2; }
 
 }  // namespace
@@ -294,20 +335,9 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   // rotate halves), a property of how the converter laid out q and k.
   c.rope_style = arch->rope_style;
 
-  if (f.Has(K("rope.scaling.type"))) {
-    WEIR_ASSIGN_OR_RETURN(std::string scaling, f.GetString(K("rope.scaling.type")));
-    if (scaling != "none") {
-      return Status::Unsupported(
-          StrFormat("%s: %s is '%s'; weir implements plain RoPE only", path,
-                    K("rope.scaling.type").c_str(), Printable(scaling, 32).c_str()));
-    }
-  }
-  if (f.FindTensor("rope_freqs.weight")) {
-    return Status::Unsupported(
-        StrFormat("%s: tensor rope_freqs.weight (per-dimension RoPE frequency factors, Llama 3.1 "
-                  "style) is not supported",
-                  path));
-  }
+  WEIR_RETURN_IF_ERROR(ReadRopeScaling(f, prefix, &c));
+  // rope_freqs.weight (Llama 3.1's per-pair factors) is a tensor of the row's table, bound and
+  // checked (shape, F32, finite and > 0) with the others; a row without it refuses it.
 
   // The architecture's switches with values in the file.
   if (arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(c.d_model));

@@ -6,6 +6,7 @@
 #include "base/printable.h"
 #include "format/json_util.h"
 #include "format/llama_limits.h"
+#include "format/rope_scaling.h"
 
 namespace weir::format {
 
@@ -193,6 +194,66 @@ Status ReadArchValues(const Json& cfg, const HfArch& hf, const std::string& path
   WEIR_RETURN_IF_ERROR(ReadSlidingWindow(cfg, hf, path, c));
   if (arch.moe) WEIR_RETURN_IF_ERROR(ReadExperts(cfg, hf, path, c));
   return Status::Ok();
+// rope_scaling (transformers' names; "type" is the older spelling of "rope_type"):
+//   null, or rope_type "default"        plain RoPE
+//   "linear", factor F                  positions divided by F (config.rope_scaling_factor)
+//   "llama3", factor, low_freq_factor, high_freq_factor, original_max_position_embeddings
+//                                       Llama 3.1's per-pair factors (format/rope_scaling.h),
+//                                       which the reader adds as rope_freqs.weight
+// Other types (dynamic, yarn, longrope, ...) are refused by name.
+Status ReadRopeScaling(const Json& cfg, const std::string& path, double theta,
+                       HfLlamaConfig* out) {
+  const char* p = path.c_str();
+  const Json* scaling = FindField(cfg, "rope_scaling");
+  if (scaling == nullptr) return Status::Ok();
+  if (!scaling->is_object()) {
+    return Status::InvalidArgument(StrFormat("%s: rope_scaling must be an object or null, got %s",
+                                             p, JsonPreview(*scaling, 80).c_str()));
+  }
+  const std::string where = path + " rope_scaling";
+  WEIR_ASSIGN_OR_RETURN(std::optional<std::string> type,
+                        GetOptionalString(*scaling, "rope_type", where));
+  if (!type) {
+    WEIR_ASSIGN_OR_RETURN(type, GetOptionalString(*scaling, "type", where));
+  }
+  if (!type) {
+    return Status::InvalidArgument(StrFormat("%s: rope_scaling %s names no rope_type", p,
+                                             JsonPreview(*scaling, 80).c_str()));
+  }
+  // A required positive number of the rope_scaling object.
+  auto number = [&](const char* key) -> Result<double> {
+    WEIR_ASSIGN_OR_RETURN(std::optional<double> v, GetOptionalNumber(*scaling, key, where));
+    if (!v) {
+      return Status::InvalidArgument(StrFormat("%s: rope_scaling of type '%s' needs field '%s'",
+                                               p, type->c_str(), key));
+    }
+    if (!std::isfinite(*v) || *v <= 0) {
+      return Status::InvalidArgument(
+          StrFormat("%s: rope_scaling.%s = %g must be finite and > 0", p, key, *v));
+    }
+    return *v;
+  };
+  LlamaConfig& c = out->config;
+  if (*type == "default") return Status::Ok();
+  if (*type == "linear") {
+    WEIR_ASSIGN_OR_RETURN(double factor, number("factor"));
+    c.rope_scaling_factor = static_cast<float>(factor);
+    return Status::Ok();
+  }
+  if (*type == "llama3") {
+    Llama3RopeScaling l3;
+    WEIR_ASSIGN_OR_RETURN(l3.factor, number("factor"));
+    WEIR_ASSIGN_OR_RETURN(l3.low_freq_factor, number("low_freq_factor"));
+    WEIR_ASSIGN_OR_RETURN(l3.high_freq_factor, number("high_freq_factor"));
+    WEIR_ASSIGN_OR_RETURN(l3.original_max_position_embeddings,
+                          number("original_max_position_embeddings"));
+    WEIR_ASSIGN_OR_RETURN(out->rope_freqs, Llama3RopeFreqs(l3, theta, c.rope_dim, where));
+    return Status::Ok();
+  }
+  return Status::Unsupported(
+      StrFormat("%s: rope_scaling type '%s' is not supported (weir implements null, 'default', "
+                "'linear' and 'llama3')",
+                p, Printable(*type).c_str()));
 }
 
 }  // namespace
@@ -230,10 +291,6 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   const ArchSpec& arch = *hf->arch;
 
   // Features weir does not implement: refuse rather than compute something else.
-  if (const Json* scaling = FindField(cfg, "rope_scaling")) {
-    return Status::Unsupported(StrFormat("%s: rope_scaling %s is not supported (only null)", p,
-                                         JsonPreview(*scaling, 80).c_str()));
-  }
   if (const Json* params = FindField(cfg, "rope_parameters")) {
     return Status::Unsupported(
         StrFormat("%s: rope_parameters %s (transformers' newer RoPE form) is not supported; weir "
@@ -321,6 +378,7 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   }
   c.rms_eps = static_cast<float>(eps_v);
   c.rope_theta = static_cast<float>(theta_v);
+  WEIR_RETURN_IF_ERROR(ReadRopeScaling(cfg, path, theta_v, &out));
   c.layers.assign(c.n_layers, LayerDims{c.n_head, c.n_head_kv, c.d_ff});
   WEIR_RETURN_IF_ERROR(ReadArchValues(cfg, *hf, path, &c));
 

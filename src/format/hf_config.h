@@ -34,8 +34,10 @@
 //                                (default the row's, else rope_theta).
 //   num_local_experts / num_experts, num_experts_per_tok, norm_topk_prob
 //                                n_expert, n_expert_used, expert_weights_norm (MoE rows)
-// Rejected as unsupported: rope_scaling and rope_parameters other than null, an activation that
-// is not the row's, attention_bias or mlp_bias true, attn_logit_softcapping,
+//   rope_scaling                 null / "default": none; "linear": rope_scaling_factor;
+//                                "llama3": rope_freqs (Llama 3.1's factors, rope_scaling.h)
+// Rejected as unsupported: other rope_scaling types, rope_parameters other than null, an
+// activation that is not the row's, attention_bias or mlp_bias true, attn_logit_softcapping,
 // use_bidirectional_attention, Qwen3-MoE's mlp_only_layers / decoder_sparse_step other than 1.
 // RoPE is RopeStyle::kRotateHalf (HF's q/k layout, every architecture).
 //
@@ -62,6 +64,9 @@ struct HfLlamaConfig {
   int32_t eos_token_id = -1;
   // Every top-level scalar field as ("hf.<key>", value) for `weir inspect`.
   std::vector<std::pair<std::string, std::string>> metadata;
+  // rope_scaling "llama3": the per-pair RoPE frequency factors [rope_dim / 2], which the reader
+  // stores as the tensor rope_freqs.weight (empty: none).
+  std::vector<float> rope_freqs;
 };
 
 // `path` is only used in messages.

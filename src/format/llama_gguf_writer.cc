@@ -108,6 +108,13 @@ std::vector<std::string> LlamaTensorNames(
   }
   names.push_back("output_norm.weight");
   if (!c.tied_output) names.push_back("output.weight");
+  // Optional global tensors other than the head (rope_freqs) go last, so that adding one leaves
+  // the others where they were.
+  for (const TensorSpec& t : arch.tensors) {
+    if (t.per_layer || t.required || t.role == TensorRole::kOutput) continue;
+    std::string name = TensorName(t, -1);
+    if (listed(t, name)) names.push_back(std::move(name));
+  }
   return names;
 }
 
@@ -178,6 +185,11 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
   w->AddU32(K("rope.dimension_count"),
             static_cast<uint32_t>(c.rope_dim > 0 ? c.rope_dim : c.head_dim));
   w->AddF32(K("rope.freq_base"), c.rope_theta);
+  // Linear RoPE scaling; without the key llama.cpp reads "linear" with no factor, i.e. none.
+  if (c.rope_scaling_factor != 1.0f) {
+    w->AddString(K("rope.scaling.type"), "linear");
+    w->AddF32(K("rope.scaling.factor"), c.rope_scaling_factor);
+  }
   w->AddF32(K("attention.layer_norm_rms_epsilon"), c.rms_eps);
   w->AddU32(K("vocab_size"), static_cast<uint32_t>(c.vocab_size));
   // What GGUF cannot state for the row is refused, not dropped: a sliding window on a row

@@ -30,9 +30,9 @@ namespace weir::format {
 // Canonical tensor names in the order weir writes them: token_embd, per layer the tensors of the
 // architecture's table in its order (Llama: attn_norm, attn_q, attn_k, attn_v, attn_output,
 // ffn_norm, ffn_gate, ffn_up, ffn_down), then output_norm and output (left out when
-// config.tied_output). An optional per-layer tensor (a q/k/v bias) is listed when
-// `has_optional(name)` says so; without the function, when the row's converter writes it
-// (ArchSpec::qkv_bias).
+// config.tied_output), then optional global tensors (rope_freqs.weight). An optional tensor (a
+// q/k/v bias, rope_freqs) is listed when `has_optional(name)` says so; without the function,
+// when the row's converter writes it (ArchSpec::qkv_bias: the biases).
 std::vector<std::string> LlamaTensorNames(
     const LlamaConfig& config,
     const std::function<bool(const std::string&)>& has_optional = nullptr);
@@ -44,9 +44,10 @@ uint32_t LlamaFileType(DType t);
 // Adds general.architecture/name/file_type, every <arch>.* hyperparameter (Gemma 2/3 also
 // attention.sliding_window, its pattern when it is not the row's default, rope.freq_base_swa
 // unless it is gemma2's global base, final_logit_softcapping and attn_logit_softcapping when
-// set, and for Gemma 2 a 0 where it means none) and the tokenizer.ggml.* keys. Per-layer head
-// counts and d_ff are written as arrays of n_layers values when they differ between layers
-// (weir's structured pruning; llama.cpp reads such arrays too), and
+// set, and for Gemma 2 a 0 where it means none; rope.scaling.type "linear" and
+// rope.scaling.factor when config.rope_scaling_factor != 1) and the tokenizer.ggml.* keys.
+// Per-layer head counts and d_ff are written as arrays of n_layers values when they differ
+// between layers (weir's structured pruning; llama.cpp reads such arrays too), and
 // llama.attention.key_length/value_length when head_dim is not d_model / n_head. A context
 // length of 0 (unknown) is written as 2048, because llama.cpp requires the key. Tokenizers: SentencePiece -> "llama" (token types inferred when absent:
 // <0xNN> BYTE, bos/eos CONTROL, unk UNKNOWN); byte-level BPE -> "gpt2" with merges;

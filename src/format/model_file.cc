@@ -176,7 +176,8 @@ Status CheckSpecTensor(const ModelFile& m, const TensorSpec& t, int layer, bool 
   const std::string name = TensorName(t, layer);
   if (!required && m.Find(name) == nullptr) return Status::Ok();
   return CheckTensor(m, name, ExpectedShape(t, m.config, layer), t.vector(),
-                     ShapeDerivation(t).c_str(), IsBias(t.role) ? "bias" : "norm");
+                     ShapeDerivation(t).c_str(),
+                     IsBias(t.role) ? "bias" : t.role == TensorRole::kRopeFreqs ? "RoPE factor" : "norm");
 }
 
 // The values a file states for its architecture's switches.
@@ -204,6 +205,7 @@ Status ValidateArchValues(const ModelFile& m) {
   if (c.sliding_window > 0) {
     WEIR_RETURN_IF_ERROR(finite_at_least("rope_theta_sliding", c.rope_theta_sliding, 0.0f, true));
   }
+  WEIR_RETURN_IF_ERROR(finite_at_least("rope_scaling_factor", c.rope_scaling_factor, 0.0f, true));
   if (c.arch->moe) {
     WEIR_RETURN_IF_ERROR(CheckRange(m.path, "n_expert", c.n_expert, 1, limits::kMaxExperts));
     WEIR_RETURN_IF_ERROR(CheckRange(m.path, "n_expert_used", c.n_expert_used, 1, c.n_expert));
@@ -211,6 +213,32 @@ Status ValidateArchValues(const ModelFile& m) {
     return Status::InvalidArgument(StrFormat("%s: config has n_expert %d, n_expert_used %d, but "
                                              "%s is not a mixture-of-experts architecture",
                                              p, c.n_expert, c.n_expert_used, c.arch->name));
+  }
+  return Status::Ok();
+}
+
+// rope_freqs.weight (RoPE frequency factors; its shape and type were checked with the table):
+// only where the architecture reads it, every factor finite and > 0 (each divides an angle).
+Status CheckRopeFreqs(const ModelFile& m) {
+  const char* p = m.path.c_str();
+  const TensorSpec* spec = FindTensorSpec(*m.config.arch, TensorRole::kRopeFreqs);
+  const std::string name = spec != nullptr ? TensorName(*spec, -1) : "rope_freqs.weight";
+  const TensorView* t = m.Find(name);
+  if (t == nullptr) return Status::Ok();
+  if (spec == nullptr) {
+    return Status::Unsupported(
+        StrFormat("%s: tensor %s (RoPE frequency factors) is present, but architecture %s does "
+                  "not read it (llama.cpp reads it for llama only)",
+                  p, name.c_str(), m.config.arch->name));
+  }
+  const float* f = t->f32();
+  for (int64_t i = 0; i < t->shape.cols(); ++i) {
+    if (!std::isfinite(f[i]) || f[i] <= 0.0f) {
+      return Status::Corrupt(StrFormat("%s: tensor %s[%lld] = %g; RoPE frequency factors must be "
+                                       "finite and > 0",
+                                       p, name.c_str(), static_cast<long long>(i),
+                                       static_cast<double>(f[i])));
+    }
   }
   return Status::Ok();
 }
@@ -359,7 +387,7 @@ Status ValidateLlama(const ModelFile& m) {
       if (t.per_layer) WEIR_RETURN_IF_ERROR(CheckSpecTensor(m, t, l, t.required));
     }
   }
-  return Status::Ok();
+  return CheckRopeFreqs(m);
 }
 
 }  // namespace weir::format

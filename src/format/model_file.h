@@ -16,6 +16,7 @@
 //   blk.N.ffn_gate.weight    [d_ff, d_model]
 //   blk.N.ffn_up.weight      [d_ff, d_model]
 //   blk.N.ffn_down.weight    [d_model, d_ff]
+// plus, optionally, rope_freqs.weight [rope_dim / 2] (F32 RoPE frequency factors, Llama 3.1),
 // and Gemma 3 adds blk.N.attn_q_norm / attn_k_norm [head_dim], post_attention_norm and
 // post_ffw_norm [d_model] (Gemma 2 the post-norms only). Mixture-of-experts rows replace
 // ffn_gate/up/down with
@@ -90,12 +91,23 @@ struct LlamaConfig {
   // Attention logit soft-capping (arch->attn_softcap, Gemma 2): each score q.k * AttnScale()
   // becomes cap * tanh(score / cap) before the softmax; 0 = none.
   float attn_logit_softcap = 0.0f;
+  // Linear RoPE scaling (GGUF <arch>.rope.scaling.type "linear" with .factor; config.json
+  // rope_scaling {"rope_type": "linear"}): positions are divided by this factor (llama.cpp's
+  // freq_scale = 1 / factor) on the global layers, and on sliding ones when the architecture
+  // says so (ArchSpec::rope_scale_sliding). 1 = none. Llama 3.1's per-pair factors are the
+  // tensor rope_freqs.weight instead (TensorRole::kRopeFreqs).
+  float rope_scaling_factor = 1.0f;
 
   bool IsSliding(int layer) const {
     return sliding_window > 0 && static_cast<size_t>(layer) < layer_sliding.size() &&
            layer_sliding[static_cast<size_t>(layer)] != 0;
   }
   float RopeTheta(int layer) const { return IsSliding(layer) ? rope_theta_sliding : rope_theta; }
+  // The multiplier of positions in layer's RoPE angles: 1 / rope_scaling_factor, or 1.
+  float RopeFreqScale(int layer) const {
+    if (IsSliding(layer) && !arch->rope_scale_sliding) return 1.0f;
+    return 1.0f / rope_scaling_factor;
+  }
   float AttnScale() const {
     return attn_scale > 0 ? attn_scale : 1.0f / std::sqrt(static_cast<float>(head_dim));
   }

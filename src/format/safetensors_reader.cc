@@ -667,6 +667,20 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
     m.tensors[canonical] = v;
   }
   m.metadata.emplace_back("hf.arch_row", hf_arch.arch->name);
+  // rope_scaling "llama3": its factors, computed from config.json, as the tensor GGUF files
+  // carry them in (bound and validated with the architecture's table like any other).
+  if (!hf.rope_freqs.empty()) {
+    auto owned = std::make_shared<OwnedBuffer>();
+    const size_t n = hf.rope_freqs.size();
+    if (!owned->bytes.Reset(n * sizeof(float), 64)) {
+      return Status::OutOfMemory(StrFormat("%s: cannot allocate the RoPE factors", p));
+    }
+    std::memcpy(owned->bytes.data(), hf.rope_freqs.data(), n * sizeof(float));
+    m.tensors["rope_freqs.weight"] =
+        TensorView{DType::kF32, Shape{static_cast<int64_t>(n)}, owned->bytes.data()};
+    m.tensor_order.push_back("rope_freqs.weight");
+    m.backing.push_back(std::move(owned));
+  }
 
   // Tokenizer.
   std::string tok_path = options.tokenizer_path;

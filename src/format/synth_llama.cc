@@ -172,6 +172,21 @@ Status ValidateSynthSpec(const SynthSpec& s, DType type) {
       !std::isfinite(s.final_softcap)) {
     return bad("soft-caps must be finite and >= 0 (0 = none)");
   }
+  if (!std::isfinite(s.qk_gain) || !(s.qk_gain > 0)) return bad("qk_gain must be finite and > 0");
+  if (!std::isfinite(s.rope_scaling_factor) || !(s.rope_scaling_factor > 0)) {
+    return bad("the linear RoPE scaling factor must be finite and > 0");
+  }
+  if (!s.rope_freqs.empty()) {
+    if (FindTensorSpec(*FindArch(s.arch), TensorRole::kRopeFreqs) == nullptr) {
+      return bad("this architecture has no rope_freqs (llama and mixtral have)");
+    }
+    if (static_cast<int>(s.rope_freqs.size()) != head_dim / 2) {
+      return bad("rope_freqs must have head_dim / 2 values");
+    }
+    for (float f : s.rope_freqs) {
+      if (!std::isfinite(f) || !(f > 0)) return bad("rope_freqs must be finite and > 0");
+    }
+  }
   return Status::Ok();
 }
 
@@ -194,6 +209,7 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   c.tied_output = c.arch->tied_head;
   c.n_expert = s.n_expert;
   c.n_expert_used = s.n_expert_used;
+  c.rope_scaling_factor = s.rope_scaling_factor;
   c.layers.assign(static_cast<size_t>(s.n_layers > 0 ? s.n_layers : 0),
                   LayerDims{s.n_head, s.n_head_kv, s.d_ff});
   if (c.arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(s.d_model));
@@ -392,11 +408,28 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
   }
   const bool llama = c.IsLlama();
   const float router_skew = spec.router_skew;  // (`spec` names the tensor's row below)
-  const std::vector<std::string> names = LlamaTensorNames(c);
+  const std::vector<float>& rope_freqs = spec.rope_freqs;
+  const float qk_gain = spec.qk_gain;
+  // The default optional tensors (qkv biases where the row's converter writes them), plus
+  // rope_freqs when the spec has factors; it is listed last, so the other tensors keep their
+  // index (and so their random values) with or without it.
+  const std::vector<std::string> names = LlamaTensorNames(c, [&](const std::string& n) {
+    if (n == "rope_freqs.weight") return !spec.rope_freqs.empty();
+    return c.arch->qkv_bias && (n.ends_with(".attn_q.bias") || n.ends_with(".attn_k.bias") ||
+                                n.ends_with(".attn_v.bias"));
+  });
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
     const auto [spec, layer] = spec_of.at(n);
     const Shape shape = ExpectedShape(*spec, c, layer);
+    if (spec->role == TensorRole::kRopeFreqs) {
+      const std::vector<float>* f = &rope_freqs;
+      w.AddTensor(n, DType::kF32, shape, [f](int64_t, int64_t, uint8_t* dst) -> Status {
+        std::memcpy(dst, f->data(), f->size() * sizeof(float));
+        return Status::Ok();
+      });
+      continue;
+    }
     if (shape.ndim == 1) {
       // Norms: 1 (llama) or 1 + 5 * (0.02 z); biases: 0.02 z.
       const bool is_norm = n.ends_with("norm.weight");
@@ -420,9 +453,11 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
     const DType t = spec->role == TensorRole::kFfnGateInp ? DType::kF32 : type;  // routers F32
     const int64_t cols = shape.cols();
     const float skew = spec->role == TensorRole::kFfnGateInp ? router_skew : 0.0f;
+    const float gain =
+        spec->role == TensorRole::kAttnQ || spec->role == TensorRole::kAttnK ? qk_gain : 1.0f;
     w.AddTensor(n, t, shape,
-                [seed, index, t, cols, pool, skew](int64_t begin, int64_t end,
-                                                   uint8_t* dst) -> Status {
+                [seed, index, t, cols, pool, skew, gain](int64_t begin, int64_t end,
+                                                         uint8_t* dst) -> Status {
                   const size_t row_bytes = RowBytes(t, cols);
                   ParallelFor(
                       pool, static_cast<size_t>(end - begin),
@@ -439,8 +474,14 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
                                   std::pow(static_cast<float>(row + 1), -skew);
                               for (int64_t k = 0; k < cols; ++k) f[k] *= scale;
                             }
+                            if (gain != 1.0f) {
+                              for (int64_t k = 0; k < cols; ++k) f[k] *= gain;
+                            }
                           } else {
                             SynthRandomRow(seed, index, row, tmp.data(), cols);
+                            if (gain != 1.0f) {
+                              for (int64_t k = 0; k < cols; ++k) tmp[k] *= gain;
+                            }
                             QuantizeRow(t, tmp.data(), d, cols);
                           }
                         }

@@ -7,6 +7,7 @@
 // transform (24-bit uniforms, so |z| <= 5.8) of a SplitMix64 stream seeded per (seed, tensor,
 // row), so any row can be generated independently (rows are generated in parallel) and the
 // same seed always gives the same bytes.
+// attn_q and attn_k are multiplied by SynthSpec::qk_gain (1 by default).
 // Norm weights are 1.0 (F32) for llama; for the other architectures 1 + 5 * (0.02 z), so that a
 // norm applied to the wrong vector, or not at all, shows in the logits. Biases (qwen2) are
 // 0.02 z. token_embd and output are written too (untied), except for rows whose head is always
@@ -58,6 +59,16 @@ struct SynthSpec {
   // logits' (gemma2, gemma3).
   float attn_softcap = 0.0f;
   float final_softcap = 0.0f;
+  // RoPE scaling written into the file: linear (<arch>.rope.scaling.type "linear" with this
+  // factor; 1 = none) and per-pair frequency factors (rope_freqs.weight, head_dim / 2 values
+  // > 0, e.g. Llama3RopeFreqs of format/rope_scaling.h; empty = none; llama and mixtral only).
+  float rope_scaling_factor = 1.0f;
+  std::vector<float> rope_freqs;
+  // attn_q and attn_k weights are multiplied by this (same random bits): attention scores grow by
+  // its square. At 1, N(0, 0.02) weights give scores near 0 and almost uniform attention, where
+  // positions (RoPE and its scaling) barely move the logits; a gain of ~8 makes attention sharp
+  // enough that a wrong RoPE changes the greedy tokens.
+  float qk_gain = 1.0f;
 };
 
 // "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.

@@ -179,7 +179,7 @@ Status FinishPackGroup(PackGroup* g) {
   return Status::Ok();
 }
 
-std::vector<std::string> PackStaticTensorNames(const LlamaConfig& c) {
+std::vector<std::string> PackStaticTensorNames(const LlamaConfig& c, bool rope_freqs) {
   std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
   if (!c.tied_output) names.push_back("output.weight");
   static const char* kPerLayer[] = {"attn_norm", "attn_q",      "attn_k",
@@ -187,6 +187,7 @@ std::vector<std::string> PackStaticTensorNames(const LlamaConfig& c) {
   for (int l = 0; l < c.n_layers; ++l) {
     for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
   }
+  if (rope_freqs) names.push_back("rope_freqs.weight");
   return names;
 }
 

@@ -25,8 +25,9 @@
 //
 // Tensors, in this order:
 //   token_embd.weight, output_norm.weight, output.weight (absent when tied), then per layer
-//   attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm -- the static tensors, whole,
-//   under their canonical names (format/model_file.h) and shapes;
+//   attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, then rope_freqs.weight when the
+//   model has it -- the static tensors, whole, under their canonical names
+//   (format/model_file.h) and shapes;
 //   then one bundle tensor per layer group g:
 //     weir.ffn_bundles.<g>   type T   shape [d_ff * n * 3, d_model]    (n = layers in group)
 //   made of chunks of kBundleChunk (32) consecutive neurons -- one Q8_0/Q4_0 block of
@@ -291,6 +292,7 @@ std::vector<int32_t> OrderByScore(const std::vector<double>& score);
 Status FinishPackGroup(PackGroup* group);
 
 // The canonical static tensor names in pack order (see above).
-std::vector<std::string> PackStaticTensorNames(const LlamaConfig& config);
+// `rope_freqs`: the model has rope_freqs.weight (Llama 3.1's RoPE factors), written last.
+std::vector<std::string> PackStaticTensorNames(const LlamaConfig& config, bool rope_freqs = false);
 
 }  // namespace weir::format

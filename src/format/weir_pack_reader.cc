@@ -365,7 +365,8 @@ Status PackFile::Parse() {
   m.path = f.path();
   m.config = config_;
   m.tokenizer = tokenizer_;
-  for (const std::string& name : PackStaticTensorNames(config_)) {
+  for (const std::string& name :
+       PackStaticTensorNames(config_, f.FindTensor("rope_freqs.weight") != nullptr)) {
     const GgufTensorInfo* info = f.FindTensor(name);
     if (info == nullptr) {
       return Status::Corrupt(StrFormat("%s: static tensor %s is missing", p, name.c_str()));

@@ -326,7 +326,7 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   };
   std::vector<StaticPlan> statics;
   std::map<DType, uint64_t> bytes_by_type;
-  for (const std::string& n : PackStaticTensorNames(c)) {
+  for (const std::string& n : PackStaticTensorNames(c, model.Find("rope_freqs.weight") != nullptr)) {
     StaticPlan p{n, tensor(n), tensor(n).dtype, false};
     if (p.src.shape.ndim == 1) {
       p.out = DType::kF32;

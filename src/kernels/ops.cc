@@ -45,10 +45,13 @@ void AttentionWeights(float* scores, int64_t n, float scale, float softcap) {
   Softmax(scores, n);
 }
 
-void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style) {
+void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style,
+          float freq_scale, const float* freq_factors) {
   for (int i = 0; i < rot_dim / 2; ++i) {
     float freq = std::pow(base, -2.0f * static_cast<float>(i) / static_cast<float>(rot_dim));
     float angle = static_cast<float>(pos) * freq;
+    if (freq_factors != nullptr) angle /= freq_factors[i];
+    angle *= freq_scale;
     float c = std::cos(angle), s = std::sin(angle);
     for (int h = 0; h < n_heads; ++h) {
       float* v = x + h * head_dim;

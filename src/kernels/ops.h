@@ -15,9 +15,13 @@ namespace weir::kernels {
 // out[i] = x[i] / sqrt(mean(x^2) + eps) * weight[i]; out may alias x.
 void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float eps);
 
-// Rotates each of n_heads heads of x[n_heads * head_dim] in place for position pos.
-// theta_i = pos * base^(-2i/rot_dim) for pair i < rot_dim/2; dims past rot_dim are untouched.
-void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style);
+// Rotates each of n_heads heads of x[n_heads * head_dim] in place for position pos:
+//   theta_i = freq_scale * pos * base^(-2i/rot_dim) / freq_factors[i]
+// for pair i < rot_dim/2 (freq_factors null: every factor 1); dims past rot_dim are untouched.
+// freq_scale < 1 is linear RoPE scaling (llama.cpp's freq_scale = 1 / rope.scaling.factor);
+// freq_factors[rot_dim/2] are Llama 3.1's per-pair rope_freqs (llama.cpp divides the same way).
+void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style,
+          float freq_scale = 1.0f, const float* freq_factors = nullptr);
 
 // In-place numerically stable softmax of x[n].
 void Softmax(float* x, int64_t n);

@@ -5,8 +5,9 @@
 // the switches of the config's row add what the others have -- q/k/v biases (Qwen2), QK-norm
 // (Gemma 3, Qwen3), post-norms on each block's output, GeGLU, the embedding scale, sliding-window
 // layers with their own RoPE base, attention logit soft-capping (Gemma 2) and final logit
-// soft-capping (Gemma 2/3). A switch that is off costs a null-pointer test. A mixture-of-experts
-// row's MLP is the MoE provider (moe_mlp.cc over model/moe.h's MoeMlp).
+// soft-capping (Gemma 2/3); RoPE takes linear scaling (positions / rope.scaling.factor) and Llama
+// 3.1's per-pair frequency factors. A switch that is off costs a null-pointer test. A
+// mixture-of-experts row's MLP is the MoE provider (moe_mlp.cc over model/moe.h's MoeMlp).
 //
 // Dynamic activation sparsity enters only through Project (the input columns of a linear layer
 // chosen per token) and the MLP's provider (mlp_provider.h: the sparse one selects units and
@@ -42,7 +43,8 @@ void Session::Embed(std::span<const int32_t> tokens) {
 // x += PostNorm(Wo · softmax(SoftCap(scale · q·Kᵀ)) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k
 // likewise, xb = RMSNorm(x), K and V appended to the cache; SoftCap(s) = cap · tanh(s / cap)
 // (Gemma 2) or s. A sliding-window layer attends to the last `sliding_window` positions only (its
-// own included) and has its own RoPE base.
+// own included) and has its own RoPE base (and, Gemma 3, no linear RoPE scaling:
+// LlamaConfig::RopeFreqScale).
 // Token t's keys and values are those of its sequence, seq_[t]: this session's cache at
 // pos() + t, or in a batched decode (DecodeBatch) the cache and position of the t-th session.
 Status Session::Attention(int layer, int n) {
@@ -54,6 +56,8 @@ Status Session::Attention(int layer, int n) {
   const int nkv = c.layers[static_cast<size_t>(layer)].n_head_kv;
   const int q_dim = nh * hd, kv_dim = nkv * hd;
   const float theta = c.RopeTheta(layer);
+  const float rope_scale = c.RopeFreqScale(layer);        // linear scaling: 1 / factor, or 1
+  const float* rope_freqs = model_.weights().rope_freqs;  // [rope_dim / 2] or null
   float* x = x_.data<float>();     // [n, d]
   float* xb = xb_.data<float>();   // [n, d]
   float* q = q_.data<float>();     // [n, q_dim]
@@ -86,8 +90,8 @@ Status Session::Attention(int layer, int n) {
     }
     KVCache& cache = *seq_[static_cast<size_t>(t)].kv;
     const int pos = seq_[static_cast<size_t>(t)].pos;
-    kernels::Rope(qt, nh, hd, c.rope_dim, pos, theta, c.rope_style);
-    kernels::Rope(kt, nkv, hd, c.rope_dim, pos, theta, c.rope_style);
+    kernels::Rope(qt, nh, hd, c.rope_dim, pos, theta, c.rope_style, rope_scale, rope_freqs);
+    kernels::Rope(kt, nkv, hd, c.rope_dim, pos, theta, c.rope_style, rope_scale, rope_freqs);
     std::memcpy(cache.k(layer, pos), kt, sizeof(float) * kv_dim);
     std::memcpy(cache.v(layer, pos), vt, sizeof(float) * kv_dim);
   }

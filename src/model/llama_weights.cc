@@ -92,6 +92,13 @@ Result<LlamaWeights> BindWeights(const format::ModelFile& file) {
   } else {
     WEIR_ASSIGN_OR_RETURN(w.output, Get(file, "output.weight"));
   }
+  for (const TensorSpec& t : arch.tensors) {  // optional global vectors of the table
+    if (t.per_layer || t.role != TensorRole::kRopeFreqs) continue;
+    const std::string name = format::TensorName(t, -1);
+    if (file.Find(name) != nullptr) {
+      WEIR_ASSIGN_OR_RETURN(w.rope_freqs, GetF32(file, name));
+    }
+  }
   w.layers.resize(static_cast<size_t>(file.config.n_layers));
   for (int l = 0; l < file.config.n_layers; ++l) {
     LayerWeights& L = w.layers[static_cast<size_t>(l)];

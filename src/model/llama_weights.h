@@ -44,6 +44,7 @@ struct LlamaWeights {
   std::vector<LayerWeights> layers;
   const float* output_norm = nullptr;  // [d_model]
   TensorView output;                   // [vocab, d_model] (== token_embd when tied)
+  const float* rope_freqs = nullptr;   // [rope_dim / 2] RoPE frequency factors (Llama 3.1)
 };
 using ModelWeights = LlamaWeights;
 

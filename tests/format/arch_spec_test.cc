@@ -57,7 +57,32 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
     EXPECT_EQ(a->qk_norm, FindTensorSpec(*a, TensorRole::kAttnQNorm) != nullptr);
     EXPECT_EQ(a->post_norms, FindTensorSpec(*a, TensorRole::kPostFfnNorm) != nullptr);
     EXPECT_FALSE(FindTensorSpec(*a, TensorRole::kOutput)->required);  // absent = tied
+    // rope_freqs: llama.cpp reads it for the llama family only (llama.cpp's models/llama.cpp),
+    // as one optional global F32 vector of rope_dim / 2 factors.
+    const TensorSpec* rf = FindTensorSpec(*a, TensorRole::kRopeFreqs);
+    EXPECT_EQ(rf != nullptr, std::string(a->gguf_name) == "llama");
+    if (rf != nullptr) {
+      EXPECT_FALSE(rf->required);
+      EXPECT_FALSE(rf->per_layer);
+      EXPECT_TRUE(rf->vector());
+      EXPECT_EQ(rf->outer, Dim::kRopeHalf);
+      LlamaConfig c;
+      c.head_dim = 64, c.rope_dim = 48;
+      EXPECT_EQ(ExpectedShape(*rf, c, -1), Shape{24});
+      EXPECT_EQ(ShapeDerivation(*rf), "[rope_dim / 2]");
+    }
   }
+  // Gemma 3 leaves its sliding layers unscaled by linear RoPE scaling (llama.cpp, transformers).
+  EXPECT_FALSE(FindArch("gemma3")->rope_scale_sliding);
+  LlamaConfig g;
+  g.arch = FindArch("gemma3");
+  g.rope_scaling_factor = 8.0f;
+  g.sliding_window = 4;
+  g.layer_sliding = {1, 0};
+  EXPECT_EQ(g.RopeFreqScale(0), 1.0f);     // sliding: plain RoPE
+  EXPECT_EQ(g.RopeFreqScale(1), 0.125f);   // global: positions / 8
+  g.sliding_window = 0;                    // no sliding layers: every layer is scaled
+  EXPECT_EQ(g.RopeFreqScale(0), 0.125f);
   EXPECT_EQ(FindArch("gpt2"), nullptr);
   EXPECT_EQ(&LlamaArch(), FindArch("llama"));
   EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2");

@@ -637,6 +637,57 @@ TEST(GgufReaderTest, LlamaConfigKeysAndDefaults) {
       "has type string, expected an integer");
 }
 
+// RoPE scaling keys as llama.cpp reads them: the type defaults to "linear" (so a factor alone
+// scales), "none" ignores the factor, the older rope.scale_linear key is read, other types and a
+// magnitude factor are refused by name.
+TEST(GgufReaderTest, RopeScalingKeys) {
+  auto factor = [](const std::function<void(GgufWriter*)>& extra) -> Result<float> {
+    auto c = ConfigFrom([&](GgufWriter* w) {
+      BaseKeys(w);
+      w->AddU32("llama.attention.head_count", 8);
+      w->AddU32("llama.feed_forward_length", 96);
+      extra(w);
+    });
+    if (!c.ok()) return c.status();
+    return c->rope_scaling_factor;
+  };
+  auto value = [&](const std::function<void(GgufWriter*)>& extra) {
+    Result<float> r = factor(extra);
+    EXPECT_TRUE(r.ok()) << r.status().ToString();
+    return r.ok() ? *r : -1.0f;
+  };
+  EXPECT_EQ(value([](GgufWriter*) {}), 1.0f);
+  EXPECT_EQ(value([](GgufWriter* w) {
+              w->AddString("llama.rope.scaling.type", "linear");
+              w->AddF32("llama.rope.scaling.factor", 4.0f);
+            }),
+            4.0f);
+  EXPECT_EQ(value([](GgufWriter* w) { w->AddF32("llama.rope.scaling.factor", 2.0f); }), 2.0f);
+  EXPECT_EQ(value([](GgufWriter* w) { w->AddF32("llama.rope.scale_linear", 3.0f); }), 3.0f);
+  EXPECT_EQ(value([](GgufWriter* w) {
+              w->AddString("llama.rope.scaling.type", "none");
+              w->AddF32("llama.rope.scaling.factor", 4.0f);
+            }),
+            1.0f);
+  EXPECT_EQ(value([](GgufWriter* w) {
+              w->AddString("llama.rope.scaling.type", "linear");
+              w->AddF32("llama.rope.scaling.factor", 0.0f);  // llama.cpp: 0 = no scaling
+            }),
+            1.0f);
+  EXPECT_EQ(value([](GgufWriter* w) { w->AddF32("llama.rope.scaling.attn_factor", 1.0f); }), 1.0f);
+  auto err = [&](const std::function<void(GgufWriter*)>& extra, const std::string& expect) {
+    Result<float> r = factor(extra);
+    ASSERT_FALSE(r.ok()) << expect;
+    EXPECT_NE(r.status().message().find(expect), std::string::npos) << r.status().message();
+  };
+  err([](GgufWriter* w) { w->AddString("llama.rope.scaling.type", "longrope"); },
+      "llama.rope.scaling.type is 'longrope'; weir implements 'none' and 'linear'");
+  err([](GgufWriter* w) { w->AddF32("llama.rope.scaling.factor", -2.0f); },
+      "'llama.rope.scaling.factor' = -2");
+  err([](GgufWriter* w) { w->AddF32("llama.rope.scaling.attn_factor", 1.5f); },
+      "'llama.rope.scaling.attn_factor' = 1.5");
+}
+
 TEST(GgufReaderTest, TokenizerKeys) {
   auto tok = [](const std::function<void(GgufWriter*)>& keys) -> Result<TokenizerSpec> {
     GgufWriter w;

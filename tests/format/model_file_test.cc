@@ -261,8 +261,50 @@ TEST_F(ValidateLlamaTest, TensorsPresentWithExactShapes) {
   EXPECT_TRUE(ValidateLlama(pruned).ok());
   // Extra tensors are allowed.
   ModelFile extra = model_;
-  extra.tensors["rope_freqs.weight"] = extra.tensors["output_norm.weight"];
+  extra.tensors["blk.0.attn_rot_embd"] = extra.tensors["output_norm.weight"];
   EXPECT_TRUE(ValidateLlama(extra).ok());
+}
+
+// rope_freqs.weight: optional, F32 [rope_dim / 2], every factor finite and > 0, and only on an
+// architecture whose table has it; the linear scaling factor is finite and > 0.
+TEST_F(ValidateLlamaTest, RopeScaling) {
+  const int half = model_.config.rope_dim / 2;
+  static std::vector<float> good, bad_shape, zero, nan, f16_bits;
+  good.assign(static_cast<size_t>(half), 2.0f);
+  bad_shape.assign(static_cast<size_t>(half + 1), 2.0f);
+  zero = good, zero[1] = 0.0f;
+  nan = good, nan[0] = std::nanf("");
+  auto with = [&](std::vector<float>* v, DType t = DType::kF32) {
+    return [v, t](ModelFile& m) {
+      m.tensors["rope_freqs.weight"] =
+          TensorView{t, Shape{static_cast<int64_t>(v->size())}, v->data()};
+    };
+  };
+  ModelFile ok = model_;
+  with(&good)(ok);
+  EXPECT_TRUE(ValidateLlama(ok).ok()) << ValidateLlama(ok).ToString();
+  ExpectInvalid(with(&bad_shape),
+                {"rope_freqs.weight has shape [" + std::to_string(half + 1) + "]", "rope_dim / 2"});
+  ExpectInvalid(with(&zero), {"rope_freqs.weight[1] = 0", "finite and > 0"});
+  ExpectInvalid(with(&nan), {"rope_freqs.weight[0] = nan"});
+  f16_bits.assign(static_cast<size_t>(half), 0.0f);
+  ExpectInvalid(
+      [&](ModelFile& m) {
+        m.tensors["rope_freqs.weight"] =
+            TensorView{DType::kF16, Shape{static_cast<int64_t>(half)}, f16_bits.data()};
+      },
+      {"RoPE factor tensor rope_freqs.weight is F16"});
+  // qwen2 (llama.cpp reads rope_freqs for llama only).
+  ExpectInvalid(
+      [&](ModelFile& m) {
+        with(&good)(m);
+        m.config.arch = FindArch("qwen2");
+      },
+      {"rope_freqs.weight", "architecture qwen2 does not read it"});
+  ExpectInvalid([](ModelFile& m) { m.config.rope_scaling_factor = 0.0f; },
+                {"rope_scaling_factor = 0"});
+  ExpectInvalid([](ModelFile& m) { m.config.rope_scaling_factor = INFINITY; },
+                {"rope_scaling_factor = inf"});
 }
 
 TEST_F(ValidateLlamaTest, TokenizerAgainstVocab) {

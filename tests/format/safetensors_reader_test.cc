@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "format/hf_config.h"
@@ -79,6 +80,42 @@ TEST(SafetensorsReaderTest, UntiedSyntheticModel) {
   auto r2 = LoadSafetensorsModel(dir + "/model.safetensors");
   ASSERT_TRUE(r2.ok()) << r2.status().ToString();
   ExpectAll(*r2, e);
+}
+
+// config.json rope_scaling: "linear" sets the factor; "llama3" becomes rope_freqs.weight, Llama
+// 3.1's factors, here checked against transformers' formulation (the smoothed inverse frequency
+// (1 - s) * inv / factor + s * inv in the middle band; the factor is inv / smoothed).
+TEST(SafetensorsReaderTest, RopeScaling) {
+  TinyDims d;
+  Expected e;
+  auto tensors = HfLlamaTensors(d, true, true, &e);
+  nlohmann::json cfg = HfConfig(d, false);
+  cfg["rope_scaling"] = {{"rope_type", "linear"}, {"factor", 4.0}};
+  auto lin = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+  ASSERT_TRUE(lin.ok()) << lin.status().ToString();
+  EXPECT_EQ(lin->config.rope_scaling_factor, 4.0f);
+  EXPECT_EQ(lin->Find("rope_freqs.weight"), nullptr);
+
+  cfg["rope_scaling"] = {{"type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                         {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 1024}};
+  auto l3 = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(tensors), cfg));
+  ASSERT_TRUE(l3.ok()) << l3.status().ToString();
+  EXPECT_EQ(l3->config.rope_scaling_factor, 1.0f);
+  const TensorView* f = l3->Find("rope_freqs.weight");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->shape, Shape{d.dim / d.n_heads / 2});
+  const int hd = d.dim / d.n_heads;
+  for (int i = 0; i < hd / 2; ++i) {
+    const double inv = std::pow(10000.0, -2.0 * i / hd), wavelen = 2 * M_PI / inv;
+    double scaled = wavelen > 1024 / 1.0 ? inv / 8 : inv;
+    const double s = (1024 / wavelen - 1.0) / (4.0 - 1.0);
+    if (wavelen >= 1024 / 4.0 && wavelen <= 1024 / 1.0) scaled = (1 - s) * scaled / 8 + s * scaled;
+    EXPECT_NEAR(f->f32()[i], inv / scaled, 1e-5 * inv / scaled) << "pair " << i;
+  }
+  // head_dim 4, base 1e4: wavelengths 6.3 (kept) and 628 (in the band 256..1024).
+  EXPECT_EQ(f->f32()[0], 1.0f);
+  EXPECT_GT(f->f32()[1], 1.5f);
+  EXPECT_LT(f->f32()[1], 8.0f);
 }
 
 TEST(SafetensorsReaderTest, TiedEmbeddingsAllForms) {
@@ -401,8 +438,23 @@ TEST(HfConfigTest, BadFieldsAreClearErrors) {
          "'rms_norm_eps' must be a number");
   expect(with("rms_norm_eps", -1.0), Status::Code::kInvalidArgument, "rms_norm_eps");
   expect(with("rope_theta", 0.0), Status::Code::kInvalidArgument, "rope_theta");
-  expect(with("rope_scaling", {{"type", "linear"}, {"factor", 2.0}}), Status::Code::kUnsupported,
-         "rope_scaling");
+  expect(with("rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}), Status::Code::kUnsupported,
+         "rope_scaling type 'dynamic' is not supported");
+  expect(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}),
+         Status::Code::kUnsupported, "rope_scaling type 'yarn'");
+  expect(with("rope_scaling", {{"rope_type", "linear"}}), Status::Code::kInvalidArgument,
+         "needs field 'factor'");
+  expect(with("rope_scaling", {{"rope_type", "linear"}, {"factor", -1.0}}),
+         Status::Code::kInvalidArgument, "rope_scaling.factor = -1");
+  expect(with("rope_scaling", {{"factor", 2.0}}), Status::Code::kInvalidArgument,
+         "names no rope_type");
+  expect(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 1.0},
+                               {"high_freq_factor", 4.0}}),
+         Status::Code::kInvalidArgument, "needs field 'original_max_position_embeddings'");
+  expect(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}, {"low_freq_factor", 4.0},
+                               {"high_freq_factor", 4.0},
+                               {"original_max_position_embeddings", 8192}}),
+         Status::Code::kInvalidArgument, "high_freq_factor = 4");
   expect(with("hidden_act", "gelu"), Status::Code::kUnsupported, "hidden_act 'gelu'");
   expect(with("attention_bias", true), Status::Code::kUnsupported, "attention_bias");
   expect(with("tie_word_embeddings", "yes"), Status::Code::kInvalidArgument, "tie_word_embeddings");

@@ -12,6 +12,7 @@
 
 #include "base/thread_pool.h"
 #include "format/gguf_reader.h"
+#include "format/llama_gguf_writer.h"
 #include "tensor/quantize.h"
 #include "testing/testing.h"
 
@@ -223,6 +224,53 @@ TEST(SynthLlamaTest, TinyRoundTripsThroughTheReader) {
       EXPECT_EQ(std::memcmp(v.row(r), want_row.data(), v.row_bytes()), 0) << m->tensor_order[i];
     }
   }
+}
+
+// RoPE scaling round trip: the file states rope.scaling linear and holds rope_freqs.weight; the
+// reader gives both back, the other tensors are the same bytes as without scaling (rope_freqs
+// is written last), and writing the model again (weir convert) keeps both.
+TEST(SynthLlamaTest, RopeScalingRoundTrips) {
+  const std::string dir = testing::TempDir();
+  SynthSpec plain = *SynthPreset("tiny");
+  SynthSpec spec = plain;
+  spec.rope_scaling_factor = 4.0f;
+  spec.rope_freqs = {1.0f, 1.5f, 2.0f, 3.0f, 4.0f, 6.0f, 8.0f, 8.0f};  // head_dim 16
+  ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kF32, 5, dir + "/s.gguf", nullptr).ok());
+  ASSERT_TRUE(WriteRandomLlamaGguf(plain, DType::kF32, 5, dir + "/p.gguf", nullptr).ok());
+  auto m = LoadGgufModel(dir + "/s.gguf");
+  ASSERT_TRUE(m.ok()) << m.status().ToString();
+  auto p = LoadGgufModel(dir + "/p.gguf");
+  ASSERT_TRUE(p.ok()) << p.status().ToString();
+  EXPECT_EQ(m->config.rope_scaling_factor, 4.0f);
+  EXPECT_EQ(p->config.rope_scaling_factor, 1.0f);
+  const TensorView* f = m->Find("rope_freqs.weight");
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(m->tensor_order.back(), "rope_freqs.weight");
+  ASSERT_EQ(f->shape, Shape{8});
+  EXPECT_EQ(std::vector<float>(f->f32(), f->f32() + 8), spec.rope_freqs);
+  EXPECT_EQ(p->Find("rope_freqs.weight"), nullptr);
+  for (const auto& [name, v] : p->tensors) {
+    const TensorView* w = m->Find(name);
+    ASSERT_NE(w, nullptr) << name;
+    EXPECT_EQ(std::memcmp(v.data, w->data, v.nbytes()), 0) << name;
+  }
+  ASSERT_TRUE(WriteLlamaGguf(*m, dir + "/again.gguf", std::nullopt).ok());
+  auto again = LoadGgufModel(dir + "/again.gguf");
+  ASSERT_TRUE(again.ok()) << again.status().ToString();
+  EXPECT_EQ(again->config.rope_scaling_factor, 4.0f);
+  ASSERT_NE(again->Find("rope_freqs.weight"), nullptr);
+  EXPECT_EQ(std::memcmp(again->Find("rope_freqs.weight")->data, f->data, 32), 0);
+
+  // Refused specs: factors of the wrong count or sign, or on an architecture without them.
+  SynthSpec bad = spec;
+  bad.rope_freqs.pop_back();
+  EXPECT_FALSE(ValidateSynthSpec(bad, DType::kF32).ok());
+  bad = spec, bad.rope_freqs[2] = -1.0f;
+  EXPECT_FALSE(ValidateSynthSpec(bad, DType::kF32).ok());
+  bad = spec, bad.arch = "qwen2";
+  EXPECT_FALSE(ValidateSynthSpec(bad, DType::kF32).ok());
+  bad = spec, bad.rope_scaling_factor = 0.0f;
+  EXPECT_FALSE(ValidateSynthSpec(bad, DType::kF32).ok());
 }
 
 TEST(SynthLlamaTest, EveryTypeLoadsAndMatchesTheReferenceQuantization) {

@@ -224,6 +224,28 @@ TEST(WeirPack, Deterministic) {
   EXPECT_FALSE(a == testing::ReadFile(dir + "/c.weir"));
 }
 
+// A model with RoPE scaling keeps it in the pack: the linear factor in the metadata and
+// rope_freqs.weight among the static tensors (after the per-layer ones), bit for bit.
+TEST(WeirPack, KeepsRopeScaling) {
+  const std::string dir = testing::TempDir();
+  SynthSpec spec = PackSpec(3);
+  spec.rope_scaling_factor = 4.0f;
+  spec.rope_freqs = {1.0f, 1.0f, 2.0f, 3.0f, 5.0f, 8.0f, 8.0f, 8.0f};  // head_dim 16
+  ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kQ8_0, 3, dir + "/m.gguf", nullptr).ok());
+  auto src = LoadModel(dir + "/m.gguf");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_TRUE(WritePack(*src, dir + "/m.weir", PackOptions{}).ok());
+  auto pack = PackFile::Open(dir + "/m.weir");
+  ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+  EXPECT_EQ(pack->config().rope_scaling_factor, 4.0f);
+  EXPECT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src->config, true).size());
+  const PackTensor* f = pack->FindStatic("rope_freqs.weight");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(f->nbytes, 32u);
+  EXPECT_EQ(std::memcmp(pack->gguf().data() + f->offset, spec.rope_freqs.data(), 32), 0);
+  EXPECT_EQ(PackStaticTensorNames(src->config, true).back(), "rope_freqs.weight");
+}
+
 TEST(WeirPack, ConvertsTypeFirst) {
   const std::string dir = testing::TempDir();
   ModelFile src = Synth(DType::kF32, dir, 2);

@@ -176,6 +176,44 @@ TEST(OpsTest, AttentionWeightsScaleThenSoftCapThenSoftmax) {
   }
 }
 
+// Linear scaling and per-pair frequency factors (Llama 3.1's rope_freqs) against the definition
+// in double: pair i turns by freq_scale * pos * base^(-2i/rot_dim) / factor[i]. rot_dim < head_dim
+// leaves the tail alone. Without the scale or the factors the result differs (the check can fail).
+TEST(OpsTest, RopeWithFreqScaleAndFactorsMatchesDefinition) {
+  std::mt19937 rng(25);
+  const int n_heads = 2, head_dim = 12, rot_dim = 8;
+  const float factors[rot_dim / 2] = {1.0f, 1.7f, 8.0f, 0.5f};
+  const float scale = 0.25f, base = 500.0f;
+  for (RopeStyle style : {RopeStyle::kAdjacentPairs, RopeStyle::kRotateHalf}) {
+    for (int pos : {0, 1, 7, 300, 5000}) {
+      const std::vector<float> x = RandomFloats(rng, n_heads * head_dim);
+      std::vector<float> y = x, plain = x;
+      Rope(y.data(), n_heads, head_dim, rot_dim, pos, base, style, scale, factors);
+      Rope(plain.data(), n_heads, head_dim, rot_dim, pos, base, style);
+      double max_diff_from_plain = 0;
+      for (int h = 0; h < n_heads; ++h) {
+        const float* v = &x[h * head_dim];
+        const float* r = &y[h * head_dim];
+        for (int i = 0; i < rot_dim / 2; ++i) {
+          const int a = style == RopeStyle::kAdjacentPairs ? 2 * i : i;
+          const int b = style == RopeStyle::kAdjacentPairs ? 2 * i + 1 : i + rot_dim / 2;
+          const double theta =
+              scale * pos * std::pow(static_cast<double>(base), -2.0 * i / rot_dim) / factors[i];
+          // float angles: the error grows with the angle (pos 5000 -> ~1e-3 rad at most).
+          const double tol = 1e-5 + 4e-7 * std::fabs(theta);
+          EXPECT_NEAR(r[a], v[a] * std::cos(theta) - v[b] * std::sin(theta), tol)
+              << RopeStyleName(style) << " pos " << pos << " pair " << i;
+          EXPECT_NEAR(r[b], v[a] * std::sin(theta) + v[b] * std::cos(theta), tol);
+          max_diff_from_plain = std::max(
+              max_diff_from_plain, static_cast<double>(std::fabs(r[a] - plain[h * head_dim + a])));
+        }
+        for (int j = rot_dim; j < head_dim; ++j) EXPECT_EQ(r[j], v[j]);
+      }
+      if (pos > 0) EXPECT_GT(max_diff_from_plain, 1e-3) << "scaling had no effect at pos " << pos;
+    }
+  }
+}
+
 // The true top-k by a full sort: larger score first, NaN last, ties by lower index.
 std::vector<int32_t> SortTopK(const std::vector<float>& s, int64_t k) {
   std::vector<int32_t> order(s.size());

@@ -41,6 +41,13 @@ Model files it reads (each reader checks every offset and length against the fil
               6th) with RoPE base gemma3.rope.freq_base_swa (default 10000), and
               cap*tanh(logits/cap) when gemma3.final_logit_softcapping is set. The converter
               stores Gemma's RMSNorm scale (1 + w) as the norm weight, so norms are plain.
+    RoPE scaling (every architecture), as llama.cpp reads it: <arch>.rope.scaling.type (absent =
+      "linear") "linear" divides positions by <arch>.rope.scaling.factor (or the older
+      rope.scale_linear; absent or 0 = no scaling), "none" ignores the factor, other types
+      (yarn, longrope) are refused, as is rope.scaling.attn_factor other than 1. Gemma 3 scales
+      its global layers only (Hugging Face's Gemma3 gives the sliding layers plain RoPE).
+      rope_freqs.weight (llama family only; F32 [n_rot/2], finite and > 0): pair i turns by
+      pos * theta^(-2i/n_rot) / rope_freqs[i] (Llama 3.1's long-context factors).
       Mixtures of experts: "llama" with llama.expert_count > 0 (Mixtral) and qwen3moe (Qwen3's
               attention). The MLP is a router ffn_gate_inp [n_expert, D] and experts stacked
               in ffn_{gate,up,down}_exps [n_expert, F, D] / [n_expert, D, F], F =
@@ -56,7 +63,13 @@ Model files it reads (each reader checks every offset and length against the fil
     u64 header_length | JSON header {name: {dtype, shape, data_offsets [begin, end)}} | data
     dtypes F32, F16, BF16, F64.  Sharded models (model.safetensors.index.json) are accepted.
     If only one of lm_head.weight / model.embed_tokens.weight is stored the other is the same
-    matrix (tied embeddings).  RoPE rotates halves (i, i + head_dim/2) in every family.
+    matrix (tied embeddings).  RoPE rotates halves (i, i + head_dim/2) in every family.  rope_scaling:
+    null / "default" none; "linear" divides positions by its factor; "llama3" (Llama 3.1)
+    divides the frequency f_i = theta^(-2i/hd) of pair i by 1 where its wavelength 2 pi / f_i
+    is below original_max_position_embeddings / high_freq_factor, by factor where it is above
+    original_max_position_embeddings / low_freq_factor, and in between by
+    1 / ((1 - s) / factor + s), s = (original_max_position_embeddings * f_i / (2 pi) -
+    low_freq_factor) / (high_freq_factor - low_freq_factor).  Other types are refused.
 
   llama2.c legacy checkpoint (.bin)
     7 x i32 {dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len}; a negative
@@ -289,12 +302,16 @@ class Model:
         self.n_expert = 0  # mixture of experts: layers hold router [E, D], gate_exps /
         self.n_expert_used = 0  # up_exps [E, F, D], down_exps [E, D, F] instead of w_gate..
         self.expert_norm = True
+        self.rope_scales = None  # [n_layers] position multipliers (1 / linear factor), None = 1
+        self.rope_freqs = None  # [n_rot/2] frequency divisors (Llama 3.1), None = 1
 
     def info(self):
         return {k: getattr(self, k) for k in (
             "format", "arch", "d_model", "n_layers", "n_heads", "n_kv_heads", "head_dim", "n_rot",
             "d_ff", "eps", "theta", "rope", "vocab", "bos", "act", "embed_scale", "softcap",
-            "attn_softcap", "window", "sliding", "thetas", "n_expert", "n_expert_used", "expert_norm")}
+            "attn_softcap", "window", "sliding", "thetas", "n_expert", "n_expert_used", "expert_norm",
+            "rope_scales")} | {"rope_freqs": None if self.rope_freqs is None
+                               else [float(v) for v in self.rope_freqs]}
 
     def check(self, path):
         """Validates every weight shape against the hyperparameters."""
@@ -333,6 +350,10 @@ class Model:
                              f"1..expert_count {self.n_expert}")
         if self.n_rot % 2 or not 0 < self.n_rot <= hd:
             raise ModelError(f"{path}: rope dimension {self.n_rot} invalid for head_dim {hd}")
+        if self.rope_freqs is not None:
+            need("rope_freqs", self.rope_freqs, (self.n_rot // 2,))
+            if not np.all(np.isfinite(self.rope_freqs)) or np.any(self.rope_freqs <= 0):
+                raise ModelError(f"{path}: rope_freqs must be finite and > 0")
         return self
 
 
@@ -353,7 +374,7 @@ def _f64(a):
 # per-layer tensors the block must have, the sliding-window defaults (theta_swa None: the global
 # base) and the soft-caps a file gets when it leaves their keys out.
 GGUF_ARCHS = {
-    "llama": dict(rope="adjacent", act="silu", need=()),
+    "llama": dict(rope="adjacent", act="silu", need=(), rope_freqs=True),
     "qwen2": dict(rope="half", act="silu", need=()),
     "qwen3": dict(rope="half", act="silu", need=("q_norm", "k_norm")),
     "gemma3": dict(rope="half", act="gelu_tanh", emb_sqrt_d=True, swa_period=6, theta_swa=10000.0,
@@ -402,9 +423,20 @@ def load_gguf(path):
     m.n_rot = int(key("rope.dimension_count", m.head_dim))
     m.eps = float(key("attention.layer_norm_rms_epsilon"))
     m.theta = float(key("rope.freq_base", 10000.0))
-    scaling = meta.get(arch + ".rope.scaling.type", "none")
-    if scaling not in ("none", ""):
+    scaling = meta.get(arch + ".rope.scaling.type", "linear")  # llama.cpp's default
+    if scaling not in ("none", "linear"):
         raise ModelError(f"{path}: {arch}.rope.scaling.type {scaling!r} is not supported")
+    factor = float(meta.get(arch + ".rope.scaling.factor",
+                            meta.get(arch + ".rope.scale_linear", 0.0)))
+    if not math.isfinite(factor) or factor < 0:
+        raise ModelError(f"{path}: {arch}.rope.scaling.factor {factor} must be >= 0")
+    pos_scale = 1.0 / factor if scaling == "linear" and factor > 0 else 1.0
+    if float(meta.get(arch + ".rope.scaling.attn_factor", 1.0)) != 1.0:
+        raise ModelError(f"{path}: {arch}.rope.scaling.attn_factor other than 1 is not supported")
+    if "rope_freqs.weight" in t:
+        if not spec.get("rope_freqs"):
+            raise ModelError(f"{path}: {arch} does not use rope_freqs.weight")
+        m.rope_freqs = _f64(t["rope_freqs.weight"])
     m.rope = spec["rope"]
     m.act = spec["act"]
     if spec.get("emb_sqrt_d"):
@@ -435,6 +467,9 @@ def load_gguf(path):
             m.sliding = [n == 0 or i % n < n - 1 for i in range(m.n_layers)]
         theta_swa = float(meta.get(arch + ".rope.freq_base_swa", spec["theta_swa"] or m.theta))
         m.thetas = [theta_swa if sl else m.theta for sl in m.sliding]
+    # Linear scaling on every layer but Gemma 3's sliding ones.
+    m.rope_scales = [1.0 if (arch == "gemma3" and m.sliding and m.sliding[i]) else pos_scale
+                     for i in range(m.n_layers)]
     m.bos = int(meta.get("tokenizer.ggml.bos_token_id", 1))
     m.tok_emb = _f64(t.get("token_embd.weight"))
     if m.tok_emb is None:
@@ -555,8 +590,6 @@ def load_hf(model_dir):
         raise ModelError(f"{cfg_path}: architectures {cfg.get('architectures')} not supported")
     spec = HF_ARCHS[hf_name]
     gemma, moe = spec.get("gemma", False), spec.get("moe")
-    if cfg.get("rope_scaling") is not None:
-        raise ModelError(f"{cfg_path}: rope_scaling {cfg['rope_scaling']} is not supported")
     m = Model()
     m.format = "safetensors"
     m.arch = hf_name
@@ -571,6 +604,22 @@ def load_hf(model_dir):
     m.eps = float(c("rms_norm_eps", 1e-6))
     m.theta = float(c("rope_theta", 10000.0))
     m.rope = "half"
+    rs = cfg.get("rope_scaling")
+    if rs is not None:
+        kind = rs.get("rope_type", rs.get("type"))
+        if kind == "linear":
+            m.rope_scales = [1.0 / float(rs["factor"])] * m.n_layers
+        elif kind == "llama3":
+            factor, lo, hi = float(rs["factor"]), float(rs["low_freq_factor"]), \
+                float(rs["high_freq_factor"])
+            ctx = float(rs["original_max_position_embeddings"])
+            freq = m.theta ** (-np.arange(0, m.n_rot, 2, dtype=np.float64) / m.n_rot)
+            wavelen = 2 * math.pi / freq
+            s = (ctx / wavelen - lo) / (hi - lo)
+            m.rope_freqs = np.where(wavelen < ctx / hi, 1.0, np.where(
+                wavelen > ctx / lo, factor, 1.0 / ((1 - s) / factor + s)))
+        elif kind != "default":
+            raise ModelError(f"{cfg_path}: rope_scaling {rs} is not supported")
     m.bos = int(c("bos_token_id", 1))
     if gemma:
         m.act = "gelu_tanh"
@@ -722,11 +771,14 @@ def rms_norm(x, w, eps):  # x [n, D], w [D]
     return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + eps) * w
 
 
-def rope(x, n_rot, theta, style):
-    """x [n, heads, hd]; rotates the first n_rot dims of every head by angle pos * freq_i."""
+def rope(x, n_rot, theta, style, pos_scale=1.0, freq_div=None):
+    """x [n, heads, hd]; rotates the first n_rot dims of every head by angle
+    pos * pos_scale * freq_i / freq_div[i] (linear scaling; Llama 3.1's rope_freqs)."""
     n = x.shape[0]
     freq = theta ** (-np.arange(0, n_rot, 2, dtype=np.float64) / n_rot)  # [n_rot/2]
-    ang = np.arange(n, dtype=np.float64)[:, None] * freq[None, :]  # [n, n_rot/2]
+    if freq_div is not None:
+        freq = freq / freq_div
+    ang = (np.arange(n, dtype=np.float64) * pos_scale)[:, None] * freq[None, :]  # [n, n_rot/2]
     cos, sin = np.cos(ang)[:, None, :], np.sin(ang)[:, None, :]
     out = x.copy()
     if style == "adjacent":  # pairs (2i, 2i+1)
@@ -752,8 +804,11 @@ def attention(m, l, h, i):  # h [n, D] (normed) -> [n, D]
             y = y + b
         y = y.reshape(n, heads, hd)
         return y if norm is None else rms_norm(y, norm, m.eps)  # QK-norm: over each head
-    q = rope(project(l["wq"], l.get("bq"), H, l.get("q_norm")), m.n_rot, theta, m.rope)
-    k = rope(project(l["wk"], l.get("bk"), KV, l.get("k_norm")), m.n_rot, theta, m.rope)
+    ps = m.rope_scales[i] if m.rope_scales else 1.0
+    q = rope(project(l["wq"], l.get("bq"), H, l.get("q_norm")), m.n_rot, theta, m.rope, ps,
+             m.rope_freqs)
+    k = rope(project(l["wk"], l.get("bk"), KV, l.get("k_norm")), m.n_rot, theta, m.rope, ps,
+             m.rope_freqs)
     v = project(l["wv"], l.get("bv"), KV, None)  # [n, KV, hd]
     group = H // KV
     k = np.repeat(k, group, axis=1)  # query head j reads kv head j // group

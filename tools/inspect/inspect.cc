@@ -243,7 +243,9 @@ int InspectMain(int argc, char** argv) {
                    {"architecture", c.arch->name}, {"sliding_window", c.sliding_window},
                    {"sliding_layers", sliding}, {"rope_theta_sliding", c.rope_theta_sliding},
                    {"attn_scale", c.AttnScale()}, {"attn_logit_softcap", c.attn_logit_softcap},
-                   {"final_logit_softcap", c.final_logit_softcap}};
+                   {"final_logit_softcap", c.final_logit_softcap},
+                   {"rope_scaling_factor", c.rope_scaling_factor},
+                   {"rope_freqs", mf->Find("rope_freqs.weight") != nullptr}};
     nlohmann::json layers = nlohmann::json::array();
     for (const auto& L : c.layers) layers.push_back({{"n_head", L.n_head}, {"n_head_kv", L.n_head_kv}, {"d_ff", L.d_ff}});
     j["layers"] = layers;
@@ -283,6 +285,14 @@ int InspectMain(int argc, char** argv) {
               c.d_model, c.n_layers, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab_size, c.ctx_len);
   std::printf("rms_eps %g | rope %s, theta %g, dims %d | output head %s\n", c.rms_eps,
               RopeStyleName(c.rope_style), c.rope_theta, c.rope_dim, c.tied_output ? "tied to token_embd" : "separate");
+  if (c.rope_scaling_factor != 1.0f) {
+    std::printf("rope scaling: linear, positions / %g%s\n", c.rope_scaling_factor,
+                c.sliding_window > 0 && !c.arch->rope_scale_sliding ? " on the global layers" : "");
+  }
+  if (const TensorView* f = mf->Find("rope_freqs.weight"); f != nullptr && f->dtype == DType::kF32) {
+    std::printf("rope frequency factors (rope_freqs.weight): %lld, from %g to %g\n",
+                static_cast<long long>(f->cols()), f->f32()[0], f->f32()[f->cols() - 1]);
+  }
   if (c.sliding_window > 0) {
     std::printf("sliding-window attention: %d of %d layers see the last %d positions (rope theta "
                 "%g); the others all\n",
