@@ -60,7 +60,7 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
   }
   EXPECT_EQ(FindArch("gpt2"), nullptr);
   EXPECT_EQ(&LlamaArch(), FindArch("llama"));
-  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe");
+  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, phi3");
 }
 
 TEST(ArchSpecTest, ShapesFollowTheConfig) {
@@ -197,8 +197,8 @@ TEST(ArchSpecTest, UnknownArchitectureIsUnsupported) {
   auto m = LoadModel(path);
   ASSERT_FALSE(m.ok());
   EXPECT_EQ(m.status().code(), Status::Code::kUnsupported);
-  EXPECT_NE(m.status().message().find(
-                "general.architecture is 'phi2'; weir loads llama, qwen2, qwen3, gemma3, qwen3moe"),
+  EXPECT_NE(m.status().message().find("general.architecture is 'phi2'; weir loads llama, qwen2, "
+                                      "qwen3, gemma3, qwen3moe, phi3"),
             std::string::npos)
       << m.status().message();
 }

@@ -253,7 +253,9 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                                            GenType{"f32", kF32Bound, "mixtral"},
                                            GenType{"q8_0", kQuantBound, "mixtral"},
                                            GenType{"f32", kF32Bound, "qwen3moe"},
-                                           GenType{"q4_0", kQuantBound, "qwen3moe"}),
+                                           GenType{"q4_0", kQuantBound, "qwen3moe"},
+                                           GenType{"f32", kF32Bound, "phi3"},
+                                           GenType{"q8_0", kQuantBound, "phi3"}),
                          [](const ::testing::TestParamInfo<GenType>& info) {
                            return GenName(info.param);
                          });
