@@ -315,7 +315,8 @@ Shape StoredShape(const StoredTensor& s, const LlamaConfig& config, int layer) {
 std::string StoredShapeDerivation(const StoredTensor& s) {
   if (!s.fused()) return ShapeDerivation(s.parts.front());
   std::string rows;
-  for (const TensorSpec& p : s.parts) rows += (rows.empty() ? "" : " + ") + std::string(DimName(p.outer));
+  for (const TensorSpec& p : s.parts)
+    rows += (rows.empty() ? "" : " + ") + std::string(DimName(p.outer));
   const TensorSpec& first = s.parts.front();
   return first.vector() ? StrFormat("[%s]", rows.c_str())
                         : StrFormat("[%s, %s]", rows.c_str(), DimName(first.inner));

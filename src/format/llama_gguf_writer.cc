@@ -266,8 +266,8 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
   // general.file_type follows the type most 2-D weight bytes end up in.
   std::map<DType, uint64_t> bytes_by_type;
   struct Plan {
-    const TensorView* src;           // the tensor, or a fused tensor's first part
-    std::vector<TensorView> parts;   // a fused tensor's parts in row order (else empty)
+    const TensorView* src;          // the tensor, or a fused tensor's first part
+    std::vector<TensorView> parts;  // a fused tensor's parts in row order (else empty)
     Shape shape;
     DType out;
     bool permute;
@@ -276,25 +276,26 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
   for (const std::string& n : names) {
     Plan p{nullptr, {}, Shape{}, DType::kF32, false};
     auto fused = parts_of.find(n);
-    for (const std::string& part : fused == parts_of.end() ? std::vector<std::string>{n}
-                                                           : fused->second) {
+    for (const std::string& part :
+         fused == parts_of.end() ? std::vector<std::string>{n} : fused->second) {
       const TensorView* v = model.Find(part);
       if (!v || !v->valid()) {
-        return Status::InvalidArgument(StrFormat("%s: model %s has no tensor %s%s", path.c_str(),
-                                                 model.path.c_str(), part.c_str(),
-                                                 part == n ? "" : (" (part of " + n + ")").c_str()));
+        return Status::InvalidArgument(
+            StrFormat("%s: model %s has no tensor %s%s", path.c_str(), model.path.c_str(),
+                      part.c_str(), part == n ? "" : (" (part of " + n + ")").c_str()));
       }
       if (fused != parts_of.end()) {
-        if (!p.parts.empty() && (v->shape.ndim != p.shape.ndim ||
-                                 (v->shape.ndim > 1 && v->cols() != p.shape.cols()))) {
+        if (!p.parts.empty() &&
+            (v->shape.ndim != p.shape.ndim || (v->shape.ndim > 1 && v->cols() != p.shape.cols()))) {
           return Status::InvalidArgument(StrFormat(
               "%s: parts of %s have shapes %s and %s, not one row length", path.c_str(), n.c_str(),
               p.parts.front().shape.ToString().c_str(), v->shape.ToString().c_str()));
         }
         if (v->layout != Layout::kRowMajor) {
-          return Status::InvalidArgument(StrFormat("%s: %s is held tiled; fusing it into %s needs "
-                                                   "row-major rows",
-                                                   path.c_str(), part.c_str(), n.c_str()));
+          return Status::InvalidArgument(
+              StrFormat("%s: %s is held tiled; fusing it into %s needs "
+                        "row-major rows",
+                        path.c_str(), part.c_str(), n.c_str()));
         }
         if (p.parts.empty()) {
           p.shape = v->shape;
@@ -326,7 +327,8 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
                                                c.head_dim));
     }
     if (v->shape.ndim >= 2)
-      bytes_by_type[p.out] += RowBytes(p.out, p.shape.cols()) * static_cast<uint64_t>(p.shape.rows());
+      bytes_by_type[p.out] +=
+          RowBytes(p.out, p.shape.cols()) * static_cast<uint64_t>(p.shape.rows());
     plans.push_back(std::move(p));
   }
   DType main_type = DType::kF32;
@@ -357,41 +359,41 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
     if (!p.parts.empty()) {
       // A fused tensor: row r is row r - (rows of the parts before it) of its part, converted
       // to the fused tensor's type where the part's differs (one element per row when 1-D).
-      w.AddTensor(names[i], p.out, p.shape,
-                  [parts = p.parts, out = p.out](int64_t begin, int64_t end,
-                                                  uint8_t* dst) -> Status {
-                    const bool vec = parts.front().shape.ndim == 1;
-                    const int64_t cols = vec ? 1 : parts.front().cols();
-                    const size_t out_row = RowBytes(out, cols);
-                    if (vec) {  // 1-D (F32): the only row is the parts one after another
-                      for (const TensorView& part : parts) {
-                        if (part.dtype == out) {
-                          std::memcpy(dst, part.data, part.row_bytes());
-                        } else {
-                          std::vector<float> tmp(static_cast<size_t>(part.cols()));
-                          DequantizeRow(part.dtype, part.data, tmp.data(), part.cols());
-                          QuantizeRow(out, tmp.data(), dst, part.cols());
-                        }
-                        dst += RowBytes(out, part.cols());
-                      }
-                      return Status::Ok();
-                    }
-                    std::vector<float> tmp(static_cast<size_t>(cols));
-                    int64_t part_first = 0;
-                    size_t k = 0;
-                    for (int64_t r = begin; r < end; ++r) {
-                      while (r >= part_first + parts[k].rows()) part_first += parts[k++].rows();
-                      const TensorView& part = parts[k];
-                      uint8_t* d = dst + static_cast<size_t>(r - begin) * out_row;
-                      if (part.dtype == out) {
-                        std::memcpy(d, part.row(r - part_first), out_row);
-                      } else {
-                        DequantizeRow(part.dtype, part.row(r - part_first), tmp.data(), cols);
-                        QuantizeRow(out, tmp.data(), d, cols);
-                      }
-                    }
-                    return Status::Ok();
-                  });
+      w.AddTensor(
+          names[i], p.out, p.shape,
+          [parts = p.parts, out = p.out](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+            const bool vec = parts.front().shape.ndim == 1;
+            const int64_t cols = vec ? 1 : parts.front().cols();
+            const size_t out_row = RowBytes(out, cols);
+            if (vec) {  // 1-D (F32): the only row is the parts one after another
+              for (const TensorView& part : parts) {
+                if (part.dtype == out) {
+                  std::memcpy(dst, part.data, part.row_bytes());
+                } else {
+                  std::vector<float> tmp(static_cast<size_t>(part.cols()));
+                  DequantizeRow(part.dtype, part.data, tmp.data(), part.cols());
+                  QuantizeRow(out, tmp.data(), dst, part.cols());
+                }
+                dst += RowBytes(out, part.cols());
+              }
+              return Status::Ok();
+            }
+            std::vector<float> tmp(static_cast<size_t>(cols));
+            int64_t part_first = 0;
+            size_t k = 0;
+            for (int64_t r = begin; r < end; ++r) {
+              while (r >= part_first + parts[k].rows()) part_first += parts[k++].rows();
+              const TensorView& part = parts[k];
+              uint8_t* d = dst + static_cast<size_t>(r - begin) * out_row;
+              if (part.dtype == out) {
+                std::memcpy(d, part.row(r - part_first), out_row);
+              } else {
+                DequantizeRow(part.dtype, part.row(r - part_first), tmp.data(), cols);
+                QuantizeRow(out, tmp.data(), d, cols);
+              }
+            }
+            return Status::Ok();
+          });
       continue;
     }
     if (p.out == src.dtype && !p.permute) {
@@ -399,7 +401,8 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
       continue;
     }
     w.AddTensor(names[i], p.out, src.shape,
-                [src, p = Plan{p.src, {}, p.shape, p.out, p.permute}, head_dim, rope_dim](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                [src, p = Plan{p.src, {}, p.shape, p.out, p.permute}, head_dim, rope_dim](
+                    int64_t begin, int64_t end, uint8_t* dst) -> Status {
                   const int64_t cols = src.cols();
                   const size_t out_row = RowBytes(p.out, cols);
                   std::vector<float> tmp(p.out == src.dtype ? 0 : static_cast<size_t>(cols));

@@ -310,18 +310,18 @@ Status SplitFusedTensors(ModelFile* m) {
       for (const TensorSpec& t : s.parts) {
         const std::string part_name = TensorName(t, l);
         if (part_name != name && m->tensors.count(part_name)) {
-          return Status::Corrupt(StrFormat("%s: %s is stored both on its own and as rows of %s",
-                                           p, part_name.c_str(), name.c_str()));
+          return Status::Corrupt(StrFormat("%s: %s is stored both on its own and as rows of %s", p,
+                                           part_name.c_str(), name.c_str()));
         }
         TensorView v = fused;
         v.shape = ExpectedShape(t, c, l);
         size_t offset = 0;
         if (fused.shape.ndim == 1) {
           if (first_row % BlockSize(fused.dtype) != 0) {
-            return Status::Corrupt(StrFormat(
-                "%s: %s: part %s starts at element %lld, not on a %s block of %d", p, name.c_str(),
-                part_name.c_str(), static_cast<long long>(first_row), DTypeName(fused.dtype),
-                BlockSize(fused.dtype)));
+            return Status::Corrupt(
+                StrFormat("%s: %s: part %s starts at element %lld, not on a %s block of %d", p,
+                          name.c_str(), part_name.c_str(), static_cast<long long>(first_row),
+                          DTypeName(fused.dtype), BlockSize(fused.dtype)));
           }
           offset = RowBytes(fused.dtype, first_row);
           first_row += v.shape[0];

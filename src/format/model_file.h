@@ -18,7 +18,8 @@
 //   blk.N.ffn_down.weight    [d_model, d_ff]
 // and Gemma 3 adds blk.N.attn_q_norm / attn_k_norm [head_dim], post_attention_norm and
 // post_ffw_norm [d_model]. A file's fused tensors (Phi-3's attn_qkv, its ffn_up holding gate
-// and up) are held split, as views of their parts under these names (SplitFusedTensors). Mixture-of-experts rows replace ffn_gate/up/down with
+// and up) are held split, as views of their parts under these names (SplitFusedTensors).
+// Mixture-of-experts rows replace ffn_gate/up/down with
 //   blk.N.ffn_gate_inp.weight   [n_expert, d_model]          (the router)
 //   blk.N.ffn_gate_exps.weight  [n_expert, d_ff, d_model]
 //   blk.N.ffn_up_exps.weight    [n_expert, d_ff, d_model]

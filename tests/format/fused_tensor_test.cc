@@ -37,10 +37,10 @@ TEST(FusedTensorTest, Phi3StoredTensors) {
     for (const TensorSpec& t : s.parts) parts += std::string(parts.empty() ? "" : ",") + t.name;
     fused.push_back(std::string(s.name) + "=" + parts);
   }
-  EXPECT_EQ(fused, (std::vector<std::string>{
-                       "attn_qkv.weight=attn_q.weight,attn_k.weight,attn_v.weight",
-                       "attn_qkv.bias=attn_q.bias,attn_k.bias,attn_v.bias",
-                       "ffn_up.weight=ffn_gate.weight,ffn_up.weight"}));
+  EXPECT_EQ(fused,
+            (std::vector<std::string>{"attn_qkv.weight=attn_q.weight,attn_k.weight,attn_v.weight",
+                                      "attn_qkv.bias=attn_q.bias,attn_k.bias,attn_v.bias",
+                                      "ffn_up.weight=ffn_gate.weight,ffn_up.weight"}));
   LlamaConfig c;
   c.d_model = 64, c.n_layers = 2, c.n_head = 4, c.n_head_kv = 2, c.head_dim = 16, c.d_ff = 96;
   c.vocab_size = 300;
@@ -55,7 +55,8 @@ TEST(FusedTensorTest, Phi3StoredTensors) {
   EXPECT_EQ(StoredTensorName(qkv, 1), "blk.1.attn_qkv.weight");
   const StoredTensor& bias = stored[3];
   EXPECT_EQ(StoredShape(bias, c, 0), (Shape{128}));
-  EXPECT_EQ(StoredShapeDerivation(bias), "[n_head * head_dim + n_head_kv * head_dim + n_head_kv * head_dim]");
+  EXPECT_EQ(StoredShapeDerivation(bias),
+            "[n_head * head_dim + n_head_kv * head_dim + n_head_kv * head_dim]");
   const StoredTensor& gate_up = stored[6];
   ASSERT_STREQ(gate_up.name, "ffn_up.weight");
   EXPECT_EQ(StoredShape(gate_up, c, 1), (Shape{96, 64}));
@@ -229,7 +230,8 @@ std::string Phi3File(const std::string& name, const Edit& e) {
   for (const GgufTensorInfo& t : f->tensors()) {
     if (drop.count(t.name)) continue;
     if (e.split_qkv && t.name.ends_with(".attn_qkv.weight")) {
-      const std::string blk = t.name.substr(0, t.name.size() - std::string("attn_qkv.weight").size());
+      const std::string blk =
+          t.name.substr(0, t.name.size() - std::string("attn_qkv.weight").size());
       for (const char* part : {"attn_q.weight", "attn_k.weight", "attn_v.weight"}) {
         const TensorView* v = m->Find(blk + part);
         w.AddTensor(blk + part, v->dtype, v->shape, v->data);
@@ -259,12 +261,12 @@ void ExpectError(const std::string& path, const std::string& want) {
 TEST(FusedTensorTest, FusedTensorOfTheWrongSizeIsAnError) {
   // tiny: 4 heads and 2 kv heads of 16 dims, d_ff 192.
   ExpectError(Phi3File("short_qkv", Drop({"blk.1.attn_qkv.weight"},
-                                          {{"blk.1.attn_qkv.weight", "blk.1.attn_qkv.weight", 96}})),
+                                         {{"blk.1.attn_qkv.weight", "blk.1.attn_qkv.weight", 96}})),
               ": fused tensor blk.1.attn_qkv.weight has shape [96, 64], expected [n_head * "
               "head_dim + n_head_kv * head_dim + n_head_kv * head_dim, d_model] = [128, 64]");
   // An ffn_up of d_ff rows (a gate-less up projection) is not Phi-3's gate + up.
   ExpectError(Phi3File("half_up", Drop({"blk.0.ffn_up.weight"},
-                                        {{"blk.0.ffn_up.weight", "blk.0.ffn_up.weight", 192}})),
+                                       {{"blk.0.ffn_up.weight", "blk.0.ffn_up.weight", 192}})),
               ": fused tensor blk.0.ffn_up.weight has shape [192, 64], expected [d_ff + d_ff, "
               "d_model] = [384, 64]");
 }
@@ -321,7 +323,8 @@ TEST(FusedTensorTest, FusedBiasIsSplit) {
   for (size_t i = 0; i < bias.size(); ++i) bias[i] = static_cast<float>(i);
   GgufWriter w;
   ASSERT_TRUE(AddLlamaGgufMetadata(m->config, m->tokenizer, "bias", 0, &w).ok());
-  for (const GgufTensorInfo& t : f->tensors()) w.AddTensor(t.name, *t.dtype, t.shape, f->TensorData(t));
+  for (const GgufTensorInfo& t : f->tensors())
+    w.AddTensor(t.name, *t.dtype, t.shape, f->TensorData(t));
   w.AddTensor("blk.1.attn_qkv.bias", DType::kF32, Shape{128}, bias.data());
   ASSERT_TRUE(w.Write(out, nullptr).ok());
   auto b = LoadModel(out);
@@ -360,7 +363,8 @@ TEST(FusedTensorTest, Phi3SlidingWindowIsIgnored) {
   w.AddU32("phi3.attention.sliding_window", 2);
   auto f = GgufFile::Open(m->path);
   ASSERT_TRUE(f.ok());
-  for (const GgufTensorInfo& t : f->tensors()) w.AddTensor(t.name, *t.dtype, t.shape, f->TensorData(t));
+  for (const GgufTensorInfo& t : f->tensors())
+    w.AddTensor(t.name, *t.dtype, t.shape, f->TensorData(t));
   ASSERT_TRUE(w.Write(dir + "/swa2.gguf", nullptr).ok());
   auto s = LoadModel(dir + "/swa2.gguf");
   ASSERT_TRUE(s.ok()) << s.status().ToString();
@@ -378,7 +382,8 @@ TEST(FusedTensorTest, LongRopeFactorsAreRefused) {
   for (const char* name : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
     GgufWriter w;
     ASSERT_TRUE(AddLlamaGgufMetadata(m->config, m->tokenizer, "lr", 0, &w).ok());
-    for (const GgufTensorInfo& t : f->tensors()) w.AddTensor(t.name, *t.dtype, t.shape, f->TensorData(t));
+    for (const GgufTensorInfo& t : f->tensors())
+      w.AddTensor(t.name, *t.dtype, t.shape, f->TensorData(t));
     w.AddTensor(name, DType::kF32, Shape{6}, factors.data());
     const std::string path = dir + "/" + name + ".gguf";
     ASSERT_TRUE(w.Write(path, nullptr).ok());

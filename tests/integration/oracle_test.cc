@@ -240,7 +240,8 @@ TEST_P(GeneratedOracleTest, LogitsMatch) {
 
 // gemma3's tiny model has a window of 4 and 5 sliding layers of 6: the 20 tokens (two forward
 // calls of `weir logits`) cross the window and wrap the sliding layers' KV rings.
-// Measured (Nov 2026): gemma3 f32 6.1e-7, q8_0 2.5e-2 / all; qwen2 f32 1.6e-7; qwen3 f32 2.7e-7.
+// Measured (Nov 2026): gemma3 f32 6.1e-7, q8_0 2.5e-2 / all; qwen2 f32 1.6e-7; qwen3 f32 2.7e-7;
+// phi3 (fused attn_qkv and ffn_up, RoPE on 12 of 16 dims) f32 1.8e-7, q8_0 9.2e-3 / all.
 INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                          ::testing::Values(GenType{"f32", kF32Bound}, GenType{"f16", kHalfBound},
                                            GenType{"bf16", kHalfBound},

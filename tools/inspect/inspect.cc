@@ -281,6 +281,18 @@ int InspectMain(int argc, char** argv) {
               c.d_model, c.n_layers, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab_size, c.ctx_len);
   std::printf("rms_eps %g | rope %s, theta %g, dims %d | output head %s\n", c.rms_eps,
               RopeStyleName(c.rope_style), c.rope_theta, c.rope_dim, c.tied_output ? "tied to token_embd" : "separate");
+  std::string fused;  // the architecture's fused tensors (held split: the table lists parts)
+  for (const format::StoredTensor& st : format::StoredTensors(*c.arch)) {
+    if (!st.fused()) continue;
+    std::string parts;
+    for (const format::TensorSpec& part : st.parts)
+      parts += (parts.empty() ? "" : " + ") + std::string(part.name);
+    fused += (fused.empty() ? "" : "; ") + std::string(st.name) + " = " + parts;
+  }
+  if (!fused.empty()) {
+    std::printf("fused:      %s (held as views of their parts, listed below by part)\n",
+                fused.c_str());
+  }
   if (c.sliding_window > 0) {
     std::printf("sliding-window attention: %d of %d layers see the last %d positions (rope theta "
                 "%g); the others all\n",
