@@ -177,8 +177,9 @@ Status ValidateLlama(const ModelFile& model);
 // blk.N.attn_q/attn_k/attn_v.weight), in the tensor map and in tensor_order. Errors (Corrupt,
 // naming the file and the tensor): a fused tensor whose shape is not its parts' rows summed by
 // their row length, a part stored both inside the fused tensor and on its own, a part that
-// does not start on a whole block. Readers of files that may hold fused tensors call it before
-// ValidateLlama, which then checks the parts like any tensor.
+// does not start on a whole block. Readers of files that may hold fused tensors call it once,
+// before ValidateLlama, which then checks the parts like any tensor (once: after the split a part
+// may carry the fused tensor's name, ffn_up).
 Status SplitFusedTensors(ModelFile* model);
 
 }  // namespace weir::format
