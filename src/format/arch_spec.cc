@@ -164,6 +164,30 @@ constexpr TensorSpec kQwen3MoeTensors[] = {
     {R::kOutput,       "output.weight",        kGlobal, kOpt, D::kVocab,   D::kDModel},
 };
 
+// Phi-3 (Phi-3-mini/medium, Phi-3.5-mini, Phi-4-mini): Llama's block with q, k and v stored as
+// the rows of one attn_qkv and the MLP's gate and up as the rows of one ffn_up (gate first). A
+// file without attn_qkv may store attn_q/k/v (and their biases) on their own.
+constexpr const char* kQkv = "attn_qkv.weight";
+constexpr const char* kQkvBias = "attn_qkv.bias";
+constexpr const char* kGateUp = "ffn_up.weight";
+constexpr TensorSpec kPhi3Tensors[] = {
+    {R::kTokenEmbd,  "token_embd.weight",  kGlobal, kReq, D::kVocab,  D::kDModel},
+    {R::kAttnNorm,   "attn_norm.weight",   kLayer,  kReq, D::kDModel, D::kNone},
+    {R::kAttnQ,      "attn_q.weight",      kLayer,  kReq, D::kQDim,   D::kDModel, D::kNone, kQkv},
+    {R::kAttnK,      "attn_k.weight",      kLayer,  kReq, D::kKvDim,  D::kDModel, D::kNone, kQkv},
+    {R::kAttnV,      "attn_v.weight",      kLayer,  kReq, D::kKvDim,  D::kDModel, D::kNone, kQkv},
+    {R::kAttnQBias,  "attn_q.bias",        kLayer,  kOpt, D::kQDim,   D::kNone,   D::kNone, kQkvBias},
+    {R::kAttnKBias,  "attn_k.bias",        kLayer,  kOpt, D::kKvDim,  D::kNone,   D::kNone, kQkvBias},
+    {R::kAttnVBias,  "attn_v.bias",        kLayer,  kOpt, D::kKvDim,  D::kNone,   D::kNone, kQkvBias},
+    {R::kAttnOutput, "attn_output.weight", kLayer,  kReq, D::kDModel, D::kQDim},
+    {R::kFfnNorm,    "ffn_norm.weight",    kLayer,  kReq, D::kDModel, D::kNone},
+    {R::kFfnGate,    "ffn_gate.weight",    kLayer,  kReq, D::kDff,    D::kDModel, D::kNone, kGateUp},
+    {R::kFfnUp,      "ffn_up.weight",      kLayer,  kReq, D::kDff,    D::kDModel, D::kNone, kGateUp},
+    {R::kFfnDown,    "ffn_down.weight",    kLayer,  kReq, D::kDModel, D::kDff},
+    {R::kOutputNorm, "output_norm.weight", kGlobal, kReq, D::kDModel, D::kNone},
+    {R::kOutput,     "output.weight",      kGlobal, kOpt, D::kVocab,  D::kDModel},
+};
+
 // One row per architecture.
 //                          name        gguf_name   RoPE pairing               activation
 //                          qk_norm post_norms emb_sqrt_d swa_period theta_swa softcap qkv_bias moe    tensors
@@ -186,10 +210,12 @@ constexpr ArchSpec kGemma2{  "gemma2",   "gemma2",   RopeStyle::kRotateHalf,    
                             false,  true,      true,      2,         0.0f,     true,   false,   false, kGemma2Tensors,
                             true,        true,     50.0f,               30.0f,                4096,
                             /*rope_scale_sliding=*/true};
+constexpr ArchSpec kPhi3{    "phi3",     "phi3",     RopeStyle::kRotateHalf,    Activation::kSilu,
+                            false,  false,     false,     0,         0.0f,     false,  false,   false, kPhi3Tensors};
 // clang-format on
 
-constexpr const ArchSpec* kArchs[] = {&kLlama,   &kQwen2,    &kQwen3, &kGemma3,
-                                       &kMixtral, &kQwen3Moe, &kGemma2};
+constexpr const ArchSpec* kArchs[] = {&kLlama,   &kQwen2,    &kQwen3,  &kGemma3,
+                                      &kMixtral, &kQwen3Moe, &kGemma2, &kPhi3};
 
 // ---- Hugging Face checkpoints: each role's name in transformers' state dict ----
 // Names of per-layer tensors follow "model.layers.N."; "{E}" is the expert's number.
@@ -487,6 +513,45 @@ std::string ShapeDerivation(const TensorSpec& t) {
     return StrFormat("[%s, %s, %s]", DimName(t.stack), DimName(t.outer), DimName(t.inner));
   }
   return StrFormat("[%s, %s]", DimName(t.outer), DimName(t.inner));
+}
+
+std::vector<StoredTensor> StoredTensors(const ArchSpec& arch) {
+  std::vector<StoredTensor> out;
+  const std::span<const TensorSpec> t = arch.tensors;
+  for (size_t i = 0; i < t.size();) {
+    size_t end = i + 1;
+    if (t[i].fused_in != nullptr) {
+      while (end < t.size() && t[end].fused_in != nullptr &&
+             std::string_view(t[end].fused_in) == t[i].fused_in) {
+        ++end;
+      }
+    }
+    out.push_back({t[i].fused_in != nullptr ? t[i].fused_in : t[i].name, t.subspan(i, end - i)});
+    i = end;
+  }
+  return out;
+}
+
+std::string StoredTensorName(const StoredTensor& s, int layer) {
+  return s.per_layer() ? StrFormat("blk.%d.%s", layer, s.name) : std::string(s.name);
+}
+
+Shape StoredShape(const StoredTensor& s, const LlamaConfig& config, int layer) {
+  Shape shape = ExpectedShape(s.parts.front(), config, layer);
+  for (size_t i = 1; i < s.parts.size(); ++i) {
+    shape.dims[0] += ExpectedShape(s.parts[i], config, layer)[0];
+  }
+  return shape;
+}
+
+std::string StoredShapeDerivation(const StoredTensor& s) {
+  if (!s.fused()) return ShapeDerivation(s.parts.front());
+  std::string rows;
+  for (const TensorSpec& p : s.parts)
+    rows += (rows.empty() ? "" : " + ") + std::string(DimName(p.outer));
+  const TensorSpec& first = s.parts.front();
+  return first.vector() ? StrFormat("[%s]", rows.c_str())
+                        : StrFormat("[%s, %s]", rows.c_str(), DimName(first.inner));
 }
 
 }  // namespace weir::format

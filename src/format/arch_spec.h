@@ -7,7 +7,9 @@
 //   - the tensor table: each tensor's name, what it is to the forward pass (TensorRole), its
 //     shape in terms of the config's symbols (Dim), whether it is per layer and whether it is
 //     required (an optional tensor that is absent binds to nothing: output.weight -> tied head,
-//     attn_q.bias -> no bias),
+//     attn_q.bias -> no bias), and for a part of a fused tensor the file tensor that holds it
+//     (fused_in: Phi-3 stores q, k and v as the rows of one attn_qkv, gate and up as the rows of
+//     one ffn_up),
 //   - the switches in which the decoder block differs between architectures: RoPE pairing (and
 //     whether linear RoPE scaling reaches the sliding layers),
 //     QK-norm, post-norms, MLP activation, embedding scale, the sliding-window layer pattern and
@@ -33,6 +35,24 @@
 // (gemma3: no); Llama 3.1's per-pair frequency factors rope_freqs.weight (TensorRole::
 // kRopeFreqs, [rope_dim / 2]) in the tables of llama and mixtral only, as llama.cpp reads it.
 // YaRN, LongRoPE and other types are refused by the loaders.
+//   phi3    rotate-half  SiLU       -        -           1           - (see below)   optional
+//
+// Fused tensors (TensorSpec::fused_in): the rows of a part are consecutive rows of the file's
+// fused tensor, the parts in table order. The loader (SplitFusedTensors, model_file.h) checks the
+// fused tensor's shape against the sum of its parts and replaces it by one zero-copy view per
+// part under the part's own name (a row range of a row-major matrix is contiguous, whole blocks
+// for the quantized types), so the forward pass, the sparsity policies and everything else see
+// ordinary tensors; the GGUF writer writes the parts back as the fused tensor. A file without
+// the fused tensor may store each part under its own name instead (llama.cpp reads phi3's
+// attn_q/k/v so), except where the fused tensor has a part's name (ffn_up holding gate and up).
+//   phi3    attn_qkv.weight = attn_q, attn_k, attn_v   [n_head*hd + 2 * n_head_kv*hd, d_model]
+//           attn_qkv.bias   = attn_q, attn_k, attn_v biases (optional)
+//           ffn_up.weight   = ffn_gate, ffn_up          [2 * d_ff, d_model] (gate first: the
+//                             first half goes through SiLU, as in llama.cpp's swiglu and Hugging
+//                             Face's Phi3MLP gate_up_proj.chunk(2))
+//   phi3.attention.sliding_window (Phi-3-mini-4k states 2047) is ignored, as llama.cpp ignores it
+//   (its phi3 graph disables SWA): the phi3 row has no sliding layers. LongRoPE factors
+//   (rope_factors_long/short.weight: Phi-3-128k, Phi-3.5, Phi-4-mini) are refused.
 //
 // Mixture-of-experts rows (`moe`): the MLP is n_expert experts of width d_ff stacked in 3-D
 // tensors ([n_expert, d_ff, d_model] ...), and a router (ffn_gate_inp, [n_expert, d_model]) picks
@@ -65,6 +85,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "tensor/rope_style.h"
 #include "tensor/tensor_view.h"
@@ -135,6 +156,11 @@ struct TensorSpec {
   Dim inner;
   // kExperts for the stacked expert tensors: the shape is [n_expert, outer, inner].
   Dim stack = Dim::kNone;
+  // A part of a fused tensor: files store this tensor as `outer` consecutive rows of the tensor
+  // named fused_in ("attn_qkv.weight"; "blk.N." prefixed like `name`), whose parts are the
+  // consecutive rows of the table with the same fused_in, in the order of their rows. nullptr:
+  // stored on its own.
+  const char* fused_in = nullptr;
   // 1-D tensors (norms, biases) are F32; 2-D and 3-D ones are weights of any type.
   bool vector() const { return inner == Dim::kNone; }
 };
@@ -238,9 +264,9 @@ const ArchSpec* FindArch(std::string_view name);
 // <gguf_name>.expert_count > 0) picks the MoE row where one GGUF name has both (llama ->
 // mixtral). nullptr when weir has no such row.
 const ArchSpec* FindGgufArch(std::string_view gguf_name, bool has_experts);
-// "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2" (for --arch help and messages).
+// "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2, phi3" (for --arch help and messages).
 std::string ArchNameList();
-// The distinct GGUF names: "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2".
+// The distinct GGUF names: "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3".
 std::string GgufArchNameList();
 // The default row of configs that do not say otherwise (llama2.c, safetensors Llama, synthetic).
 const ArchSpec& LlamaArch();
@@ -254,5 +280,22 @@ Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& config, int layer);
 // "[n_head * head_dim, d_model]", "[n_expert, d_ff, d_model]": how the expected shape is
 // derived, for messages.
 std::string ShapeDerivation(const TensorSpec& t);
+
+// A tensor as a GGUF file of the architecture stores it: one row of the table, or a fused tensor
+// whose rows are `parts` (consecutive rows of the table with the same fused_in).
+struct StoredTensor {
+  const char* name;                   // fused_in, or the row's own name
+  std::span<const TensorSpec> parts;  // one row unless fused
+  bool fused() const { return parts.front().fused_in != nullptr; }
+  bool per_layer() const { return parts.front().per_layer; }
+};
+// The architecture's stored tensors in table order (a fused tensor where its first part is).
+std::vector<StoredTensor> StoredTensors(const ArchSpec& arch);
+// "blk.3.attn_qkv.weight".
+std::string StoredTensorName(const StoredTensor& s, int layer);
+// The fused tensor's shape: the sum of its parts' rows by their common row length.
+Shape StoredShape(const StoredTensor& s, const LlamaConfig& config, int layer);
+// "[n_head * head_dim + n_head_kv * head_dim + n_head_kv * head_dim, d_model]".
+std::string StoredShapeDerivation(const StoredTensor& s);
 
 }  // namespace weir::format

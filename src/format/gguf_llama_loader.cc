@@ -110,12 +110,17 @@ Result<bool> GetBoolOr(const GgufFile& f, const std::string& key, bool def) {
   return f.GetBool(key);
 }
 
-// Names of the tensors the architecture's forward pass reads (its tensor table).
+// Names of the tensors the architecture's forward pass reads (its tensor table), fused tensors
+// and their parts alike.
 std::set<std::string> NeededTensors(const ArchSpec& arch, int n_layers) {
   std::set<std::string> names;
   for (const TensorSpec& t : arch.tensors) {
     if (!t.per_layer) names.insert(TensorName(t, -1));
     for (int l = 0; t.per_layer && l < n_layers; ++l) names.insert(TensorName(t, l));
+  }
+  for (const StoredTensor& s : StoredTensors(arch)) {
+    if (!s.per_layer()) names.insert(StoredTensorName(s, -1));
+    for (int l = 0; s.per_layer() && l < n_layers; ++l) names.insert(StoredTensorName(s, l));
   }
   return names;
 }
@@ -338,6 +343,16 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   WEIR_RETURN_IF_ERROR(ReadRopeScaling(f, prefix, &c));
   // rope_freqs.weight (Llama 3.1's per-pair factors) is a tensor of the row's table, bound and
   // checked (shape, F32, finite and > 0) with the others; a row without it refuses it.
+  // LongRoPE (Phi-3-128k, Phi-3.5, Phi-4-mini): per-dimension frequency factors for short and
+  // long contexts, which weir does not apply.
+  for (const char* factors : {"rope_factors_long.weight", "rope_factors_short.weight"}) {
+    if (f.FindTensor(factors)) {
+      return Status::Unsupported(StrFormat(
+          "%s: tensor %s (LongRoPE frequency factors, Phi-3-128k / Phi-3.5 / Phi-4-mini style) "
+          "is not supported; weir implements linear scaling and Llama 3.1's rope_freqs",
+          path, factors));
+    }
+  }
 
   // The architecture's switches with values in the file.
   if (arch->embed_scale_sqrt_d) c.embed_scale = std::sqrt(static_cast<float>(c.d_model));
@@ -492,6 +507,7 @@ Result<ModelFile> LoadGgufModel(const GgufFile& f) {
 
   m.metadata = f.RenderMetadata();
   if (f.backing()) m.backing.push_back(f.backing());
+  WEIR_RETURN_IF_ERROR(SplitFusedTensors(&m));
   WEIR_RETURN_IF_ERROR(ValidateLlama(m));
   return m;
 }

@@ -92,18 +92,24 @@ int64_t RotateHalfSourceRow(int64_t r, int head_dim, int rope_dim) {
 std::vector<std::string> LlamaTensorNames(
     const LlamaConfig& c, const std::function<bool(const std::string&)>& has_optional) {
   const ArchSpec& arch = *c.arch;
-  auto listed = [&](const TensorSpec& t, const std::string& name) {
-    if (t.required) return true;
-    if (has_optional) return has_optional(name);
-    return arch.qkv_bias && (t.role == TensorRole::kAttnQBias || t.role == TensorRole::kAttnKBias ||
-                             t.role == TensorRole::kAttnVBias);
+  // A fused tensor is listed when any of its parts is (the writer then needs all of them).
+  auto listed = [&](const StoredTensor& s, int layer) {
+    for (const TensorSpec& t : s.parts) {
+      if (t.required) return true;
+      if (has_optional ? has_optional(TensorName(t, layer))
+                       : arch.qkv_bias && (t.role == TensorRole::kAttnQBias ||
+                                           t.role == TensorRole::kAttnKBias ||
+                                           t.role == TensorRole::kAttnVBias)) {
+        return true;
+      }
+    }
+    return false;
   };
   std::vector<std::string> names = {"token_embd.weight"};
+  const std::vector<StoredTensor> stored = StoredTensors(arch);
   for (int l = 0; l < c.n_layers; ++l) {
-    for (const TensorSpec& t : arch.tensors) {
-      if (!t.per_layer) continue;
-      std::string name = TensorName(t, l);
-      if (listed(t, name)) names.push_back(std::move(name));
+    for (const StoredTensor& s : stored) {
+      if (s.per_layer() && listed(s, l)) names.push_back(StoredTensorName(s, l));
     }
   }
   names.push_back("output_norm.weight");
@@ -288,22 +294,62 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
   const LlamaConfig& c = model.config;
   const std::vector<std::string> names =
       LlamaTensorNames(c, [&](const std::string& n) { return model.Find(n) != nullptr; });
+  // The parts of each fused tensor, by its name in the file; the model holds them split.
+  std::map<std::string, std::vector<std::string>> parts_of;
+  for (const StoredTensor& s : StoredTensors(*c.arch)) {
+    for (int l = s.per_layer() ? 0 : -1; s.fused() && l < (s.per_layer() ? c.n_layers : 0); ++l) {
+      std::vector<std::string>& parts = parts_of[StoredTensorName(s, l)];
+      for (const TensorSpec& t : s.parts) parts.push_back(TensorName(t, l));
+    }
+  }
 
   // general.file_type follows the type most 2-D weight bytes end up in.
   std::map<DType, uint64_t> bytes_by_type;
   struct Plan {
-    const TensorView* src;
+    const TensorView* src;          // the tensor, or a fused tensor's first part
+    std::vector<TensorView> parts;  // a fused tensor's parts in row order (else empty)
+    Shape shape;
     DType out;
     bool permute;
   };
   std::vector<Plan> plans;
   for (const std::string& n : names) {
-    const TensorView* v = model.Find(n);
-    if (!v || !v->valid()) {
-      return Status::InvalidArgument(
-          StrFormat("%s: model %s has no tensor %s", path.c_str(), model.path.c_str(), n.c_str()));
+    Plan p{nullptr, {}, Shape{}, DType::kF32, false};
+    auto fused = parts_of.find(n);
+    for (const std::string& part :
+         fused == parts_of.end() ? std::vector<std::string>{n} : fused->second) {
+      const TensorView* v = model.Find(part);
+      if (!v || !v->valid()) {
+        return Status::InvalidArgument(
+            StrFormat("%s: model %s has no tensor %s%s", path.c_str(), model.path.c_str(),
+                      part.c_str(), part == n ? "" : (" (part of " + n + ")").c_str()));
+      }
+      if (fused != parts_of.end()) {
+        if (!p.parts.empty() &&
+            (v->shape.ndim != p.shape.ndim || (v->shape.ndim > 1 && v->cols() != p.shape.cols()))) {
+          return Status::InvalidArgument(StrFormat(
+              "%s: parts of %s have shapes %s and %s, not one row length", path.c_str(), n.c_str(),
+              p.parts.front().shape.ToString().c_str(), v->shape.ToString().c_str()));
+        }
+        if (v->layout != Layout::kRowMajor) {
+          return Status::InvalidArgument(
+              StrFormat("%s: %s is held tiled; fusing it into %s needs "
+                        "row-major rows",
+                        path.c_str(), part.c_str(), n.c_str()));
+        }
+        if (p.parts.empty()) {
+          p.shape = v->shape;
+        } else {
+          p.shape.dims[0] += v->shape[0];
+        }
+        p.parts.push_back(*v);
+      } else {
+        p.shape = v->shape;
+      }
+      if (p.src == nullptr) p.src = v;
     }
-    Plan p{v, v->dtype, false};
+    const TensorView* v = p.src;
+    p.out = v->dtype;
     if (v->shape.ndim == 1) {
       p.out = DType::kF32;
     } else if (convert_to && v->cols() % BlockSize(*convert_to) == 0 &&
@@ -321,8 +367,9 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
                                                c.head_dim));
     }
     if (v->shape.ndim >= 2)
-      bytes_by_type[p.out] += RowBytes(p.out, v->cols()) * static_cast<uint64_t>(v->rows());
-    plans.push_back(p);
+      bytes_by_type[p.out] +=
+          RowBytes(p.out, p.shape.cols()) * static_cast<uint64_t>(p.shape.rows());
+    plans.push_back(std::move(p));
   }
   DType main_type = DType::kF32;
   uint64_t best = 0;
@@ -347,14 +394,55 @@ Status WriteLlamaGguf(const ModelFile& model, const std::string& path,
   const int head_dim = c.head_dim;
   const int rope_dim = c.rope_dim > 0 ? c.rope_dim : c.head_dim;
   for (size_t i = 0; i < names.size(); ++i) {
-    const Plan p = plans[i];
+    const Plan& p = plans[i];
     const TensorView src = *p.src;
+    if (!p.parts.empty()) {
+      // A fused tensor: row r is row r - (rows of the parts before it) of its part, converted
+      // to the fused tensor's type where the part's differs (one element per row when 1-D).
+      w.AddTensor(
+          names[i], p.out, p.shape,
+          [parts = p.parts, out = p.out](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+            const bool vec = parts.front().shape.ndim == 1;
+            const int64_t cols = vec ? 1 : parts.front().cols();
+            const size_t out_row = RowBytes(out, cols);
+            if (vec) {  // 1-D (F32): the only row is the parts one after another
+              for (const TensorView& part : parts) {
+                if (part.dtype == out) {
+                  std::memcpy(dst, part.data, part.row_bytes());
+                } else {
+                  std::vector<float> tmp(static_cast<size_t>(part.cols()));
+                  DequantizeRow(part.dtype, part.data, tmp.data(), part.cols());
+                  QuantizeRow(out, tmp.data(), dst, part.cols());
+                }
+                dst += RowBytes(out, part.cols());
+              }
+              return Status::Ok();
+            }
+            std::vector<float> tmp(static_cast<size_t>(cols));
+            int64_t part_first = 0;
+            size_t k = 0;
+            for (int64_t r = begin; r < end; ++r) {
+              while (r >= part_first + parts[k].rows()) part_first += parts[k++].rows();
+              const TensorView& part = parts[k];
+              uint8_t* d = dst + static_cast<size_t>(r - begin) * out_row;
+              if (part.dtype == out) {
+                std::memcpy(d, part.row(r - part_first), out_row);
+              } else {
+                DequantizeRow(part.dtype, part.row(r - part_first), tmp.data(), cols);
+                QuantizeRow(out, tmp.data(), d, cols);
+              }
+            }
+            return Status::Ok();
+          });
+      continue;
+    }
     if (p.out == src.dtype && !p.permute) {
       w.AddTensor(names[i], p.out, src.shape, src.data);
       continue;
     }
     w.AddTensor(names[i], p.out, src.shape,
-                [src, p, head_dim, rope_dim](int64_t begin, int64_t end, uint8_t* dst) -> Status {
+                [src, p = Plan{p.src, {}, p.shape, p.out, p.permute}, head_dim, rope_dim](
+                    int64_t begin, int64_t end, uint8_t* dst) -> Status {
                   const int64_t cols = src.cols();
                   const size_t out_row = RowBytes(p.out, cols);
                   std::vector<float> tmp(p.out == src.dtype ? 0 : static_cast<size_t>(cols));

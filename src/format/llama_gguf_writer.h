@@ -1,8 +1,9 @@
 // Writing a model as a GGUF file llama.cpp can load: general.architecture and the key prefix are
-// the config's ArchSpec row (llama, qwen2, qwen3, gemma3), then the hyperparameters, the
-// tokenizer and the weights of the row's tensor table under their canonical names, optionally
+// the config's ArchSpec row (llama, qwen2, qwen3, gemma3, phi3, ...), then the hyperparameters,
+// the tokenizer and the weights of the row's tensor table under their canonical names, optionally
 // converted to another element type. Works for a ModelFile from any reader (GGUF, safetensors,
-// llama2.c).
+// llama2.c). The parts of a fused tensor (TensorSpec::fused_in: phi3's attn_q/k/v, ffn_gate/up),
+// which a ModelFile holds split, are written as the fused tensor, their rows one after another.
 //
 // RoPE: GGUF "llama" files pair adjacent dimensions (x[2i], x[2i+1]) of each head. A model laid
 // out for rotate-half RoPE (Hugging Face: x[i] with x[i + rope_dim/2]) gets the rows of attn_q
@@ -29,10 +30,11 @@ namespace weir::format {
 
 // Canonical tensor names in the order weir writes them: token_embd, per layer the tensors of the
 // architecture's table in its order (Llama: attn_norm, attn_q, attn_k, attn_v, attn_output,
-// ffn_norm, ffn_gate, ffn_up, ffn_down), then output_norm and output (left out when
-// config.tied_output), then optional global tensors (rope_freqs.weight). An optional tensor (a
-// q/k/v bias, rope_freqs) is listed when `has_optional(name)` says so; without the function,
-// when the row's converter writes it (ArchSpec::qkv_bias: the biases).
+// ffn_norm, ffn_gate, ffn_up, ffn_down; a fused tensor once, under its own name: phi3's
+// attn_qkv), then output_norm and output (left out when config.tied_output), then optional
+// global tensors (rope_freqs.weight). An optional tensor (a q/k/v bias, rope_freqs) is listed
+// when `has_optional(name)` says so (a fused one when it says so of any part); without the
+// function, when the row's converter writes it (ArchSpec::qkv_bias: the biases).
 std::vector<std::string> LlamaTensorNames(
     const LlamaConfig& config,
     const std::function<bool(const std::string&)>& has_optional = nullptr);

@@ -16,6 +16,7 @@
 
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
@@ -175,6 +176,14 @@ bool IsBias(TensorRole r) {
 Status CheckSpecTensor(const ModelFile& m, const TensorSpec& t, int layer, bool required) {
   const std::string name = TensorName(t, layer);
   if (!required && m.Find(name) == nullptr) return Status::Ok();
+  if (t.fused_in != nullptr && m.Find(name) == nullptr) {
+    const std::string fused = t.per_layer ? StrFormat("blk.%d.%s", layer, t.fused_in) : t.fused_in;
+    return Status::Corrupt(StrFormat(
+        "%s: required tensor %s is missing (expected shape %s = %s), and so is %s, the fused "
+        "tensor that holds it",
+        m.path.c_str(), name.c_str(), ShapeDerivation(t).c_str(),
+        ExpectedShape(t, m.config, layer).ToString().c_str(), fused.c_str()));
+  }
   return CheckTensor(m, name, ExpectedShape(t, m.config, layer), t.vector(),
                      ShapeDerivation(t).c_str(),
                      IsBias(t.role) ? "bias" : t.role == TensorRole::kRopeFreqs ? "RoPE factor" : "norm");
@@ -302,6 +311,68 @@ Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options)
     if (!st.ok() && !fallback) return st;
   }
   return m;
+}
+
+Status SplitFusedTensors(ModelFile* m) {
+  const char* p = m->path.c_str();
+  const LlamaConfig& c = m->config;
+  for (const StoredTensor& s : StoredTensors(*c.arch)) {
+    if (!s.fused()) continue;
+    for (int l = s.per_layer() ? 0 : -1; l < (s.per_layer() ? c.n_layers : 0); ++l) {
+      const std::string name = StoredTensorName(s, l);
+      auto it = m->tensors.find(name);
+      if (it == m->tensors.end()) continue;  // absent: the parts may be stored on their own
+      const TensorView fused = it->second;
+      const Shape want = StoredShape(s, c, l);
+      if (!(fused.shape == want)) {
+        return Status::Corrupt(StrFormat("%s: fused tensor %s has shape %s, expected %s = %s", p,
+                                         name.c_str(), fused.shape.ToString().c_str(),
+                                         StoredShapeDerivation(s).c_str(),
+                                         want.ToString().c_str()));
+      }
+      if (fused.layout != Layout::kRowMajor || fused.data == nullptr) {
+        return Status::Corrupt(
+            StrFormat("%s: fused tensor %s has no row-major data to split", p, name.c_str()));
+      }
+      std::vector<std::pair<std::string, TensorView>> parts;
+      int64_t first_row = 0;  // of the part, in the fused tensor (elements of a 1-D tensor)
+      for (const TensorSpec& t : s.parts) {
+        const std::string part_name = TensorName(t, l);
+        if (part_name != name && m->tensors.count(part_name)) {
+          return Status::Corrupt(StrFormat("%s: %s is stored both on its own and as rows of %s", p,
+                                           part_name.c_str(), name.c_str()));
+        }
+        TensorView v = fused;
+        v.shape = ExpectedShape(t, c, l);
+        size_t offset = 0;
+        if (fused.shape.ndim == 1) {
+          if (first_row % BlockSize(fused.dtype) != 0) {
+            return Status::Corrupt(
+                StrFormat("%s: %s: part %s starts at element %lld, not on a %s block of %d", p,
+                          name.c_str(), part_name.c_str(), static_cast<long long>(first_row),
+                          DTypeName(fused.dtype), BlockSize(fused.dtype)));
+          }
+          offset = RowBytes(fused.dtype, first_row);
+          first_row += v.shape[0];
+        } else {
+          offset = static_cast<size_t>(first_row) * fused.row_bytes();
+          first_row += v.shape.rows();
+        }
+        v.data = static_cast<const uint8_t*>(fused.data) + offset;
+        parts.emplace_back(part_name, v);
+      }
+      m->tensors.erase(it);
+      std::vector<std::string> part_names;
+      for (auto& [part_name, v] : parts) {
+        m->tensors.emplace(part_name, v);
+        part_names.push_back(part_name);
+      }
+      auto pos = std::find(m->tensor_order.begin(), m->tensor_order.end(), name);
+      if (pos != m->tensor_order.end()) pos = m->tensor_order.erase(pos);
+      m->tensor_order.insert(pos, part_names.begin(), part_names.end());
+    }
+  }
+  return Status::Ok();
 }
 
 Status ValidateLlama(const ModelFile& m) {

@@ -18,8 +18,9 @@
 //   blk.N.ffn_down.weight    [d_model, d_ff]
 // plus, optionally, rope_freqs.weight [rope_dim / 2] (F32 RoPE frequency factors, Llama 3.1),
 // and Gemma 3 adds blk.N.attn_q_norm / attn_k_norm [head_dim], post_attention_norm and
-// post_ffw_norm [d_model] (Gemma 2 the post-norms only). Mixture-of-experts rows replace
-// ffn_gate/up/down with
+// post_ffw_norm [d_model] (Gemma 2 the post-norms only). A file's fused tensors (Phi-3's
+// attn_qkv, its ffn_up holding gate and up) are held split, as views of their parts under these
+// names (SplitFusedTensors). Mixture-of-experts rows replace ffn_gate/up/down with
 //   blk.N.ffn_gate_inp.weight   [n_expert, d_model]          (the router)
 //   blk.N.ffn_gate_exps.weight  [n_expert, d_ff, d_model]
 //   blk.N.ffn_up_exps.weight    [n_expert, d_ff, d_model]
@@ -185,5 +186,15 @@ Result<ModelFile> LoadModel(const std::string& path, const LoadOptions& options 
 // Checks config consistency and the presence and shape of every tensor of the config's
 // architecture (its ArchSpec tensor table). Readers call it last.
 Status ValidateLlama(const ModelFile& model);
+
+// Replaces each fused tensor of the config's architecture (TensorSpec::fused_in) that `model`
+// holds by a zero-copy view of each part, under the part's own name (blk.N.attn_qkv.weight ->
+// blk.N.attn_q/attn_k/attn_v.weight), in the tensor map and in tensor_order. Errors (Corrupt,
+// naming the file and the tensor): a fused tensor whose shape is not its parts' rows summed by
+// their row length, a part stored both inside the fused tensor and on its own, a part that
+// does not start on a whole block. Readers of files that may hold fused tensors call it once,
+// before ValidateLlama, which then checks the parts like any tensor (once: after the split a part
+// may carry the fused tensor's name, ffn_up).
+Status SplitFusedTensors(ModelFile* model);
 
 }  // namespace weir::format

@@ -73,6 +73,7 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
       s.d_model = 64, s.n_layers = 2, s.n_head = 4, s.n_head_kv = 2, s.d_ff = 192, s.vocab_size = 320;
       s.ctx_len = 512;
       if (arch == "qwen3") s.head_dim = 32, s.rms_eps = 1e-6f, s.rope_theta = 1e6f;
+      if (arch == "phi3") s.rope_dim = 12;  // partial rotation, as Phi-4-mini's 0.75
       if (arch == "gemma3") {
         s.n_layers = 6, s.n_head_kv = 1, s.head_dim = 32, s.sliding_window = 4;
         s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
@@ -153,6 +154,9 @@ Status ValidateSynthSpec(const SynthSpec& s, DType type) {
   if (s.n_head % s.n_head_kv != 0) return bad("n_head_kv must divide n_head");
   const int head_dim = s.head_dim > 0 ? s.head_dim : s.d_model / s.n_head;
   if (head_dim % 2 != 0) return bad("head_dim must be even for RoPE");
+  if (s.rope_dim < 0 || s.rope_dim > head_dim || s.rope_dim % 2 != 0) {
+    return bad("rope_dim must be even and at most head_dim (0: head_dim)");
+  }
   if (s.vocab_size < kFirstFiller)
     return bad("vocab_size must be at least 259 (3 specials + 256 byte tokens)");
   if (s.d_model % BlockSize(type) != 0 || s.d_ff % BlockSize(type) != 0) {
@@ -204,7 +208,7 @@ LlamaConfig SynthConfig(const SynthSpec& s) {
   c.ctx_len = s.ctx_len;
   c.rms_eps = s.rms_eps;
   c.rope_theta = s.rope_theta;
-  c.rope_dim = c.head_dim;
+  c.rope_dim = s.rope_dim > 0 ? s.rope_dim : c.head_dim;
   c.rope_style = c.arch->rope_style;
   c.tied_output = c.arch->tied_head;
   c.n_expert = s.n_expert;
@@ -400,11 +404,14 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
   w.AddU64("weir.synth.seed", seed);
   w.AddString("weir.synth.init", "normal(0, 0.02)");
 
-  // Every tensor of the architecture's table, by name; shapes from the table.
-  std::map<std::string, std::pair<const TensorSpec*, int>> spec_of;
-  for (const TensorSpec& t : c.arch->tensors) {
-    if (!t.per_layer) spec_of[TensorName(t, -1)] = {&t, -1};
-    for (int l = 0; t.per_layer && l < c.n_layers; ++l) spec_of[TensorName(t, l)] = {&t, l};
+  // Every tensor of the architecture's table as files store it (a fused tensor is written as
+  // one tensor of random rows), by name; shapes from the table.
+  std::map<std::string, std::pair<StoredTensor, int>> spec_of;
+  for (const StoredTensor& t : StoredTensors(*c.arch)) {
+    if (!t.per_layer()) spec_of.insert({StoredTensorName(t, -1), {t, -1}});
+    for (int l = 0; t.per_layer() && l < c.n_layers; ++l) {
+      spec_of.insert({StoredTensorName(t, l), {t, l}});
+    }
   }
   const bool llama = c.IsLlama();
   const float router_skew = spec.router_skew;  // (`spec` names the tensor's row below)
@@ -420,8 +427,9 @@ Status WriteRandomLlamaGguf(const SynthSpec& spec, DType type, uint64_t seed,
   });
   for (size_t i = 0; i < names.size(); ++i) {
     const std::string& n = names[i];
-    const auto [spec, layer] = spec_of.at(n);
-    const Shape shape = ExpectedShape(*spec, c, layer);
+    const auto& [stored, layer] = spec_of.at(n);
+    const TensorSpec* spec = &stored.parts.front();
+    const Shape shape = StoredShape(stored, c, layer);
     if (spec->role == TensorRole::kRopeFreqs) {
       const std::vector<float>* f = &rope_freqs;
       w.AddTensor(n, DType::kF32, shape, [f](int64_t, int64_t, uint8_t* dst) -> Status {

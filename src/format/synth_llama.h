@@ -69,6 +69,7 @@ struct SynthSpec {
   // positions (RoPE and its scaling) barely move the logits; a gain of ~8 makes attention sharp
   // enough that a wrong RoPE changes the greedy tokens.
   float qk_gain = 1.0f;
+  int rope_dim = 0;  // rotated dims per head; 0: head_dim
 };
 
 // "tiny": d_model 64, 2 layers, 4 heads, 2 kv heads, d_ff 192, vocab 320, ctx 256.
@@ -99,6 +100,8 @@ struct SynthSpec {
 //   mixtral "small": Mixtral 8x7B's layer shapes with 4 layers (4096, 32 heads, 8 kv heads, 8
 //     experts of d_ff 14336, 2 per token, vocab 32000); about 3.3 GB as Q4_0.
 //   qwen3moe "tiny": qwen3's tiny with 16 experts of d_ff 32, 4 per token.
+//   phi3 "tiny": llama's tiny with RoPE on 12 of each head's 16 dims (Phi-4-mini rotates 3/4 of
+//     each head), written with fused attn_qkv [128, 64] and ffn_up [384, 64] (gate, then up).
 //   qwen3moe "small": Qwen3-30B-A3B's layer shapes with 8 layers (2048, 32 heads, 4 kv heads,
 //     head_dim 128, 128 experts of d_ff 768, 8 per token, vocab 151936); about 3 GB as Q4_0.
 //   The router (ffn_gate_inp) is always written F32, as llama-quantize leaves it.

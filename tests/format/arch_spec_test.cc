@@ -85,7 +85,7 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
   EXPECT_EQ(g.RopeFreqScale(0), 0.125f);
   EXPECT_EQ(FindArch("gpt2"), nullptr);
   EXPECT_EQ(&LlamaArch(), FindArch("llama"));
-  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2");
+  EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2, phi3");
 }
 
 // Every HF entry names each required tensor of its row once.
@@ -408,7 +408,7 @@ TEST(ArchSpecTest, UnknownArchitectureIsUnsupported) {
   EXPECT_EQ(m.status().code(), Status::Code::kUnsupported);
   EXPECT_NE(m.status().message().find(
                 "general.architecture is 'phi2'; weir loads llama, qwen2, qwen3, gemma3, qwen3moe, "
-                "gemma2"),
+                "gemma2, phi3"),
             std::string::npos)
       << m.status().message();
 }

@@ -61,7 +61,7 @@ TEST(MoeFormatTest, RowsAndNames) {
   EXPECT_EQ(FindGgufArch("llama", true), mixtral);
   EXPECT_EQ(FindGgufArch("qwen3moe", false), qwen);  // then refused for its expert count
   EXPECT_EQ(FindGgufArch("qwen3", true), FindArch("qwen3"));
-  EXPECT_EQ(GgufArchNameList(), "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2");
+  EXPECT_EQ(GgufArchNameList(), "llama, qwen2, qwen3, gemma3, qwen3moe, gemma2, phi3");
   LlamaConfig c;
   c.d_model = 64, c.n_layers = 1, c.n_expert = 8, c.layers = {{4, 2, 96}};
   const TensorSpec* down = FindTensorSpec(*mixtral, TensorRole::kFfnDownExps);

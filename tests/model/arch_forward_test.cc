@@ -106,7 +106,7 @@ TEST_P(ArchForwardTest, ColumnPoliciesAtDensityOneEqualDense) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ArchForwardTest,
-                         ::testing::Values("gemma3", "qwen2", "qwen3", "gemma2"),
+                         ::testing::Values("gemma3", "qwen2", "qwen3", "gemma2", "phi3"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
                            return std::string(info.param);
                          });
@@ -250,14 +250,45 @@ TEST(SlidingWindowTest, GatePredictorIsRefusedOnGeglu) {
 }
 
 TEST(SlidingWindowTest, PacksAreRefusedForOtherArchitectures) {
-  std::unique_ptr<Model> m = TinyModel("gemma3");
-  ASSERT_NE(m, nullptr);
-  const std::string out = testing::TempDir() + "/g.weirpack";
-  Status st = format::WritePack(m->file(), out, {});
-  ASSERT_FALSE(st.ok());
-  EXPECT_EQ(st.code(), Status::Code::kUnsupported);
-  EXPECT_NE(st.message().find("weir packs support the llama architecture only"), std::string::npos)
-      << st.message();
+  for (const char* arch : {"gemma3", "phi3"}) {
+    std::unique_ptr<Model> m = TinyModel(arch);
+    ASSERT_NE(m, nullptr);
+    const std::string out = testing::TempDir() + "/g.weirpack";
+    Status st = format::WritePack(m->file(), out, {});
+    ASSERT_FALSE(st.ok()) << arch;
+    EXPECT_EQ(st.code(), Status::Code::kUnsupported);
+    EXPECT_NE(st.message().find("weir packs support the llama architecture only"),
+              std::string::npos)
+        << st.message();
+  }
+}
+
+// Phi-3's q, k, v and gate, up are views into its fused tensors; copied into memory (each part
+// its own copy) and tiled for the dense kernels (each part tiled on its own), they give the
+// mapped file's logits.
+TEST(FusedTensorForwardTest, Phi3PartsCopiedAndTiledGiveTheMappedLogits) {
+  const std::string path = testing::TempDir() + "/phi3_q8.gguf";
+  auto spec = format::SynthPreset("tiny", "phi3");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(format::WriteRandomLlamaGguf(*spec, DType::kQ8_0, 17, path, nullptr).ok());
+  auto mapped = Model::Load(path);
+  format::LoadOptions o;
+  o.placement = format::WeightPlacement::kMemory;
+  auto copied = Model::Load(path, o);
+  o.tile_linear = true;
+  auto tiled = Model::Load(path, o);
+  ASSERT_TRUE(mapped.ok() && copied.ok() && tiled.ok());
+  ASSERT_TRUE((*copied)->file().weights_in_memory);
+  // The copy gives each part its own place: q's view is no longer the mapped file's.
+  EXPECT_NE((*copied)->file().Find("blk.0.attn_q.weight")->data,
+            (*mapped)->file().Find("blk.0.attn_q.weight")->data);
+  ThreadPool pool(2);
+  const std::vector<int32_t> ids = Ids(12, (*mapped)->config().vocab_size);
+  const std::vector<float> want = AllLogits(**mapped, ids, 4, 4, &pool);
+  EXPECT_EQ(AllLogits(**copied, ids, 4, 4, &pool), want);
+  if ((*tiled)->file().TiledTensorCount() == 0) GTEST_SKIP() << "no fast tiled product on this CPU";
+  EXPECT_EQ((*tiled)->file().Find("blk.1.ffn_gate.weight")->layout, Layout::kTiled16);
+  EXPECT_LT(MaxRelDiff(AllLogits(**tiled, ids, 4, 4, &pool), want), 1e-4);
 }
 
 }  // namespace

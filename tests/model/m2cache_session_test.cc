@@ -144,7 +144,7 @@ TEST_P(M2CacheSessionTest, RefusesWhatItCannotRun) {
 #endif
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, M2CacheSessionTest, ::testing::Values("llama", "gemma3"));
+INSTANTIATE_TEST_SUITE_P(Archs, M2CacheSessionTest, ::testing::Values("llama", "gemma3", "phi3"));
 
 TEST(UncertaintyTest, IsTheEntropyOfTheGeneratedTokensDistributions) {
   const std::string path = testing::TempDir() + "/uq_tiny.gguf";

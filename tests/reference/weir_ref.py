@@ -41,6 +41,11 @@ Model files it reads (each reader checks every offset and length against the fil
               6th) with RoPE base gemma3.rope.freq_base_swa (default 10000), and
               cap*tanh(logits/cap) when gemma3.final_logit_softcapping is set. The converter
               stores Gemma's RMSNorm scale (1 + w) as the norm weight, so norms are plain.
+      phi3    RoPE on halves (of the first rope.dimension_count dims of each head), SwiGLU;
+              q, k and v stored as the rows of one attn_qkv [(H + 2 KV) hd, D] in that order
+              (or as attn_q/k/v when attn_qkv is absent), gate and up as the rows of one ffn_up
+              [2 F, D], gate first (Hugging Face's Phi3MLP: gate, up = gate_up_proj(x).chunk(2)).
+              phi3.attention.sliding_window is ignored, as llama.cpp's phi3 graph ignores it.
     RoPE scaling (every architecture), as llama.cpp reads it: <arch>.rope.scaling.type (absent =
       "linear") "linear" divides positions by <arch>.rope.scaling.factor (or the older
       rope.scale_linear; absent or 0 = no scaling), "none" ignores the factor, other types
@@ -383,7 +388,19 @@ GGUF_ARCHS = {
                    window=4096, attn_softcap=50.0, final_softcap=30.0,
                    need=("post_attn_norm", "post_ffn_norm")),
     "qwen3moe": dict(rope="half", act="silu", need=("q_norm", "k_norm"), moe=True),
+    "phi3": dict(rope="half", act="silu", need=(), fused_qkv=True, fused_gate_up=True),
 }
+
+
+def _split_rows(a, sizes, name, path):
+    """Rows of a fused tensor `a` cut into consecutive pieces of `sizes` rows (elements for 1-D)."""
+    if a is None:
+        return [None] * len(sizes)
+    if a.shape[0] != sum(sizes):
+        raise ModelError(f"{path}: fused tensor {name} has {a.shape[0]} rows, expected "
+                         f"{' + '.join(map(str, sizes))} = {sum(sizes)}")
+    ends = np.cumsum(sizes)
+    return [a[e - n:e] for n, e in zip(sizes, ends)]
 
 
 def load_gguf(path):
@@ -470,6 +487,9 @@ def load_gguf(path):
     # Linear scaling on every layer but Gemma 3's sliding ones.
     m.rope_scales = [1.0 if (arch == "gemma3" and m.sliding and m.sliding[i]) else pos_scale
                      for i in range(m.n_layers)]
+    for factors in ("rope_factors_long.weight", "rope_factors_short.weight"):  # LongRoPE
+        if factors in t:
+            raise ModelError(f"{path}: tensor {factors} (RoPE frequency factors) is not supported")
     m.bos = int(meta.get("tokenizer.ggml.bos_token_id", 1))
     m.tok_emb = _f64(t.get("token_embd.weight"))
     if m.tok_emb is None:
@@ -487,6 +507,23 @@ def load_gguf(path):
                      post_attn_norm=g("post_attention_norm"), post_ffn_norm=g("post_ffw_norm"),
                      router=g("ffn_gate_inp"), gate_exps=g("ffn_gate_exps"),
                      up_exps=g("ffn_up_exps"), down_exps=g("ffn_down_exps"))
+        H, KV, F, hd = m.n_heads[i], m.n_kv_heads[i], m.d_ff[i], m.head_dim
+        qkv_w, qkv_b = g("attn_qkv"), g("attn_qkv", "bias")
+        if spec.get("fused_qkv") and qkv_w is not None:
+            for n in ("attn_q", "attn_k", "attn_v"):
+                if f"blk.{i}.{n}.weight" in t:
+                    raise ModelError(f"{path}: layer {i} has both attn_qkv and {n}")
+            sizes = (H * hd, KV * hd, KV * hd)
+            layer["wq"], layer["wk"], layer["wv"] = _split_rows(
+                qkv_w, sizes, f"blk.{i}.attn_qkv.weight", path)
+            if qkv_b is not None:
+                layer["bq"], layer["bk"], layer["bv"] = _split_rows(
+                    qkv_b, sizes, f"blk.{i}.attn_qkv.bias", path)
+        if spec.get("fused_gate_up"):
+            if layer["w_gate"] is not None:
+                raise ModelError(f"{path}: {arch} layer {i} has ffn_gate; its gate lives in ffn_up")
+            layer["w_gate"], layer["w_up"] = _split_rows(
+                layer["w_up"], (F, F), f"blk.{i}.ffn_up.weight", path)
         for name in spec["need"]:
             if layer[name] is None:
                 raise ModelError(f"{path}: {arch} layer {i} has no {name} tensor")

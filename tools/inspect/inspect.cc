@@ -293,6 +293,18 @@ int InspectMain(int argc, char** argv) {
     std::printf("rope frequency factors (rope_freqs.weight): %lld, from %g to %g\n",
                 static_cast<long long>(f->cols()), f->f32()[0], f->f32()[f->cols() - 1]);
   }
+  std::string fused;  // the architecture's fused tensors (held split: the table lists parts)
+  for (const format::StoredTensor& st : format::StoredTensors(*c.arch)) {
+    if (!st.fused()) continue;
+    std::string parts;
+    for (const format::TensorSpec& part : st.parts)
+      parts += (parts.empty() ? "" : " + ") + std::string(part.name);
+    fused += (fused.empty() ? "" : "; ") + std::string(st.name) + " = " + parts;
+  }
+  if (!fused.empty()) {
+    std::printf("fused:      %s (held as views of their parts, listed below by part)\n",
+                fused.c_str());
+  }
   if (c.sliding_window > 0) {
     std::printf("sliding-window attention: %d of %d layers see the last %d positions (rope theta "
                 "%g); the others all\n",
