@@ -194,6 +194,8 @@ Status ReadArchValues(const Json& cfg, const HfArch& hf, const std::string& path
   WEIR_RETURN_IF_ERROR(ReadSlidingWindow(cfg, hf, path, c));
   if (arch.moe) WEIR_RETURN_IF_ERROR(ReadExperts(cfg, hf, path, c));
   return Status::Ok();
+}
+
 // rope_scaling (transformers' names; "type" is the older spelling of "rope_type"):
 //   null, or rope_type "default"        plain RoPE
 //   "linear", factor F                  positions divided by F (config.rope_scaling_factor)

@@ -118,8 +118,9 @@ std::vector<std::string> LlamaTensorNames(
   // the others where they were.
   for (const TensorSpec& t : arch.tensors) {
     if (t.per_layer || t.required || t.role == TensorRole::kOutput) continue;
-    std::string name = TensorName(t, -1);
-    if (listed(t, name)) names.push_back(std::move(name));
+    if (listed(StoredTensor{t.name, std::span<const TensorSpec>(&t, 1)}, -1)) {
+      names.push_back(TensorName(t, -1));
+    }
   }
   return names;
 }
