@@ -202,14 +202,15 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
   // What GGUF cannot state for the row is refused, not dropped: a sliding window on a row
   // without sliding layers (Mistral's sliding_window; llama.cpp's converter drops it), a query
   // scale other than 1/sqrt(head_dim) (Gemma's query_pre_attn_scalar, which llama.cpp infers
-  // only for Gemma 3 27B's 62 layers).
+  // only for the 27B models: Gemma 2's 46 layers, Gemma 3's 62).
   if (c.sliding_window > 0 && arch.sliding_window_period == 0) {
     return Status::Unsupported(StrFormat(
         "%s: a sliding window of %d on %s has no GGUF key (llama.cpp's %s has no sliding layers)",
         name.c_str(), c.sliding_window, arch.name, arch.gguf_name));
   }
   const bool inferred_scale =
-      prefix == "gemma3" && c.n_layers == 62 && c.n_head > 0 &&
+      ((prefix == "gemma2" && c.n_layers == 46) || (prefix == "gemma3" && c.n_layers == 62)) &&
+      c.n_head > 0 &&
       c.attn_scale == 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
   if (c.attn_scale > 0 && !inferred_scale) {
     return Status::Unsupported(
