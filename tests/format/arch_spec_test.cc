@@ -129,6 +129,14 @@ TEST(ArchSpecTest, EveryHfEntryCoversItsRow) {
   EXPECT_EQ(FindHfArch("GPT2LMHeadModel"), nullptr);
   EXPECT_EQ(FindHfModelType("gemma3_text"), FindHfArch("Gemma3ForCausalLM"));
   EXPECT_EQ(FindHfArch("MistralForCausalLM")->arch, &LlamaArch());
+  EXPECT_STREQ(FindHfModelType("gemma2")->arch->name, "gemma2");
+  const HfArch& phi3 = *FindHfModelType("phi3");
+  EXPECT_STREQ(phi3.architecture, "Phi3ForCausalLM");
+  // The fused tensors are named once, on their first part.
+  EXPECT_STREQ(FindHfTensorName(phi3, TensorRole::kAttnQ)->name, "self_attn.qkv_proj.weight");
+  EXPECT_STREQ(FindHfTensorName(phi3, TensorRole::kFfnGate)->name, "mlp.gate_up_proj.weight");
+  EXPECT_EQ(FindHfTensorName(phi3, TensorRole::kAttnK), nullptr);
+  EXPECT_EQ(FindHfTensorName(phi3, TensorRole::kFfnUp), nullptr);
   const HfArch& mixtral = *FindHfArch("MixtralForCausalLM");
   EXPECT_EQ(HfName(*FindHfTensorName(mixtral, TensorRole::kFfnUpExps), true, 3, 7),
             "model.layers.3.block_sparse_moe.experts.7.w3.weight");
