@@ -899,8 +899,7 @@ TEST(SafetensorsFamiliesTest, Phi3FusedTensorsAreSplit) {
                Shape{d.hidden, d.dim});
 
   // A fused tensor of the wrong size names both tensors and the sum of the parts.
-  r = LoadSafetensorsModel(
-      WriteModelDir(MakeSafetensors(Phi3Checkpoint(d, q + kv).tensors), cfg));
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(Phi3Checkpoint(d, q + kv).tensors), cfg));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), Status::Code::kCorrupt);
   EXPECT_NE(r.status().message().find(StrFormat(
