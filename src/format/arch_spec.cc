@@ -329,6 +329,21 @@ constexpr HfTensorName kHfQwen3MoeNames[] = {
     {R::kOutput,      "lm_head.weight"},
 };
 
+// Phi-3: q, k and v as the rows of one qkv_proj, the MLP's gate and up as the rows of one
+// gate_up_proj (gate first: Phi3MLP's gate_up_proj(x).chunk(2)); each fused tensor is named on
+// the first of its parts (see HfTensorName), no bias (Phi3Attention's qkv_proj has none).
+constexpr HfTensorName kHfPhi3Names[] = {
+    {R::kTokenEmbd,  "model.embed_tokens.weight"},
+    {R::kAttnNorm,   "input_layernorm.weight"},
+    {R::kAttnQ,      "self_attn.qkv_proj.weight"},
+    {R::kAttnOutput, "self_attn.o_proj.weight"},
+    {R::kFfnNorm,    "post_attention_layernorm.weight"},
+    {R::kFfnGate,    "mlp.gate_up_proj.weight"},
+    {R::kFfnDown,    "mlp.down_proj.weight"},
+    {R::kOutputNorm, "model.norm.weight"},
+    {R::kOutput,     "lm_head.weight"},
+};
+
 // One entry per config.json `architectures` value.
 //   architectures          model_type     row         names             1 + w  sliding_window                    expert norm default
 constexpr HfArch kHfArchs[] = {
@@ -339,6 +354,8 @@ constexpr HfArch kHfArchs[] = {
     {"Gemma3ForCausalLM",   "gemma3_text", &kGemma3,   kHfGemma3Names,   true,  HfSlidingWindow::kRowPattern},
     {"MixtralForCausalLM",  "mixtral",     &kMixtral,  kHfMixtralNames,  false, HfSlidingWindow::kEveryLayer, true},
     {"Qwen3MoeForCausalLM", "qwen3_moe",   &kQwen3Moe, kHfQwen3MoeNames, false, HfSlidingWindow::kIgnored,    false},
+    {"Gemma2ForCausalLM",   "gemma2",      &kGemma2,   kHfGemma3Names,   true,  HfSlidingWindow::kRowPattern},
+    {"Phi3ForCausalLM",     "phi3",        &kPhi3,     kHfPhi3Names,     false, HfSlidingWindow::kIgnored},
 };
 // clang-format on
 

@@ -74,6 +74,14 @@
 //   Gemma3ForCausalLM    gemma3    + pre/post_feedforward_layernorm  norms stored as w: 1 + w
 //   MixtralForCausalLM   mixtral   block_sparse_moe.experts.E.w1  experts stacked at load
 //   Qwen3MoeForCausalLM  qwen3moe  mlp.experts.E.gate_proj        experts stacked at load
+//   Gemma2ForCausalLM    gemma2    as Gemma 3 (no q_norm/k_norm)  norms stored as w: 1 + w
+//   Phi3ForCausalLM      phi3      self_attn.qkv_proj, mlp.gate_up_proj  fused: split at load
+// Gemma 2's config.json states attn_logit_softcapping and final_logit_softcapping (absent: its
+// config class's 50 and 30, the row's defaults; null: off), sliding_window with layer_types or,
+// without them, every other layer sliding from layer 0 (transformers' Gemma2Config and llama.cpp
+// agree), and no rope_local_base_freq (sliding layers use rope_theta). Phi-3's
+// partial_rotary_factor gives rope_dim = head_dim * factor (Phi-4-mini); its rope_scaling
+// longrope/su/yarn is refused and its sliding_window ignored, as by the GGUF phi3 row.
 // Every HF checkpoint keeps q and k in the layout of RoPE on halves (transformers' rotate_half),
 // so its config gets RopeStyle::kRotateHalf whatever the row says: llama.cpp's converter permutes
 // Llama's q/k rows into adjacent pairs for GGUF, weir instead keeps the rows and rotates halves.
@@ -210,7 +218,11 @@ struct ArchSpec {
 // A checkpoint's name of the tensor of `role`. Global tensors are named in full
 // ("model.norm.weight"); a per-layer tensor is "model.layers.N." + name; a stacked expert tensor
 // (TensorSpec::stack == kExperts) is stored as one 2-D tensor per expert, "{E}" in the name
-// standing for the expert's number ("mlp.experts.{E}.gate_proj.weight").
+// standing for the expert's number ("mlp.experts.{E}.gate_proj.weight"). The parts of a fused
+// tensor (TensorSpec::fused_in) that the checkpoint stores fused too are named once, on the
+// role of the first part ({kAttnQ, "self_attn.qkv_proj.weight"}): the reader stores it under
+// the fused GGUF name, checks it against the sum of its parts and splits it like the GGUF loader
+// (SplitFusedTensors); the other parts have no entry.
 struct HfTensorName {
   TensorRole role;
   const char* name;

@@ -114,6 +114,10 @@ Status ReadSlidingWindow(const Json& cfg, const HfArch& hf, const std::string& p
   }
   if (sliding.empty()) return Status::Ok();
   WEIR_ASSIGN_OR_RETURN(std::optional<int64_t> window, GetOptionalInt(cfg, "sliding_window", path));
+  // Left out (not null): the config class's default where the row has one (Gemma 2: 4096).
+  if (!window && !cfg.contains("sliding_window") && arch.sliding_window_default > 0) {
+    window = arch.sliding_window_default;
+  }
   if (!window || *window <= 0 || *window > limits::kMaxContext) {
     return Status::InvalidArgument(
         StrFormat("%s: %s has sliding-window layers, but field 'sliding_window' = %s is not a "
@@ -125,9 +129,10 @@ Status ReadSlidingWindow(const Json& cfg, const HfArch& hf, const std::string& p
   c->layer_sliding = std::move(sliding);
   WEIR_ASSIGN_OR_RETURN(std::optional<double> local,
                         GetPositive(cfg, "rope_local_base_freq", path));
-  c->rope_theta_sliding = local                            ? static_cast<float>(*local)
-                          : arch.sliding_window_period > 0 ? arch.rope_theta_sliding
-                                                           : c->rope_theta;
+  // The row's sliding base (Gemma 3: 10000), else the global one (Mistral, Gemma 2).
+  c->rope_theta_sliding = local                         ? static_cast<float>(*local)
+                          : arch.rope_theta_sliding > 0 ? arch.rope_theta_sliding
+                                                        : c->rope_theta;
   return Status::Ok();
 }
 
@@ -178,18 +183,35 @@ Status ReadArchValues(const Json& cfg, const HfArch& hf, const std::string& path
   WEIR_ASSIGN_OR_RETURN(std::optional<double> qpas,
                         GetPositive(cfg, "query_pre_attn_scalar", path));
   if (qpas && *qpas != c->head_dim) c->attn_scale = static_cast<float>(1.0 / std::sqrt(*qpas));
-  WEIR_ASSIGN_OR_RETURN(std::optional<double> cap,
-                        GetOptionalNumber(cfg, "final_logit_softcapping", path));
-  if (cap) {
+  // Soft-caps: a key left out gets the row's default (Gemma 2's config class: 50 and 30), a
+  // null one is off (transformers: `if config.attn_logit_softcapping is not None`).
+  struct Cap {
+    const char* key;
+    bool allowed;
+    float fallback;
+    float* out;
+  };
+  const Cap caps[] = {
+      {"final_logit_softcapping", arch.logit_softcap, arch.final_softcap_default,
+       &c->final_logit_softcap},
+      {"attn_logit_softcapping", arch.attn_softcap, arch.attn_softcap_default,
+       &c->attn_logit_softcap},
+  };
+  for (const Cap& k : caps) {
+    WEIR_ASSIGN_OR_RETURN(std::optional<double> cap, GetOptionalNumber(cfg, k.key, path));
+    if (!cap) {
+      if (!cfg.contains(k.key)) *k.out = k.fallback;
+      continue;
+    }
     if (!std::isfinite(*cap) || *cap < 0) {
-      return Status::InvalidArgument(
-          StrFormat("%s: final_logit_softcapping %g must be >= 0", p, *cap));
+      return Status::InvalidArgument(StrFormat("%s: %s %g must be >= 0", p, k.key, *cap));
     }
-    if (*cap > 0 && !arch.logit_softcap) {
-      return Status::Unsupported(StrFormat("%s: final_logit_softcapping %g is not supported for %s",
-                                           p, *cap, hf.architecture));
+    if (*cap > 0 && !k.allowed) {
+      return Status::Unsupported(
+          StrFormat("%s: %s %g is not supported for %s (row %s has no such soft-cap)", p, k.key,
+                    *cap, hf.architecture, arch.name));
     }
-    c->final_logit_softcap = static_cast<float>(*cap);
+    *k.out = static_cast<float>(*cap);
   }
   WEIR_RETURN_IF_ERROR(ReadSlidingWindow(cfg, hf, path, c));
   if (arch.moe) WEIR_RETURN_IF_ERROR(ReadExperts(cfg, hf, path, c));
@@ -316,13 +338,6 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
       return Status::Unsupported(StrFormat("%s: %s = true is not supported", p, key));
     }
   }
-  if (const Json* cap = FindField(cfg, "attn_logit_softcapping")) {
-    return Status::Unsupported(
-        StrFormat("%s: attn_logit_softcapping %s is not supported (attention scores are not "
-                  "capped by weir)",
-                  p, JsonPreview(*cap).c_str()));
-  }
-
   HfLlamaConfig out;
   out.hf = hf;
   LlamaConfig& c = out.config;
@@ -368,6 +383,21 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   c.ctx_len = static_cast<int>(ctx.value_or(0));
   c.rope_dim = c.head_dim;
   c.rope_style = RopeStyle::kRotateHalf;
+  // partial_rotary_factor (Phi-4-mini: 0.75): RoPE turns the first head_dim * factor dims of
+  // each head (transformers: int(head_dim * factor)), on halves of those.
+  WEIR_ASSIGN_OR_RETURN(std::optional<double> partial,
+                        GetOptionalNumber(cfg, "partial_rotary_factor", path));
+  if (partial) {
+    const double dims = std::floor(c.head_dim * *partial);
+    if (!std::isfinite(*partial) || *partial <= 0 || *partial > 1 || dims < 2 ||
+        static_cast<int>(dims) % 2 != 0) {
+      return Status::InvalidArgument(
+          StrFormat("%s: partial_rotary_factor %g gives %g rotated dims of head_dim %d; weir "
+                    "needs an even number in 2..head_dim",
+                    p, *partial, dims, c.head_dim));
+    }
+    c.rope_dim = static_cast<int>(dims);
+  }
 
   WEIR_ASSIGN_OR_RETURN(std::optional<double> eps, GetOptionalNumber(cfg, "rms_norm_eps", path));
   WEIR_ASSIGN_OR_RETURN(std::optional<double> theta, GetOptionalNumber(cfg, "rope_theta", path));
@@ -385,7 +415,8 @@ Result<HfLlamaConfig> ParseHfLlamaConfig(std::string_view json_text, const std::
   WEIR_RETURN_IF_ERROR(ReadArchValues(cfg, *hf, path, &c));
 
   WEIR_ASSIGN_OR_RETURN(std::optional<bool> tie, GetOptionalBool(cfg, "tie_word_embeddings", path));
-  out.tie_word_embeddings = tie.value_or(false);
+  // Left out: the config class's default (true for Gemma 2, whose row's head is tied).
+  out.tie_word_embeddings = tie.value_or(arch.tied_head);
   out.tie_word_embeddings_stated = tie.has_value();
   WEIR_ASSIGN_OR_RETURN(out.bos_token_id, GetTokenId(cfg, "bos_token_id", path));
   WEIR_ASSIGN_OR_RETURN(out.eos_token_id, GetTokenId(cfg, "eos_token_id", path));

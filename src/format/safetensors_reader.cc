@@ -7,6 +7,7 @@
 #include <map>
 #include <optional>
 #include <set>
+#include <span>
 #include <string_view>
 
 #include "base/aligned_buffer.h"
@@ -245,7 +246,20 @@ struct Binding {
   const TensorSpec* spec = nullptr;
   int layer = -1;
   int expert = -1;
+  // A fused tensor (Phi-3's qkv_proj): its parts, the first of which is `spec`; empty otherwise.
+  std::span<const TensorSpec> fused_parts;
 };
+
+// The stored tensor whose first part is `t`, when `t` is a part of a fused tensor; its parts are
+// empty when `t` is a later part (named by the first part's entry) or not fused at all.
+StoredTensor FusedTensorOf(const ArchSpec& arch, const TensorSpec& t) {
+  if (t.fused_in != nullptr) {
+    for (const StoredTensor& s : StoredTensors(arch)) {
+      if (s.fused() && &s.parts.front() == &t) return s;
+    }
+  }
+  return StoredTensor{t.name, {}};
+}
 
 // The checkpoint's name of every tensor the row reads, for config `c`, except the expert
 // slices (n_layers * n_expert names per projection, matched by MatchExpert instead).
@@ -254,9 +268,10 @@ std::map<std::string, Binding> ExpectedHfNames(const HfArch& hf, const LlamaConf
   for (const TensorSpec& t : hf.arch->tensors) {
     const HfTensorName* n = FindHfTensorName(hf, t.role);
     if (n == nullptr || t.stack == Dim::kExperts) continue;  // never stored / matched apart
+    const StoredTensor fused = FusedTensorOf(*hf.arch, t);
     for (int l = 0; l < (t.per_layer ? c.n_layers : 1); ++l) {
       const int layer = t.per_layer ? l : -1;
-      names[HfName(*n, t.per_layer, layer, -1)] = Binding{&t, layer, -1};
+      names[HfName(*n, t.per_layer, layer, -1)] = Binding{&t, layer, -1, fused.parts};
     }
   }
   return names;
@@ -565,9 +580,16 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
       }
       found.insert(hf_name);
       const TensorSpec& t = *b.spec;
-      const std::string canonical = TensorName(t, b.layer);
+      std::string canonical = TensorName(t, b.layer);
       Shape want = ExpectedShape(t, c, b.layer);
-      std::string derivation = ShapeDerivation(t), what = canonical;
+      std::string derivation = ShapeDerivation(t);
+      if (!b.fused_parts.empty()) {  // stored as the GGUF fused tensor, split below
+        const StoredTensor s{t.fused_in, b.fused_parts};
+        canonical = StoredTensorName(s, b.layer);
+        want = StoredShape(s, c, b.layer);
+        derivation = StoredShapeDerivation(s);
+      }
+      std::string what = canonical;
       if (b.expert >= 0) {  // one [outer, inner] slice of [n_expert, outer, inner]
         want = Shape{want[1], want[2]};
         derivation = StrFormat("[%s, %s]", DimName(t.outer), DimName(t.inner));
@@ -600,12 +622,16 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
   // Every tensor of the checkpoint kind must be there (lm_head may be tied away).
   for (const auto& [name, b] : expected) {
     if (found.count(name) || b.spec->role == TensorRole::kOutput) continue;
-    const Shape want = ExpectedShape(*b.spec, c, b.layer);
-    return Status::Corrupt(
-        StrFormat("%s: tensor '%s' = %s is missing (a %s checkpoint has it; expected shape %s = "
-                  "%s)",
-                  p, Printable(name).c_str(), TensorName(*b.spec, b.layer).c_str(),
-                  hf_arch.architecture, ShapeDerivation(*b.spec).c_str(), want.ToString().c_str()));
+    const StoredTensor s{b.spec->fused_in, b.fused_parts};
+    const bool fused = !b.fused_parts.empty();
+    const Shape want = fused ? StoredShape(s, c, b.layer) : ExpectedShape(*b.spec, c, b.layer);
+    return Status::Corrupt(StrFormat(
+        "%s: tensor '%s' = %s is missing (a %s checkpoint has it; expected shape %s = %s)", p,
+        Printable(name).c_str(),
+        fused ? StoredTensorName(s, b.layer).c_str() : TensorName(*b.spec, b.layer).c_str(),
+        hf_arch.architecture,
+        fused ? StoredShapeDerivation(s).c_str() : ShapeDerivation(*b.spec).c_str(),
+        want.ToString().c_str()));
   }
 
   for (const TensorSpec& t : hf_arch.arch->tensors) {
@@ -705,6 +731,8 @@ Result<ModelFile> LoadSafetensorsModel(const std::string& path, const LoadOption
     for (const auto& [k, v] : s.header.metadata) m.metadata.emplace_back("safetensors." + k, v);
   }
   m.metadata.insert(m.metadata.end(), hf.metadata.begin(), hf.metadata.end());
+  // Fused tensors (Phi-3's qkv_proj, gate_up_proj) into their parts, as the GGUF loader does.
+  WEIR_RETURN_IF_ERROR(SplitFusedTensors(&m));
   WEIR_RETURN_IF_ERROR(ValidateLlama(m));
   return m;
 }

@@ -114,15 +114,29 @@ TEST(ArchSpecTest, EveryHfEntryCoversItsRow) {
           << n.name;
     }
     for (const TensorSpec& t : h.arch->tensors) {
-      if (t.required || t.role == TensorRole::kOutput) {
+      // A later part of a fused tensor is named by its first part's entry (the fused tensor).
+      const bool later_part =
+          t.fused_in != nullptr && &t != &h.arch->tensors.front() &&
+          std::string_view((&t - 1)->fused_in ? (&t - 1)->fused_in : "") == t.fused_in;
+      if ((t.required || t.role == TensorRole::kOutput) && !later_part) {
         EXPECT_NE(FindHfTensorName(h, t.role), nullptr) << t.name;
       }
+      if (later_part) EXPECT_EQ(FindHfTensorName(h, t.role), nullptr) << t.name;
     }
-    EXPECT_EQ(h.norm_plus_one, std::string(h.arch->name) == "gemma3");
+    const std::string row = h.arch->name;
+    EXPECT_EQ(h.norm_plus_one, row == "gemma3" || row == "gemma2");
   }
   EXPECT_EQ(FindHfArch("GPT2LMHeadModel"), nullptr);
   EXPECT_EQ(FindHfModelType("gemma3_text"), FindHfArch("Gemma3ForCausalLM"));
   EXPECT_EQ(FindHfArch("MistralForCausalLM")->arch, &LlamaArch());
+  EXPECT_STREQ(FindHfModelType("gemma2")->arch->name, "gemma2");
+  const HfArch& phi3 = *FindHfModelType("phi3");
+  EXPECT_STREQ(phi3.architecture, "Phi3ForCausalLM");
+  // The fused tensors are named once, on their first part.
+  EXPECT_STREQ(FindHfTensorName(phi3, TensorRole::kAttnQ)->name, "self_attn.qkv_proj.weight");
+  EXPECT_STREQ(FindHfTensorName(phi3, TensorRole::kFfnGate)->name, "mlp.gate_up_proj.weight");
+  EXPECT_EQ(FindHfTensorName(phi3, TensorRole::kAttnK), nullptr);
+  EXPECT_EQ(FindHfTensorName(phi3, TensorRole::kFfnUp), nullptr);
   const HfArch& mixtral = *FindHfArch("MixtralForCausalLM");
   EXPECT_EQ(HfName(*FindHfTensorName(mixtral, TensorRole::kFfnUpExps), true, 3, 7),
             "model.layers.3.block_sparse_moe.experts.7.w3.weight");

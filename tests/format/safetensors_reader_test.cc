@@ -470,7 +470,8 @@ TEST(HfConfigTest, BadFieldsAreClearErrors) {
          "rope_parameters");
   expect(with("use_sliding_window", true), Status::Code::kUnsupported, "use_sliding_window");
   expect(with("attn_logit_softcapping", 50.0), Status::Code::kUnsupported,
-         "attn_logit_softcapping");
+         "attn_logit_softcapping 50 is not supported for LlamaForCausalLM (row llama has no such "
+         "soft-cap)");
   expect(with("final_logit_softcapping", 30.0), Status::Code::kUnsupported,
          "final_logit_softcapping 30 is not supported for LlamaForCausalLM");
   expect(with("layer_types", {"full_attention"}), Status::Code::kInvalidArgument,
@@ -764,6 +765,182 @@ TEST(SafetensorsFamiliesTest, Gemma3NormsAreOnePlusWAndConfigMaps) {
   r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("'sliding_window' = null"), std::string::npos)
+      << r.status().ToString();
+}
+
+// Gemma 2: Gemma 3's checkpoint without QK-norm; soft-caps, every other layer sliding.
+nlohmann::json Gemma2Config() {
+  nlohmann::json c = Gemma3Config();
+  c["architectures"] = {"Gemma2ForCausalLM"};
+  c["model_type"] = "gemma2";
+  c.erase("rope_local_base_freq");
+  c["attn_logit_softcapping"] = 50.0;
+  c["final_logit_softcapping"] = 30.0;
+  return c;
+}
+
+TEST(SafetensorsFamiliesTest, Gemma2SoftCapsAndEvenSlidingLayers) {
+  TinyDims d;
+  HfBuilder b = Gemma3Checkpoint(d);
+  for (int l = 0; l < d.n_layers; ++l) {
+    b.Drop("model.layers." + std::to_string(l) + ".self_attn.q_norm.weight");
+    b.Drop("model.layers." + std::to_string(l) + ".self_attn.k_norm.weight");
+  }
+  nlohmann::json cfg = Gemma2Config();
+  auto r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const LlamaConfig& c = r->config;
+  EXPECT_STREQ(c.arch->name, "gemma2");
+  EXPECT_FLOAT_EQ(c.attn_logit_softcap, 50.0f);
+  EXPECT_FLOAT_EQ(c.final_logit_softcap, 30.0f);
+  EXPECT_FLOAT_EQ(c.embed_scale, 4.0f);
+  EXPECT_EQ(c.sliding_window, 3);
+  EXPECT_EQ(c.layer_sliding, (std::vector<uint8_t>{1, 0}));
+  EXPECT_FLOAT_EQ(c.RopeTheta(0), 1e6f);  // one RoPE base: no rope_local_base_freq in Gemma 2
+  EXPECT_FLOAT_EQ(c.RopeTheta(1), 1e6f);
+  EXPECT_TRUE(c.tied_output);
+  ExpectValues(*r, "blk.1.post_attention_norm.weight",
+               Plus(b.values.at("model.layers.1.post_attention_layernorm.weight"), 1.0f),
+               Shape{16});
+  ExpectValues(*r, "output_norm.weight", Plus(b.values.at("model.norm.weight"), 1.0f), Shape{16});
+
+  // Without layer_types: every other layer from layer 0 (Gemma2Config, llama.cpp's gemma2);
+  // keys left out get Gemma2Config's defaults, null caps are off.
+  cfg.erase("layer_types");
+  cfg.erase("sliding_window");
+  cfg.erase("attn_logit_softcapping");
+  cfg["final_logit_softcapping"] = nullptr;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.layer_sliding, (std::vector<uint8_t>{1, 0}));
+  EXPECT_EQ(r->config.sliding_window, 4096);
+  EXPECT_FLOAT_EQ(r->config.attn_logit_softcap, 50.0f);
+  EXPECT_EQ(r->config.final_logit_softcap, 0.0f);
+  cfg["attn_logit_softcapping"] = nullptr;
+  cfg.erase("final_logit_softcapping");
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  EXPECT_EQ(r->config.attn_logit_softcap, 0.0f);
+  EXPECT_FLOAT_EQ(r->config.final_logit_softcap, 30.0f);
+
+  // Gemma 3's QK-norm is no Gemma 2 tensor; a negative cap is an error.
+  r = LoadSafetensorsModel(
+      WriteModelDir(MakeSafetensors(Gemma3Checkpoint(d).tensors), Gemma2Config()));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'model.layers.0.self_attn.q_norm.weight' is not part of a "
+                                      "Gemma2ForCausalLM checkpoint"),
+            std::string::npos)
+      << r.status().ToString();
+  cfg = Gemma2Config();
+  cfg["attn_logit_softcapping"] = -1.0;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("attn_logit_softcapping -1 must be >= 0"), std::string::npos)
+      << r.status().ToString();
+  // Gemma 3's row caps the logits only: a stated attention cap is refused, not dropped.
+  cfg = Gemma3Config();
+  cfg["attn_logit_softcapping"] = 50.0;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(Gemma3Checkpoint(d).tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
+  EXPECT_NE(r.status().message().find("attn_logit_softcapping 50 is not supported for "
+                                      "Gemma3ForCausalLM (row gemma3 has no such soft-cap)"),
+            std::string::npos)
+      << r.status().ToString();
+}
+
+// Phi-3: q, k, v in one qkv_proj and gate, up in one gate_up_proj, split into the row's parts.
+HfBuilder Phi3Checkpoint(const TinyDims& d, int qkv_rows = 0) {
+  HfBuilder b;
+  const int hd = d.dim / d.n_heads, q = d.n_heads * hd, kv = d.n_kv_heads * hd;
+  b.Add("model.embed_tokens.weight", {d.vocab, d.dim});
+  for (int l = 0; l < d.n_layers; ++l) {
+    const std::string p = "model.layers." + std::to_string(l) + ".";
+    b.Add(p + "input_layernorm.weight", {d.dim});
+    b.Add(p + "self_attn.qkv_proj.weight", {qkv_rows > 0 ? qkv_rows : q + 2 * kv, d.dim});
+    b.Add(p + "self_attn.o_proj.weight", {d.dim, q});
+    b.Add(p + "post_attention_layernorm.weight", {d.dim});
+    b.Add(p + "mlp.gate_up_proj.weight", {2 * d.hidden, d.dim});
+    b.Add(p + "mlp.down_proj.weight", {d.dim, d.hidden});
+  }
+  b.Add("model.norm.weight", {d.dim});
+  b.Add("lm_head.weight", {d.vocab, d.dim});
+  return b;
+}
+
+std::vector<float> Rows(const std::vector<float>& v, int cols, int first, int n) {
+  return std::vector<float>(v.begin() + static_cast<ptrdiff_t>(first) * cols,
+                            v.begin() + static_cast<ptrdiff_t>(first + n) * cols);
+}
+
+TEST(SafetensorsFamiliesTest, Phi3FusedTensorsAreSplit) {
+  TinyDims d;
+  const int hd = d.dim / d.n_heads, q = d.n_heads * hd, kv = d.n_kv_heads * hd;
+  HfBuilder b = Phi3Checkpoint(d);
+  nlohmann::json cfg = BaseConfig("Phi3ForCausalLM", "phi3");
+  cfg["sliding_window"] = 2047;  // Phi-3-mini-4k states it; ignored like the GGUF row
+  cfg["partial_rotary_factor"] = 0.5;
+  auto r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_TRUE(r.ok()) << r.status().ToString();
+  const LlamaConfig& c = r->config;
+  EXPECT_STREQ(c.arch->name, "phi3");
+  EXPECT_EQ(c.rope_dim, hd / 2);
+  EXPECT_EQ(c.sliding_window, 0);
+  EXPECT_TRUE(c.layer_sliding.empty());
+  EXPECT_FALSE(c.tied_output);
+  EXPECT_EQ(r->Find("blk.0.attn_qkv.weight"), nullptr);
+  const std::vector<float>& qkv = b.values.at("model.layers.1.self_attn.qkv_proj.weight");
+  ExpectValues(*r, "blk.1.attn_q.weight", Rows(qkv, d.dim, 0, q), Shape{q, d.dim});
+  ExpectValues(*r, "blk.1.attn_k.weight", Rows(qkv, d.dim, q, kv), Shape{kv, d.dim});
+  ExpectValues(*r, "blk.1.attn_v.weight", Rows(qkv, d.dim, q + kv, kv), Shape{kv, d.dim});
+  const std::vector<float>& gu = b.values.at("model.layers.0.mlp.gate_up_proj.weight");
+  ExpectValues(*r, "blk.0.ffn_gate.weight", Rows(gu, d.dim, 0, d.hidden), Shape{d.hidden, d.dim});
+  ExpectValues(*r, "blk.0.ffn_up.weight", Rows(gu, d.dim, d.hidden, d.hidden),
+               Shape{d.hidden, d.dim});
+
+  // A fused tensor of the wrong size names both tensors and the sum of the parts.
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(Phi3Checkpoint(d, q + kv).tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), Status::Code::kCorrupt);
+  EXPECT_NE(r.status().message().find(StrFormat(
+                "tensor 'model.layers.0.self_attn.qkv_proj.weight' = blk.0.attn_qkv.weight has "
+                "shape [%d, %d], expected [n_head * head_dim + n_head_kv * head_dim + n_head_kv "
+                "* head_dim, d_model] = [%d, %d]",
+                q + kv, d.dim, q + 2 * kv, d.dim)),
+            std::string::npos)
+      << r.status().ToString();
+  HfBuilder missing = b;
+  missing.Drop("model.layers.1.mlp.gate_up_proj.weight");
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(missing.tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor 'model.layers.1.mlp.gate_up_proj.weight' = "
+                                      "blk.1.ffn_up.weight is missing"),
+            std::string::npos)
+      << r.status().ToString();
+  // Separate q/k/v are no Phi-3 checkpoint's tensors.
+  HfBuilder split = b;
+  split.Add("model.layers.0.self_attn.q_proj.weight", {q, d.dim});
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(split.tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("'model.layers.0.self_attn.q_proj.weight' is not part of a "
+                                      "Phi3ForCausalLM checkpoint"),
+            std::string::npos)
+      << r.status().ToString();
+  // Phi-3-128k / Phi-3.5 / Phi-4-mini's LongRoPE is refused; an odd rotated width too.
+  for (const char* type : {"longrope", "su", "yarn"}) {
+    nlohmann::json l = cfg;
+    l["rope_scaling"] = {{"type", type}, {"long_factor", {1.0}}, {"short_factor", {1.0}}};
+    r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), l));
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), Status::Code::kUnsupported);
+    EXPECT_NE(r.status().message().find(StrFormat("rope_scaling type '%s' is not supported", type)),
+              std::string::npos)
+        << r.status().ToString();
+  }
+  cfg["partial_rotary_factor"] = 0.3;
+  r = LoadSafetensorsModel(WriteModelDir(MakeSafetensors(b.tensors), cfg));
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("partial_rotary_factor 0.3"), std::string::npos)
       << r.status().ToString();
 }
 

@@ -368,7 +368,13 @@ INSTANTIATE_TEST_SUITE_P(
                true},
         HfCase{"mixtral", "MixtralForCausalLM", "mixtral", "f32", "", true},
         HfCase{"mixtral_bf16", "MixtralForCausalLM", "mixtral", "bf16", "", true},
-        HfCase{"qwen3moe", "Qwen3MoeForCausalLM", "qwen3moe", "f32", "", true}),
+        HfCase{"qwen3moe", "Qwen3MoeForCausalLM", "qwen3moe", "f32", "", true},
+        HfCase{"gemma2", "Gemma2ForCausalLM", "gemma2", "f32", "", true},
+        // No layer_types: transformers' default pattern (layers 0, 2, ... slide).
+        HfCase{"gemma2_bf16_default_pattern", "Gemma2ForCausalLM", "gemma2", "bf16",
+               "--pattern-key", true},
+        HfCase{"phi3", "Phi3ForCausalLM", "phi3", "f32", "", true},
+        HfCase{"phi3_bf16", "Phi3ForCausalLM", "phi3", "bf16", "", true}),
     [](const ::testing::TestParamInfo<HfCase>& info) { return std::string(info.param.name); });
 
 // --- RoPE scaling: linear (positions / factor) and Llama 3.1's rope_freqs ------------------------

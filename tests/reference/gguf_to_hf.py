@@ -8,7 +8,10 @@ documented behaviour, not from weir's C++:
   - Llama and Mixtral: the converter permutes the rows of q and k of each head from RoPE on
     halves (i, i + hd/2) to adjacent pairs (2i, 2i+1): GGUF row 2j + s of a head is HF row
     s * hd/2 + j; this script puts them back
-  - Gemma 3: the converter stores 1 + w for every RMSNorm weight w; this script stores w
+  - Gemma 2 and 3: the converter stores 1 + w for every RMSNorm weight w; this script stores w
+  - Phi-3: GGUF's attn_qkv (q, k, v rows) is HF's qkv_proj and GGUF's ffn_up (gate rows, then
+    up rows) is HF's gate_up_proj, as they are; rope.dimension_count < head_dim is
+    partial_rotary_factor
   - mixtures of experts: GGUF stacks the experts in [n_expert, rows, cols]; HF stores one
     2-D tensor per expert
 Norms and biases are written F32; 2-D weights as --dtype (f32, f16 or bf16; a GGUF of that type
@@ -17,7 +20,8 @@ is written back bit for bit).
 Usage: gguf_to_hf.py MODEL.gguf OUT_DIR --arch Qwen2ForCausalLM [--dtype bf16]
            [--sliding-window N] [--pattern-key]
   --sliding-window  Mistral/Mixtral: config.json's sliding_window (default null)
-  --pattern-key     Gemma 3: state sliding_window_pattern instead of layer_types
+  --pattern-key     Gemma 3: state sliding_window_pattern instead of layer_types; Gemma 2:
+                    state neither (transformers' default: every other layer from layer 0)
 """
 
 import argparse
@@ -40,6 +44,8 @@ CLASSES = {
     "Gemma3ForCausalLM": ("gemma3", "gemma3_text", {"qk_norm", "gemma"}),
     "MixtralForCausalLM": ("llama", "mixtral", {"mixtral"}),
     "Qwen3MoeForCausalLM": ("qwen3moe", "qwen3_moe", {"qk_norm", "qwen_moe"}),
+    "Gemma2ForCausalLM": ("gemma2", "gemma2", {"gemma"}),
+    "Phi3ForCausalLM": ("phi3", "phi3", {"phi3"}),
 }
 
 
@@ -111,14 +117,21 @@ def convert(gguf_path, out_dir, hf_class, dtype, sliding_window, pattern_key):
         "torch_dtype": {"F32": "float32", "F16": "float16", "BF16": "bfloat16"}[dtype],
     }
     if "gemma" in traits:
+        gemma2 = gguf_arch == "gemma2"
         cfg["hidden_activation"] = "gelu_pytorch_tanh"
+        # llama.cpp's converter writes no query scale: 1/sqrt(head_dim) (the 27B models aside).
         cfg["query_pre_attn_scalar"] = hd
-        cfg["final_logit_softcapping"] = meta.get("gemma3.final_logit_softcapping")
-        cfg["attn_logit_softcapping"] = None
-        window = int(k("attention.sliding_window", 0))
+        # GGUF keys left out: llama.cpp's defaults (Gemma 2: 50 and 30; Gemma 3: none).
+        final_cap = k("final_logit_softcapping", 30.0 if gemma2 else None)
+        cfg["final_logit_softcapping"] = None if final_cap is None else float(final_cap)
+        cfg["attn_logit_softcapping"] = float(k("attn_logit_softcapping", 50.0)) if gemma2 else None
+        window = int(k("attention.sliding_window", 4096 if gemma2 else 0))
         cfg["sliding_window"] = window or None
-        cfg["rope_local_base_freq"] = float(k("rope.freq_base_swa", 10000.0))
-        pattern = k("attention.sliding_window_pattern", 6)
+        if not gemma2:  # Gemma 2 has one RoPE base
+            cfg["rope_local_base_freq"] = float(k("rope.freq_base_swa", 10000.0))
+        elif k("rope.freq_base_swa") is not None:
+            raise SystemExit("Gemma 2 has no config.json form of rope.freq_base_swa")
+        pattern = k("attention.sliding_window_pattern", 2 if gemma2 else 6)
         if isinstance(pattern, list):
             flags = [bool(v) for v in pattern]
         else:
@@ -126,11 +139,23 @@ def convert(gguf_path, out_dir, hf_class, dtype, sliding_window, pattern_key):
         if pattern_key:
             if isinstance(pattern, list):
                 raise SystemExit("--pattern-key needs a periodic pattern")
-            cfg["sliding_window_pattern"] = int(pattern)
+            if not gemma2:
+                cfg["sliding_window_pattern"] = int(pattern)
+            elif flags != [i % 2 == 0 for i in range(L)]:
+                raise SystemExit("Gemma 2 without layer_types slides on even layers only")
         elif window:
             cfg["layer_types"] = ["sliding_attention" if f else "full_attention" for f in flags]
     else:
         cfg["hidden_act"] = "silu"
+    if "phi3" in traits:
+        n_rot = int(k("rope.dimension_count", hd))
+        if n_rot != hd:
+            cfg["partial_rotary_factor"] = n_rot / hd
+        # Phi-3-mini-4k states a window that the phi3 graphs of llama.cpp and weir ignore.
+        phi_window = k("attention.sliding_window")
+        cfg["sliding_window"] = None if phi_window is None else int(phi_window)
+        if "rope_factors_long.weight" in t:
+            raise SystemExit("LongRoPE factors have no config.json form here")
     if model_type in ("mistral", "mixtral"):
         cfg["sliding_window"] = sliding_window
     if "bias" not in traits and model_type != "qwen2":
@@ -162,10 +187,18 @@ def convert(gguf_path, out_dir, hf_class, dtype, sliding_window, pattern_key):
         g = lambda n: t[f"blk.{i}.{n}"]  # noqa: E731
         p = f"model.layers.{i}."
         vec(p + "input_layernorm.weight", g("attn_norm.weight"))
-        q, kk = g("attn_q.weight"), g("attn_k.weight")
-        weight(p + "self_attn.q_proj.weight", unpermute(q, H) if permute else q)
-        weight(p + "self_attn.k_proj.weight", unpermute(kk, KV) if permute else kk)
-        weight(p + "self_attn.v_proj.weight", g("attn_v.weight"))
+        if "phi3" in traits:
+            qkv = t.get(f"blk.{i}.attn_qkv.weight")
+            if qkv is None:  # stored apart: fuse them as Phi3Attention's qkv_proj
+                qkv = np.concatenate([g("attn_q.weight"), g("attn_k.weight"), g("attn_v.weight")])
+            weight(p + "self_attn.qkv_proj.weight", qkv)
+            if f"blk.{i}.attn_qkv.bias" in t or f"blk.{i}.attn_q.bias" in t:
+                raise SystemExit("Phi3ForCausalLM has no q/k/v bias")
+        else:
+            q, kk = g("attn_q.weight"), g("attn_k.weight")
+            weight(p + "self_attn.q_proj.weight", unpermute(q, H) if permute else q)
+            weight(p + "self_attn.k_proj.weight", unpermute(kk, KV) if permute else kk)
+            weight(p + "self_attn.v_proj.weight", g("attn_v.weight"))
         if "bias" in traits:
             for proj in "qkv":
                 vec(p + f"self_attn.{proj}_proj.bias", g(f"attn_{proj}.bias"), is_norm=False)
@@ -190,6 +223,9 @@ def convert(gguf_path, out_dir, hf_class, dtype, sliding_window, pattern_key):
             for x in range(stacks[0].shape[0]):
                 for w, stack in zip(names, stacks):
                     weight(fmt.format(x=x, w=w), stack[x])
+        elif "phi3" in traits:
+            weight(p + "mlp.gate_up_proj.weight", g("ffn_up.weight"))  # gate rows, then up rows
+            weight(p + "mlp.down_proj.weight", g("ffn_down.weight"))
         else:
             weight(p + "mlp.gate_proj.weight", g("ffn_gate.weight"))
             weight(p + "mlp.up_proj.weight", g("ffn_up.weight"))

@@ -582,6 +582,16 @@ def read_safetensors(path):
 #            layer_types or sliding_window_pattern (layer i slides when (i + 1) % pattern != 0,
 #            default 6) with RoPE base rope_local_base_freq (default 10000)
 #   window   "every": a non-null sliding_window applies to every layer (Mistral, Mixtral)
+#   gemma2   Gemma2ForCausalLM: gemma's names and norms without q_norm/k_norm;
+#            attn_logit_softcapping and final_logit_softcapping (left out: Gemma2Config's 50 and
+#            30; null: none); layer_types, else every other layer slides from layer 0
+#            (Gemma2Config: layer i slides when (i + 1) % 2 != 0); sliding_window left out: 4096;
+#            no rope_local_base_freq: sliding layers share rope_theta; tie_word_embeddings
+#            defaults to true
+#   phi3     Phi3ForCausalLM: self_attn.qkv_proj holds q, k, v rows in that order and
+#            mlp.gate_up_proj gate rows then up rows (Phi3MLP: gate, up = chunk(2)); RoPE on
+#            halves of the first int(head_dim * partial_rotary_factor) dims; sliding_window
+#            ignored (as llama.cpp's phi3 graph); rope_scaling longrope / su / yarn refused
 #   moe      "mixtral": block_sparse_moe.gate (router), block_sparse_moe.experts.E.w1 (gate),
 #            w3 (up), w2 (down); "qwen": mlp.gate, mlp.experts.E.{gate,up,down}_proj with
 #            moe_intermediate_size and norm_topk_prob (default false)
@@ -593,6 +603,8 @@ HF_ARCHS = {
     "Gemma3ForCausalLM": dict(model_type="gemma3_text", qk_norm=True, gemma=True),
     "MixtralForCausalLM": dict(model_type="mixtral", window="every", moe="mixtral"),
     "Qwen3MoeForCausalLM": dict(model_type="qwen3_moe", qk_norm=True, moe="qwen"),
+    "Gemma2ForCausalLM": dict(model_type="gemma2", gemma=True, gemma2=True),
+    "Phi3ForCausalLM": dict(model_type="phi3", phi3=True),
 }
 
 
@@ -627,6 +639,7 @@ def load_hf(model_dir):
         raise ModelError(f"{cfg_path}: architectures {cfg.get('architectures')} not supported")
     spec = HF_ARCHS[hf_name]
     gemma, moe = spec.get("gemma", False), spec.get("moe")
+    gemma2, phi3 = spec.get("gemma2", False), spec.get("phi3", False)
     m = Model()
     m.format = "safetensors"
     m.arch = hf_name
@@ -637,7 +650,7 @@ def load_hf(model_dir):
     ff = "moe_intermediate_size" if moe == "qwen" else "intermediate_size"
     m.d_ff = [int(c(ff))] * m.n_layers
     m.head_dim = int(c("head_dim", m.d_model // m.n_heads[0]))
-    m.n_rot = m.head_dim
+    m.n_rot = int(m.head_dim * float(c("partial_rotary_factor", 1.0)))
     m.eps = float(c("rms_norm_eps", 1e-6))
     m.theta = float(c("rope_theta", 10000.0))
     m.rope = "half"
@@ -663,6 +676,9 @@ def load_hf(model_dir):
         m.embed_scale = math.sqrt(m.d_model)
         m.attn_scale = float(c("query_pre_attn_scalar", m.head_dim)) ** -0.5
         m.softcap = float(cfg.get("final_logit_softcapping") or 0.0)
+        if gemma2:
+            m.softcap = float(cfg.get("final_logit_softcapping", 30.0) or 0.0)
+            m.attn_softcap = float(cfg.get("attn_logit_softcapping", 50.0) or 0.0)
     if moe:
         m.n_expert = int(c("num_local_experts" if moe == "mixtral" else "num_experts"))
         m.n_expert_used = int(c("num_experts_per_tok"))
@@ -671,15 +687,18 @@ def load_hf(model_dir):
     sliding = None
     if cfg.get("layer_types") is not None:
         sliding = [lt == "sliding_attention" for lt in cfg["layer_types"]]
+    elif gemma2:
+        sliding = [(i + 1) % 2 != 0 for i in range(m.n_layers)]
     elif gemma:
         p = int(c("sliding_window_pattern", 6))
         sliding = [(i + 1) % p != 0 for i in range(m.n_layers)]
     elif spec.get("window") == "every" and cfg.get("sliding_window") is not None:
         sliding = [True] * m.n_layers
     if sliding and any(sliding):
-        m.window = int(c("sliding_window"))
+        m.window = int(c("sliding_window", 4096 if gemma2 and "sliding_window" not in cfg else None))
         m.sliding = sliding
-        local = float(c("rope_local_base_freq", 10000.0 if gemma else m.theta))
+        local = m.theta if gemma2 else float(c("rope_local_base_freq",
+                                              10000.0 if gemma else m.theta))
         m.thetas = [local if s else m.theta for s in sliding]
 
     emb = t.get("model.embed_tokens.weight", t.get("lm_head.weight"))
@@ -688,7 +707,7 @@ def load_hf(model_dir):
             "lm_head.weight" not in t or "model.embed_tokens.weight" not in t):
         raise ModelError(f"{model_dir}: tie_word_embeddings is false but only one of "
                          f"lm_head.weight / model.embed_tokens.weight is stored")
-    if cfg.get("tie_word_embeddings", False):
+    if cfg.get("tie_word_embeddings", gemma2):
         head = emb
     m.tok_emb, m.w_out = _f64(emb), _f64(head)
     m.vocab = int(c("vocab_size"))
@@ -705,8 +724,16 @@ def load_hf(model_dir):
     for i in range(m.n_layers):
         p = f"model.layers.{i}."
         layer = dict(attn_norm=norm(p + "input_layernorm.weight"),
-                     wq=need(p + "self_attn.q_proj.weight"), wk=need(p + "self_attn.k_proj.weight"),
-                     wv=need(p + "self_attn.v_proj.weight"), wo=need(p + "self_attn.o_proj.weight"))
+                     wo=need(p + "self_attn.o_proj.weight"))
+        if phi3:
+            H, KV, hd = m.n_heads[i], m.n_kv_heads[i], m.head_dim
+            layer["wq"], layer["wk"], layer["wv"] = _split_rows(
+                need(p + "self_attn.qkv_proj.weight"), (H * hd, KV * hd, KV * hd),
+                p + "self_attn.qkv_proj.weight", model_dir)
+        else:
+            layer.update(wq=need(p + "self_attn.q_proj.weight"),
+                         wk=need(p + "self_attn.k_proj.weight"),
+                         wv=need(p + "self_attn.v_proj.weight"))
         if spec.get("bias"):
             for b, proj in (("bq", "q"), ("bk", "k"), ("bv", "v")):
                 layer[b] = need(p + f"self_attn.{proj}_proj.bias")
@@ -725,6 +752,12 @@ def load_hf(model_dir):
             for key, w in (("gate_exps", "w1"), ("up_exps", "w3"), ("down_exps", "w2")):
                 layer[key] = np.stack([need(e + f"experts.{x}.{w}.weight")
                                        for x in range(m.n_expert)])
+        elif phi3:
+            F = m.d_ff[i]
+            layer["w_gate"], layer["w_up"] = _split_rows(
+                need(p + "mlp.gate_up_proj.weight"), (F, F), p + "mlp.gate_up_proj.weight",
+                model_dir)
+            layer["w_down"] = need(p + "mlp.down_proj.weight")
         elif moe == "qwen":
             layer["router"] = need(p + "mlp.gate.weight")
             for key, w in (("gate_exps", "gate"), ("up_exps", "up"), ("down_exps", "down")):
