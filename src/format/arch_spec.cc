@@ -191,8 +191,12 @@ constexpr TensorSpec kPhi3Tensors[] = {
 // One row per architecture.
 //                          name        gguf_name   RoPE pairing               activation
 //                          qk_norm post_norms emb_sqrt_d swa_period theta_swa softcap qkv_bias moe    tensors
+// llama and mixtral have sliding layers only from a Hugging Face Mistral / Mixtral config (a
+// window on every layer), whose RoPE scaling transformers applies to every layer.
 constexpr ArchSpec kLlama{   "llama",    "llama",    RopeStyle::kAdjacentPairs, Activation::kSilu,
-                            false,  false,     false,     0,         0.0f,     false,  false,   false, kLlamaTensors};
+                            false,  false,     false,     0,         0.0f,     false,  false,   false, kLlamaTensors,
+                            false,       false,    0.0f,                0.0f,                 0,
+                            /*rope_scale_sliding=*/true};
 constexpr ArchSpec kQwen2{   "qwen2",    "qwen2",    RopeStyle::kRotateHalf,    Activation::kSilu,
                             false,  false,     false,     0,         0.0f,     false,  true,    false, kQwen2Tensors};
 constexpr ArchSpec kQwen3{   "qwen3",    "qwen3",    RopeStyle::kRotateHalf,    Activation::kSilu,
@@ -200,7 +204,9 @@ constexpr ArchSpec kQwen3{   "qwen3",    "qwen3",    RopeStyle::kRotateHalf,    
 constexpr ArchSpec kGemma3{  "gemma3",   "gemma3",   RopeStyle::kRotateHalf,    Activation::kGeluTanh,
                             true,   true,      true,      6,         10000.0f, true,   false,   false, kGemma3Tensors};
 constexpr ArchSpec kMixtral{ "mixtral",  "llama",    RopeStyle::kAdjacentPairs, Activation::kSilu,
-                            false,  false,     false,     0,         0.0f,     false,  false,   true,  kMixtralTensors};
+                            false,  false,     false,     0,         0.0f,     false,  false,   true,  kMixtralTensors,
+                            false,       false,    0.0f,                0.0f,                 0,
+                            /*rope_scale_sliding=*/true};
 constexpr ArchSpec kQwen3Moe{"qwen3moe", "qwen3moe", RopeStyle::kRotateHalf,    Activation::kSilu,
                             true,   false,     false,     0,         0.0f,     false,  false,   true,  kQwen3MoeTensors};
 // Gemma 2 (llama.cpp's gemma2): every other layer slides (layer 0 first) with the global RoPE base

@@ -83,6 +83,15 @@ TEST(ArchSpecTest, EveryRowIsWellFormed) {
   EXPECT_EQ(g.RopeFreqScale(1), 0.125f);   // global: positions / 8
   g.sliding_window = 0;                    // no sliding layers: every layer is scaled
   EXPECT_EQ(g.RopeFreqScale(0), 0.125f);
+  // A Hugging Face Mistral (the llama row with a window on every layer) scales every layer, as
+  // transformers does; so do Gemma 2 (llama.cpp) and Mixtral.
+  LlamaConfig mistral = g;
+  mistral.arch = FindArch("llama");
+  mistral.sliding_window = 4;
+  mistral.layer_sliding = {1, 1};
+  EXPECT_EQ(mistral.RopeFreqScale(0), 0.125f);
+  EXPECT_TRUE(FindArch("gemma2")->rope_scale_sliding);
+  EXPECT_TRUE(FindArch("mixtral")->rope_scale_sliding);
   EXPECT_EQ(FindArch("gpt2"), nullptr);
   EXPECT_EQ(&LlamaArch(), FindArch("llama"));
   EXPECT_EQ(ArchNameList(), "llama, qwen2, qwen3, gemma3, mixtral, qwen3moe, gemma2, phi3");

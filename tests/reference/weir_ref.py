@@ -700,6 +700,9 @@ def load_hf(model_dir):
         local = m.theta if gemma2 else float(c("rope_local_base_freq",
                                               10000.0 if gemma else m.theta))
         m.thetas = [local if s else m.theta for s in sliding]
+        if gemma and not gemma2 and m.rope_scales:
+            # transformers' Gemma3: sliding layers rotate with the local, unscaled RoPE.
+            m.rope_scales = [1.0 if s else f for s, f in zip(sliding, m.rope_scales)]
 
     emb = t.get("model.embed_tokens.weight", t.get("lm_head.weight"))
     head = t.get("lm_head.weight", emb)
