@@ -2,6 +2,7 @@
 // each row lists the tensors its forward pass reads, in the order weir writes them.
 #include "format/arch_spec.h"
 
+#include <cmath>
 #include <iterator>
 
 #include "base/status.h"
@@ -528,6 +529,13 @@ Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& c, int layer) {
   if (t.vector()) return Shape{size(t.outer)};
   if (t.stack != Dim::kNone) return Shape{size(t.stack), size(t.outer), size(t.inner)};
   return Shape{size(t.outer), size(t.inner)};
+}
+
+float InferredAttnScale(std::string_view gguf_name, const LlamaConfig& c) {
+  const bool big = (gguf_name == "gemma2" && c.n_layers == 46) ||
+                   (gguf_name == "gemma3" && c.n_layers == 62);
+  if (!big || c.n_head <= 0) return 0.0f;
+  return 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
 }
 
 std::string ShapeDerivation(const TensorSpec& t) {

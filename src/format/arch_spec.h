@@ -289,6 +289,11 @@ const TensorSpec* FindTensorSpec(const ArchSpec& arch, TensorRole role);
 std::string TensorName(const TensorSpec& t, int layer);
 // The tensor's shape for `config` (layer's own head counts and d_ff for per-layer tensors).
 Shape ExpectedShape(const TensorSpec& t, const LlamaConfig& config, int layer);
+// The query scale GGUF does not state but llama.cpp infers from the layer count: Gemma 2 27B
+// (46 layers) and Gemma 3 27B (62) scale queries by 1/sqrt(d_model / n_head), their
+// query_pre_attn_scalar, instead of 1/sqrt(head_dim). 0 for every other model. The GGUF loader
+// sets it; the GGUF writer accepts it (any other scale has no key).
+float InferredAttnScale(std::string_view gguf_name, const LlamaConfig& config);
 // "[n_head * head_dim, d_model]", "[n_expert, d_ff, d_model]": how the expected shape is
 // derived, for messages.
 std::string ShapeDerivation(const TensorSpec& t);

@@ -373,10 +373,7 @@ Result<LlamaConfig> ReadGgufLlamaConfig(const GgufFile& f) {
   // head_dim is 128); GGUF does not state it, so llama.cpp recognises the models by their layer
   // counts (46 and 62), and so does weir. Gemma 2 2B and 9B (26 and 42 layers) scale by
   // 1/sqrt(head_dim) = 1/sqrt(256), which is their query_pre_attn_scalar.
-  if (((prefix == "gemma2" && c.n_layers == 46) || (prefix == "gemma3" && c.n_layers == 62)) &&
-      c.n_head > 0) {
-    c.attn_scale = 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
-  }
+  if (const float s = InferredAttnScale(prefix, c); s > 0) c.attn_scale = s;
 
   if (const GgufTensorInfo* emb = f.FindTensor("token_embd.weight")) {
     if (emb->shape.ndim != 2 || emb->shape[0] > std::numeric_limits<int32_t>::max()) {

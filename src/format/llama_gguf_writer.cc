@@ -208,11 +208,7 @@ Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, cons
         "%s: a sliding window of %d on %s has no GGUF key (llama.cpp's %s has no sliding layers)",
         name.c_str(), c.sliding_window, arch.name, arch.gguf_name));
   }
-  const bool inferred_scale =
-      ((prefix == "gemma2" && c.n_layers == 46) || (prefix == "gemma3" && c.n_layers == 62)) &&
-      c.n_head > 0 &&
-      c.attn_scale == 1.0f / std::sqrt(static_cast<float>(c.d_model / c.n_head));
-  if (c.attn_scale > 0 && !inferred_scale) {
+  if (c.attn_scale > 0 && c.attn_scale != InferredAttnScale(prefix, c)) {
     return Status::Unsupported(
         StrFormat("%s: a query scale of %g (not 1/sqrt(head_dim)) has no GGUF key for %s",
                   name.c_str(), static_cast<double>(c.attn_scale), arch.gguf_name));
