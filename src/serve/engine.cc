@@ -1,5 +1,6 @@
 #include "serve/engine.h"
 
+#include <algorithm>
 #include <chrono>
 
 namespace weir::serve {
@@ -140,25 +141,24 @@ std::optional<int32_t> Engine::Emit(Slot& s) {
 }
 
 void Engine::Advance(std::span<Slot* const> slots, std::span<const int32_t> tokens) {
-  const Clock::time_point t0 = Clock::now();
-  std::vector<model::Session*> batch;
-  for (Slot* s : slots) {
-    if (batch_decode_ && s->session->Batchable()) batch.push_back(s->session.get());
+  bool batchable = batch_decode_ && slots.size() > 1;
+  for (Slot* s : slots) batchable = batchable && s->session->Batchable();
+  size_t done = 0;
+  // Batches of at most the first session's n_batch tokens (its buffers hold that many).
+  while (batchable && done < slots.size()) {
+    const size_t n = std::min(slots.size() - done, static_cast<size_t>(slots[done]->session->n_batch()));
+    std::vector<model::Session*> batch;
+    for (size_t i = done; i < done + n; ++i) batch.push_back(slots[i]->session.get());
+    std::vector<const float*> logits(n);
+    const Clock::time_point t0 = Clock::now();
+    // DecodeBatch checks everything before it computes: a refusal leaves every cache as it was,
+    // and the slots left run one at a time below.
+    if (!model::Session::DecodeBatch(batch, tokens.subspan(done, n), logits).ok()) break;
+    for (size_t i = 0; i < n; ++i) slots[done + i]->logits = logits[i];
+    metrics_->AddDecode(std::chrono::duration<double>(Clock::now() - t0).count(), static_cast<int>(n));
+    done += n;
   }
-  if (batch.size() > 1 && batch.size() == slots.size() &&
-      batch.size() <= static_cast<size_t>(batch[0]->n_batch())) {
-    std::vector<const float*> logits(batch.size());
-    Status st = model::Session::DecodeBatch(batch, tokens, logits);
-    if (st.ok()) {
-      for (size_t i = 0; i < slots.size(); ++i) slots[i]->logits = logits[i];
-      metrics_->AddDecode(std::chrono::duration<double>(Clock::now() - t0).count(),
-                          static_cast<int>(slots.size()));
-      return;
-    }
-    // A batch that cannot run (a session it refuses) runs one slot at a time below; nothing
-    // was appended to any cache (DecodeBatch checks everything before it computes).
-  }
-  for (size_t i = 0; i < slots.size(); ++i) {
+  for (size_t i = done; i < slots.size(); ++i) {
     Slot& s = *slots[i];
     const Clock::time_point t1 = Clock::now();
     auto next = s.session->Forward(tokens.subspan(i, 1), model::LogitsFor::kLast);
