@@ -7,8 +7,11 @@
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <sstream>
+#include <vector>
 
 namespace weir::testing {
 
@@ -28,13 +31,41 @@ std::string WeirBin() {
 std::string Python() { return WEIR_DEFAULT_PYTHON; }
 std::string SourceDir() { return WEIR_SOURCE_DIR; }
 
+namespace {
+// The directories TempDir made in this process, removed when it exits normally (a crashed test
+// leaves its files for a look; WEIR_KEEP_TEST_DIRS=1 keeps them always).
+class TempDirs {
+ public:
+  ~TempDirs() {
+    const char* keep = std::getenv("WEIR_KEEP_TEST_DIRS");
+    if (keep && *keep && std::string(keep) != "0") return;
+    std::error_code ec;
+    for (const auto& d : dirs_) std::filesystem::remove_all(d, ec);
+  }
+  void Add(const std::string& dir) {
+    std::lock_guard<std::mutex> lock(mu_);
+    dirs_.push_back(dir);
+  }
+
+ private:
+  std::mutex mu_;
+  std::vector<std::string> dirs_;
+};
+TempDirs& Made() {
+  static TempDirs dirs;
+  return dirs;
+}
+}  // namespace
+
 std::string TempDir() {
   static std::atomic<int> counter{0};
   char tmpl[256];
   std::snprintf(tmpl, sizeof(tmpl), "/tmp/weir_test_%d_%d_XXXXXX", static_cast<int>(getpid()),
                 counter++);
   char* dir = mkdtemp(tmpl);
-  return dir ? dir : "/tmp";
+  if (dir == nullptr) return "/tmp";
+  Made().Add(dir);
+  return dir;
 }
 
 CommandResult RunCommand(const std::string& cmd) {
