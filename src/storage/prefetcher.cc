@@ -105,8 +105,12 @@ void Prefetcher::Loop() {
       work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
       if (queue_.empty()) return;  // stop_ and nothing left
       BlockDevice* device = queue_.front().read.device;
+      uint64_t batch_bytes = 0;
       while (!queue_.empty() && batch.size() < options_.max_batch &&
-             queue_.front().read.device == device) {
+             queue_.front().read.device == device &&
+             (batch.empty() || options_.max_batch_bytes == 0 ||
+              batch_bytes + queue_.front().read.length <= options_.max_batch_bytes)) {
+        batch_bytes += queue_.front().read.length;
         Job job = std::move(queue_.front());
         queue_.pop_front();
         queued_.erase(job.read.id);

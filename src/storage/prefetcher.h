@@ -58,6 +58,10 @@ class Prefetcher {
  public:
   struct Options {
     size_t max_batch = 64;  // jobs per BlockDevice::Read
+    // Bytes per BlockDevice::Read: a batch ends before the job that would pass this (a batch
+    // has at least one job). 0 = no limit. Small units (4 KiB column blocks) need many jobs per
+    // batch to keep enough reads in flight; large ones (2 MiB bundle blocks) few.
+    uint64_t max_batch_bytes = 0;
   };
   struct Stats {
     uint64_t enqueued = 0;    // jobs queued

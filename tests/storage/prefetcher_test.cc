@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
@@ -193,6 +194,30 @@ TEST(PrefetcherTest, GetLoadsOnDemandAndStealsQueuedJobs) {
   EXPECT_EQ(pf->Get(UnitRead{1, 0, &fast, bytes.size() - 10, 20}).status().code(),
             Status::Code::kInvalidArgument);
   EXPECT_EQ(pf->Enqueue(UnitRead{1, 0, nullptr, 0, 20}).code(), Status::Code::kInvalidArgument);
+}
+
+TEST(PrefetcherTest, BatchesEndAtTheByteLimit) {
+  const std::string bytes = RandomBytes(120 * kUnitBytes, 11);
+  GateDevice dev(bytes, 0);  // unit 0's read blocks until the gate opens
+  auto cache = MakeCache(128);
+  auto pf = Prefetcher::Create(cache.get(), {.max_batch = 1000, .max_batch_bytes = 10 * kUnitBytes})
+                .value();
+  ASSERT_TRUE(pf->Enqueue(ReadOf(&dev, 0)).ok());
+  // Wait until the I/O thread has taken unit 0 (its batch is counted when taken), so that the
+  // next 100 jobs are all queued when it comes back for more.
+  for (int i = 0; i < 10000 && pf->stats().batches == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(pf->stats().batches, 1u);
+  for (UnitId i = 1; i <= 100; ++i) ASSERT_TRUE(pf->Enqueue(ReadOf(&dev, i)).ok());
+  dev.Open();
+  for (UnitId i = 0; i <= 100; ++i) {
+    auto h = pf->Wait(i);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ExpectBytes(*h, bytes, i * kUnitBytes);
+  }
+  // 100 units of kUnitBytes, at most 10 units' bytes per batch: 10 batches after the first (a
+  // job-count limit alone would have taken them in one).
+  EXPECT_EQ(pf->stats().batches, 11u);
 }
 
 TEST(PrefetcherTest, CancelDropsStaleJobs) {
