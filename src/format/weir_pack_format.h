@@ -220,8 +220,11 @@ struct PackGroup {
   // kColumns: rows of weir.ffn_in.<g> and weir.ffn_down.<g>, and where a layer's rows are.
   int64_t in_rows() const { return int64_t{d_model} * n_layers * 2; }
   int64_t down_rows() const { return int64_t{d_ff} * n_layers; }
-  int64_t InRow(int64_t i, int j, ColumnOp op) const {
-    return (InSlot(i) * n_layers + j) * 2 + static_cast<int>(op);
+  int64_t InRow(int64_t i, int j, ColumnOp op) const { return InRowAtSlot(InSlot(i), j, op); }
+  // The row of layer j's `op` in the record at slot s (a span read's compact copy numbers its
+  // records 0, 1, ... in slot order and uses the same formula).
+  int64_t InRowAtSlot(int64_t s, int j, ColumnOp op) const {
+    return (s * n_layers + j) * 2 + static_cast<int>(op);
   }
   int64_t DownRow(int64_t c, int j) const { return DownSlot(c) * n_layers + j; }
   // Where channel i / neuron c sits in the file's order, and which one sits at slot s.

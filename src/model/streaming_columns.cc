@@ -3,6 +3,7 @@
 // format/weir_pack_format.h; the memory and cache plan in streaming_weights.cc, the block
 // streamer in streaming_blocks.cc.
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <numeric>
 
@@ -241,6 +242,58 @@ void StreamingWeights::ReleaseSpan() {
   span_in_ = Batch();
   span_down_ = Batch();
   span_group_ = -1;
+  span_compact_ = false;
+}
+
+Result<bool> StreamingWeights::ReadSpanCompact(const Group& g) {
+  if (!options_.compact_span || g.in.held || g.sparse || options_.record_trace ||
+      span_reader_capacity_ == 0) {
+    return false;
+  }
+  const format::PackGroup& pg = g.pack;
+  span_slots_.resize(static_cast<size_t>(sel_in_.size()));
+  for (int64_t k = 0; k < sel_in_.size(); ++k) span_slots_[static_cast<size_t>(k)] = pg.InSlot(sel_in_[k]);
+  std::sort(span_slots_.begin(), span_slots_.end());
+  const uint64_t record = static_cast<uint64_t>(pg.n_layers) * 2 * pg.in_row_bytes;
+  const int64_t n = static_cast<int64_t>(span_slots_.size());
+  if (span_reader_ == nullptr) {
+    WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::RecordReader> reader,
+                          storage::RecordReader::Create(device_, span_reader_capacity_));
+    std::lock_guard<std::mutex> lock(stats_mu_);  // stats() reads it
+    span_reader_ = std::move(reader);
+  }
+  if (span_reader_->Needs(g.in.offset, record, span_slots_.data(), n) > span_reader_->capacity()) {
+    return false;
+  }
+  const auto t0 = std::chrono::steady_clock::now();
+  const Status st = span_reader_->Read(g.in.offset, record, span_slots_.data(), n);
+  const double waited =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.stall_seconds += waited;
+    stats_.block_accesses += static_cast<uint64_t>(n);
+    stats_.accessed_bytes += static_cast<uint64_t>(n) * record;
+  }
+  if (!st.ok()) {
+    return st.WithContext(StrFormat("reading the kept records of layer group %d", pg.index));
+  }
+  if (span_pos_.size() < static_cast<size_t>(pg.d_model)) span_pos_.resize(static_cast<size_t>(pg.d_model));
+  for (int64_t k = 0; k < n; ++k) span_pos_[static_cast<size_t>(span_slots_[static_cast<size_t>(k)])] = static_cast<int32_t>(k);
+  return true;
+}
+
+void StreamingWeights::CompactInputProduct(const Group& g, const int32_t* rows, const float* coef,
+                                           int64_t n, float* y, ThreadPool* pool,
+                                           uint64_t* bytes) {
+  // The kernel and the row order of ColumnProduct, over the compact copy: the same sums.
+  const format::PackGroup& pg = g.pack;
+  float* xr = rows_x_.data<float>();
+  for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
+  const int64_t n_rows = static_cast<int64_t>(span_slots_.size()) * pg.n_layers * 2;
+  const TensorView view{pg.dtype, Shape{n_rows, pg.d_ff}, span_reader_->data()};
+  kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
+  *bytes += static_cast<uint64_t>(n) * view.row_bytes();
 }
 
 Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
@@ -261,24 +314,30 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
   }
   SortBlocks(&blocks_);
   const bool whole_down = !policy->MayPrune(Site::kMlpDown);
-  // Both lists go to the I/O thread before either is claimed, so that it reads on while the
-  // compute waits for the first blocks.
-  if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
+  // W_down goes to the I/O thread first: it reads it while this thread reads the records.
   if (whole_down) {
     AllBlocks(g.extent, &next_blocks_);
     if (!g.extent.held) QueueMissing(g.extent, next_blocks_, 0, nullptr);
   }
   span_group_ = g.pack.index;
-  WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
+  WEIR_ASSIGN_OR_RETURN(span_compact_, ReadSpanCompact(g));
+  if (!span_compact_) {
+    // Through the cache: the records' blocks are queued before any is claimed, so that the I/O
+    // thread reads on while the compute waits for the first.
+    if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
+    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
+  }
   if (whole_down) {
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
   }
   DropPredictions();  // what the previous group predicted and this one did not keep
-  PredictNextGroup(g, sel_in_, whole_down);
+  // A compact read takes the next group's records when it starts: predicting them into the
+  // cache would read them twice.
+  PredictNextGroup(g, sel_in_, /*inputs=*/!span_compact_, whole_down);
   return Status::Ok();
 }
 
-void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexList& in,
+void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool inputs,
                                         bool whole_down) {
   if (options_.prefetch_layers < 0) return;
   const size_t next = static_cast<size_t>(g.pack.index) + 1;
@@ -287,7 +346,7 @@ void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexLis
   if (!n.columns || n.sparse) return;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
-  if (!n.in.held) {
+  if (inputs && !n.in.held) {
     for (int64_t k = 0; k < in.size(); ++k) {
       const auto [b, e] = InputRecord(n, in[k]);
       AddBlocks(n.in, b, e, &blocks);
@@ -359,16 +418,22 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   int32_t* idx_gate = idx_rows_.data();
   int32_t* idx_up = idx_up_.data();
   blocks_.clear();
+  const bool compact = held && span_compact_;
   for (int64_t k = 0; k < n_in; ++k) {
     const int32_t i = sel_in_[k];
-    idx_gate[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kGateT));
-    idx_up[k] = static_cast<int32_t>(pg.InRow(i, j, ColumnOp::kUpT));
+    // The compact copy numbers the kept records 0, 1, ... in slot order.
+    const int64_t slot = compact ? span_pos_[static_cast<size_t>(pg.InSlot(i))] : pg.InSlot(i);
+    idx_gate[k] = static_cast<int32_t>(pg.InRowAtSlot(slot, j, ColumnOp::kGateT));
+    idx_up[k] = static_cast<int32_t>(pg.InRowAtSlot(slot, j, ColumnOp::kUpT));
     coef[k] = x[i];
     if (held) continue;
     const auto [b, e] = InputColumn(g, i, j);
     AddBlocks(g.in, b, e, &blocks_);
   }
-  if (held) {
+  if (compact) {
+    CompactInputProduct(g, idx_gate, coef, n_in, gate, pool, &used);
+    CompactInputProduct(g, idx_up, coef, n_in, up, pool, &used);
+  } else if (held) {
     WEIR_RETURN_IF_ERROR(ColumnProduct(g, true, idx_gate, coef, n_in, gate, pool, &used));
     WEIR_RETURN_IF_ERROR(ColumnProduct(g, true, idx_up, coef, n_in, up, pool, &used));
   } else {

@@ -27,6 +27,7 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.storage_reads = storage_reads - o.storage_reads;
   d.prefetched_bytes = prefetched_bytes - o.prefetched_bytes;
   d.transient_bytes = transient_bytes - o.transient_bytes;
+  d.records_read = records_read - o.records_read;
   d.expert_uses = expert_uses - o.expert_uses;
   d.expert_hits = expert_hits - o.expert_hits;
   d.experts_predicted = experts_predicted - o.experts_predicted;
@@ -232,6 +233,11 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
       s->max_lane_bytes_ = std::max(
           s->max_lane_bytes_,
           g.pack.n_layers > 1 ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
+      // A compact span read takes the input share of that reserve (its records are then not
+      // pinned through the cache).
+      if (g.pack.n_layers > 1 && !g.sparse && options.compact_span) {
+        s->span_reader_capacity_ = std::max(s->span_reader_capacity_, in_bytes);
+      }
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, g.extent.block_bytes);
@@ -431,6 +437,13 @@ StreamStats StreamingWeights::stats() const {
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
+    if (span_reader_ != nullptr) {  // created under this lock
+      const storage::RecordReader::Stats r = span_reader_->stats();
+      s.storage_bytes += r.bytes_read;
+      s.storage_reads += r.reads;
+      s.io_seconds += r.seconds;
+      s.records_read += r.records;
+    }
   }
   const storage::CacheStats c = cache_->stats();
   const storage::Prefetcher::Stats p = prefetcher_->stats();

@@ -88,6 +88,7 @@
 #include "storage/block_device.h"
 #include "storage/eviction_policy.h"
 #include "storage/prefetcher.h"
+#include "storage/record_reader.h"
 #include "storage/slab_placement.h"
 #include "storage/weight_cache.h"
 #include "sparsity/index_list.h"
@@ -119,6 +120,12 @@ struct StreamingOptions {
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;
+  // Span mode (dip span=N on a pack written with --group N): read the kept channels' records
+  // straight into one compact buffer (storage/record_reader.h), with large reads and no cache
+  // entries, instead of pinning their 4 KiB blocks through the cache. The records are then
+  // never cached (so DIP-CA sees none of them cached); W_down and attention still are. Off,
+  // or when a selection's reads do not fit the buffer, the blocks go through the cache.
+  bool compact_span = true;
   // False skips the arithmetic: the cache, its policy and the reads run exactly as they would,
   // which is how `weir sim` replays a trace of a streamed run (model/stream_replay.h).
   bool compute = true;
@@ -135,6 +142,7 @@ struct StreamStats {
   uint64_t storage_reads = 0;     // device reads of those bytes (adjacent blocks merged count once)
   uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
   uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
+  uint64_t records_read = 0;      // span mode, compact_span: kept records read compactly
   // Experts layout: experts the layers chose, those already in memory (cached, or read ahead by a
   // prediction) when the layer asked, and the predictions (experts predicted for a layer, and
   // how many of them it then chose: recall = predicted_used / chosen in predicted layers).
@@ -288,6 +296,12 @@ class StreamingWeights {
   // Corrupt otherwise) split over the pool. Adds the weight bytes read to *bytes.
   Status ColumnProduct(const Group& g, bool input, const int32_t* rows, const float* coef,
                        int64_t n, float* y, ThreadPool* pool, uint64_t* bytes);
+  // The same over a span read's compact copy of the group's kept input records.
+  void CompactInputProduct(const Group& g, const int32_t* rows, const float* coef, int64_t n,
+                           float* y, ThreadPool* pool, uint64_t* bytes);
+  // Span mode with compact_span: reads the kept records (sel_in_) of g into span_reader_ and
+  // numbers them; false (nothing read) when they do not fit its buffer or it cannot be used.
+  Result<bool> ReadSpanCompact(const Group& g);
   // Queues the blocks[from..] of e that are not cached, until staging refuses one; their ids go
   // to *queued when set.
   void QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks, size_t from,
@@ -306,7 +320,8 @@ class StreamingWeights {
   // channels (cross-layer preloading, ActiveFlow §3.2).
   bool SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const;
   Status AcquireSpan(Group& g, int layer, const float* x, sparsity::SparsityPolicy* policy);
-  void PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool whole_down);
+  void PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool inputs,
+                        bool whole_down);
   void ReleaseSpan();
   // Byte range of input channel i's record: its gate^T and up^T rows for every layer of g.
   std::pair<uint64_t, uint64_t> InputRecord(const Group& g, int64_t i) const;
@@ -386,6 +401,13 @@ class StreamingWeights {
   std::vector<storage::UnitId> predicted_;  // blocks queued by PredictNextLayer
   Batch span_in_, span_down_;  // span mode: the group's pinned input records and down columns
   int span_group_ = -1;        // the group they belong to (-1: none held)
+  // Span mode with compact_span: the kept records, read compactly (allocated at first use; its
+  // buffer takes the input share of the transient reserve, which the records then do not use).
+  std::unique_ptr<storage::RecordReader> span_reader_;
+  uint64_t span_reader_capacity_ = 0;  // the largest group's input reserve
+  bool span_compact_ = false;          // the held group's records are in span_reader_
+  std::vector<int64_t> span_slots_;    // their slots, ascending
+  std::vector<int32_t> span_pos_;      // slot -> its record's place in the compact copy
   bool single_token_ = false;  // the Forward call at hand has one token (span mode needs it)
 
   std::unique_ptr<ExpertSource> expert_reader_;  // experts layout only (an ExpertReader)

@@ -22,6 +22,7 @@
 #include "sparsity/policy.h"
 #include "storage/fault_injecting_device.h"
 #include "storage/memory_device.h"
+#include "storage/open_device.h"
 #include "tensor/quantize.h"
 #include "model/streaming_test_util.h"
 #include "testing/testing.h"
@@ -177,6 +178,64 @@ TEST(StreamingColumnsTest, SpanSelectionOverGroupedRecordsEqualsResidentAndTheGg
           ASSERT_TRUE(got.ok()) << got.status().ToString();
           if (std::string(spec).starts_with("dip-ca") && budget != minimum) continue;
           EXPECT_TRUE(Same(got->trace, resident->trace));
+        }
+      }
+    }
+  }
+}
+
+// Span mode reads the kept records into one compact buffer (StreamingOptions::compact_span, on by
+// default) instead of pinning their blocks through the cache. Both ways give the resident run's
+// logits bit for bit, on a pack in natural and in activation order, through a real O_DIRECT
+// device, at the minimum budget and above; the compact way does read records, the other none.
+TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
+  ThreadPool pool(2);
+  const int steps = 4;
+  for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
+    const Files f = MakeFiles(type, /*group=*/2);
+    // The same model with its channels stored in a random activation order.
+    auto m = format::LoadModel(f.gguf).value();
+    format::PackOptions o;
+    o.group_size = 2;
+    o.layout = format::PackLayout::kColumns;
+    std::mt19937 rng(11);
+    std::uniform_real_distribution<double> u(0, 1);
+    for (const format::LayerDims& l : m.config.layers) {
+      std::vector<double> in(static_cast<size_t>(m.config.d_model)), down(static_cast<size_t>(l.d_ff));
+      for (double& v : in) v = u(rng);
+      for (double& v : down) v = u(rng);
+      o.in_score.push_back(in);
+      o.down_score.push_back(down);
+    }
+    const std::string ordered = testing::TempDir() + "/ordered.weir";
+    ASSERT_TRUE(format::WritePack(m, ordered, o).ok());
+    for (const std::string& pack : {f.pack, ordered}) {
+      for (const char* spec : {"dip:0.5,span=2", "dip:0.6,down=1,span=2"}) {
+        SCOPED_TRACE(std::string(DTypeName(type)) + " " + spec + " " + pack);
+        auto resident = RunPack(pack, Memory(pack), Config(UINT64_MAX, "lru"), spec, &pool, steps);
+        ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+        auto probe = RunPack(pack, Memory(pack), Config(UINT64_MAX, "mru"), spec, &pool, 0);
+        ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+        const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
+        for (uint64_t budget : {probe->plan.minimum(), probe->plan.minimum() + model_bytes / 4}) {
+          for (bool compact : {true, false}) {
+            SCOPED_TRACE("budget " + std::to_string(budget) + (compact ? " compact" : " cached"));
+            StreamingConfig c = Config(budget, "mru");
+            c.stream.compact_span = compact;
+            storage::DeviceOptions d;
+            d.kind = "direct";
+            auto dev = storage::OpenDevice(pack, d);
+            if (!dev.ok()) dev = storage::OpenDevice(pack, storage::DeviceOptions{});
+            ASSERT_TRUE(dev.ok()) << dev.status().ToString();
+            auto got = RunPack(pack, std::move(*dev), c, spec, &pool, steps);
+            ASSERT_TRUE(got.ok()) << got.status().ToString();
+            EXPECT_TRUE(Same(got->trace, resident->trace));
+            if (compact) {
+              EXPECT_GT(got->stats.records_read, 0u);
+            } else {
+              EXPECT_EQ(got->stats.records_read, 0u);
+            }
+          }
         }
       }
     }
