@@ -233,11 +233,14 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
       s->max_lane_bytes_ = std::max(
           s->max_lane_bytes_,
           g.pack.n_layers > 1 ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
-      // A compact span read takes the input share of that reserve (its records are then not
-      // pinned through the cache).
-      if (g.pack.n_layers > 1 && !g.sparse && options.compact_span) {
-        s->span_reader_capacity_ = std::max(s->span_reader_capacity_, in_bytes);
-      }
+      // A compact span read takes the input share of that reserve: its records are then not
+      // pinned through the cache, which pins one layer's columns or one group's W_down at a
+      // time (staging is sized by that, below).
+      const bool compact = g.pack.n_layers > 1 && !g.sparse && options.compact_span;
+      if (compact) s->span_reader_capacity_ = std::max(s->span_reader_capacity_, in_bytes);
+      s->max_cache_pin_bytes_ = std::max(
+          s->max_cache_pin_bytes_,
+          g.pack.n_layers > 1 && !compact ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) s->max_lane_bytes_ = std::max<uint64_t>(s->max_lane_bytes_, g.extent.block_bytes);
@@ -344,7 +347,9 @@ const std::byte* StreamingWeights::TensorAddress(const std::string& name) const 
 std::vector<uint64_t> StreamingWeights::PartitionWeights(uint64_t budget) const {
   // Staging: what prefetches land in. A quarter of the budget, at least two lanes of blocks, at
   // most the layers being read ahead; everything beyond the blocks when the whole model fits.
-  const uint64_t lo = 2 * std::max(max_lane_bytes_, max_attention_bytes_);
+  // (A column pack's compact span reads do not go through the cache: max_cache_pin_bytes_.)
+  const uint64_t pinned = columns() ? max_cache_pin_bytes_ : max_lane_bytes_;
+  const uint64_t lo = 2 * std::max(pinned, max_attention_bytes_);
   const uint64_t layer = max_group_bytes_ + max_attention_bytes_;
   const uint64_t hi =
       std::max<uint64_t>(lo, static_cast<uint64_t>(options_.prefetch_layers + 1) * layer);

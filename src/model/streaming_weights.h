@@ -361,7 +361,8 @@ class StreamingWeights {
   int lane_channels_ = 0;
   int n_layers_ = 0;
   uint64_t all_blocks_charge_ = 0;
-  uint64_t max_lane_bytes_ = 0;
+  uint64_t max_lane_bytes_ = 0;      // the transient reserve's MLP share
+  uint64_t max_cache_pin_bytes_ = 0;  // column packs: the most MLP bytes pinned in the cache at once
   uint64_t max_group_bytes_ = 0;
   std::atomic<bool> resident_mode_{false};
   bool sparse_mlp_ = false;
