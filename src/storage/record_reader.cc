@@ -32,7 +32,7 @@ Result<std::unique_ptr<RecordReader>> RecordReader::Create(BlockDevice* device, 
 }
 
 uint64_t RecordReader::Plan(uint64_t base, uint64_t record_bytes, const int64_t* slots, int64_t n,
-                            std::vector<Span>* reads) const {
+                            uint64_t merge_gap, std::vector<Span>* reads) const {
   reads->clear();
   const uint64_t size = device_->size();
   uint64_t total = 0;
@@ -42,7 +42,7 @@ uint64_t RecordReader::Plan(uint64_t base, uint64_t record_bytes, const int64_t*
     const uint64_t first = base + static_cast<uint64_t>(slots[k]) * record_bytes;
     const uint64_t last = base + static_cast<uint64_t>(slots[e - 1] + 1) * record_bytes;
     Span s{RoundDown(first, align_), std::min(RoundUp(last, align_), size)};  // last <= size
-    if (!reads->empty() && s.begin <= reads->back().end + merge_gap_) {
+    if (!reads->empty() && s.begin <= reads->back().end + merge_gap) {
       total -= reads->back().end - reads->back().begin;
       reads->back().end = std::max(reads->back().end, s.end);
       total += reads->back().end - reads->back().begin;
@@ -58,7 +58,7 @@ uint64_t RecordReader::Plan(uint64_t base, uint64_t record_bytes, const int64_t*
 uint64_t RecordReader::Needs(uint64_t base, uint64_t record_bytes, const int64_t* slots,
                              int64_t n) const {
   std::vector<Span> reads;
-  return Plan(base, record_bytes, slots, n, &reads);
+  return Plan(base, record_bytes, slots, n, 0, &reads);
 }
 
 Status RecordReader::Read(uint64_t base, uint64_t record_bytes, const int64_t* slots, int64_t n) {
@@ -81,7 +81,8 @@ Status RecordReader::Read(uint64_t base, uint64_t record_bytes, const int64_t* s
         static_cast<long long>(slots[n - 1]), static_cast<unsigned long long>(end),
         device_->name().c_str(), static_cast<unsigned long long>(device_->size())));
   }
-  const uint64_t total = Plan(base, record_bytes, slots, n, &reads_);
+  uint64_t total = Plan(base, record_bytes, slots, n, merge_gap_, &reads_);
+  if (total > buffer_.size() && merge_gap_ > 0) total = Plan(base, record_bytes, slots, n, 0, &reads_);
   if (total > buffer_.size()) {
     return Status::OutOfMemory(StrFormat(
         "record reader: %lld records need %llu bytes of reads, the buffer holds %zu",

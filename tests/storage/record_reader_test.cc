@@ -103,6 +103,13 @@ TEST(RecordReaderTest, BadRequestsAndErrorsAreClear) {
   const Status st = r->Read(0, 1000, past.data(), 1);
   EXPECT_EQ(st.code(), Status::Code::kInvalidArgument);
   EXPECT_NE(st.message().find("past the end"), std::string::npos) << st.ToString();
+  // Merged reads that would not fit are read unmerged: 0..2 and 6..8 with a gap of 3000 bytes
+  // would be one read of 9000 bytes, two reads of 3000 fit.
+  auto merging = RecordReader::Create(&dev, 8192, /*merge_gap=*/4000).value();
+  const std::vector<int64_t> two_runs = {0, 1, 2, 6, 7, 8};
+  ASSERT_TRUE(merging->Read(0, 1000, two_runs.data(), 6).ok());
+  EXPECT_EQ(merging->stats().reads, 2u);
+  ExpectCompact(*merging, f.bytes, 0, 1000, two_runs);
   // Nine separate 1000-byte records need 9000 bytes of reads: more than the 8192 it holds.
   const std::vector<int64_t> many = {0, 2, 4, 6, 8, 10, 12, 14, 16};
   EXPECT_EQ(r->Read(0, 1000, many.data(), 9).code(), Status::Code::kOutOfMemory);
