@@ -251,8 +251,8 @@ Result<bool> StreamingWeights::ReadSpanCompact(const Group& g) {
     return false;
   }
   const format::PackGroup& pg = g.pack;
-  span_slots_.resize(static_cast<size_t>(sel_in_.size()));
-  for (int64_t k = 0; k < sel_in_.size(); ++k) span_slots_[static_cast<size_t>(k)] = pg.InSlot(sel_in_[k]);
+  span_slots_.clear();
+  for (int64_t k = 0; k < sel_in_.size(); ++k) span_slots_.push_back(pg.InSlot(sel_in_[k]));
   std::sort(span_slots_.begin(), span_slots_.end());
   const uint64_t record = static_cast<uint64_t>(pg.n_layers) * 2 * pg.in_row_bytes;
   const int64_t n = static_cast<int64_t>(span_slots_.size());
@@ -278,8 +278,10 @@ Result<bool> StreamingWeights::ReadSpanCompact(const Group& g) {
   if (!st.ok()) {
     return st.WithContext(StrFormat("reading the kept records of layer group %d", pg.index));
   }
-  if (span_pos_.size() < static_cast<size_t>(pg.d_model)) span_pos_.resize(static_cast<size_t>(pg.d_model));
-  for (int64_t k = 0; k < n; ++k) span_pos_[static_cast<size_t>(span_slots_[static_cast<size_t>(k)])] = static_cast<int32_t>(k);
+  span_pos_.resize(std::max(span_pos_.size(), static_cast<size_t>(pg.d_model)));
+  for (size_t k = 0; k < span_slots_.size(); ++k) {
+    span_pos_[static_cast<size_t>(span_slots_[k])] = static_cast<int32_t>(k);
+  }
   return true;
 }
 
@@ -307,12 +309,6 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
           : nullptr;
   policy->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
                       cache, &sel_in_);
-  blocks_.clear();
-  for (int64_t k = 0; k < sel_in_.size(); ++k) {
-    const auto [b, e] = InputRecord(g, sel_in_[k]);
-    AddBlocks(g.in, b, e, &blocks_);
-  }
-  SortBlocks(&blocks_);
   const bool whole_down = !policy->MayPrune(Site::kMlpDown);
   // W_down goes to the I/O thread first: it reads it while this thread reads the records.
   if (whole_down) {
@@ -324,6 +320,12 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
   if (!span_compact_) {
     // Through the cache: the records' blocks are queued before any is claimed, so that the I/O
     // thread reads on while the compute waits for the first.
+    blocks_.clear();
+    for (int64_t k = 0; k < sel_in_.size(); ++k) {
+      const auto [b, e] = InputRecord(g, sel_in_[k]);
+      AddBlocks(g.in, b, e, &blocks_);
+    }
+    SortBlocks(&blocks_);
     if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
   }
