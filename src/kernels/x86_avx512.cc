@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/internal/avx512_kquants.h"
+#include "kernels/internal/avx512_rows16.h"
 #include "kernels/internal/avx512_vbmi.h"
 #include "kernels/internal/isa_kernels.h"
 
@@ -80,8 +81,9 @@ size_t PrepBytes(DType t, int64_t cols) {
   if (Avx512KType(t)) return Avx512KPrepBytes(t, cols);
   if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1 && t != DType::kQ5_0) return 0;
   const int64_t nb = cols / kQ;
-  // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term.
-  const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
+  // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term, Q5_0 the int32 block
+  // biases of its 16-row kernel (internal/avx512_rows16.h).
+  const size_t scale_arrays = t == DType::kQ4_1 || t == DType::kQ5_0 ? 2 : 1;
   return static_cast<size_t>(PairCount(nb)) * kPairBytes +
          scale_arrays * static_cast<size_t>(Pad16(nb)) * 4;
 }
@@ -147,6 +149,12 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
       if (b < nb) sx[b] = dx[b] * static_cast<float>(sum_b);
       continue;
     }
+    if (t == DType::kQ5_0) {
+      // Lanes 0-3 and 8-11 hold block a's values, 4-7 and 12-15 block b's.
+      auto* bias = reinterpret_cast<int32_t*>(dx + Pad16(nb));
+      bias[a] = -16 * _mm512_mask_reduce_add_epi32(0x0f0f, sum4);
+      if (b < nb) bias[b] = -16 * _mm512_mask_reduce_add_epi32(0xf0f0, sum4);
+    }
     const int shift = t == DType::kQ5_0 ? 4 : (q4 ? 3 : 7);
     const __m512i bias =
         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_sll_epi32(sum4, _mm_cvtsi32_si128(shift)));
@@ -155,6 +163,10 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
   if (with_min) {
     for (int64_t b = nb; b < Pad16(nb); ++b) dx[Pad16(nb) + b] = 0;
+  }
+  if (t == DType::kQ5_0) {
+    auto* bias = reinterpret_cast<int32_t*>(dx + Pad16(nb));
+    for (int64_t b = nb; b < Pad16(nb); ++b) bias[b] = 0;
   }
 }
 
@@ -541,6 +553,10 @@ void DotRowsInGroups(DType t, size_t row_bytes, int64_t cols, int64_t n, const R
 void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
          size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
   const auto* x = static_cast<const uint8_t*>(xp);
+  if (t == DType::kQ5_0) {
+    Avx512Q50Dot(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    return;
+  }
   if (Avx512KType(t) && !(n_tok == 1 && pf == nullptr)) {
     Avx512KDot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     return;
@@ -777,6 +793,10 @@ void DotRowsInGroups(DType t, size_t row_bytes, int64_t cols, int64_t n, const R
 
 void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
                int64_t n_idx, const void* xp, float* y) {
+  if (t == DType::kQ5_0) {
+    Avx512Q50DotGather(w, row_stride, cols, idx, n_idx, xp, y);
+    return;
+  }
   DotRowsInGroups(
       t, row_stride, cols, n_idx,
       [&](int64_t k) { return w + static_cast<size_t>(idx[k]) * row_stride; },
