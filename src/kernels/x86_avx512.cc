@@ -557,6 +557,10 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
     Avx512Q50Dot(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     return;
   }
+  if (t == DType::kQ4_K) {
+    Avx512Q4KRows16Dot(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    return;
+  }
   if (Avx512KType(t) && !(n_tok == 1 && pf == nullptr)) {
     Avx512KDot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     return;
@@ -795,6 +799,10 @@ void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const
                int64_t n_idx, const void* xp, float* y) {
   if (t == DType::kQ5_0) {
     Avx512Q50DotGather(w, row_stride, cols, idx, n_idx, xp, y);
+    return;
+  }
+  if (t == DType::kQ4_K) {
+    Avx512Q4KRows16Gather(w, row_stride, cols, idx, n_idx, xp, y);
     return;
   }
   DotRowsInGroups(

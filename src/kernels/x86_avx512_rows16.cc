@@ -16,7 +16,6 @@ namespace {
 
 constexpr int kRows = 16;          // rows per pass, one per 32-bit lane
 constexpr int kMaxTokens = 8;      // tokens sharing one unpacked block
-constexpr size_t kBlockBytes = 22;
 constexpr size_t kPairBytes = 128;  // one prepared record per pair of blocks
 
 inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -52,7 +51,7 @@ inline void Transpose4(const __m512i* in, __m512i* out) {
 // holds values 4j .. 4j + 3 of row r. The loads put row 4k + g in 128-bit lane k of vector g, so
 // the in-lane transposes leave row 4k + g in dword 4k + g: rows in lane order, no lane crossing.
 // *d: the rows' scales as f32, lane r = row r.
-inline void Unpack(const uint8_t* const* row, size_t off, __m512i* v, __m512* d) {
+inline void UnpackQ50(const uint8_t* const* row, size_t off, __m512i* v, __m512* d) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
   __m512i lo[4], hi[4], head[4];
   for (int g = 0; g < 4; ++g) {
@@ -96,83 +95,284 @@ inline size_t BlockRecordOffset(int64_t b) {
   return static_cast<size_t>(b / 2) * kPairBytes + static_cast<size_t>(b & 1) * 16;
 }
 
-// Rows row[0..15] (blocks 0 .. nb - 1) against NT tokens prepared at xp + t * xs: acc[t] lane r
-// = row r · x_t. ahead (or nullptr): 16 rows requested meanwhile into L2; shadow (or nullptr): 16
-// rows requested into L1 at the offsets being read.
-template <int NT>
-void Group(const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
-           const uint8_t* const* ahead, const uint8_t* const* shadow, __m512* acc) {
-  constexpr bool kTwoChains = NT < 4;  // enough independent vpdpbusd in flight
-  const size_t dx_off = static_cast<size_t>(PairCount(nb)) * kPairBytes;
-  const size_t bias_off = dx_off + static_cast<size_t>(Pad16(nb)) * 4;
-  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
-  for (int64_t b = 0; b < nb; ++b) {
-    const size_t off = static_cast<size_t>(b) * kBlockBytes;
-    // Two blocks are 44 bytes: requesting every other block start, and the last byte, touches
-    // every line of the rows.
-    if ((b & 1) == 0 || b == nb - 1) {
-      const size_t at = (b & 1) == 0 ? off : off + kBlockBytes - 1;
-      if (ahead != nullptr) {
-        for (int i = 0; i < kRows; ++i) {
-          _mm_prefetch(reinterpret_cast<const char*>(ahead[i] + at), _MM_HINT_T1);
-        }
-      }
-      if (shadow != nullptr) {
-        for (int i = 0; i < kRows; ++i) {
-          _mm_prefetch(reinterpret_cast<const char*>(shadow[i] + at), _MM_HINT_T0);
-        }
-      }
+// How a pass gets its weights: unpacks them, unpacks and keeps them in a buffer, or reads them
+// back from it (a group's later token passes, when the unpacked row fits in kKeptBytes).
+enum class From { kRows, kRowsKeep, kKept };
+constexpr size_t kKeptBytes = 40960;  // 40 KiB: Q5_0 rows of 2272 values, Q4_K of 2048
+
+// Requests byte at of the 16 rows into L2 (hint 1) or L1 (hint 0).
+inline void Request16(const uint8_t* const* rows, size_t at, int hint) {
+  for (int i = 0; i < kRows; ++i) {
+    if (hint == 0) {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + at), _MM_HINT_T0);
+    } else {
+      _mm_prefetch(reinterpret_cast<const char*>(rows[i] + at), _MM_HINT_T1);
     }
+  }
+}
+
+// The dpbusd of NT tokens against one 32-value unit: s[t] += v[j] . x_t(dword j), x_t's dword j
+// at q[t] + dword[j], s[t] starting at init[t]; two chains per token when there are few tokens.
+template <int NT>
+inline void UnitSums(const __m512i* v, const uint8_t* const* q, const int* dword,
+                     const __m512i* init, __m512i* s) {
+  constexpr bool kTwoChains = NT < 4;  // enough independent vpdpbusd in flight
+#pragma GCC unroll 8
+  for (int t = 0; t < NT; ++t) {
+    __m512i s0 = init[t];
+    __m512i s1 = _mm512_setzero_si512();
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      __m512i& a = (kTwoChains && (j & 1)) ? s1 : s0;
+      a = _mm512_dpbusd_epi32(a, v[j], _mm512_set1_epi32(Load32(q[t] + dword[j])));
+    }
+    s[t] = kTwoChains ? _mm512_add_epi32(s0, s1) : s0;
+  }
+}
+
+inline float LoadF32(const uint8_t* p) {
+  float f;
+  __builtin_memcpy(&f, p, 4);
+  return f;
+}
+
+// ---------------------------------------------------------------------------------------------
+// Q5_0: one 32-value block per step.
+struct Q50 {
+  static constexpr size_t kBlockBytes = 22;
+  static constexpr int64_t kBlockValues = 32;
+  struct Unpacked {
     __m512i v[8];
     __m512 d;
-    Unpack(row, off, v, &d);
-    const size_t xoff = BlockRecordOffset(b);
-#pragma GCC unroll 8
+  };
+
+  // Two blocks are 44 bytes: requesting every other block start, and the last byte, touches
+  // every line of the rows.
+  static void Request(const uint8_t* const* rows, int64_t b, int64_t nb, int hint) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    if ((b & 1) == 0) {
+      Request16(rows, off, hint);
+    } else if (b == nb - 1) {
+      Request16(rows, off + kBlockBytes - 1, hint);
+    }
+  }
+
+  // Block b of the 16 rows against NT tokens prepared at xp + t * xs, into acc[t].
+  template <int NT, From kFrom>
+  static void Step(const uint8_t* const* row, int64_t b, int64_t nb, const uint8_t* xp, size_t xs,
+                   Unpacked* kept, __m512* acc) {
+    __m512i v[8];
+    __m512 d;
+    if constexpr (kFrom == From::kKept) {
+      for (int j = 0; j < 8; ++j) v[j] = _mm512_load_si512(&kept[b].v[j]);
+      d = _mm512_load_ps(&kept[b].d);
+    } else {
+      UnpackQ50(row, static_cast<size_t>(b) * kBlockBytes, v, &d);
+      if constexpr (kFrom == From::kRowsKeep) {
+        for (int j = 0; j < 8; ++j) _mm512_store_si512(&kept[b].v[j], v[j]);
+        _mm512_store_ps(&kept[b].d, d);
+      }
+    }
+    const size_t dx_off = static_cast<size_t>(PairCount(nb)) * kPairBytes;
+    const size_t bias_off = dx_off + static_cast<size_t>(Pad16(nb)) * 4;
+    const uint8_t* q[NT];
+    __m512i init[NT], s[NT];
     for (int t = 0; t < NT; ++t) {
       const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
-      const uint8_t* q = xt + xoff;
-      __m512i s0 = _mm512_set1_epi32(Load32(xt + bias_off + 4 * static_cast<size_t>(b)));
-      __m512i s1 = _mm512_setzero_si512();
-#pragma GCC unroll 8
-      for (int j = 0; j < 8; ++j) {
-        __m512i& s = (kTwoChains && (j & 1)) ? s1 : s0;
-        s = _mm512_dpbusd_epi32(s, v[j], _mm512_set1_epi32(Load32(q + kActDword[j])));
-      }
-      if constexpr (kTwoChains) s0 = _mm512_add_epi32(s0, s1);
-      float dx;
-      __builtin_memcpy(&dx, xt + dx_off + 4 * static_cast<size_t>(b), 4);
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s0), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
+      q[t] = xt + BlockRecordOffset(b);
+      init[t] = _mm512_set1_epi32(Load32(xt + bias_off + 4 * static_cast<size_t>(b)));
+    }
+    UnitSums<NT>(v, q, kActDword, init, s);
+    for (int t = 0; t < NT; ++t) {
+      const float dx = LoadF32(xp + static_cast<size_t>(t) * xs + dx_off + 4 * static_cast<size_t>(b));
+      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
                                acc[t]);
     }
   }
-}
+};
 
-// Group<NT> for nt = 1 .. kMaxTokens tokens.
-void GroupTokens(int nt, const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
-                 const uint8_t* const* ahead, const uint8_t* const* shadow, __m512* acc) {
-  switch (nt) {
-    case 8: Group<8>(row, nb, xp, xs, ahead, shadow, acc); return;
-    case 7: Group<7>(row, nb, xp, xs, ahead, shadow, acc); return;
-    case 6: Group<6>(row, nb, xp, xs, ahead, shadow, acc); return;
-    case 5: Group<5>(row, nb, xp, xs, ahead, shadow, acc); return;
-    case 4: Group<4>(row, nb, xp, xs, ahead, shadow, acc); return;
-    case 3: Group<3>(row, nb, xp, xs, ahead, shadow, acc); return;
-    case 2: Group<2>(row, nb, xp, xs, ahead, shadow, acc); return;
-    default: Group<1>(row, nb, xp, xs, ahead, shadow, acc); return;
+// ---------------------------------------------------------------------------------------------
+// Q4_K: one 256-value super-block (8 sub-blocks of 32) per step. A super-block (144 bytes): f16 d,
+// f16 dmin, u8 scales[12] (6-bit scale and min per sub-block), u8 qs[128]: bytes 32p .. 32p + 31
+// hold sub-block 2p's values in their low nibbles and 2p + 1's in the high ones; value =
+// (d sc) q - (dmin m). The prepared activation is x86_avx512_kquants.cc's: int8 q[cols] with each
+// super-block's sub-blocks in the order 0 2 1 3 4 6 5 7, f32 dx[Pad16(nb)], f32 sx[Pad16(nb)] =
+// dx * sum(q of the block).
+struct Q4K {
+  static constexpr size_t kBlockBytes = 144;
+  static constexpr int64_t kBlockValues = 256;
+  struct Unpacked {
+    __m512i v[64];  // sub-block s: v[8 s .. 8 s + 7]
+    __m512 d1[8];   // d sc per sub-block
+    __m512 m1[8];   // dmin m per sub-block
+  };
+
+  static void Request(const uint8_t* const* rows, int64_t b, int64_t, int hint) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    Request16(rows, off, hint);
+    Request16(rows, off + 64, hint);
+    Request16(rows, off + 128, hint);
+    Request16(rows, off + kBlockBytes - 1, hint);
+  }
+
+  // Sub-blocks 2p and 2p + 1 of the super-block at off: v[0..7] and v[8..15].
+  static void UnpackPair(const uint8_t* const* row, size_t off, int p, __m512i* v) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    __m512i z[4], t[4];
+    for (int h = 0; h < 2; ++h) {
+      const size_t at = off + 16 + 32 * static_cast<size_t>(p) + 16 * static_cast<size_t>(h);
+      for (int g = 0; g < 4; ++g) {
+        z[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+      }
+      Transpose4(z, t);
+      for (int j = 0; j < 4; ++j) {
+        v[4 * h + j] = _mm512_and_si512(t[j], nib);
+        v[8 + 4 * h + j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nib);
+      }
+    }
+  }
+
+  // d sc and dmin m of the 8 sub-blocks of the super-block at off.
+  static void UnpackScales(const uint8_t* const* row, size_t off, __m512* d1, __m512* m1) {
+    __m512i z[4], t[4];
+    // Bytes 0..15: d | dmin << 16, then the scale words u0, u1, u2 (lane r = row r).
+    for (int g = 0; g < 4; ++g) {
+      z[g] = Load128x4(row[g] + off, row[4 + g] + off, row[8 + g] + off, row[12 + g] + off);
+    }
+    Transpose4(z, t);
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(t[0]));
+    const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[0], 16)));
+    const __m512i six = _mm512_set1_epi32(0x3f3f3f3f);
+    const __m512i four = _mm512_set1_epi32(0x0f0f0f0f);
+    const __m512i two = _mm512_set1_epi32(0x03030303);
+    // Sub-blocks 0..3: low 6 bits of bytes 0..3 (scales, u0) and 4..7 (mins, u1); 4..7: low 4
+    // bits in the nibbles of u2, top 2 bits in the top bits of u0 (scales) and u1 (mins).
+    const __m512i sc_lo = _mm512_and_si512(t[1], six);
+    const __m512i m_lo = _mm512_and_si512(t[2], six);
+    const __m512i sc_hi = _mm512_or_si512(
+        _mm512_and_si512(t[3], four),
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(t[1], 6), two), 4));
+    const __m512i m_hi = _mm512_or_si512(
+        _mm512_and_si512(_mm512_srli_epi32(t[3], 4), four),
+        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(t[2], 6), two), 4));
+    const __m512i byte = _mm512_set1_epi32(0xff);
+    for (int k = 0; k < 4; ++k) {
+      const auto field = [&](__m512i w) {
+        return _mm512_cvtepi32_ps(_mm512_and_si512(_mm512_srli_epi32(w, 8 * k), byte));
+      };
+      d1[k] = _mm512_mul_ps(d, field(sc_lo));
+      d1[4 + k] = _mm512_mul_ps(d, field(sc_hi));
+      m1[k] = _mm512_mul_ps(dmin, field(m_lo));
+      m1[4 + k] = _mm512_mul_ps(dmin, field(m_hi));
+    }
+  }
+
+  template <int NT, From kFrom>
+  static void Step(const uint8_t* const* row, int64_t b, int64_t nb, const uint8_t* xp, size_t xs,
+                   Unpacked* kept, __m512* acc) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    __m512 d1[8], m1[8];
+    if constexpr (kFrom == From::kKept) {
+      for (int k = 0; k < 8; ++k) {
+        d1[k] = _mm512_load_ps(&kept[b].d1[k]);
+        m1[k] = _mm512_load_ps(&kept[b].m1[k]);
+      }
+    } else {
+      UnpackScales(row, off, d1, m1);
+      if constexpr (kFrom == From::kRowsKeep) {
+        for (int k = 0; k < 8; ++k) {
+          _mm512_store_ps(&kept[b].d1[k], d1[k]);
+          _mm512_store_ps(&kept[b].m1[k], m1[k]);
+        }
+      }
+    }
+    const int64_t cols = nb * kBlockValues;
+    const size_t dx_off = static_cast<size_t>(cols);
+    const size_t sx_off = dx_off + static_cast<size_t>(Pad16(cols / 32)) * 4;
+    constexpr int kSlot[8] = {0, 2, 1, 3, 4, 6, 5, 7};
+    constexpr int kDword[8] = {0, 4, 8, 12, 16, 20, 24, 28};
+    for (int p = 0; p < 4; ++p) {
+      __m512i v[16];
+      if constexpr (kFrom == From::kKept) {
+        for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[16 * p + j]);
+      } else {
+        UnpackPair(row, off, p, v);
+        if constexpr (kFrom == From::kRowsKeep) {
+          for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[16 * p + j], v[j]);
+        }
+      }
+      for (int h = 0; h < 2; ++h) {
+        const int k = 2 * p + h;  // sub-block
+        const uint8_t* q[NT];
+        __m512i init[NT], s[NT];
+        for (int t = 0; t < NT; ++t) {
+          q[t] = xp + static_cast<size_t>(t) * xs + static_cast<size_t>(b) * 256 + 32 * kSlot[k];
+          init[t] = _mm512_setzero_si512();
+        }
+        UnitSums<NT>(v + 8 * h, q, kDword, init, s);
+        const size_t at = 4 * static_cast<size_t>(8 * b + k);
+        for (int t = 0; t < NT; ++t) {
+          const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
+          acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]),
+                                   _mm512_mul_ps(d1[k], _mm512_set1_ps(LoadF32(xt + dx_off + at))),
+                                   acc[t]);
+          acc[t] = _mm512_fnmadd_ps(m1[k], _mm512_set1_ps(LoadF32(xt + sx_off + at)), acc[t]);
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
+// The 16-row passes, for any of the types above (K).
+
+// Rows row[0..15] (nb blocks) against NT tokens prepared at xp + t * xs: acc[t] lane r =
+// row r · x_t. ahead (or nullptr): 16 rows requested meanwhile into L2; shadow (or nullptr): 16
+// rows requested into L1 at the offsets being read. kept: the buffer of From::kRowsKeep / kKept.
+template <class K, int NT, From kFrom>
+void Group(const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
+           const uint8_t* const* ahead, const uint8_t* const* shadow,
+           typename K::Unpacked* kept, __m512* acc) {
+  for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
+  for (int64_t b = 0; b < nb; ++b) {
+    if (ahead != nullptr) K::Request(ahead, b, nb, 1);
+    if (shadow != nullptr) K::Request(shadow, b, nb, 0);
+    K::template Step<NT, kFrom>(row, b, nb, xp, xs, kept, acc);
   }
 }
 
-}  // namespace
+// Group<K, NT, kFrom> for nt = 1 .. kMaxTokens tokens.
+template <class K, From kFrom>
+void GroupTokens(int nt, const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
+                 const uint8_t* const* ahead, const uint8_t* const* shadow,
+                 typename K::Unpacked* kept, __m512* acc) {
+  switch (nt) {
+    case 8: Group<K, 8, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 7: Group<K, 7, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 6: Group<K, 6, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 5: Group<K, 5, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 4: Group<K, 4, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 3: Group<K, 3, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 2: Group<K, 2, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    default: Group<K, 1, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+  }
+}
 
-void Avx512Q50Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-                  const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
-                  const uint8_t* pf) {
+template <class K>
+void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
+               size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
+  using U = typename K::Unpacked;
+  constexpr int64_t kKeptBlocks = static_cast<int64_t>(kKeptBytes / sizeof(U));
   const auto* x = static_cast<const uint8_t*>(xp);
-  const int64_t nb = cols / 32;
+  const int64_t nb = cols / K::kBlockValues;
   const uint8_t* row[kRows];
   const uint8_t* ahead[kRows];
   const uint8_t* shadow[kRows];
   __m512 acc[kMaxTokens];
+  alignas(64) U kept[kKeptBlocks];
+  // With more tokens than one pass takes, the first pass keeps the unpacked blocks for the
+  // others (when they fit).
+  const bool keep = n_tok > kMaxTokens && nb <= kKeptBlocks;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const int64_t n = Min64(kRows, n_rows - r0);
     // Lanes past the last row repeat it (read, never stored).
@@ -192,10 +392,20 @@ void Avx512Q50Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
     const __mmask16 m = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
     for (int64_t t0 = 0; t0 < n_tok; t0 += kMaxTokens) {
       const int nt = static_cast<int>(Min64(kMaxTokens, n_tok - t0));
-      const bool first = t0 == 0;
-      GroupTokens(nt, row, nb, x + static_cast<size_t>(t0) * xp_stride, xp_stride,
-                  first && next < n_rows ? ahead : nullptr,
-                  first && pf != nullptr ? shadow : nullptr, acc);
+      const uint8_t* xt = x + static_cast<size_t>(t0) * xp_stride;
+      if (t0 == 0) {
+        const uint8_t* const* a = next < n_rows ? ahead : nullptr;
+        const uint8_t* const* sh = pf != nullptr ? shadow : nullptr;
+        if (keep) {
+          GroupTokens<K, From::kRowsKeep>(nt, row, nb, xt, xp_stride, a, sh, kept, acc);
+        } else {
+          GroupTokens<K, From::kRows>(nt, row, nb, xt, xp_stride, a, sh, nullptr, acc);
+        }
+      } else if (keep) {
+        GroupTokens<K, From::kKept>(nt, row, nb, xt, xp_stride, nullptr, nullptr, kept, acc);
+      } else {
+        GroupTokens<K, From::kRows>(nt, row, nb, xt, xp_stride, nullptr, nullptr, nullptr, acc);
+      }
       for (int t = 0; t < nt; ++t) {
         _mm512_mask_storeu_ps(y + static_cast<size_t>(t0 + t) * y_stride + r0, m, acc[t]);
       }
@@ -203,10 +413,11 @@ void Avx512Q50Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
   }
 }
 
-void Avx512Q50DotGather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
-                        int64_t n_idx, const void* xp, float* y) {
+template <class K>
+void Rows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+                  int64_t n_idx, const void* xp, float* y) {
   const auto* x = static_cast<const uint8_t*>(xp);
-  const int64_t nb = cols / 32;
+  const int64_t nb = cols / K::kBlockValues;
   const uint8_t* row[kRows];
   const uint8_t* ahead[kRows];
   alignas(64) float out[kRows];
@@ -222,10 +433,32 @@ void Avx512Q50DotGather(const uint8_t* w, size_t row_stride, int64_t cols, const
       }
     }
     __m512 acc;
-    Group<1>(row, nb, x, 0, next < n_idx ? ahead : nullptr, nullptr, &acc);
+    Group<K, 1, From::kRows>(row, nb, x, 0, next < n_idx ? ahead : nullptr, nullptr, nullptr,
+                             &acc);
     _mm512_store_ps(out, acc);
     for (int i = 0; i < n; ++i) y[idx[k0 + i]] = out[i];
   }
+}
+
+}  // namespace
+
+void Avx512Q50Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                  const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+                  const uint8_t* pf) {
+  Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+}
+void Avx512Q50DotGather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+                        int64_t n_idx, const void* xp, float* y) {
+  Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
+}
+void Avx512Q4KRows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                        const void* xp, size_t xp_stride, int64_t n_tok, float* y,
+                        size_t y_stride, const uint8_t* pf) {
+  Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+}
+void Avx512Q4KRows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+                           int64_t n_idx, const void* xp, float* y) {
+  Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);
 }
 
 }  // namespace weir::kernels::internal
@@ -239,6 +472,10 @@ void Avx512Q50Dot(const uint8_t*, size_t, int64_t, int64_t, const void*, size_t,
                   size_t, const uint8_t*) {}
 void Avx512Q50DotGather(const uint8_t*, size_t, int64_t, const int32_t*, int64_t, const void*,
                         float*) {}
+void Avx512Q4KRows16Dot(const uint8_t*, size_t, int64_t, int64_t, const void*, size_t, int64_t,
+                        float*, size_t, const uint8_t*) {}
+void Avx512Q4KRows16Gather(const uint8_t*, size_t, int64_t, const int32_t*, int64_t,
+                           const void*, float*) {}
 }  // namespace weir::kernels::internal
 
 #endif

@@ -40,4 +40,12 @@ void Avx512Q50Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 void Avx512Q50DotGather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
                         int64_t n_idx, const void* xp, float* y);
 
+// The same two for Q4_K (256-value super-blocks, one convert and FMA per 32-value sub-block; the
+// prepared activation is x86_avx512_kquants.cc's).
+void Avx512Q4KRows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                        const void* xp, size_t xp_stride, int64_t n_tok, float* y,
+                        size_t y_stride, const uint8_t* pf);
+void Avx512Q4KRows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
+                           int64_t n_idx, const void* xp, float* y);
+
 }  // namespace weir::kernels::internal
