@@ -159,8 +159,9 @@ struct Q50 {
 
   // Block b of the 16 rows against NT tokens prepared at xp + t * xs, into acc[t].
   template <int NT, From kFrom>
-  static void Step(const uint8_t* const* row, int64_t b, int64_t nb, const uint8_t* xp, size_t xs,
-                   Unpacked* kept, __m512* acc) {
+  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b,
+                                                  int64_t nb, const uint8_t* xp, size_t xs,
+                                                  Unpacked* kept, __m512* acc) {
     __m512i v[8];
     __m512 d;
     if constexpr (kFrom == From::kKept) {
@@ -268,8 +269,9 @@ struct Q4K {
   }
 
   template <int NT, From kFrom>
-  static void Step(const uint8_t* const* row, int64_t b, int64_t nb, const uint8_t* xp, size_t xs,
-                   Unpacked* kept, __m512* acc) {
+  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b,
+                                                  int64_t nb, const uint8_t* xp, size_t xs,
+                                                  Unpacked* kept, __m512* acc) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
     __m512 d1[8], m1[8];
     if constexpr (kFrom == From::kKept) {
@@ -326,16 +328,30 @@ struct Q4K {
 // ---------------------------------------------------------------------------------------------
 // The 16-row passes, for any of the types above (K).
 
+// What a pass requests for later while it runs: 16 rows read at the offsets being read (rows of a
+// gather), or a span of lines (the next rows of a dense product), spread evenly over the blocks.
+struct Ahead {
+  const uint8_t* const* rows = nullptr;
+  const uint8_t* span = nullptr;
+  int64_t lines = 0;
+};
+
 // Rows row[0..15] (nb blocks) against NT tokens prepared at xp + t * xs: acc[t] lane r =
 // row r · x_t. ahead (or nullptr): 16 rows requested meanwhile into L2; shadow (or nullptr): 16
 // rows requested into L1 at the offsets being read. kept: the buffer of From::kRowsKeep / kKept.
 template <class K, int NT, From kFrom>
 void Group(const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
-           const uint8_t* const* ahead, const uint8_t* const* shadow,
-           typename K::Unpacked* kept, __m512* acc) {
+           const Ahead& ahead, const uint8_t* const* shadow, typename K::Unpacked* kept,
+           __m512* acc) {
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
-    if (ahead != nullptr) K::Request(ahead, b, nb, 1);
+    if (ahead.rows != nullptr) K::Request(ahead.rows, b, nb, 1);
+    if (ahead.span != nullptr) {
+      // This block's share of the span's lines.
+      for (int64_t l = b * ahead.lines / nb; l < (b + 1) * ahead.lines / nb; ++l) {
+        _mm_prefetch(reinterpret_cast<const char*>(ahead.span + 64 * l), _MM_HINT_T1);
+      }
+    }
     if (shadow != nullptr) K::Request(shadow, b, nb, 0);
     K::template Step<NT, kFrom>(row, b, nb, xp, xs, kept, acc);
   }
@@ -344,8 +360,8 @@ void Group(const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
 // Group<K, NT, kFrom> for nt = 1 .. kMaxTokens tokens.
 template <class K, From kFrom>
 void GroupTokens(int nt, const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
-                 const uint8_t* const* ahead, const uint8_t* const* shadow,
-                 typename K::Unpacked* kept, __m512* acc) {
+                 const Ahead& ahead, const uint8_t* const* shadow, typename K::Unpacked* kept,
+                 __m512* acc) {
   switch (nt) {
     case 8: Group<K, 8, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
     case 7: Group<K, 7, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
@@ -366,13 +382,13 @@ void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows
   const auto* x = static_cast<const uint8_t*>(xp);
   const int64_t nb = cols / K::kBlockValues;
   const uint8_t* row[kRows];
-  const uint8_t* ahead[kRows];
   const uint8_t* shadow[kRows];
   __m512 acc[kMaxTokens];
   alignas(64) U kept[kKeptBlocks];
   // With more tokens than one pass takes, the first pass keeps the unpacked blocks for the
   // others (when they fit).
   const bool keep = n_tok > kMaxTokens && nb <= kKeptBlocks;
+  const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const int64_t n = Min64(kRows, n_rows - r0);
     // Lanes past the last row repeat it (read, never stored).
@@ -381,30 +397,30 @@ void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows
       row[i] = w + r * row_stride;
       if (pf != nullptr) shadow[i] = pf + r * row_stride;
     }
-    // The next group, requested while this one runs (the look-ahead stays inside the rows of
-    // this call).
-    const int64_t next = r0 + kRows;
-    if (next < n_rows) {
-      for (int i = 0; i < kRows; ++i) {
-        ahead[i] = w + static_cast<size_t>(Min64(next + i, n_rows - 1)) * row_stride;
-      }
+    // The next group's bytes, requested while this one runs (the look-ahead stays inside the
+    // rows of this call).
+    Ahead ahead;
+    if (r0 + kRows < n_rows) {
+      ahead.span = w + static_cast<size_t>(r0 + kRows) * row_stride;
+      const size_t bytes = static_cast<size_t>(end - ahead.span);
+      ahead.lines = static_cast<int64_t>(
+          ((bytes < kRows * row_stride ? bytes : kRows * row_stride) + 63) / 64);
     }
     const __mmask16 m = static_cast<__mmask16>(n >= 16 ? 0xffff : (1u << n) - 1);
     for (int64_t t0 = 0; t0 < n_tok; t0 += kMaxTokens) {
       const int nt = static_cast<int>(Min64(kMaxTokens, n_tok - t0));
       const uint8_t* xt = x + static_cast<size_t>(t0) * xp_stride;
       if (t0 == 0) {
-        const uint8_t* const* a = next < n_rows ? ahead : nullptr;
         const uint8_t* const* sh = pf != nullptr ? shadow : nullptr;
         if (keep) {
-          GroupTokens<K, From::kRowsKeep>(nt, row, nb, xt, xp_stride, a, sh, kept, acc);
+          GroupTokens<K, From::kRowsKeep>(nt, row, nb, xt, xp_stride, ahead, sh, kept, acc);
         } else {
-          GroupTokens<K, From::kRows>(nt, row, nb, xt, xp_stride, a, sh, nullptr, acc);
+          GroupTokens<K, From::kRows>(nt, row, nb, xt, xp_stride, ahead, sh, nullptr, acc);
         }
       } else if (keep) {
-        GroupTokens<K, From::kKept>(nt, row, nb, xt, xp_stride, nullptr, nullptr, kept, acc);
+        GroupTokens<K, From::kKept>(nt, row, nb, xt, xp_stride, Ahead{}, nullptr, kept, acc);
       } else {
-        GroupTokens<K, From::kRows>(nt, row, nb, xt, xp_stride, nullptr, nullptr, nullptr, acc);
+        GroupTokens<K, From::kRows>(nt, row, nb, xt, xp_stride, Ahead{}, nullptr, nullptr, acc);
       }
       for (int t = 0; t < nt; ++t) {
         _mm512_mask_storeu_ps(y + static_cast<size_t>(t0 + t) * y_stride + r0, m, acc[t]);
@@ -432,9 +448,10 @@ void Rows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32
         ahead[i] = w + static_cast<size_t>(idx[Min64(next + i, n_idx - 1)]) * row_stride;
       }
     }
+    Ahead a;
+    if (next < n_idx) a.rows = ahead;
     __m512 acc;
-    Group<K, 1, From::kRows>(row, nb, x, 0, next < n_idx ? ahead : nullptr, nullptr, nullptr,
-                             &acc);
+    Group<K, 1, From::kRows>(row, nb, x, 0, a, nullptr, nullptr, &acc);
     _mm512_store_ps(out, acc);
     for (int i = 0; i < n; ++i) y[idx[k0 + i]] = out[i];
   }
