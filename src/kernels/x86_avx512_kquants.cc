@@ -1,19 +1,17 @@
-// AVX-512 kernels of the K types Q4_K and Q6_K (see internal/avx512_kquants.h). Compiled with the
-// AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only through
-// x86_avx512.cc's table after isa.cc found those features, so, like the other SIMD files, it calls
-// no inline code from other headers (see internal/isa_kernels.h).
+// AVX-512 kernels of the K types (see internal/avx512_kquants.h): the prepared activation of Q4_K
+// and Q6_K, and the Q6_K products (Q4_K's products are the 16-row passes of
+// x86_avx512_rows16.cc, which read the Q4_K activation prepared here). Compiled with the AVX-512
+// F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only through x86_avx512.cc's table
+// after isa.cc found those features, so, like the other SIMD files, it calls no inline code from
+// other headers (see internal/isa_kernels.h).
 //
-// Both types run on vpdpbusd (u8 weights x s8 activation -> s32, four products per lane), one
-// 512-bit vector per 64 weights, each 32-bit lane summing four products of one sub-block:
-//   Q4_K: 8 sub-blocks of 32, x = (d sc) q - (dmin m), q = 0..15. A 64-byte load of the quants
-//         gives two vectors, the low nibbles (sub-blocks 2p | 2p + 2) and the high ones
-//         (2p + 1 | 2p + 3); the activation is stored in that order when it is prepared. The
-//         min term, -(dmin m) * d_x * sum(x_q) per sub-block, uses block sums from preparation.
-//   Q6_K: 16 sub-blocks of 16, x = (d sc) (q - 32), q = 0..63 from 4 low bits (ql) and 2 high
-//         bits (qh). The activation is in natural order; each lane's integer sum starts at
-//         -32 * (its four activation values), prepared once, so the sums are exact.
-// Each lane's integer sum is converted to f32 and multiplied by its sub-block's scale times the
-// activation block's scale (d_w * d_x), the terms of the reference up to the order of additions.
+// Q6_K runs on vpdpbusd (u8 weights x s8 activation -> s32, four products per lane), one 512-bit
+// vector per 64 weights, each 32-bit lane summing four products of one sub-block: 16 sub-blocks
+// of 16, x = (d sc) (q - 32), q = 0..63 from 4 low bits (ql) and 2 high bits (qh). The activation
+// is in natural order; each lane's integer sum starts at -32 * (its four activation values),
+// prepared once, so the sums are exact. Each lane's integer sum is converted to f32 and
+// multiplied by its sub-block's scale times the activation block's scale (d_w * d_x), the terms of
+// the reference up to the order of additions.
 //
 // A kernel instance handles R rows x NT tokens (R = 1 with several tokens for prefill, R up to 4
 // with one token for decode); every (row, token) pair runs the same operations in the same order,
@@ -30,7 +28,6 @@ namespace {
 
 constexpr int kQ = 32;             // values per activation block
 constexpr int64_t kSuper = 256;    // values per super-block
-constexpr size_t kQ4KBytes = 144;  // f16 d, f16 dmin, u8 scales[12], u8 qs[128]
 constexpr size_t kQ6KBytes = 210;  // u8 ql[128], u8 qh[64], i8 scales[16], f16 d
 // Look-ahead of the dense products, as in x86_avx512.cc.
 constexpr size_t kPrefetchBytes = 2048;
@@ -111,11 +108,6 @@ void PrepK(DType t, const float* x, int64_t cols, void* out) {
 // ---------------------------------------------------------------------------------------------
 // Lane patterns: which of a super-block's sub-block scales each of the 16 lanes of vector k takes.
 
-// Q4_K, scales in lanes 0..7 (sub-blocks 0..7): vector k holds sub-blocks (0,2) (1,3) (4,6) (5,7).
-alignas(64) constexpr int32_t kQ4KLanes[4][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2},
-                                                  {1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3},
-                                                  {4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6},
-                                                  {5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7}};
 // Q6_K, scales in lanes 0..15 (sub-blocks of 16): vector k holds sub-blocks 4k .. 4k + 3.
 alignas(64) constexpr int32_t kQ6KLanes[4][16] = {
     {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
@@ -124,34 +116,6 @@ alignas(64) constexpr int32_t kQ6KLanes[4][16] = {
     {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
 // Q6_K: sub-block i (of 16) lies in activation block i / 2.
 alignas(64) constexpr int32_t kHalfLanes[16] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
-
-// The 8 six-bit scales and mins of a Q4_K super-block (12 bytes at p) as f32, scales in *sc and
-// mins in *m: sub-blocks 0..3 keep them in the low 6 bits of bytes 0..3 and 4..7; sub-blocks
-// 4..7 keep their low 4 bits in the nibbles of bytes 8..11 and their top 2 bits in the top bits
-// of bytes 0..3 (scales) and 4..7 (mins).
-inline void ScalesMinsQ4K(const uint8_t* p, __m256* sc, __m256* m) {
-  uint32_t u[3];
-  __builtin_memcpy(u, p, 12);
-  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu;
-  const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  const __m128i v = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
-                                   static_cast<int>(m_lo), static_cast<int>(m_hi));
-  *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-  *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
-}
-
-// The four weight vectors of one super-block (see the top).
-inline void WeightsQ4K(const uint8_t* blk, __m512i* w) {
-  const __m512i nib = _mm512_set1_epi8(0x0f);
-  const __m512i q0 = _mm512_loadu_si512(blk + 16);
-  const __m512i q1 = _mm512_loadu_si512(blk + 80);
-  w[0] = _mm512_and_si512(q0, nib);
-  w[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), nib);
-  w[2] = _mm512_and_si512(q1, nib);
-  w[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), nib);
-}
 
 // Values 128 h + 0 .. 63 (w[2h]) and 128 h + 64 .. 127 (w[2h + 1]) of a Q6_K super-block as
 // unsigned 0..63: ql bytes 64 h + l hold values l (low nibble) and 64 + l (high), bytes
@@ -184,66 +148,9 @@ inline void PrefetchBlock(const uint8_t* p, int hint) {
   }
 }
 
-// R rows x NT tokens of Q4_K. rows[i]: row i; x: token 0's prepared activation, xs bytes between
+// R rows x NT tokens of Q6_K. rows[i]: row i; x: token 0's prepared activation, xs bytes between
 // tokens; y[i][t * ys]: result of row i, token t. Look-ahead: ahead_end (dense rows: each row's
 // kPrefetchBytes-ahead lines below it) or pf (R other rows, read at the same offsets).
-template <int R, int NT>
-void DotQ4K(const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs, float* const* y,
-            size_t ys, const uint8_t* ahead_end, const uint8_t* const* pf) {
-  const int64_t ns = cols / kSuper;
-  const auto* dx = reinterpret_cast<const float*>(x + cols);
-  const int64_t sx_off = Pad16(cols / kQ);
-  __m512 acc0[R][NT], acc1[R][NT];
-  __m256 accm[R][NT];
-  for (int i = 0; i < R; ++i) {
-    for (int t = 0; t < NT; ++t) {
-      acc0[i][t] = acc1[i][t] = _mm512_setzero_ps();
-      accm[i][t] = _mm256_setzero_ps();
-    }
-  }
-  for (int64_t s = 0; s < ns; ++s) {
-    // Unrolled, so that the R x NT accumulators stay in registers (GCC kept the loop rolled and
-    // them in memory: 1 thread, Q4_K 2048x5632 36 -> 38.5 GB/s; the same pragmas made Q6_K,
-    // already at the read bandwidth of one core, ~15% slower).
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* blk = rows[i] + static_cast<size_t>(s) * kQ4KBytes;
-      if (pf != nullptr) PrefetchBlock<kQ4KBytes>(pf[i] + s * kQ4KBytes, 0);
-      if (ahead_end != nullptr && blk + kPrefetchBytes < ahead_end) {
-        PrefetchBlock<kQ4KBytes>(blk + kPrefetchBytes, 1);
-      }
-      __m256 sc, mn;
-      ScalesMinsQ4K(blk + 4, &sc, &mn);
-      const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(HalfAt(blk)), sc);
-      const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(HalfAt(blk + 2)), mn);
-      __m512i w[4];
-      WeightsQ4K(blk, w);
-#pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* xt = x + t * xs + s * kSuper;
-        const float* dxt = dx + t * xs / 4 + 8 * s;
-        const __m512 sv = _mm512_castps256_ps512(_mm256_mul_ps(d1, _mm256_loadu_ps(dxt)));
-        accm[i][t] = _mm256_fmadd_ps(m1, _mm256_loadu_ps(dxt + sx_off), accm[i][t]);
-        for (int k = 0; k < 4; ++k) {
-          const __m512i isum =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[k], _mm512_loadu_si512(xt + 64 * k));
-          const __m512 lanes = _mm512_permutexvar_ps(_mm512_load_si512(kQ4KLanes[k]), sv);
-          __m512& acc = (k & 1) ? acc1[i][t] : acc0[i][t];
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), lanes, acc);
-        }
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int t = 0; t < NT; ++t) {
-      const __m512 sum =
-          _mm512_sub_ps(_mm512_add_ps(acc0[i][t], acc1[i][t]), _mm512_zextps256_ps512(accm[i][t]));
-      y[i][t * ys] = _mm512_reduce_add_ps(sum);
-    }
-  }
-}
-
-// R rows x NT tokens of Q6_K (arguments as DotQ4K).
 template <int R, int NT>
 void DotQ6K(const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs, float* const* y,
             size_t ys, const uint8_t* ahead_end, const uint8_t* const* pf) {
@@ -290,13 +197,9 @@ void DotQ6K(const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t x
 }
 
 template <int R, int NT>
-inline void DotK(DType t, const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs,
+inline void DotK(DType, const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs,
                  float* const* y, size_t ys, const uint8_t* ahead_end, const uint8_t* const* pf) {
-  if (IsQ4K(t)) {
-    DotQ4K<R, NT>(rows, cols, x, xs, y, ys, ahead_end, pf);
-  } else {
-    DotQ6K<R, NT>(rows, cols, x, xs, y, ys, ahead_end, pf);
-  }
+  DotQ6K<R, NT>(rows, cols, x, xs, y, ys, ahead_end, pf);
 }
 
 }  // namespace

@@ -1,10 +1,7 @@
-// AVX-512 kernels of Q5_0 over 16 rows at a time (see internal/avx512_rows16.h). Compiled with the
-// AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only through
+// AVX-512 kernels of Q5_0 and Q4_K over 16 rows at a time (see internal/avx512_rows16.h). Compiled
+// with the AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only through
 // x86_avx512.cc's table after isa.cc found those features, so, like the other SIMD files, it calls
 // no inline code from other headers (see internal/isa_kernels.h).
-//
-// A Q5_0 block (22 bytes): f16 d, u32 qh (bit i: the fifth bit of value i), u8 qs[16] (value i in
-// the low nibble of qs[i], value 16 + i in the high one); value = d (q - 16), q = 0..31.
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -14,8 +11,8 @@
 namespace weir::kernels::internal {
 namespace {
 
-constexpr int kRows = 16;          // rows per pass, one per 32-bit lane
-constexpr int kMaxTokens = 8;      // tokens sharing one unpacked block
+constexpr int kRows = 16;           // rows per pass, one per 32-bit lane
+constexpr int kMaxTokens = 8;       // tokens sharing one unpacked block
 constexpr size_t kPairBytes = 128;  // one prepared record per pair of blocks
 
 inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
@@ -76,8 +73,8 @@ inline void UnpackQ50(const uint8_t* const* row, size_t off, __m512i* v, __m512*
   const __m512i bits_even = _mm512_set1_epi32(0x08040201);
   const __m512i bits_odd = _mm512_set1_epi32(static_cast<int>(0x80402010u));
   const __m512i sixteen = _mm512_set1_epi8(16);
-  const __m512i dword_base = _mm512_broadcast_i32x4(
-      _mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
+  const __m512i dword_base =
+      _mm512_broadcast_i32x4(_mm_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12));
   for (int s = 0; s < 4; ++s) {
     const __m512i spread = _mm512_shuffle_epi8(
         qh, _mm512_add_epi8(dword_base, _mm512_set1_epi8(static_cast<char>(s))));
@@ -137,7 +134,9 @@ inline float LoadF32(const uint8_t* p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q5_0: one 32-value block per step.
+// Q5_0: one 32-value block per step. A block (22 bytes): f16 d, u32 qh (bit i: the fifth bit of
+// value i), u8 qs[16] (value i in the low nibble of qs[i], value 16 + i in the high one); value =
+// d (q - 16), q = 0..31.
 struct Q50 {
   static constexpr size_t kBlockBytes = 22;
   static constexpr int64_t kBlockValues = 32;
@@ -159,9 +158,9 @@ struct Q50 {
 
   // Block b of the 16 rows against NT tokens prepared at xp + t * xs, into acc[t].
   template <int NT, From kFrom>
-  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b,
-                                                  int64_t nb, const uint8_t* xp, size_t xs,
-                                                  Unpacked* kept, __m512* acc) {
+  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b, int64_t nb,
+                                                  const uint8_t* xp, size_t xs, Unpacked* kept,
+                                                  __m512* acc) {
     __m512i v[8];
     __m512 d;
     if constexpr (kFrom == From::kKept) {
@@ -185,9 +184,10 @@ struct Q50 {
     }
     UnitSums<NT>(v, q, kActDword, init, s);
     for (int t = 0; t < NT; ++t) {
-      const float dx = LoadF32(xp + static_cast<size_t>(t) * xs + dx_off + 4 * static_cast<size_t>(b));
-      acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)),
-                               acc[t]);
+      const float dx =
+          LoadF32(xp + static_cast<size_t>(t) * xs + dx_off + 4 * static_cast<size_t>(b));
+      acc[t] =
+          _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
     }
   }
 };
@@ -250,12 +250,12 @@ struct Q4K {
     // bits in the nibbles of u2, top 2 bits in the top bits of u0 (scales) and u1 (mins).
     const __m512i sc_lo = _mm512_and_si512(t[1], six);
     const __m512i m_lo = _mm512_and_si512(t[2], six);
-    const __m512i sc_hi = _mm512_or_si512(
-        _mm512_and_si512(t[3], four),
-        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(t[1], 6), two), 4));
-    const __m512i m_hi = _mm512_or_si512(
-        _mm512_and_si512(_mm512_srli_epi32(t[3], 4), four),
-        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(t[2], 6), two), 4));
+    const __m512i sc_hi =
+        _mm512_or_si512(_mm512_and_si512(t[3], four),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(t[1], 6), two), 4));
+    const __m512i m_hi =
+        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi32(t[3], 4), four),
+                        _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(t[2], 6), two), 4));
     const __m512i byte = _mm512_set1_epi32(0xff);
     for (int k = 0; k < 4; ++k) {
       const auto field = [&](__m512i w) {
@@ -269,9 +269,9 @@ struct Q4K {
   }
 
   template <int NT, From kFrom>
-  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b,
-                                                  int64_t nb, const uint8_t* xp, size_t xs,
-                                                  Unpacked* kept, __m512* acc) {
+  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b, int64_t nb,
+                                                  const uint8_t* xp, size_t xs, Unpacked* kept,
+                                                  __m512* acc) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
     __m512 d1[8], m1[8];
     if constexpr (kFrom == From::kKept) {
@@ -340,9 +340,8 @@ struct Ahead {
 // row r · x_t. ahead (or nullptr): 16 rows requested meanwhile into L2; shadow (or nullptr): 16
 // rows requested into L1 at the offsets being read. kept: the buffer of From::kRowsKeep / kKept.
 template <class K, int NT, From kFrom>
-void Group(const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs,
-           const Ahead& ahead, const uint8_t* const* shadow, typename K::Unpacked* kept,
-           __m512* acc) {
+void Group(const uint8_t* const* row, int64_t nb, const uint8_t* xp, size_t xs, const Ahead& ahead,
+           const uint8_t* const* shadow, typename K::Unpacked* kept, __m512* acc) {
   for (int t = 0; t < NT; ++t) acc[t] = _mm512_setzero_ps();
   for (int64_t b = 0; b < nb; ++b) {
     if (ahead.rows != nullptr) K::Request(ahead.rows, b, nb, 1);
@@ -363,14 +362,30 @@ void GroupTokens(int nt, const uint8_t* const* row, int64_t nb, const uint8_t* x
                  const Ahead& ahead, const uint8_t* const* shadow, typename K::Unpacked* kept,
                  __m512* acc) {
   switch (nt) {
-    case 8: Group<K, 8, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    case 7: Group<K, 7, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    case 6: Group<K, 6, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    case 5: Group<K, 5, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    case 4: Group<K, 4, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    case 3: Group<K, 3, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    case 2: Group<K, 2, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
-    default: Group<K, 1, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc); return;
+    case 8:
+      Group<K, 8, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    case 7:
+      Group<K, 7, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    case 6:
+      Group<K, 6, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    case 5:
+      Group<K, 5, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    case 4:
+      Group<K, 4, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    case 3:
+      Group<K, 3, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    case 2:
+      Group<K, 2, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
+    default:
+      Group<K, 1, kFrom>(row, nb, xp, xs, ahead, shadow, kept, acc);
+      return;
   }
 }
 
@@ -459,23 +474,25 @@ void Rows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32
 
 }  // namespace
 
-void Avx512Q50Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-                  const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
-                  const uint8_t* pf) {
-  Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+bool Avx512Rows16Type(DType t) { return t == DType::kQ5_0 || t == DType::kQ4_K; }
+
+void Avx512Rows16Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                     const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+                     const uint8_t* pf) {
+  if (t == DType::kQ5_0) {
+    Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  } else {
+    Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  }
 }
-void Avx512Q50DotGather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
-                        int64_t n_idx, const void* xp, float* y) {
-  Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
-}
-void Avx512Q4KRows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-                        const void* xp, size_t xp_stride, int64_t n_tok, float* y,
-                        size_t y_stride, const uint8_t* pf) {
-  Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
-}
-void Avx512Q4KRows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
-                           int64_t n_idx, const void* xp, float* y) {
-  Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);
+
+void Avx512Rows16Gather(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
+                        const int32_t* idx, int64_t n_idx, const void* xp, float* y) {
+  if (t == DType::kQ5_0) {
+    Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
+  } else {
+    Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);
+  }
 }
 
 }  // namespace weir::kernels::internal
@@ -485,14 +502,11 @@ void Avx512Q4KRows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, co
 #include "kernels/internal/avx512_rows16.h"
 
 namespace weir::kernels::internal {
-void Avx512Q50Dot(const uint8_t*, size_t, int64_t, int64_t, const void*, size_t, int64_t, float*,
-                  size_t, const uint8_t*) {}
-void Avx512Q50DotGather(const uint8_t*, size_t, int64_t, const int32_t*, int64_t, const void*,
-                        float*) {}
-void Avx512Q4KRows16Dot(const uint8_t*, size_t, int64_t, int64_t, const void*, size_t, int64_t,
-                        float*, size_t, const uint8_t*) {}
-void Avx512Q4KRows16Gather(const uint8_t*, size_t, int64_t, const int32_t*, int64_t,
-                           const void*, float*) {}
+bool Avx512Rows16Type(DType) { return false; }
+void Avx512Rows16Dot(DType, const uint8_t*, size_t, int64_t, int64_t, const void*, size_t, int64_t,
+                     float*, size_t, const uint8_t*) {}
+void Avx512Rows16Gather(DType, const uint8_t*, size_t, int64_t, const int32_t*, int64_t,
+                        const void*, float*) {}
 }  // namespace weir::kernels::internal
 
 #endif
