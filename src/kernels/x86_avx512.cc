@@ -1333,7 +1333,9 @@ constexpr uint64_t kDirectTypes =
 const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Q41Types,
                            PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
-                           PrepTiled, DotTiled, GeluMul};
+                           PrepTiled, DotTiled, GeluMul,
+                           // Q5_0 (id 6) and Q4_K (12): the 16-row kernels (avx512_rows16.h).
+                           (uint64_t{1} << 6) | (uint64_t{1} << 12)};
 
 }  // namespace
 
