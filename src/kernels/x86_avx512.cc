@@ -6,8 +6,8 @@
 // made unsigned (Q8_0: q + 128 by flipping the sign bit; Q4_0: the raw nibble 0..15) and the
 // offset is taken back out by starting each block's integer accumulator at -offset * sum(x), a
 // bias computed once per call when the activation is prepared. Two blocks fill one 512-bit vector.
-// Q5_0 and Q4_K are multiplied 16 rows at a time, one row per lane (x86_avx512_rows16.cc,
-// internal/avx512_rows16.h), Q6_K in x86_avx512_kquants.cc (internal/avx512_kquants.h).
+// Q5_0, Q4_K and Q6_K are multiplied 16 rows at a time, one row per lane (x86_avx512_rows16.cc,
+// internal/avx512_rows16.h; the K types' activation is prepared by x86_avx512_kquants.cc).
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -493,10 +493,6 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
     Avx512Rows16Dot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     return;
   }
-  if (Avx512KType(t) && !(n_tok == 1 && pf == nullptr)) {
-    Avx512KDot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
-    return;
-  }
   if (n_tok == 1 && pf == nullptr) {
     // One token (decode): 4 rows per pass with the activation loaded once for them, each row
     // computed by the same operations as DotRowTokens<1> (the gathered row form's contract).
@@ -663,9 +659,6 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
       return;
     case DType::kQ4_1:
       DotQuantRowsGathered<true, R, true>(rows, cols / kQ, xb, y, pf);
-      return;
-    case DType::kQ6_K:
-      Avx512KDotRows(t, rows, R, cols, xp, y, pf);
       return;
     case DType::kF32:
       DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
@@ -1334,8 +1327,8 @@ const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Q41Types,
                            PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
                            PrepTiled, DotTiled, GeluMul,
-                           // Q5_0 (id 6) and Q4_K (12): the 16-row kernels (avx512_rows16.h).
-                           (uint64_t{1} << 6) | (uint64_t{1} << 12)};
+                           // Q5_0 (id 6), Q4_K (12), Q6_K (14): the 16-row kernels.
+                           (uint64_t{1} << 6) | (uint64_t{1} << 12) | (uint64_t{1} << 14)};
 
 }  // namespace
 

@@ -108,9 +108,10 @@ inline void Request16(const uint8_t* const* rows, size_t at, int hint) {
   }
 }
 
-// The dpbusd of NT tokens against one 32-value unit: s[t] += v[j] . x_t(dword j), x_t's dword j
-// at q[t] + dword[j], s[t] starting at init[t]; two chains per token when there are few tokens.
-template <int NT>
+// The dpbusd of NT tokens against one unit of 4 kDwords values (32; Q6_K's 16): s[t] += v[j] .
+// x_t(dword j), x_t's dword j at q[t] + dword[j], s[t] starting at init[t]; two chains per token
+// when there are few tokens.
+template <int NT, int kDwords = 8>
 inline void UnitSums(const __m512i* v, const uint8_t* const* q, const int* dword,
                      const __m512i* init, __m512i* s) {
   constexpr bool kTwoChains = NT < 4;  // enough independent vpdpbusd in flight
@@ -119,7 +120,7 @@ inline void UnitSums(const __m512i* v, const uint8_t* const* q, const int* dword
     __m512i s0 = init[t];
     __m512i s1 = _mm512_setzero_si512();
 #pragma GCC unroll 8
-    for (int j = 0; j < 8; ++j) {
+    for (int j = 0; j < kDwords; ++j) {
       __m512i& a = (kTwoChains && (j & 1)) ? s1 : s0;
       a = _mm512_dpbusd_epi32(a, v[j], _mm512_set1_epi32(Load32(q[t] + dword[j])));
     }
@@ -326,6 +327,137 @@ struct Q4K {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Q6_K: one 256-value super-block (16 sub-blocks of 16) per step. A super-block (210 bytes):
+// u8 ql[128], u8 qh[64], i8 scales[16], f16 d; value = (d sc) (q - 32), q = 0..63 from 4 low bits
+// and 2 high bits. Half h (values 128h ..) has ql bytes 64h + l holding values 128h + l (low
+// nibble) and 128h + 64 + l (high), ql bytes 64h + 32 + l values 128h + 32 + l and 128h + 96 + l,
+// and qh byte 32h + l the top bits of values 128h + l, + 32, + 64, + 96 at shifts 0, 2, 4, 6
+// (l < 32). The prepared activation (x86_avx512_kquants.cc): int8 q[cols] in natural order, int32
+// bias[cols / 16] = -32 * sum(q of the 16 values), f32 dx[Pad16(nb)].
+struct Q6K {
+  static constexpr size_t kBlockBytes = 210;
+  static constexpr int64_t kBlockValues = 256;
+  struct Unpacked {
+    __m512i v[64];  // sub-block u: v[4 u .. 4 u + 3]
+    __m512 d1[16];  // d sc per sub-block
+  };
+
+  static void Request(const uint8_t* const* rows, int64_t b, int64_t, int hint) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    for (size_t at = 0; at < kBlockBytes; at += 64) Request16(rows, off + at, hint);
+    Request16(rows, off + kBlockBytes - 1, hint);
+  }
+
+  // The four sub-blocks of half h whose values start at 128h + 16 m (m = 0, 1): sub-blocks
+  // 8h + m, 8h + 2 + m, 8h + 4 + m, 8h + 6 + m into v[0..3], v[4..7], v[8..11], v[12..15].
+  static void UnpackQuarter(const uint8_t* const* row, size_t off, int h, int m, __m512i* v) {
+    const __m512i nib = _mm512_set1_epi8(0x0f);
+    const __m512i top = _mm512_set1_epi8(0x30);
+    __m512i z[4], a[4], b[4], q[4];
+    const size_t at_a = off + 64 * static_cast<size_t>(h) + 16 * static_cast<size_t>(m);
+    const size_t at_b = at_a + 32;
+    const size_t at_q = off + 128 + 32 * static_cast<size_t>(h) + 16 * static_cast<size_t>(m);
+    for (int g = 0; g < 4; ++g) {
+      z[g] = Load128x4(row[g] + at_a, row[4 + g] + at_a, row[8 + g] + at_a, row[12 + g] + at_a);
+    }
+    Transpose4(z, a);
+    for (int g = 0; g < 4; ++g) {
+      z[g] = Load128x4(row[g] + at_b, row[4 + g] + at_b, row[8 + g] + at_b, row[12 + g] + at_b);
+    }
+    Transpose4(z, b);
+    for (int g = 0; g < 4; ++g) {
+      z[g] = Load128x4(row[g] + at_q, row[4 + g] + at_q, row[8 + g] + at_q, row[12 + g] + at_q);
+    }
+    Transpose4(z, q);
+    for (int j = 0; j < 4; ++j) {
+      // 16-bit shifts: the masks drop the bits that cross into the neighbouring byte.
+      v[j] = _mm512_or_si512(_mm512_and_si512(a[j], nib),
+                             _mm512_and_si512(_mm512_slli_epi16(q[j], 4), top));
+      v[4 + j] = _mm512_or_si512(_mm512_and_si512(b[j], nib),
+                                 _mm512_and_si512(_mm512_slli_epi16(q[j], 2), top));
+      v[8 + j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(a[j], 4), nib),
+                                 _mm512_and_si512(q[j], top));
+      v[12 + j] = _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(b[j], 4), nib),
+                                  _mm512_and_si512(_mm512_srli_epi16(q[j], 2), top));
+    }
+  }
+
+  // d sc of the 16 sub-blocks of the super-block at off.
+  static void UnpackScales(const uint8_t* const* row, size_t off, __m512* d1) {
+    __m512i z[4], t[4];
+    const size_t at = off + 192;
+    for (int g = 0; g < 4; ++g) {
+      z[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+    }
+    Transpose4(z, t);  // t[j] lane r: scales 4j .. 4j + 3 of row r
+    // d: bytes 14, 15 of the 16 at off + 194 (the last 16 bytes of the block), dword 3.
+    const size_t at_d = off + 194;
+    for (int g = 0; g < 4; ++g) {
+      z[g] = Load128x4(row[g] + at_d, row[4 + g] + at_d, row[8 + g] + at_d, row[12 + g] + at_d);
+    }
+    const __m512i w3 =
+        _mm512_unpackhi_epi64(_mm512_unpackhi_epi32(z[0], z[1]), _mm512_unpackhi_epi32(z[2], z[3]));
+    const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w3, 16)));
+    for (int u = 0; u < 16; ++u) {
+      const __m512i sc = _mm512_srai_epi32(_mm512_slli_epi32(t[u / 4], 24 - 8 * (u % 4)), 24);
+      d1[u] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(sc));
+    }
+  }
+
+  template <int NT, From kFrom>
+  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b, int64_t nb,
+                                                  const uint8_t* xp, size_t xs, Unpacked* kept,
+                                                  __m512* acc) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    __m512 d1[16];
+    if constexpr (kFrom == From::kKept) {
+      for (int u = 0; u < 16; ++u) d1[u] = _mm512_load_ps(&kept[b].d1[u]);
+    } else {
+      UnpackScales(row, off, d1);
+      if constexpr (kFrom == From::kRowsKeep) {
+        for (int u = 0; u < 16; ++u) _mm512_store_ps(&kept[b].d1[u], d1[u]);
+      }
+    }
+    const int64_t cols = nb * kBlockValues;
+    const size_t bias_off = static_cast<size_t>(cols);
+    const size_t dx_off = bias_off + static_cast<size_t>(cols / 16) * 4;
+    constexpr int kDword[4] = {0, 4, 8, 12};
+    for (int h = 0; h < 2; ++h) {
+      for (int m = 0; m < 2; ++m) {
+        const int quarter = 2 * h + m;
+        __m512i v[16];
+        if constexpr (kFrom == From::kKept) {
+          for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[16 * quarter + j]);
+        } else {
+          UnpackQuarter(row, off, h, m, v);
+          if constexpr (kFrom == From::kRowsKeep) {
+            for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[16 * quarter + j], v[j]);
+          }
+        }
+        for (int k = 0; k < 4; ++k) {
+          const int u = 8 * h + 2 * k + m;  // sub-block of v[4k .. 4k + 3]
+          const uint8_t* q[NT];
+          __m512i init[NT], s[NT];
+          for (int t = 0; t < NT; ++t) {
+            const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
+            q[t] = xt + static_cast<size_t>(b) * 256 + 16 * static_cast<size_t>(u);
+            init[t] = _mm512_set1_epi32(
+                Load32(xt + bias_off + 4 * (16 * static_cast<size_t>(b) + static_cast<size_t>(u))));
+          }
+          UnitSums<NT, 4>(v + 4 * k, q, kDword, init, s);
+          const size_t at = dx_off + 4 * (8 * static_cast<size_t>(b) + static_cast<size_t>(u / 2));
+          for (int t = 0; t < NT; ++t) {
+            const float dx = LoadF32(xp + static_cast<size_t>(t) * xs + at);
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]),
+                                     _mm512_mul_ps(d1[u], _mm512_set1_ps(dx)), acc[t]);
+          }
+        }
+      }
+    }
+  }
+};
+
+// ---------------------------------------------------------------------------------------------
 // The 16-row passes, for any of the types above (K).
 
 // What a pass requests for later while it runs: 16 rows read at the offsets being read (rows of a
@@ -474,15 +606,19 @@ void Rows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32
 
 }  // namespace
 
-bool Avx512Rows16Type(DType t) { return t == DType::kQ5_0 || t == DType::kQ4_K; }
+bool Avx512Rows16Type(DType t) {
+  return t == DType::kQ5_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+}
 
 void Avx512Rows16Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
                      const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
                      const uint8_t* pf) {
   if (t == DType::kQ5_0) {
     Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
-  } else {
+  } else if (t == DType::kQ4_K) {
     Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  } else {
+    Rows16Dot<Q6K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
   }
 }
 
@@ -490,8 +626,10 @@ void Avx512Rows16Gather(DType t, const uint8_t* w, size_t row_stride, int64_t co
                         const int32_t* idx, int64_t n_idx, const void* xp, float* y) {
   if (t == DType::kQ5_0) {
     Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
-  } else {
+  } else if (t == DType::kQ4_K) {
     Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);
+  } else {
+    Rows16Gather<Q6K>(w, row_stride, cols, idx, n_idx, xp, y);
   }
 }
 

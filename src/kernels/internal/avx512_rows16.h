@@ -1,14 +1,15 @@
-// The AVX-512 kernels of Q5_0 and Q4_K (x86_avx512_rows16.cc, compiled with the AVX-512 flags),
-// called by x86_avx512.cc's table for every form of the row product: dense rows with any number
-// of tokens (decode and prefill) and gathered rows. Declarations only (see
+// The AVX-512 kernels of Q5_0, Q4_K and Q6_K (x86_avx512_rows16.cc, compiled with the AVX-512
+// flags), called by x86_avx512.cc's table for every form of the row product: dense rows with any
+// number of tokens (decode and prefill) and gathered rows. Declarations only (see
 // internal/isa_kernels.h on why no inline code).
 //
-// 16 rows are multiplied at once with one row per 32-bit lane: a 32-value unit (a Q5_0 block, a
-// Q4_K sub-block) of the 16 rows is unpacked into 8 vectors (vector j: values 4j..4j+3 of each
-// row) and each token's integer sum over the unit is 8 vpdpbusd against the token's four int8
-// activation values broadcast to every lane. So each lane ends a unit with the exact integer sum
-// of its row, and one convert and one fused multiply-add per unit and token add it, scaled by
-// d_w d_x, to the row's sum (Q4_K: then one more subtracts the unit's min term dmin m sx):
+// 16 rows are multiplied at once with one row per 32-bit lane: a unit of values sharing one scale
+// (a Q5_0 block or Q4_K sub-block of 32, a Q6_K sub-block of 16) of the 16 rows is unpacked into
+// 8 (4) vectors (vector j: values 4j..4j+3 of each row) and each token's integer sum over the
+// unit is 8 (4) vpdpbusd against the token's four int8 activation values broadcast to every lane.
+// So each lane ends a unit with the exact integer sum of its row, and one convert and one fused
+// multiply-add per unit and token add it, scaled by d_w d_x, to the row's sum (Q4_K: then one more
+// subtracts the unit's min term dmin m sx):
 //   y = (...((0 + s_0 d_w0 d_x0) + s_1 d_w1 d_x1) + ...)   s_u exact, one rounding per step.
 // A row's result is that sequence whatever it is computed with (rows, tokens, form), so prefill
 // equals decode and the gathered form equals the dense one bit for bit. Unpacking 16 rows' unit
@@ -22,7 +23,8 @@
 //         A[0..15] B[0..15] A[16..31] B[16..31], then 64 unused bytes), f32 dx[Pad16(nb)], then
 //         int32 bias[Pad16(nb)] = -16 * sum(q of block b) (the weights are the unsigned q 0..31;
 //         the bias takes the offset 16 back out).
-//   Q4_K: x86_avx512_kquants.cc's (int8 q, f32 dx, f32 sx = dx * sum(q) per block).
+//   Q4_K, Q6_K: x86_avx512_kquants.cc's (int8 q; Q4_K f32 dx, f32 sx = dx * sum(q) per block;
+//         Q6_K int32 -32 * sum(q) per 16 values, f32 dx).
 //
 // Thread safety: re-entrant.
 #pragma once
@@ -34,7 +36,7 @@
 
 namespace weir::kernels::internal {
 
-// Whether t is a type these kernels compute (Q5_0, Q4_K).
+// Whether t is a type these kernels compute (Q5_0, Q4_K, Q6_K).
 bool Avx512Rows16Type(DType t);
 
 // Dense rows: y[tok * y_stride + r] = row r · x_tok for r < n_rows, tok < n_tok; rows at
