@@ -19,7 +19,8 @@
 //   BM_MatVecPath/PATH/DTYPE/...            the same on each supported path
 //   BM_DecodeMatVecs/DTYPE/llama-1b/...     every matvec of one llama-1b decode step (items =
 //                                           tokens: an upper bound on decode tok/s)
-//   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens)
+//   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens); also Gemma 3
+//                                           270M's shapes (2048x640, 640x2048) at 128 tokens
 //   BM_GatherCols/DTYPE/...density:P        y = W[:, idx] x[idx] over wt [cols, rows]
 //   BM_GatherRows/DTYPE/...density:P        y[idx] = W[idx, :] x
 //   BM_GatherRead/DTYPE/...density:P        plain read of the same rows (the floor of both forms)
