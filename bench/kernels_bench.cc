@@ -741,8 +741,8 @@ void RegisterAll() {
   // Gemma 3 270M's prefill shapes, 128 tokens, the types of its Q4_K_M file: gate/up [2048, 640]
   // (Q5_0; q/k alike, v Q8_0), down [640, 2048] (Q4_K, Q6_K).
   for (DType t : {DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
-    const Shape2 s = IsBlockQuantized(t) && BlockSize(t) == 256 ? Shape2{640, 2048}
-                                                                 : Shape2{2048, 640};
+    const Shape2 s =
+        IsBlockQuantized(t) && BlockSize(t) == 256 ? Shape2{640, 2048} : Shape2{2048, 640};
     for (int threads : {1, 2}) {
       RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) + "/" + ShapeName(s) +
                          "/tokens:128/threads:" + std::to_string(threads))
