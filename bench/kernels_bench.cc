@@ -738,6 +738,17 @@ void RegisterAll() {
           ->UseRealTime();
     }
   }
+  // The row form of the gathered product for the real models' other int8 types (sparse decode of
+  // their gate/up projections).
+  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (int threads : {1, 2}) {
+      RegisterBenchmark(("BM_GatherRows/" + std::string(DTypeName(t)) +
+                         "/5632x2048/density:50/threads:" + std::to_string(threads))
+                            .c_str(),
+                        BM_GatherRows, t, Shape2{5632, 2048}, threads, 0.5)
+          ->UseRealTime();
+    }
+  }
   // Gemma 3 270M's prefill shapes, 128 tokens, the types of its Q4_K_M file: gate/up [2048, 640]
   // (Q5_0; q/k alike, v Q8_0), down [640, 2048] (Q4_K, Q6_K).
   for (DType t : {DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {

@@ -322,9 +322,13 @@ struct Q6K {
 };
 
 // ---------------------------------------------------------------------------------------------
+// What a pass requests for later, spread over its blocks: a span of lines (dense) or 8 rows of
+// row_lines lines, row after row (gather), as in x86_avx512_rows16.cc.
 struct Ahead {
-  const uint8_t* const* rows = nullptr;
   const uint8_t* span = nullptr;
+  const uint8_t* const* rows = nullptr;
+  int64_t row_lines = 0;
+  int64_t row_end = 0;  // offset of a row's last byte
   int64_t lines = 0;
 };
 
@@ -338,11 +342,12 @@ void Group(const uint8_t* const* row, int64_t nblk, const uint8_t* xp, size_t xs
   for (int t = 0; t < NT; ++t) acc[t] = _mm256_setzero_ps();
   typename K::Unpacked local;
   for (int64_t b = 0; b < nblk; ++b) {
-    if (ahead.rows != nullptr) K::Request(ahead.rows, b, nblk, 1);
-    if (ahead.span != nullptr) {
-      for (int64_t l = b * ahead.lines / nblk; l < (b + 1) * ahead.lines / nblk; ++l) {
-        _mm_prefetch(reinterpret_cast<const char*>(ahead.span + 64 * l), _MM_HINT_T1);
-      }
+    for (int64_t l = b * ahead.lines / nblk; l < (b + 1) * ahead.lines / nblk; ++l) {
+      const uint8_t* p =
+          ahead.span != nullptr
+              ? ahead.span + 64 * l
+              : ahead.rows[l / ahead.row_lines] + Min64(64 * (l % ahead.row_lines), ahead.row_end);
+      _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T1);
     }
     if (shadow != nullptr) K::Request(shadow, b, nblk, 0);
     const typename K::Unpacked* u = &local;
@@ -453,6 +458,10 @@ void Rows8Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32_
         ahead[i] = w + static_cast<size_t>(idx[Min64(next + i, n_idx - 1)]) * row_stride;
       }
       a.rows = ahead;
+      const int64_t bytes = nblk * static_cast<int64_t>(K::kBlockBytes);
+      a.row_lines = (bytes + 63) / 64 + 1;
+      a.row_end = bytes - 1;
+      a.lines = kRows * a.row_lines;
     }
     __m256 acc;
     Group<K, 1, From::kRows>(row, nblk, x, 0, a, nullptr, nullptr, &acc);
