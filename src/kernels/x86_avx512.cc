@@ -268,7 +268,7 @@ inline __m512i PickWords(const __m512i* z) {
 }
 
 // The first 32-bit word of each of up to 16 consecutive blocks (stride bb bytes), lanes past the
-// mask (a run of low bits) zero. The 4- and 5-bit types (blocks of 18-22 bytes) read the chunk's
+// mask (a run of low bits) zero. The 4-bit types (blocks of 18-20 bytes) read the chunk's
 // bytes with up to six vector loads and pick the words out with three vpermt2w: on the AMD EPYC
 // (Zen 5) this was measured on, vpgatherdd zmm cost more than the nibble arithmetic around it,
 // and 16 scalar loads stored and reloaded as a vector stalled on the store forwarding

@@ -95,7 +95,7 @@ inline size_t BlockRecordOffset(int64_t b) {
 // How a pass gets its weights: unpacks them, unpacks and keeps them in a buffer, or reads them
 // back from it (a group's later token passes, when the unpacked row fits in kKeptBytes).
 enum class From { kRows, kRowsKeep, kKept };
-constexpr size_t kKeptBytes = 40960;  // 40 KiB: Q5_0 rows of 2272 values, Q4_K of 2048
+constexpr size_t kKeptBytes = 40960;  // 40 KiB: Q5_0 rows of 2272 values, Q4_K / Q6_K of 2048
 
 // Requests byte at of the 16 rows into L2 (hint 1) or L1 (hint 0).
 inline void Request16(const uint8_t* const* rows, size_t at, int hint) {
