@@ -19,7 +19,8 @@
 //   BM_MatVecPath/PATH/DTYPE/...            the same on each supported path
 //   BM_DecodeMatVecs/DTYPE/llama-1b/...     every matvec of one llama-1b decode step (items =
 //                                           tokens: an upper bound on decode tok/s)
-//   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens)
+//   BM_MatMul/DTYPE/ROWSxCOLS/tokens:N      prefill product (items = tokens); also Gemma 3
+//                                           270M's shapes (2048x640, 640x2048) at 128 tokens
 //   BM_GatherCols/DTYPE/...density:P        y = W[:, idx] x[idx] over wt [cols, rows]
 //   BM_GatherRows/DTYPE/...density:P        y[idx] = W[idx, :] x
 //   BM_GatherRead/DTYPE/...density:P        plain read of the same rows (the floor of both forms)
@@ -734,6 +735,30 @@ void RegisterAll() {
                          "/2048x5632/tokens:" + std::to_string(n) + "/threads:2")
                             .c_str(),
                         BM_MatMul, t, Shape2{2048, 5632}, 2, n)
+          ->UseRealTime();
+    }
+  }
+  // The row form of the gathered product for the real models' other int8 types (sparse decode of
+  // their gate/up projections).
+  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K}) {
+    for (int threads : {1, 2}) {
+      RegisterBenchmark(("BM_GatherRows/" + std::string(DTypeName(t)) +
+                         "/5632x2048/density:50/threads:" + std::to_string(threads))
+                            .c_str(),
+                        BM_GatherRows, t, Shape2{5632, 2048}, threads, 0.5)
+          ->UseRealTime();
+    }
+  }
+  // Gemma 3 270M's prefill shapes, 128 tokens, the types of its Q4_K_M file: gate/up [2048, 640]
+  // (Q5_0; q/k alike, v Q8_0), down [640, 2048] (Q4_K, Q6_K).
+  for (DType t : {DType::kQ5_0, DType::kQ8_0, DType::kQ4_K, DType::kQ6_K}) {
+    const Shape2 s =
+        IsBlockQuantized(t) && BlockSize(t) == 256 ? Shape2{640, 2048} : Shape2{2048, 640};
+    for (int threads : {1, 2}) {
+      RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) + "/" + ShapeName(s) +
+                         "/tokens:128/threads:" + std::to_string(threads))
+                            .c_str(),
+                        BM_MatMul, t, s, threads, 128)
           ->UseRealTime();
     }
   }

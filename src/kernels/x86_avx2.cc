@@ -12,6 +12,7 @@
 
 #include <immintrin.h>
 
+#include "kernels/internal/avx2_rows8.h"
 #include "kernels/internal/isa_kernels.h"
 
 namespace weir::kernels::internal {
@@ -71,16 +72,20 @@ inline float HMax(__m256 v) {
 //   int8 q[32]       quantized x in natural order
 //   int32 bias[8]    lane l: -8 * (q[4l] + ... + q[4l+3])   (used by Q4_0 only)
 // followed by f32 dx[nb], the activation scales, zero-padded to a multiple of 8, and for Q4_1
-// by f32 sx[nb] = dx[b] * sum(q of block b) (the min term's factor), padded alike.
+// by f32 sx[nb] = dx[b] * sum(q of block b) (the min term's factor), padded alike. Q5_0, Q4_K
+// and Q6_K (internal/avx2_rows8.h) use the same records and dx, followed by int32 sum16[2 nb],
+// the sum of the q of each 16 values.
 constexpr size_t kRecBytes = 64;
 
 inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
 
 size_t PrepBytes(DType t, int64_t cols) {
-  if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1) return 0;
   const int64_t nb = cols / kQ;
+  const size_t records = static_cast<size_t>(nb) * kRecBytes;
+  if (Avx2Rows8Type(t)) return records + static_cast<size_t>(Pad8(nb)) * 4 + 8 * nb;
+  if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1) return 0;
   const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
-  return static_cast<size_t>(nb) * kRecBytes + scale_arrays * static_cast<size_t>(Pad8(nb)) * 4;
+  return records + scale_arrays * static_cast<size_t>(Pad8(nb)) * 4;
 }
 
 // The f16 scales of up to 8 consecutive blocks (stride bb bytes) as f32, lanes past n zero.
@@ -113,6 +118,7 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   auto* base = static_cast<uint8_t*>(out);
   auto* dx = reinterpret_cast<float*>(base + static_cast<size_t>(nb) * kRecBytes);
   float* sx = t == DType::kQ4_1 ? dx + Pad8(nb) : nullptr;
+  auto* sum16 = Avx2Rows8Type(t) ? reinterpret_cast<int32_t*>(dx + Pad8(nb)) : nullptr;
   const __m256 sign = _mm256_set1_ps(-0.0f);
   const __m256i ones8 = _mm256_set1_epi8(1);
   const __m256i ones16 = _mm256_set1_epi16(1);
@@ -151,6 +157,13 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
       s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
       sx[b] = d * static_cast<float>(_mm_cvtsi128_si32(s));
+    }
+    if (sum16 != nullptr) {
+      // Lanes 0-3 hold q[0..15]'s sums of four, lanes 4-7 q[16..31]'s.
+      alignas(32) int32_t lane[8];
+      _mm256_store_si256(reinterpret_cast<__m256i*>(lane), s4);
+      sum16[2 * b] = lane[0] + lane[1] + lane[2] + lane[3];
+      sum16[2 * b + 1] = lane[4] + lane[5] + lane[6] + lane[7];
     }
   }
 }
@@ -328,6 +341,10 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
 
 void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
          size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
+  if (Avx2Rows8Type(t)) {
+    Avx2Rows8Dot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    return;
+  }
   const auto* x = static_cast<const uint8_t*>(xp);
   // Prefetches stay inside the rows this call reads: a gathered row's neighbours are not wanted.
   const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
@@ -503,6 +520,10 @@ constexpr size_t kGatherLeadBytes = 4096;
 
 void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
                int64_t n_idx, const void* xp, float* y) {
+  if (Avx2Rows8Type(t)) {
+    Avx2Rows8Gather(t, w, row_stride, cols, idx, n_idx, xp, y);
+    return;
+  }
   constexpr int R = 4;
   const int64_t groups_ahead =
       static_cast<int64_t>((kGatherLeadBytes + R * row_stride - 1) / (R * row_stride));
@@ -981,7 +1002,11 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
+// The float types, Q8_0, Q4_0, Q4_1, and Q5_0 (id 6), Q4_K (12), Q6_K (14) in x86_avx2_rows8.cc.
+constexpr uint64_t kDirectTypes =
+    kFloatQ8Q4Q41Types | (uint64_t{1} << 6) | (uint64_t{1} << 12) | (uint64_t{1} << 14);
+
+const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
                            nullptr,   DotTiled, GeluMul};
@@ -994,6 +1019,7 @@ const IsaKernels* Avx2Kernels() { return &kTable; }
 
 #else  // not x86-64
 
+#include "kernels/internal/avx2_rows8.h"
 #include "kernels/internal/isa_kernels.h"
 
 namespace weir::kernels::internal {

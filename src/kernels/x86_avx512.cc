@@ -6,8 +6,8 @@
 // made unsigned (Q8_0: q + 128 by flipping the sign bit; Q4_0: the raw nibble 0..15) and the
 // offset is taken back out by starting each block's integer accumulator at -offset * sum(x), a
 // bias computed once per call when the activation is prepared. Two blocks fill one 512-bit vector.
-// Q5_0 is Q4_0 with a fifth bit (added as 16 under a byte mask) and offset 16. The K types Q4_K
-// and Q6_K have their kernels in x86_avx512_kquants.cc (internal/avx512_kquants.h).
+// Q5_0, Q4_K and Q6_K are multiplied 16 rows at a time, one row per lane (x86_avx512_rows16.cc,
+// internal/avx512_rows16.h; the K types' activation is prepared by x86_avx512_kquants.cc).
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "kernels/internal/avx512_kquants.h"
+#include "kernels/internal/avx512_rows16.h"
 #include "kernels/internal/avx512_vbmi.h"
 #include "kernels/internal/isa_kernels.h"
 
@@ -51,7 +52,6 @@ inline void PrefetchAhead(const uint8_t* p) {
 constexpr size_t kQ8Bytes = 34;
 constexpr size_t kQ4Bytes = 18;
 constexpr size_t kQ41Bytes = 20;  // Q4_1: f16 d, f16 m, 16 nibble bytes
-constexpr size_t kQ50Bytes = 22;  // Q5_0: f16 d, u32 qh (fifth bits), 16 nibble bytes
 
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
@@ -64,13 +64,15 @@ inline __mmask16 TailMask(int64_t n) {
 // weight blocks,
 //   int8  q[64]     both blocks' quantized x, in the order the weight vector is unpacked
 //   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 128 (Q8_0),
-//                   8 (Q4_0), 16 (Q5_0) or 0 (Q4_1)
+//                   8 (Q4_0) or 0 (Q4_1); unused for Q5_0
 // Q8_0 order: A[0..31] B[0..31]                 (lanes 0-7 block A, 8-15 block B)
 // Q4_0 order: A[0..15] B[0..15] A[16..31] B[16..31]  (lanes 0-3 A, 4-7 B, 8-11 A, 12-15 B),
 //             matching the unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 | B.qs >> 4]
 //             (Q4_1 and Q5_0 alike).
 // With an odd number of blocks the last record's B half is all zeros. The records are followed
-// by f32 dx[nb] (the activation scales), zero-padded to a multiple of 16.
+// by f32 dx[nb] (the activation scales), zero-padded to a multiple of 16; for Q4_1 then f32
+// sx[b] = dx[b] * sum(q of block b), for Q5_0 int32 bias[b] = -16 * sum(q of block b) (the
+// 16-row kernel's per-block offset), both padded alike.
 constexpr size_t kPairBytes = 128;
 
 inline int64_t PairCount(int64_t nb) { return (nb + 1) / 2; }
@@ -80,8 +82,9 @@ size_t PrepBytes(DType t, int64_t cols) {
   if (Avx512KType(t)) return Avx512KPrepBytes(t, cols);
   if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1 && t != DType::kQ5_0) return 0;
   const int64_t nb = cols / kQ;
-  // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term.
-  const size_t scale_arrays = t == DType::kQ4_1 ? 2 : 1;
+  // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term, Q5_0 the int32 block
+  // biases of its 16-row kernel (internal/avx512_rows16.h).
+  const size_t scale_arrays = t == DType::kQ4_1 || t == DType::kQ5_0 ? 2 : 1;
   return static_cast<size_t>(PairCount(nb)) * kPairBytes +
          scale_arrays * static_cast<size_t>(Pad16(nb)) * 4;
 }
@@ -106,7 +109,8 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
     Avx512KPrep(t, x, cols, out);
     return;
   }
-  // Q4_1 and Q5_0 use Q4_0's records (Q4_1's nibbles are unsigned already, so no offset: bias 0).
+  // Q4_1 and Q5_0 use Q4_0's records (Q4_1's nibbles are unsigned already, so no offset: bias 0;
+  // Q5_0 keeps one bias per block instead of the records' per-lane ones).
   const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0;
   const bool with_min = t == DType::kQ4_1;
   const int64_t nb = cols / kQ;
@@ -147,7 +151,14 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
       if (b < nb) sx[b] = dx[b] * static_cast<float>(sum_b);
       continue;
     }
-    const int shift = t == DType::kQ5_0 ? 4 : (q4 ? 3 : 7);
+    if (t == DType::kQ5_0) {
+      // Lanes 0-3 and 8-11 hold block a's values, 4-7 and 12-15 block b's.
+      auto* bias = reinterpret_cast<int32_t*>(dx + Pad16(nb));
+      bias[a] = -16 * _mm512_mask_reduce_add_epi32(0x0f0f, sum4);
+      if (b < nb) bias[b] = -16 * _mm512_mask_reduce_add_epi32(0xf0f0, sum4);
+      continue;
+    }
+    const int shift = q4 ? 3 : 7;
     const __m512i bias =
         _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_sll_epi32(sum4, _mm_cvtsi32_si128(shift)));
     _mm512_storeu_si512(rec + 64, bias);
@@ -155,6 +166,10 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
   if (with_min) {
     for (int64_t b = nb; b < Pad16(nb); ++b) dx[Pad16(nb) + b] = 0;
+  }
+  if (t == DType::kQ5_0) {
+    auto* bias = reinterpret_cast<int32_t*>(dx + Pad16(nb));
+    for (int64_t b = nb; b < Pad16(nb); ++b) bias[b] = 0;
   }
 }
 
@@ -190,49 +205,6 @@ inline __m512i LoadSingle(const uint8_t* a) {
     const __m512i w =
         _mm512_zextsi256_si512(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(a + 2)));
     return _mm512_xor_si512(w, _mm512_set1_epi8(static_cast<char>(0x80)));
-  }
-}
-
-// Q5_0: the pair of blocks at a and b (block starts) arranged as LoadPair<true> does, plus 16 on
-// the bytes whose fifth bit is set: fifth has bit i set for byte i of that arrangement
-// (ChunkScales computes it for every pair of a chunk at once).
-inline __m512i LoadPairQ5(const uint8_t* a, const uint8_t* b, __mmask64 fifth) {
-  const __m256i v = _mm256_inserti128_si256(
-      _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 6))),
-      _mm_loadu_si128(reinterpret_cast<const __m128i*>(b + 6)), 1);
-  const __m512i w = _mm512_and_si512(
-      _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
-      _mm512_set1_epi8(0x0f));
-  return _mm512_mask_add_epi8(w, fifth, w, _mm512_set1_epi8(16));
-}
-
-// A lone final Q5_0 block (the B half zero; so are its bits in fifth).
-inline __m512i LoadSingleQ5(const uint8_t* a, __mmask64 fifth) {
-  const __m256i v =
-      _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a + 6)));
-  const __m512i w = _mm512_and_si512(
-      _mm512_inserti64x4(_mm512_castsi256_si512(v), _mm256_srli_epi16(v, 4), 1),
-      _mm512_set1_epi8(0x0f));
-  return _mm512_mask_add_epi8(w, fifth, w, _mm512_set1_epi8(16));
-}
-
-// The weight vector of a pair (single: the lone last block) for the kernels below: pointers at
-// the nibbles (Q8_0 / Q4_0 / Q4_1: 2 bytes before them) or, for Q5_0, at the block starts, with
-// the pair's fifth-bit mask.
-template <bool kQ4, bool kQ5>
-inline __m512i LoadW(const uint8_t* a, const uint8_t* b, uint64_t fifth) {
-  if constexpr (kQ5) {
-    return LoadPairQ5(a, b, fifth);
-  } else {
-    return LoadPair<kQ4>(a, b);
-  }
-}
-template <bool kQ4, bool kQ5>
-inline __m512i LoadW1(const uint8_t* a, uint64_t fifth) {
-  if constexpr (kQ5) {
-    return LoadSingleQ5(a, fifth);
-  } else {
-    return LoadSingle<kQ4>(a);
   }
 }
 
@@ -296,7 +268,7 @@ inline __m512i PickWords(const __m512i* z) {
 }
 
 // The first 32-bit word of each of up to 16 consecutive blocks (stride bb bytes), lanes past the
-// mask (a run of low bits) zero. The 4- and 5-bit types (blocks of 18-22 bytes) read the chunk's
+// mask (a run of low bits) zero. The 4-bit types (blocks of 18-20 bytes) read the chunk's
 // bytes with up to six vector loads and pick the words out with three vpermt2w: on the AMD EPYC
 // (Zen 5) this was measured on, vpgatherdd zmm cost more than the nibble arithmetic around it,
 // and 16 scalar loads stored and reloaded as a vector stalled on the store forwarding
@@ -314,23 +286,6 @@ inline __m512i BlockWords16(const uint8_t* first, __mmask16 m) {
         _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15),
         _mm512_set1_epi32(static_cast<int>(bb)));
     return _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), m, offsets, first, 1);
-  }
-}
-
-// BlockWords16 and, for Q5_0 (kQ5), the fifth-bit masks of the chunk's 8 pairs for LoadPairQ5:
-// the u32 qh of blocks A, B of pair k arranged as [A bits 0-15 | B 0-15 | A 16-31 | B 16-31],
-// one byte shuffle for all pairs.
-template <size_t bb, bool kQ5>
-inline __m512i ChunkScales(const uint8_t* first, __mmask16 m, uint64_t* fifth) {
-  if constexpr (kQ5) {
-    __m512i z[6];
-    LoadChunk<bb>(first, m, z);
-    const __m512i order = _mm512_broadcast_i32x4(
-        _mm_setr_epi8(0, 1, 4, 5, 2, 3, 6, 7, 8, 9, 12, 13, 10, 11, 14, 15));
-    _mm512_store_si512(fifth, _mm512_shuffle_epi8(PickWords<bb, 1>(z), order));
-    return PickWords<bb, 0>(z);
-  } else {
-    return BlockWords16<bb>(first, m);
   }
 }
 
@@ -379,12 +334,11 @@ inline void DotPair(__m512i wv, int k, const uint8_t* x, size_t xs, const __m512
 }
 
 // kMin (Q4_1, kQ4 set too): 20-byte blocks whose nibbles start at byte 4 and whose min m adds
-// sum_b m[b] * sx[b] (sx from Prep) in a third accumulator. kQ5 (Q5_0, kQ4 set too): 22-byte
-// blocks (LoadPairQ5).
-template <bool kQ4, int NT, bool kMin = false, bool kQ5 = false>
+// sum_b m[b] * sx[b] (sx from Prep) in a third accumulator.
+template <bool kQ4, int NT, bool kMin = false>
 void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, float* y, size_t ys,
                  const uint8_t* pf_end, const uint8_t* pf_shadow) {
-  constexpr size_t bb = kQ5 ? kQ50Bytes : kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   constexpr size_t qs_shift = kMin ? 2 : 0;  // LoadPair reads from +2
   const float* dx =
       reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
@@ -392,8 +346,7 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
   for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = accm[t] = _mm512_setzero_ps();
   for (int64_t c = 0; c < nb; c += 16) {
     const int64_t n = Min64(16, nb - c);
-    alignas(64) uint64_t fifth[8];
-    const __m512i words = ChunkScales<bb, kQ5>(row + c * bb, TailMask(n), fifth);
+    const __m512i words = BlockWords16<bb>(row + c * bb, TailMask(n));
     const __m512 sw = LowHalves(words);
     for (int t = 0; t < NT; ++t) {
       s[t] = _mm512_mul_ps(sw, _mm512_loadu_ps(dx + static_cast<size_t>(t) * xs / 4 + c));
@@ -415,21 +368,19 @@ void DotQuantRow(const uint8_t* row, int64_t nb, const uint8_t* xp, size_t xs, f
           _mm_prefetch(reinterpret_cast<const char*>(pf_shadow + c * bb + off), _MM_HINT_T0);
       }
       for (int k = 0; k < 8; k += 2) {
-        DotPair<kQ4, NT>(LoadW<kQ4, kQ5>(a + 2 * k * bb, a + (2 * k + 1) * bb, fifth[k]), k,
+        DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
                          xc + k * kPairBytes, xs, s, acc0);
-        DotPair<kQ4, NT>(
-            LoadW<kQ4, kQ5>(a + (2 * k + 2) * bb, a + (2 * k + 3) * bb, fifth[k + 1]), k + 1,
-            xc + (k + 1) * kPairBytes, xs, s, acc1);
+        DotPair<kQ4, NT>(LoadPair<kQ4>(a + (2 * k + 2) * bb, a + (2 * k + 3) * bb), k + 1,
+                         xc + (k + 1) * kPairBytes, xs, s, acc1);
       }
     } else {
       int k = 0;
       for (; 2 * k + 1 < n; ++k) {
-        DotPair<kQ4, NT>(LoadW<kQ4, kQ5>(a + 2 * k * bb, a + (2 * k + 1) * bb, fifth[k]), k,
+        DotPair<kQ4, NT>(LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb), k,
                          xc + k * kPairBytes, xs, s, (k & 1) ? acc1 : acc0);
       }
       if (n & 1) {
-        DotPair<kQ4, NT>(LoadW1<kQ4, kQ5>(a + 2 * k * bb, fifth[k]), k, xc + k * kPairBytes, xs,
-                         s, acc1);
+        DotPair<kQ4, NT>(LoadSingle<kQ4>(a + 2 * k * bb), k, xc + k * kPairBytes, xs, s, acc1);
       }
     }
   }
@@ -513,9 +464,6 @@ void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, 
     case DType::kQ4_1:
       DotQuantRow<true, NT, true>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
-    case DType::kQ5_0:
-      DotQuantRow<true, NT, false, true>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
-      return;
     case DType::kF32:
       DotFloatRow<DType::kF32, NT>(row, cols, reinterpret_cast<const float*>(xp), xs / 4, y, ys,
                                    pf_end, pf_shadow);
@@ -541,8 +489,8 @@ void DotRowsInGroups(DType t, size_t row_bytes, int64_t cols, int64_t n, const R
 void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
          size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
   const auto* x = static_cast<const uint8_t*>(xp);
-  if (Avx512KType(t) && !(n_tok == 1 && pf == nullptr)) {
-    Avx512KDot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  if (Avx512Rows16Type(t)) {
+    Avx512Rows16Dot(t, w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     return;
   }
   if (n_tok == 1 && pf == nullptr) {
@@ -590,10 +538,10 @@ void Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_r
 // R independent rows are in flight at once, and there is one call for the whole index list.
 // pf: R rows of a later group (or nullptr), requested line by line at the offsets being read.
 
-template <bool kQ4, int R, bool kMin = false, bool kQ5 = false>
+template <bool kQ4, int R, bool kMin = false>
 void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t* xp,
                           float* const* y, const uint8_t* const* pf) {
-  constexpr size_t bb = kQ5 ? kQ50Bytes : kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
+  constexpr size_t bb = kMin ? kQ41Bytes : (kQ4 ? kQ4Bytes : kQ8Bytes);
   constexpr size_t qs_shift = kMin ? 2 : 0;  // LoadPair reads from +2
   const float* dx =
       reinterpret_cast<const float*>(xp + static_cast<size_t>(PairCount(nb)) * kPairBytes);
@@ -604,9 +552,8 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
     const __mmask16 m = TailMask(n);
     const __m512 dxc = _mm512_loadu_ps(dx + c);
     __m512i words[R];
-    alignas(64) uint64_t fifth[R][8];
     for (int i = 0; i < R; ++i) {
-      words[i] = ChunkScales<bb, kQ5>(rows[i] + c * bb, m, fifth[i]);
+      words[i] = BlockWords16<bb>(rows[i] + c * bb, m);
       s[i] = _mm512_mul_ps(LowHalves(words[i]), dxc);
     }
     if constexpr (kMin) {
@@ -633,7 +580,7 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
       }
       for (int i = 0; i < R; ++i) {
         const uint8_t* a = rows[i] + c * bb + qs_shift;
-        const __m512i wv = LoadW<kQ4, kQ5>(a + 2 * k * bb, a + (2 * k + 1) * bb, fifth[i][k]);
+        const __m512i wv = LoadPair<kQ4>(a + 2 * k * bb, a + (2 * k + 1) * bb);
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
         acc[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc[i]);
       }
@@ -653,7 +600,7 @@ void DotQuantRowsGathered(const uint8_t* const* rows, int64_t nb, const uint8_t*
       const __m512i xq = _mm512_loadu_si512(r);
       const __m512i bias = _mm512_loadu_si512(r + 64);
       for (int i = 0; i < R; ++i) {
-        const __m512i wv = LoadW1<kQ4, kQ5>(rows[i] + c * bb + qs_shift + 2 * k * bb, fifth[i][k]);
+        const __m512i wv = LoadSingle<kQ4>(rows[i] + c * bb + qs_shift + 2 * k * bb);
         const __m512 sum = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(bias, wv, xq));
         acc1[i] = _mm512_fmadd_ps(sum, _mm512_permutexvar_ps(lanes, s[i]), acc1[i]);
       }
@@ -713,13 +660,6 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
     case DType::kQ4_1:
       DotQuantRowsGathered<true, R, true>(rows, cols / kQ, xb, y, pf);
       return;
-    case DType::kQ5_0:
-      DotQuantRowsGathered<true, R, false, true>(rows, cols / kQ, xb, y, pf);
-      return;
-    case DType::kQ4_K:
-    case DType::kQ6_K:
-      Avx512KDotRows(t, rows, R, cols, xp, y, pf);
-      return;
     case DType::kF32:
       DotFloatRowsGathered<DType::kF32, R>(rows, cols, xf, y, pf);
       return;
@@ -777,6 +717,10 @@ void DotRowsInGroups(DType t, size_t row_bytes, int64_t cols, int64_t n, const R
 
 void DotGather(DType t, const uint8_t* w, size_t row_stride, int64_t cols, const int32_t* idx,
                int64_t n_idx, const void* xp, float* y) {
+  if (Avx512Rows16Type(t)) {
+    Avx512Rows16Gather(t, w, row_stride, cols, idx, n_idx, xp, y);
+    return;
+  }
   DotRowsInGroups(
       t, row_stride, cols, n_idx,
       [&](int64_t k) { return w + static_cast<size_t>(idx[k]) * row_stride; },
@@ -1382,7 +1326,9 @@ constexpr uint64_t kDirectTypes =
 const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Q41Types,
                            PrepBytes, Prep,    Dot,     DotGather,    AxpyGather,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
-                           PrepTiled, DotTiled, GeluMul};
+                           PrepTiled, DotTiled, GeluMul,
+                           // Q5_0 (id 6), Q4_K (12), Q6_K (14): the 16-row kernels.
+                           (uint64_t{1} << 6) | (uint64_t{1} << 12) | (uint64_t{1} << 14)};
 
 }  // namespace
 

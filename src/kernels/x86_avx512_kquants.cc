@@ -1,54 +1,27 @@
-// AVX-512 kernels of the K types Q4_K and Q6_K (see internal/avx512_kquants.h). Compiled with the
-// AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only through
-// x86_avx512.cc's table after isa.cc found those features, so, like the other SIMD files, it calls
-// no inline code from other headers (see internal/isa_kernels.h).
-//
-// Both types run on vpdpbusd (u8 weights x s8 activation -> s32, four products per lane), one
-// 512-bit vector per 64 weights, each 32-bit lane summing four products of one sub-block:
-//   Q4_K: 8 sub-blocks of 32, x = (d sc) q - (dmin m), q = 0..15. A 64-byte load of the quants
-//         gives two vectors, the low nibbles (sub-blocks 2p | 2p + 2) and the high ones
-//         (2p + 1 | 2p + 3); the activation is stored in that order when it is prepared. The
-//         min term, -(dmin m) * d_x * sum(x_q) per sub-block, uses block sums from preparation.
-//   Q6_K: 16 sub-blocks of 16, x = (d sc) (q - 32), q = 0..63 from 4 low bits (ql) and 2 high
-//         bits (qh). The activation is in natural order; each lane's integer sum starts at
-//         -32 * (its four activation values), prepared once, so the sums are exact.
-// Each lane's integer sum is converted to f32 and multiplied by its sub-block's scale times the
-// activation block's scale (d_w * d_x), the terms of the reference up to the order of additions.
-//
-// A kernel instance handles R rows x NT tokens (R = 1 with several tokens for prefill, R up to 4
-// with one token for decode); every (row, token) pair runs the same operations in the same order,
-// so a row's result does not depend on what it was computed with.
+// The prepared activation of the K types Q4_K and Q6_K on the AVX-512 path (see
+// internal/avx512_kquants.h); their products are the 16-row passes of x86_avx512_rows16.cc.
+// Compiled with the AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only
+// through x86_avx512.cc's table after isa.cc found those features, so, like the other SIMD files,
+// it calls no inline code from other headers (see internal/isa_kernels.h).
 #if defined(__x86_64__)
 
 #include <immintrin.h>
 
 #include "kernels/internal/avx512_kquants.h"
-#include "kernels/internal/isa_kernels.h"
 
 namespace weir::kernels::internal {
 namespace {
 
-constexpr int kQ = 32;             // values per activation block
-constexpr int64_t kSuper = 256;    // values per super-block
-constexpr size_t kQ4KBytes = 144;  // f16 d, f16 dmin, u8 scales[12], u8 qs[128]
-constexpr size_t kQ6KBytes = 210;  // u8 ql[128], u8 qh[64], i8 scales[16], f16 d
-// Look-ahead of the dense products, as in x86_avx512.cc.
-constexpr size_t kPrefetchBytes = 2048;
+constexpr int kQ = 32;           // values per activation block
+constexpr int64_t kSuper = 256;  // values per super-block
 
 inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
-inline float HalfAt(const uint8_t* p) {
-  uint16_t h;
-  __builtin_memcpy(&h, p, 2);
-  return _cvtsh_ss(h);
-}
-
-// ---------------------------------------------------------------------------------------------
-// Prepared activation (nb = cols / 32 blocks, ns = cols / 256 super-blocks):
+// Prepared activation (nb = cols / 32 blocks):
 //   Q4_K: int8 q[cols], each super-block's sub-blocks in the order 0 2 1 3 4 6 5 7;
 //         f32 dx[Pad16(nb)]; f32 sx[Pad16(nb)] = dx[b] * sum(q of block b).
-//   Q6_K: int8 q[cols] in natural order; int32 bias[cols / 4], lane l = -32 * (q[4l] + ... +
-//         q[4l + 3]); f32 dx[Pad16(nb)].
+//   Q6_K: int8 q[cols] in natural order; int32 bias[cols / 16] = -32 * (sum of the 16 q of
+//         Q6_K sub-block u); f32 dx[Pad16(nb)].
 // q and dx are ref::QuantizeActivation's numbers.
 
 bool IsQ4K(DType t) { return t == DType::kQ4_K; }
@@ -56,11 +29,11 @@ bool IsQ4K(DType t) { return t == DType::kQ4_K; }
 size_t PrepBytesK(DType t, int64_t cols) {
   const size_t n = static_cast<size_t>(cols);
   const size_t scales = static_cast<size_t>(Pad16(cols / kQ)) * 4;
-  return IsQ4K(t) ? n + 2 * scales : 2 * n + scales;
+  return IsQ4K(t) ? n + 2 * scales : n + n / 4 + scales;
 }
 
 // Quantizes x[0..31] to q[0..31] (ref::QuantizeActivation's arithmetic: cvtps rounds half to even
-// like nearbyint); returns the scale, and the sum of the q in *sum.
+// like nearbyint); returns the scale, and the sums of q[0..15] and q[16..31] in sum[0], sum[1].
 inline float QuantizeBlock32(const float* x, int8_t* q, int32_t* sum) {
   const __m512 a = _mm512_loadu_ps(x);
   const __m512 b = _mm512_loadu_ps(x + 16);
@@ -71,7 +44,8 @@ inline float QuantizeBlock32(const float* x, int8_t* q, int32_t* sum) {
   const __m512i qb = _mm512_cvtps_epi32(_mm512_mul_ps(b, id));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtepi32_epi8(qa));
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm512_cvtepi32_epi8(qb));
-  *sum = _mm512_reduce_add_epi32(_mm512_add_epi32(qa, qb));
+  sum[0] = _mm512_reduce_add_epi32(qa);
+  sum[1] = _mm512_reduce_add_epi32(qb);
   return d;
 }
 
@@ -85,218 +59,22 @@ void PrepK(DType t, const float* x, int64_t cols, void* out) {
     constexpr int kSlot[8] = {0, 2, 1, 3, 4, 6, 5, 7};
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t s = b / 8, j = b % 8;
-      int32_t sum;
-      dx[b] = QuantizeBlock32(x + b * kQ, q + s * kSuper + kSlot[j] * kQ, &sum);
-      sx[b] = dx[b] * static_cast<float>(sum);
+      int32_t sum[2];
+      dx[b] = QuantizeBlock32(x + b * kQ, q + s * kSuper + kSlot[j] * kQ, sum);
+      sx[b] = dx[b] * static_cast<float>(sum[0] + sum[1]);
     }
     for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = sx[b] = 0;
     return;
   }
   auto* bias = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(out) + cols);
-  auto* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + 2 * cols);
+  auto* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + cols + cols / 4);
   for (int64_t b = 0; b < nb; ++b) {
-    int32_t sum;
-    dx[b] = QuantizeBlock32(x + b * kQ, q + b * kQ, &sum);
+    int32_t sum[2];
+    dx[b] = QuantizeBlock32(x + b * kQ, q + b * kQ, sum);
+    bias[2 * b] = -32 * sum[0];
+    bias[2 * b + 1] = -32 * sum[1];
   }
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
-  const __m512i ones = _mm512_set1_epi8(1);
-  for (int64_t i = 0; i < cols; i += 64) {
-    const __m512i sum4 =
-        _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, _mm512_loadu_si512(q + i));
-    _mm512_storeu_si512(bias + i / 4,
-                        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum4, 5)));
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Lane patterns: which of a super-block's sub-block scales each of the 16 lanes of vector k takes.
-
-// Q4_K, scales in lanes 0..7 (sub-blocks 0..7): vector k holds sub-blocks (0,2) (1,3) (4,6) (5,7).
-alignas(64) constexpr int32_t kQ4KLanes[4][16] = {{0, 0, 0, 0, 0, 0, 0, 0, 2, 2, 2, 2, 2, 2, 2, 2},
-                                                  {1, 1, 1, 1, 1, 1, 1, 1, 3, 3, 3, 3, 3, 3, 3, 3},
-                                                  {4, 4, 4, 4, 4, 4, 4, 4, 6, 6, 6, 6, 6, 6, 6, 6},
-                                                  {5, 5, 5, 5, 5, 5, 5, 5, 7, 7, 7, 7, 7, 7, 7, 7}};
-// Q6_K, scales in lanes 0..15 (sub-blocks of 16): vector k holds sub-blocks 4k .. 4k + 3.
-alignas(64) constexpr int32_t kQ6KLanes[4][16] = {
-    {0, 0, 0, 0, 1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3},
-    {4, 4, 4, 4, 5, 5, 5, 5, 6, 6, 6, 6, 7, 7, 7, 7},
-    {8, 8, 8, 8, 9, 9, 9, 9, 10, 10, 10, 10, 11, 11, 11, 11},
-    {12, 12, 12, 12, 13, 13, 13, 13, 14, 14, 14, 14, 15, 15, 15, 15}};
-// Q6_K: sub-block i (of 16) lies in activation block i / 2.
-alignas(64) constexpr int32_t kHalfLanes[16] = {0, 0, 1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6, 7, 7};
-
-// The 8 six-bit scales and mins of a Q4_K super-block (12 bytes at p) as f32, scales in *sc and
-// mins in *m: sub-blocks 0..3 keep them in the low 6 bits of bytes 0..3 and 4..7; sub-blocks
-// 4..7 keep their low 4 bits in the nibbles of bytes 8..11 and their top 2 bits in the top bits
-// of bytes 0..3 (scales) and 4..7 (mins).
-inline void ScalesMinsQ4K(const uint8_t* p, __m256* sc, __m256* m) {
-  uint32_t u[3];
-  __builtin_memcpy(u, p, 12);
-  const uint32_t sc_lo = u[0] & 0x3f3f3f3fu;
-  const uint32_t m_lo = u[1] & 0x3f3f3f3fu;
-  const uint32_t sc_hi = (u[2] & 0x0f0f0f0fu) | (((u[0] >> 6) & 0x03030303u) << 4);
-  const uint32_t m_hi = ((u[2] >> 4) & 0x0f0f0f0fu) | (((u[1] >> 6) & 0x03030303u) << 4);
-  const __m128i v = _mm_setr_epi32(static_cast<int>(sc_lo), static_cast<int>(sc_hi),
-                                   static_cast<int>(m_lo), static_cast<int>(m_hi));
-  *sc = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
-  *m = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_srli_si128(v, 8)));
-}
-
-// The four weight vectors of one super-block (see the top).
-inline void WeightsQ4K(const uint8_t* blk, __m512i* w) {
-  const __m512i nib = _mm512_set1_epi8(0x0f);
-  const __m512i q0 = _mm512_loadu_si512(blk + 16);
-  const __m512i q1 = _mm512_loadu_si512(blk + 80);
-  w[0] = _mm512_and_si512(q0, nib);
-  w[1] = _mm512_and_si512(_mm512_srli_epi16(q0, 4), nib);
-  w[2] = _mm512_and_si512(q1, nib);
-  w[3] = _mm512_and_si512(_mm512_srli_epi16(q1, 4), nib);
-}
-
-// Values 128 h + 0 .. 63 (w[2h]) and 128 h + 64 .. 127 (w[2h + 1]) of a Q6_K super-block as
-// unsigned 0..63: ql bytes 64 h + l hold values l (low nibble) and 64 + l (high), bytes
-// 64 h + 32 + l values 32 + l and 96 + l; qh byte 32 h + l holds the top bits of values
-// l, 32 + l, 64 + l, 96 + l at shifts 0, 2, 4, 6.
-inline void WeightsQ6K(const uint8_t* blk, __m512i* w) {
-  const __m512i nib = _mm512_set1_epi8(0x0f);
-  const __m512i top = _mm512_set1_epi8(0x30);
-  for (int h = 0; h < 2; ++h) {
-    const __m512i l = _mm512_loadu_si512(blk + 64 * h);
-    const __m256i qh = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(blk + 128 + 32 * h));
-    // Bytes 0..31: qh; bytes 32..63: qh >> 2 (the bits of values 32 + l and 96 + l at 0 and 4).
-    const __m512i hx = _mm512_inserti64x4(_mm512_castsi256_si512(qh), _mm256_srli_epi16(qh, 2), 1);
-    w[2 * h] =
-        _mm512_or_si512(_mm512_and_si512(l, nib), _mm512_and_si512(_mm512_slli_epi16(hx, 4), top));
-    w[2 * h + 1] =
-        _mm512_or_si512(_mm512_and_si512(_mm512_srli_epi16(l, 4), nib), _mm512_and_si512(hx, top));
-  }
-}
-
-// Requests the kBytes bytes at p (one super-block's lines): into L1 with hint 0, else into L2.
-template <size_t kBytes>
-inline void PrefetchBlock(const uint8_t* p, int hint) {
-  for (size_t off = 0; off < kBytes; off += 64) {
-    if (hint == 0) {
-      _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T0);
-    } else {
-      _mm_prefetch(reinterpret_cast<const char*>(p + off), _MM_HINT_T1);
-    }
-  }
-}
-
-// R rows x NT tokens of Q4_K. rows[i]: row i; x: token 0's prepared activation, xs bytes between
-// tokens; y[i][t * ys]: result of row i, token t. Look-ahead: ahead_end (dense rows: each row's
-// kPrefetchBytes-ahead lines below it) or pf (R other rows, read at the same offsets).
-template <int R, int NT>
-void DotQ4K(const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs, float* const* y,
-            size_t ys, const uint8_t* ahead_end, const uint8_t* const* pf) {
-  const int64_t ns = cols / kSuper;
-  const auto* dx = reinterpret_cast<const float*>(x + cols);
-  const int64_t sx_off = Pad16(cols / kQ);
-  __m512 acc0[R][NT], acc1[R][NT];
-  __m256 accm[R][NT];
-  for (int i = 0; i < R; ++i) {
-    for (int t = 0; t < NT; ++t) {
-      acc0[i][t] = acc1[i][t] = _mm512_setzero_ps();
-      accm[i][t] = _mm256_setzero_ps();
-    }
-  }
-  for (int64_t s = 0; s < ns; ++s) {
-    // Unrolled, so that the R x NT accumulators stay in registers (GCC kept the loop rolled and
-    // them in memory: 1 thread, Q4_K 2048x5632 36 -> 38.5 GB/s; the same pragmas made Q6_K,
-    // already at the read bandwidth of one core, ~15% slower).
-#pragma GCC unroll 4
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* blk = rows[i] + static_cast<size_t>(s) * kQ4KBytes;
-      if (pf != nullptr) PrefetchBlock<kQ4KBytes>(pf[i] + s * kQ4KBytes, 0);
-      if (ahead_end != nullptr && blk + kPrefetchBytes < ahead_end) {
-        PrefetchBlock<kQ4KBytes>(blk + kPrefetchBytes, 1);
-      }
-      __m256 sc, mn;
-      ScalesMinsQ4K(blk + 4, &sc, &mn);
-      const __m256 d1 = _mm256_mul_ps(_mm256_set1_ps(HalfAt(blk)), sc);
-      const __m256 m1 = _mm256_mul_ps(_mm256_set1_ps(HalfAt(blk + 2)), mn);
-      __m512i w[4];
-      WeightsQ4K(blk, w);
-#pragma GCC unroll 4
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* xt = x + t * xs + s * kSuper;
-        const float* dxt = dx + t * xs / 4 + 8 * s;
-        const __m512 sv = _mm512_castps256_ps512(_mm256_mul_ps(d1, _mm256_loadu_ps(dxt)));
-        accm[i][t] = _mm256_fmadd_ps(m1, _mm256_loadu_ps(dxt + sx_off), accm[i][t]);
-        for (int k = 0; k < 4; ++k) {
-          const __m512i isum =
-              _mm512_dpbusd_epi32(_mm512_setzero_si512(), w[k], _mm512_loadu_si512(xt + 64 * k));
-          const __m512 lanes = _mm512_permutexvar_ps(_mm512_load_si512(kQ4KLanes[k]), sv);
-          __m512& acc = (k & 1) ? acc1[i][t] : acc0[i][t];
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), lanes, acc);
-        }
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int t = 0; t < NT; ++t) {
-      const __m512 sum =
-          _mm512_sub_ps(_mm512_add_ps(acc0[i][t], acc1[i][t]), _mm512_zextps256_ps512(accm[i][t]));
-      y[i][t * ys] = _mm512_reduce_add_ps(sum);
-    }
-  }
-}
-
-// R rows x NT tokens of Q6_K (arguments as DotQ4K).
-template <int R, int NT>
-void DotQ6K(const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs, float* const* y,
-            size_t ys, const uint8_t* ahead_end, const uint8_t* const* pf) {
-  const int64_t ns = cols / kSuper;
-  const auto* dx = reinterpret_cast<const float*>(x + 2 * cols);
-  const __m512i half_lanes = _mm512_load_si512(kHalfLanes);
-  __m512 acc0[R][NT], acc1[R][NT];
-  for (int i = 0; i < R; ++i) {
-    for (int t = 0; t < NT; ++t) acc0[i][t] = acc1[i][t] = _mm512_setzero_ps();
-  }
-  for (int64_t s = 0; s < ns; ++s) {
-    for (int i = 0; i < R; ++i) {
-      const uint8_t* blk = rows[i] + static_cast<size_t>(s) * kQ6KBytes;
-      if (pf != nullptr) PrefetchBlock<kQ6KBytes>(pf[i] + s * kQ6KBytes, 0);
-      if (ahead_end != nullptr && blk + kPrefetchBytes < ahead_end) {
-        PrefetchBlock<kQ6KBytes>(blk + kPrefetchBytes, 1);
-      }
-      const __m512 sc = _mm512_cvtepi32_ps(
-          _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(blk + 192))));
-      const __m512 d1 = _mm512_mul_ps(_mm512_set1_ps(HalfAt(blk + 208)), sc);
-      __m512i w[4];
-      WeightsQ6K(blk, w);
-      for (int t = 0; t < NT; ++t) {
-        const uint8_t* xt = x + t * xs + s * kSuper;
-        const uint8_t* bt = x + t * xs + cols + s * kSuper;  // 4-byte bias per 4 values
-        const __m256 dxt = _mm256_loadu_ps(dx + t * xs / 4 + 8 * s);
-        const __m512 sv =
-            _mm512_mul_ps(d1, _mm512_permutexvar_ps(half_lanes, _mm512_castps256_ps512(dxt)));
-        for (int k = 0; k < 4; ++k) {
-          const __m512i isum = _mm512_dpbusd_epi32(_mm512_loadu_si512(bt + 64 * k), w[k],
-                                                   _mm512_loadu_si512(xt + 64 * k));
-          const __m512 lanes = _mm512_permutexvar_ps(_mm512_load_si512(kQ6KLanes[k]), sv);
-          __m512& acc = (k & 1) ? acc1[i][t] : acc0[i][t];
-          acc = _mm512_fmadd_ps(_mm512_cvtepi32_ps(isum), lanes, acc);
-        }
-      }
-    }
-  }
-  for (int i = 0; i < R; ++i) {
-    for (int t = 0; t < NT; ++t) {
-      y[i][t * ys] = _mm512_reduce_add_ps(_mm512_add_ps(acc0[i][t], acc1[i][t]));
-    }
-  }
-}
-
-template <int R, int NT>
-inline void DotK(DType t, const uint8_t* const* rows, int64_t cols, const uint8_t* x, size_t xs,
-                 float* const* y, size_t ys, const uint8_t* ahead_end, const uint8_t* const* pf) {
-  if (IsQ4K(t)) {
-    DotQ4K<R, NT>(rows, cols, x, xs, y, ys, ahead_end, pf);
-  } else {
-    DotQ6K<R, NT>(rows, cols, x, xs, y, ys, ahead_end, pf);
-  }
 }
 
 }  // namespace
@@ -306,58 +84,6 @@ bool Avx512KType(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
 size_t Avx512KPrepBytes(DType t, int64_t cols) { return PrepBytesK(t, cols); }
 
 void Avx512KPrep(DType t, const float* x, int64_t cols, void* out) { PrepK(t, x, cols, out); }
-
-void Avx512KDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-                const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
-                const uint8_t* pf) {
-  const auto* x = static_cast<const uint8_t*>(xp);
-  // Look-ahead stays inside the rows this call reads.
-  const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
-  for (int64_t r = 0; r < n_rows; ++r) {
-    const uint8_t* row[1] = {w + static_cast<size_t>(r) * row_stride};
-    const uint8_t* shadow[1] = {pf != nullptr ? pf + static_cast<size_t>(r) * row_stride : nullptr};
-    const uint8_t* const* pfr = pf != nullptr ? shadow : nullptr;
-    int64_t tok = 0;
-    for (; tok + 4 <= n_tok; tok += 4) {
-      float* out[1] = {y + tok * y_stride + r};
-      DotK<1, 4>(t, row, cols, x + tok * xp_stride, xp_stride, out, y_stride, end, pfr);
-    }
-    float* out[1] = {y + tok * y_stride + r};
-    const uint8_t* xt = x + tok * xp_stride;
-    switch (n_tok - tok) {
-      case 3:
-        DotK<1, 3>(t, row, cols, xt, xp_stride, out, y_stride, end, pfr);
-        break;
-      case 2:
-        DotK<1, 2>(t, row, cols, xt, xp_stride, out, y_stride, end, pfr);
-        break;
-      case 1:
-        DotK<1, 1>(t, row, cols, xt, xp_stride, out, y_stride, end, pfr);
-        break;
-      default:
-        break;
-    }
-  }
-}
-
-void Avx512KDotRows(DType t, const uint8_t* const* rows, int n, int64_t cols, const void* xp,
-                    float* const* y, const uint8_t* const* pf) {
-  const auto* x = static_cast<const uint8_t*>(xp);
-  switch (n) {
-    case 4:
-      DotK<4, 1>(t, rows, cols, x, 0, y, 0, nullptr, pf);
-      break;
-    case 3:
-      DotK<3, 1>(t, rows, cols, x, 0, y, 0, nullptr, pf);
-      break;
-    case 2:
-      DotK<2, 1>(t, rows, cols, x, 0, y, 0, nullptr, pf);
-      break;
-    default:
-      DotK<1, 1>(t, rows, cols, x, 0, y, 0, nullptr, pf);
-      break;
-  }
-}
 
 }  // namespace weir::kernels::internal
 
@@ -369,10 +95,6 @@ namespace weir::kernels::internal {
 bool Avx512KType(DType) { return false; }
 size_t Avx512KPrepBytes(DType, int64_t) { return 0; }
 void Avx512KPrep(DType, const float*, int64_t, void*) {}
-void Avx512KDot(DType, const uint8_t*, size_t, int64_t, int64_t, const void*, size_t, int64_t,
-                float*, size_t, const uint8_t*) {}
-void Avx512KDotRows(DType, const uint8_t* const*, int, int64_t, const void*, float* const*,
-                    const uint8_t* const*) {}
 }  // namespace weir::kernels::internal
 
 #endif

@@ -1,6 +1,6 @@
-// The AVX-512 kernels of the K types Q4_K and Q6_K (x86_avx512_kquants.cc, compiled with the
-// AVX-512 flags), called by x86_avx512.cc's table. Declarations only (see internal/isa_kernels.h
-// on why no inline code).
+// The prepared activation of the K types on the AVX-512 path (x86_avx512_kquants.cc, compiled
+// with the AVX-512 flags), called by x86_avx512.cc's table; their products are
+// internal/avx512_rows16.h. Declarations only (see internal/isa_kernels.h on why no inline code).
 //
 // Both types multiply in int8 (DotKind::kInt8Block): the activation is quantized to blocks of 32
 // int8 with one f32 scale each, exactly as ref::QuantizeActivation does, and each sub-block's
@@ -17,22 +17,11 @@
 
 namespace weir::kernels::internal {
 
-// Whether t is a type these kernels compute (Q4_K, Q6_K).
+// Whether t is a type this prepares (Q4_K, Q6_K).
 bool Avx512KType(DType t);
 
 // IsaKernels::prep_bytes / prep for a K type (cols a multiple of 256).
 size_t Avx512KPrepBytes(DType t, int64_t cols);
 void Avx512KPrep(DType t, const float* x, int64_t cols, void* out);
-
-// IsaKernels::dot for a K type: rows r < n_rows (at w + r * row_stride) against tokens
-// tok < n_tok (prepared at xp + tok * xp_stride), y[tok * y_stride + r]; pf as in IsaKernels.
-void Avx512KDot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
-                const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
-                const uint8_t* pf);
-
-// n (1..4) rows against one token: *y[i] = rows[i] · x, bitwise what Avx512KDot gives that row
-// with n_tok = 1. pf (or nullptr): n rows requested line by line at the offsets being read.
-void Avx512KDotRows(DType t, const uint8_t* const* rows, int n, int64_t cols, const void* xp,
-                    float* const* y, const uint8_t* const* pf);
 
 }  // namespace weir::kernels::internal

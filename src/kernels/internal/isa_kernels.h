@@ -114,6 +114,11 @@ struct IsaKernels {
 
   // GeGLU with gelu's tanh approximation (ops.h GeluTanhMul), or nullptr (then ref::GeluTanhMul).
   void (*gelu_mul)(float* gate, const float* up, int64_t n) = nullptr;
+
+  // The weight types (bit GgmlId(t)) whose dot shares its unpacking of the weights between all
+  // the tokens of a call: MatMul hands them kWideTokenChunk tokens per call instead of
+  // kTokenChunk (matvec.cc).
+  uint64_t wide_token_types = 0;
 };
 
 void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out);
