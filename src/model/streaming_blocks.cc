@@ -26,13 +26,6 @@ storage::UnitRead StreamingWeights::BlockRead(const Extent& e, uint64_t block) c
   return r;
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::BlocksOf(const Group& g, int64_t c0,
-                                                         int64_t c1) const {
-  const uint64_t b = g.pack.bundle_bytes;
-  const uint64_t B = g.extent.block_bytes;
-  return {static_cast<uint64_t>(c0) * b / B, (static_cast<uint64_t>(c1) * b - 1) / B};
-}
-
 void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.block_accesses += 1;
@@ -49,11 +42,11 @@ void StreamingWeights::Prefetch(int layer) {
   // from the last layers of one token into the first layers of the next.
   if (layer < last_layer_) ++lap_;
   last_layer_ = layer;
-  const int64_t now = lap_ * n_layers_ + layer;
+  const int64_t now = lap_ * plan_.n_layers + layer;
   if (ahead_.position < now) ahead_ = Cursor{now, 0, 0};  // fell behind: read ahead from here
   const int64_t limit = now + options_.prefetch_layers;
   // Prefetched blocks wait in staging, pinned, until the compute claims them.
-  const storage::PartitionStats staging = cache_->partition_stats(staging_partition_);
+  const storage::PartitionStats staging = cache_->partition_stats(plan_.staging_partition);
   uint64_t room =
       staging.budget_bytes > staging.pinned_bytes ? staging.budget_bytes - staging.pinned_bytes : 0;
   // Wait for a worthwhile amount of room: the I/O thread merges what it is given at once into
@@ -61,13 +54,13 @@ void StreamingWeights::Prefetch(int layer) {
   const uint64_t worthwhile = std::min<uint64_t>(staging.budget_bytes / 4, uint64_t{8} << 20);
   if (room < worthwhile && ahead_.position > now) return;
   while (ahead_.position <= limit) {
-    const int l = static_cast<int>(ahead_.position % n_layers_);
-    Extent* e = nullptr;
-    if (ahead_.phase == 0 && !attention_.empty()) e = &attention_[static_cast<size_t>(l)];
+    const int l = static_cast<int>(ahead_.position % plan_.n_layers);
+    const Extent* e = nullptr;
+    if (ahead_.phase == 0 && !plan_.attention.empty()) e = &plan_.attention[static_cast<size_t>(l)];
     if (ahead_.phase >= 1 && !sparse_mlp_) {
       // A group's MLP tensors serve all its layers: bundles, or the input columns then the
       // down columns. Sparse mode reads MLP columns by prediction instead (PredictNextLayer).
-      Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(l)])];
+      const Group& g = plan_.group_of_layer(l);
       // Experts are read when the router chooses them (Prepare, Predict), never whole.
       if (g.pack.first_layer == l && !g.experts) {
         if (g.columns) {
@@ -77,13 +70,13 @@ void StreamingWeights::Prefetch(int layer) {
         }
       }
     }
-    if (e != nullptr && !e->held) {
+    if (e != nullptr && !Held(*e)) {
       for (; ahead_.block < e->n_blocks; ++ahead_.block) {
         storage::UnitRead r = BlockRead(*e, ahead_.block);
         if (cache_->Contains(r.id)) continue;
         const uint64_t charge = cache_->EntryCharge(r.length);
         if (charge > room) return;  // resume here when the compute has claimed some
-        r.partition = staging_partition_;
+        r.partition = plan_.staging_partition;
         if (!prefetcher_->Enqueue(r).ok()) return;
         room -= charge;
       }
@@ -96,7 +89,7 @@ void StreamingWeights::Prefetch(int layer) {
   }
 }
 
-Status StreamingWeights::LoadResident(Extent& e) {
+Status StreamingWeights::LoadResident(const Extent& e) {
   // Everything fits: read the whole extent (batched by the I/O thread) and keep it pinned.
   for (uint64_t b = 0; b < e.n_blocks; ++b) {
     storage::UnitRead r = BlockRead(e, b);
@@ -116,18 +109,18 @@ Status StreamingWeights::LoadResident(Extent& e) {
     if (!h.ok()) return h.status();
     pins.push_back(std::move(h).value());
   }
-  e.pins = std::move(pins);
-  e.held = true;
+  extent_state_[e.slab].pins = std::move(pins);
+  extent_state_[e.slab].held = true;
   return Status::Ok();
 }
 
 Status StreamingWeights::AcquireAttention(int layer) {
-  if (attention_.empty()) return Status::Ok();  // attention is static
-  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(attention_.size()));
-  Extent& e = attention_[static_cast<size_t>(layer)];
+  if (plan_.attention.empty()) return Status::Ok();  // attention is static
+  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(plan_.attention.size()));
+  const Extent& e = plan_.attention[static_cast<size_t>(layer)];
   Prefetch(layer);
-  if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
-  if (e.held) {
+  if (resident_mode_ && !Held(e)) WEIR_RETURN_IF_ERROR(LoadResident(e));
+  if (Held(e)) {
     for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
     return Status::Ok();
   }
@@ -148,7 +141,7 @@ void StreamingWeights::ReleaseAttention() {
   attention_batch_ = Batch();
 }
 
-Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
+Status StreamingWeights::AcquireBlock(const Extent& e, uint64_t block, Batch* batch,
                                       const std::function<bool()>& make_room, bool claim_queued) {
   storage::UnitRead r = BlockRead(e, block);
   const uint64_t charge = cache_->EntryCharge(r.length);
@@ -159,7 +152,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
     stats_.stall_seconds += Since(t0);
   };
   auto take = [&](storage::CacheHandle h) {
-    if (h.partition() == staging_partition_ && r.partition != staging_partition_) {
+    if (h.partition() == plan_.staging_partition && r.partition != plan_.staging_partition) {
       (void)cache_->Move(h, r.partition);  // the policy admits it, or it stays in staging
     }
     batch->blocks.push_back(block);
@@ -175,7 +168,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   // of these paths is taken, and what the layer groups' partitions end up holding, the state
   // DIP-CA's mask reads -- independent of how fast the I/O thread was.
   storage::UnitRead staged = r;
-  staged.partition = staging_partition_;
+  staged.partition = plan_.staging_partition;
   if (claim_queued && cache_->Contains(r.id)) {
     // Queued, loading or cached: wait for it (NotFound if it was evicted meanwhile).
     Result<storage::CacheHandle> w = prefetcher_->Wait(r.id);
@@ -201,7 +194,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   }
   if (!oom(h)) return h.status();
   // Transient: read into the slab place without a cache entry; dropped after use.
-  std::byte* dst = e.base + block * e.block_bytes;
+  std::byte* dst = Base(e) + block * e.block_bytes;
   const size_t len =
       storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
   slabs_->Reclaim(dst, len);  // a queued release of this place must not zero what is read now
@@ -240,7 +233,7 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
   // bytes. Reservations are made on this thread only, so the check cannot race with one.
   std::vector<std::pair<std::byte*, size_t>> still;
   for (const auto& [p, bytes] : batch->transient) {
-    const uint64_t block = static_cast<uint64_t>(p - e.base) / e.block_bytes;
+    const uint64_t block = static_cast<uint64_t>(p - Base(e)) / e.block_bytes;
     if (block < keep_from_block) {
       if (!cache_->Contains(storage::MakeUnitId(e.slab, e.kind, block))) slabs_->Discard(p, bytes);
     } else {

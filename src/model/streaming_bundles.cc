@@ -20,16 +20,16 @@ using namespace streaming_internal;
 
 Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
                                  sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
-  WEIR_CHECK(layer >= 0 && layer < n_layers_ && n > 0);
-  Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
-  Extent& e = g.extent;
+  WEIR_CHECK(layer >= 0 && layer < plan_.n_layers && n > 0);
+  const Group& g = plan_.group_of_layer(layer);
+  const Extent& e = g.extent;
   const int j = layer - g.pack.first_layer;
   if (weight_bytes != nullptr) *weight_bytes = 0;
   if (g.columns) {
     Prefetch(layer);
     single_token_ = n == 1;
     for (int t = 0; t < n; ++t) {
-      const size_t at = static_cast<size_t>(t) * d_model_;
+      const size_t at = static_cast<size_t>(t) * plan_.d_model;
       WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));
     }
     return Status::Ok();
@@ -39,20 +39,20 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
     *weight_bytes = static_cast<uint64_t>(n) * g.pack.bundle_bytes / g.pack.n_layers *
                     static_cast<uint64_t>(g.pack.d_ff);
   }
-  std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * d_model_);
+  std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * plan_.d_model);
   Prefetch(layer);
-  if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
-  if (e.held) {
+  if (resident_mode_ && !Held(e)) WEIR_RETURN_IF_ERROR(LoadResident(e));
+  if (Held(e)) {
     for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
     ComputeLanes(g, j, 0, g.n_lanes, x, n, out, pool);
     return Status::Ok();
   }
   const uint64_t batch_limit =
-      std::max<uint64_t>(max_lane_bytes_, cache_->partition_stats(e.partition).budget_bytes / 2);
+      std::max<uint64_t>(plan_.max_lane_bytes, cache_->partition_stats(e.partition).budget_bytes / 2);
   Batch batch;
   int lane = 0;  // the lane whose blocks are being acquired
   auto first_block = [&](int k) {
-    return BlocksOf(g, int64_t{k} * lane_channels_, int64_t{k} * lane_channels_ + 1).first;
+    return BlocksOf(g, int64_t{k} * plan_.lane_channels, int64_t{k} * plan_.lane_channels + 1).first;
   };
   // Frees pinned room by finishing the lanes already acquired (blocks shared with `lane` stay).
   auto make_room = [&]() {
@@ -63,8 +63,8 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
     return true;
   };
   for (; lane < g.n_lanes; ++lane) {
-    const int64_t c0 = int64_t{lane} * lane_channels_;
-    const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + lane_channels_, g.pack.d_ff));
+    const int64_t c0 = int64_t{lane} * plan_.lane_channels;
+    const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + plan_.lane_channels, g.pack.d_ff));
     for (uint64_t b = b0; b <= b1; ++b) {
       if (!batch.blocks.empty() && b <= batch.blocks.back()) continue;  // shared with lane - 1
       WEIR_RETURN_IF_ERROR(AcquireBlock(e, b, &batch, make_room));
@@ -87,15 +87,15 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
                                     float* out, ThreadPool* pool) {
   if (k0 >= k1 || !options_.compute) return;
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
-  const int L = lane_channels_;
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, Base(g.extent)};  // [rows, d_model]
+  const int L = plan_.lane_channels;
   const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* rows_y = rows_y_.data<float>();
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();
   float* partials = partials_.data<float>();
   int32_t* idx_rows = idx_rows_.data();  // channel c's gate and up rows at 2c, 2c + 1
-  const int d = d_model_;
+  const int d = plan_.d_model;
   for (int t = 0; t < n; ++t) {
     const float* xt = x + static_cast<size_t>(t) * d;
     if (pg.tiled) {
@@ -163,8 +163,8 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
 void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
                                          ThreadPool* pool) {
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
-  const int L = lane_channels_, d = d_model_;
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, Base(g.extent)};  // [rows, d_model]
+  const int L = plan_.lane_channels, d = plan_.d_model;
   const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();

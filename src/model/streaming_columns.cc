@@ -16,31 +16,7 @@ namespace weir::model {
 
 using format::ColumnOp;
 
-namespace {
-void SortBlocks(std::vector<uint64_t>* blocks);
-}  // namespace
 using sparsity::Site;
-
-std::pair<uint64_t, uint64_t> StreamingWeights::InputColumn(const Group& g, int64_t i,
-                                                            int j) const {
-  // gate^T and up^T rows of channel i for layer j are adjacent.
-  const int64_t r = g.pack.InRow(i, j, ColumnOp::kGateT);
-  if (g.sparse) {
-    return {g.in_offsets[static_cast<size_t>(r)], g.in_offsets[static_cast<size_t>(r) + 2]};
-  }
-  const uint64_t begin = static_cast<uint64_t>(r) * g.pack.in_row_bytes;
-  return {begin, begin + 2 * g.pack.in_row_bytes};
-}
-
-std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const Group& g, int64_t c,
-                                                           int j) const {
-  const int64_t r = g.pack.DownRow(c, j);
-  if (g.sparse) {
-    return {g.down_offsets[static_cast<size_t>(r)], g.down_offsets[static_cast<size_t>(r) + 1]};
-  }
-  const uint64_t begin = static_cast<uint64_t>(r) * g.pack.row_bytes;
-  return {begin, begin + g.pack.row_bytes};
-}
 
 Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t* rows,
                                        const float* coef, int64_t n, float* y, ThreadPool* pool,
@@ -52,7 +28,7 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
     // The gathered kernel reads the coefficient of row r at x[r].
     float* xr = rows_x_.data<float>();
     for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
-    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len}, e.base};
+    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len}, Base(e)};
     kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
     *bytes += static_cast<uint64_t>(n) * view.row_bytes();
     return Status::Ok();
@@ -62,7 +38,7 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
   // Every record is checked against its bitmap before any is used.
   for (int64_t k = 0; k < n; ++k) {
     const size_t r = static_cast<size_t>(rows[k]);
-    const std::byte* rec = e.base + offsets[r];
+    const std::byte* rec = Base(e) + offsets[r];
     const uint64_t size = offsets[r + 1] - offsets[r];
     if (size != kernels::SparseRecordBytes(t, len, kernels::SparseRecordCount(rec, len))) {
       return Status::Corrupt(StrFormat("sparse column record %zu of extent %u has %llu bytes, "
@@ -86,7 +62,7 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
           const int64_t k0 = n * static_cast<int64_t>(sl) / slices;
           const int64_t k1 = n * static_cast<int64_t>(sl + 1) / slices;
           for (int64_t k = k0; k < k1; ++k) {
-            kernels::SparseColumnAxpy(t, e.base + offsets[static_cast<size_t>(rows[k])], len,
+            kernels::SparseColumnAxpy(t, Base(e) + offsets[static_cast<size_t>(rows[k])], len,
                                       coef[k], acc);
           }
         }
@@ -104,7 +80,7 @@ void StreamingWeights::QueueMissing(const Extent& e, const std::vector<uint64_t>
   for (size_t k = from; k < blocks.size(); ++k) {
     storage::UnitRead r = BlockRead(e, blocks[k]);
     if (cache_->Contains(r.id)) continue;
-    r.partition = staging_partition_;
+    r.partition = plan_.staging_partition;
     if (!prefetcher_->Enqueue(r).ok()) return;  // staging is full: the rest later or on demand
     if (queued != nullptr) queued->push_back(r.id);
   }
@@ -115,53 +91,15 @@ void StreamingWeights::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks)
   std::iota(blocks->begin(), blocks->end(), uint64_t{0});
 }
 
-void StreamingWeights::AddBlocks(const Extent& x, uint64_t begin, uint64_t end,
-                                 std::vector<uint64_t>* blocks) const {
-  const uint64_t B = x.block_bytes;
-  uint64_t b0 = begin / B;
-  const uint64_t b1 = (end - 1) / B;
-  if (!blocks->empty() && blocks->back() >= b0 && blocks->back() <= b1) b0 = blocks->back() + 1;
-  for (uint64_t b = b0; b <= b1; ++b) blocks->push_back(b);
-}
-
-namespace {
-// Columns are visited in channel order, which is file order only in a pack without an
-// activation order: the block list is put in ascending order, each block once.
-void SortBlocks(std::vector<uint64_t>* blocks) {
-  if (std::is_sorted(blocks->begin(), blocks->end(),
-                     [](uint64_t a, uint64_t b) { return a <= b; })) {
-    return;
-  }
-  std::sort(blocks->begin(), blocks->end());
-  blocks->erase(std::unique(blocks->begin(), blocks->end()), blocks->end());
-}
-}  // namespace
-
-uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
-  uint64_t most = 0;
-  std::vector<uint64_t> blocks;
-  for (int j = 0; j < g.pack.n_layers; ++j) {
-    blocks.clear();
-    const int64_t n = input ? g.pack.d_model : g.pack.d_ff;
-    for (int64_t k = 0; k < n; ++k) {
-      const auto [b, e] = input ? InputColumn(g, k, j) : DownColumn(g, k, j);
-      AddBlocks(input ? g.in : g.extent, b, e, &blocks);
-    }
-    SortBlocks(&blocks);
-    most = std::max<uint64_t>(most, blocks.size());
-  }
-  return most;
-}
-
 const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
     const Extent& e, int64_t channels,
     const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range) {
-  if (e.held) return nullptr;  // resident mode: everything is cached
+  if (Held(e)) return nullptr;  // resident mode: everything is cached
   // With read-ahead, what the groups' partitions hold, not staging: the I/O thread fills and
   // evicts staging ahead of the compute, and a mask that saw it would change with the I/O
   // thread's timing (DIP-CA's runs were not reproducible with read-ahead on). Without
   // read-ahead staging only changes by the compute's own reads, and counts.
-  const uint32_t except = options_.prefetch_layers >= 0 ? staging_partition_ : UINT32_MAX;
+  const uint32_t except = options_.prefetch_layers >= 0 ? plan_.staging_partition : UINT32_MAX;
   cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, block_words_.data(),
                        except);
   auto resident = [&](uint64_t b) { return (block_words_[b / 64] >> (b % 64)) & 1; };
@@ -179,9 +117,9 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
   return &cache_view_;
 }
 
-Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks,
+Status StreamingWeights::AcquireBlocks(const Extent& e, const std::vector<uint64_t>& blocks,
                                        bool queued, Batch* batch) {
-  if (e.held) {
+  if (Held(e)) {
     for (uint64_t b : blocks) CountAccess(BlockRead(e, b).length, true);
     return Status::Ok();
   }
@@ -203,9 +141,9 @@ Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& b
 
 void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in) {
   // prefetch_layers -1: nothing is read ahead, predictions included (deterministic counters).
-  if (layer + 1 >= n_layers_ || options_.prefetch_layers < 0) return;
-  Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer + 1)])];
-  if (!g.columns || g.in.held) return;
+  if (layer + 1 >= plan_.n_layers || options_.prefetch_layers < 0) return;
+  const Group& g = plan_.group_of_layer(layer + 1);
+  if (!g.columns || Held(g.in)) return;
   const int j = layer + 1 - g.pack.first_layer;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
@@ -230,12 +168,12 @@ bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* 
   const int span = policy->info().mlp_in_span;
   const format::PackGroup& pg = g.pack;
   return span > 1 && pg.n_layers > 1 && pg.first_layer % span == 0 && pg.n_layers <= span &&
-         (pg.n_layers == span || pg.first_layer + pg.n_layers == n_layers_);
+         (pg.n_layers == span || pg.first_layer + pg.n_layers == plan_.n_layers);
 }
 
 void StreamingWeights::ReleaseSpan() {
   if (span_group_ < 0) return;
-  Group& g = groups_[static_cast<size_t>(span_group_)];
+  const Group& g = plan_.groups[static_cast<size_t>(span_group_)];
   Release(&span_in_, UINT64_MAX, g.in);
   Release(&span_down_, UINT64_MAX, g.extent);
   span_in_ = Batch();
@@ -243,7 +181,7 @@ void StreamingWeights::ReleaseSpan() {
   span_group_ = -1;
 }
 
-Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
+Status StreamingWeights::AcquireSpan(const Group& g, int layer, const float* x,
                                      sparsity::SparsityPolicy* policy) {
   ReleaseSpan();
   const int d = g.pack.d_model;
@@ -263,10 +201,10 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
   const bool whole_down = !policy->MayPrune(Site::kMlpDown);
   // Both lists go to the I/O thread before either is claimed, so that it reads on while the
   // compute waits for the first blocks.
-  if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
+  if (!Held(g.in)) QueueMissing(g.in, blocks_, 0, nullptr);
   if (whole_down) {
     AllBlocks(g.extent, &next_blocks_);
-    if (!g.extent.held) QueueMissing(g.extent, next_blocks_, 0, nullptr);
+    if (!Held(g.extent)) QueueMissing(g.extent, next_blocks_, 0, nullptr);
   }
   span_group_ = g.pack.index;
   WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
@@ -282,12 +220,12 @@ void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexLis
                                         bool whole_down) {
   if (options_.prefetch_layers < 0) return;
   const size_t next = static_cast<size_t>(g.pack.index) + 1;
-  if (next >= groups_.size()) return;
-  Group& n = groups_[next];
+  if (next >= plan_.groups.size()) return;
+  const Group& n = plan_.groups[next];
   if (!n.columns || n.sparse) return;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
-  if (!n.in.held) {
+  if (!Held(n.in)) {
     for (int64_t k = 0; k < in.size(); ++k) {
       const auto [b, e] = InputRecord(n, in[k]);
       AddBlocks(n.in, b, e, &blocks);
@@ -295,7 +233,7 @@ void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexLis
     SortBlocks(&blocks);
     QueueMissing(n.in, blocks, 0, &predicted_);
   }
-  if (whole_down && !n.extent.held) {
+  if (whole_down && !Held(n.extent)) {
     AllBlocks(n.extent, &blocks);
     QueueMissing(n.extent, blocks, 0, &predicted_);
   }
@@ -313,7 +251,7 @@ void StreamingWeights::DropPredictions() {
 //   h    = silu(g) ⊙ u
 //   down = SelectDown(h)                         neurons (all without a policy)
 //   out  = down^T[down] · h[down]
-Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* out,
+Status StreamingWeights::ForwardColumns(const Group& g, int j, const float* x, float* out,
                                         ThreadPool* pool, sparsity::SparsityPolicy* policy,
                                         uint64_t* weight_bytes) {
   const format::PackGroup& pg = g.pack;
@@ -323,8 +261,8 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   float* up = up_.data<float>();
   float* coef = coef_.data();  // the kept columns' coefficients, x[i] then h[c]
   uint64_t used = 0;           // weight bytes the products read
-  if (resident_mode_ && !g.in.held) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
-  if (resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
+  if (resident_mode_ && !Held(g.in)) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
+  if (resident_mode_ && !Held(g.extent)) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
 
   // Span mode: the group's first layer selects and pins the records of every layer of the group;
   // the others compute from them (the policy gives them the same selection).
@@ -414,7 +352,7 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     Batch batch;
     // This layer's missing down columns are queued first, then the next layer's predicted
     // input columns, so that the I/O thread reads in the order the compute needs them.
-    if (!g.extent.held) QueueMissing(g.extent, blocks_, 0, nullptr);
+    if (!Held(g.extent)) QueueMissing(g.extent, blocks_, 0, nullptr);
     if (policy != nullptr && sparse_mlp_ && !held) PredictNextLayer(layer, sel_in_);
     WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
     const Status st = ColumnProduct(g, false, idx_down, coef, n_down, out, pool, &used);

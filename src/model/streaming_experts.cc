@@ -27,12 +27,12 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   ~ExpertReader() override { ReleaseAll(); }
 
   Status Prepare(int layer, std::span<const int32_t> experts) override {
-    Group& g = GroupOf(layer);
+    const Group& g = GroupOf(layer);
     ReleaseAll();  // a step that failed midway left its expert pinned
-    if (w_.resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(w_.LoadResident(g.extent));
+    if (w_.resident_mode_ && !w_.Held(g.extent)) WEIR_RETURN_IF_ERROR(w_.LoadResident(g.extent));
     Settle(layer, experts);
     uint64_t hits = experts.size();
-    if (!g.extent.held) {
+    if (!w_.Held(g.extent)) {
       hits = 0;
       for (int32_t x : experts) {
         hits += w_.cache_->Contains(
@@ -44,7 +44,7 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
       w_.stats_.expert_uses += experts.size();
       w_.stats_.expert_hits += hits;
     }
-    if (g.extent.held) return Status::Ok();
+    if (w_.Held(g.extent)) return Status::Ok();
     // The chosen experts go to the I/O thread at once: it reads the next while the first is
     // computed. What is cached or already queued (predicted) is skipped.
     blocks_.assign(experts.begin(), experts.end());
@@ -53,10 +53,10 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   }
 
   Result<ExpertWeights> Acquire(int layer, int e) override {
-    Group& g = GroupOf(layer);
+    const Group& g = GroupOf(layer);
     const format::PackGroup& pg = g.pack;
     WEIR_CHECK(e >= 0 && e < pg.n_expert);
-    if (g.extent.held) {
+    if (w_.Held(g.extent)) {
       w_.CountAccess(g.extent.block_bytes, true);
     } else {
       Status st = w_.AcquireBlock(g.extent, static_cast<uint64_t>(e), &batch_, nullptr,
@@ -67,7 +67,7 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
       }
       batch_layer_ = layer;
     }
-    const std::byte* base = g.extent.base + static_cast<uint64_t>(e) * pg.expert_stride;
+    const std::byte* base = w_.Base(g.extent) + static_cast<uint64_t>(e) * pg.expert_stride;
     ExpertWeights x;
     x.w_gate = TensorView{pg.expert_type[0], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[0]};
     x.w_up = TensorView{pg.expert_type[1], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[1]};
@@ -76,8 +76,8 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   }
 
   void Release(int layer, int e) override {
-    Group& g = GroupOf(layer);
-    if (g.extent.held || batch_layer_ != layer) return;
+    const Group& g = GroupOf(layer);
+    if (w_.Held(g.extent) || batch_layer_ != layer) return;
     // Experts are acquired in ascending order and released one by one: the batch holds e only.
     w_.Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
     // Staging may have room now for predicted experts it refused when they were predicted.
@@ -87,9 +87,9 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   bool predicts() const override { return w_.options_.prefetch_layers >= 0; }
 
   void Predict(int layer, std::span<const int32_t> experts) override {
-    if (layer < 0 || layer >= w_.n_layers_) return;
-    Group& g = GroupOf(layer);
-    if (g.extent.held) return;
+    if (layer < 0 || layer >= w_.plan_.n_layers) return;
+    const Group& g = GroupOf(layer);
+    if (w_.Held(g.extent)) return;
     predicted_layer_ = layer;
     predicted_.assign(experts.begin(), experts.end());
     preload_ = recall_ >= kMinRecallToPreload;
@@ -109,9 +109,9 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
     w_.QueueMissing(GroupOf(predicted_layer_).extent, blocks_, 0, nullptr);
   }
 
-  Group& GroupOf(int layer) {
-    WEIR_CHECK(layer >= 0 && layer < w_.n_layers_);
-    return w_.groups_[static_cast<size_t>(w_.group_of_[static_cast<size_t>(layer)])];
+  const Group& GroupOf(int layer) {
+    WEIR_CHECK(layer >= 0 && layer < w_.plan_.n_layers);
+    return w_.plan_.group_of_layer(layer);
   }
 
   // The prediction for this layer meets the choice: count its recall, and cancel the

@@ -3,12 +3,8 @@
 // bundles, and (stream_attention) each layer's attention projections, pinned while the session
 // computes attention from them.
 //
-// Memory. Each streamed extent -- a layer group's bundle tensor, a layer's attention tensors --
-// has a slab: a reserved address range as large as the extent (storage/slab_placement.h). The
-// cached unit is a *block*: block_bytes (a multiple of 4 KiB) of the extent, cached at its own
-// offset in the slab, so resident blocks are, in place, views of the tensors the kernels read
-// without a copy. A block that leaves the cache gives its pages back to the OS. Extents and
-// blocks are page-aligned in the file, so O_DIRECT reads them straight into the slab.
+// Memory and cache: the extents, blocks, slabs and cache partitions are planned by StreamPlan
+// (streaming_plan.h).
 //
 // Compute, for layer L = first + j of group g and a token x:
 //   lanes: the channels are cut into lanes of lane_channels; lane k's blocks are acquired
@@ -23,12 +19,6 @@
 // The lane is the unit of the floating-point sums, so the result does not depend on how lanes
 // were batched, on the thread count, on what was cached or prefetched, or on the device: a
 // streamed run gives bit for bit the logits of a run with everything resident.
-//
-// Cache. One partition per layer group (uniform or proportional shares, or one shared pool)
-// under the eviction policy, plus a staging partition that every read lands in, so that reading
-// ahead never evicts what the policy keeps. A block the compute used is moved from staging into
-// its group's partition when the policy makes room for it and admits it (MRU admits only into
-// free room: in a dense scan that keeps a fixed part of every layer and streams the rest).
 //
 // I/O. A read-ahead cursor walks the blocks of this layer and the next prefetch_layers layers
 // (attention, then bundles; on into the next token's first layers: M2Cache's layer-wise
@@ -85,6 +75,7 @@
 #include "format/weir_pack_reader.h"
 #include "kernels/ops.h"
 #include "model/moe.h"
+#include "model/streaming_plan.h"
 #include "storage/block_device.h"
 #include "storage/eviction_policy.h"
 #include "storage/prefetcher.h"
@@ -94,35 +85,6 @@
 #include "sparsity/policy.h"
 
 namespace weir::model {
-
-struct StreamingOptions {
-  uint64_t cache_budget = 0;   // bytes for cached blocks (WeightCache charges)
-  std::string policy = "lru";  // eviction policy (storage/eviction_policy.h)
-  storage::PolicyOptions policy_options;
-  // "uniform": one cache partition per layer group, equal shares (DIP's split);
-  // "proportional": shares by group size; "shared": one pool for all groups.
-  std::string partitions = "uniform";
-  size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
-  // Column layout: the cached unit of the input columns (0 = block_bytes). A pack grouped by
-  // layers holds an input channel's rows for every layer of its group in one record of several
-  // pages; 4 KiB blocks let a span selection (dip span=N) read just the kept records.
-  size_t input_block_bytes = 0;
-  int lane_channels = 0;         // channels per partial sum of W_down (a multiple of the
-                                 // bundle chunk, 32); 0 = about 1 MiB of bundles
-  int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current;
-                                 // -1 = no read-ahead: every block is read on demand, so the
-                                 // cache's counters are deterministic and a trace replays exactly)
-  size_t io_batch = 64;          // blocks per device read batch
-  uint64_t staging_bytes = 0;    // staging partition; 0 = a quarter of the budget, within
-                                 // [2 lanes, (prefetch_layers + 1) groups]
-  bool record_trace = false;     // record block accesses for a later belady run
-  // Stream each layer's attention projections too (whole layers, pinned while attention runs);
-  // false keeps them static, read into memory once by StreamingModel.
-  bool stream_attention = true;
-  // False skips the arithmetic: the cache, its policy and the reads run exactly as they would,
-  // which is how `weir sim` replays a trace of a streamed run (model/stream_replay.h).
-  bool compute = true;
-};
 
 // Cumulative counters; per-token figures are differences between two readings.
 struct StreamStats {
@@ -173,7 +135,7 @@ class StreamingWeights {
   Status Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
                  sparsity::SparsityPolicy* policy = nullptr, uint64_t* weight_bytes = nullptr);
   // True when the pack has the column layout (sparsity can be applied).
-  bool columns() const { return !groups_.empty() && groups_[0].columns; }
+  bool columns() const { return plan_.columns(); }
   // The experts of an experts-layout pack (a mixture of experts), or nullptr.
   ExpertSource* experts();
 
@@ -201,46 +163,27 @@ class StreamingWeights {
   // Bytes of the pack this object streams (bundles and, with stream_attention, attention).
   uint64_t streamed_bytes() const;
   // What the cache is charged to hold every block (resident mode needs at least this).
-  uint64_t all_blocks_charge() const { return all_blocks_charge_; }
+  uint64_t all_blocks_charge() const { return plan_.all_blocks_charge; }
   bool resident_mode() const { return resident_mode_; }
   StreamStats stats() const;
   storage::CacheStats cache_stats() const { return cache_->stats(); }
   std::vector<storage::UnitId> TakeTrace() { return cache_->TakeTrace(); }
   const StreamingOptions& options() const { return options_; }
-  // Where layer `layer`'s blocks are, for traces: the unit-id layer field (slab) and block count
-  // of its attention extent (blocks 0 when attention is static), of its group's bundles (column
-  // layout: down columns) and, column layout only, of its group's input columns (else 0).
-  struct LayerBlocks {
-    uint32_t attention_slab = 0, attention_blocks = 0, bundle_slab = 0, bundle_blocks = 0;
-    uint32_t input_slab = 0, input_blocks = 0;
-  };
-  LayerBlocks layer_blocks(int layer) const;
+  // Where layer `layer`'s blocks are, for traces (StreamPlan::LayerBlocks).
+  using LayerBlocks = StreamPlan::LayerBlocks;
+  LayerBlocks layer_blocks(int layer) const { return plan_.layer_blocks(layer); }
 
  private:
-  // A streamed byte range of the pack with its slab: blocks [0, n_blocks) of block_bytes.
-  struct Extent {
-    uint32_t slab = 0;       // = UnitLayer of its blocks' ids
-    uint32_t kind = 0;       // unit kind: 1 bundles, 2 attention
-    uint32_t partition = 0;  // cache partition of its blocks
-    uint64_t offset = 0;     // file offset (page-aligned)
-    uint64_t nbytes = 0;
+  using Extent = StreamPlan::Extent;
+  using Group = StreamPlan::Group;
+  // What an extent holds in memory: its slab and, in resident mode, every block pinned.
+  struct ExtentState {
     std::byte* base = nullptr;
-    uint64_t n_blocks = 0;
-    uint64_t block_bytes = 0;                // its cached unit (a multiple of 4 KiB)
-    uint64_t charge = 0;                     // cache charge of all its blocks
     bool held = false;                       // resident mode: every block pinned below
     std::vector<storage::CacheHandle> pins;  // resident mode
   };
-  struct Group {
-    format::PackGroup pack;
-    Extent extent;  // the bundle tensor (column layout: the down columns)
-    Extent in;      // column layout: the input columns
-    bool columns = false;
-    bool experts = false;  // experts layout: extent = the layer's experts, block = one expert
-    bool sparse = false;  // sparse column layout: records located by the offset tables
-    std::vector<uint64_t> in_offsets, down_offsets;
-    int n_lanes = 0;
-  };
+  std::byte* Base(const Extent& e) const { return extent_state_[e.slab].base; }
+  bool Held(const Extent& e) const { return extent_state_[e.slab].held; }
   // Blocks acquired for the work at hand, and transient reads to drop afterwards.
   struct Batch {
     std::vector<uint64_t> blocks;  // ascending
@@ -255,8 +198,6 @@ class StreamingWeights {
 
   StreamingWeights() = default;
   storage::UnitRead BlockRead(const Extent& e, uint64_t block) const;
-  // First and last block of a group's bundle tensor holding channels [c0, c1).
-  std::pair<uint64_t, uint64_t> BlocksOf(const Group& g, int64_t c0, int64_t c1) const;
   // Hands the I/O thread the blocks of layers layer .. layer + prefetch_layers (attention, then
   // MLP, layer by layer; on into the next token's first layers) that are not cached, as far as
   // staging has room; called again as the compute frees room, it goes on where it stopped.
@@ -265,24 +206,16 @@ class StreamingWeights {
   // `make_room`, when set, finishes and releases earlier work of the batch to free pinned room;
   // it returns false when there was none. `claim_queued`: a block the I/O thread has queued is
   // waited for rather than read here (so that it stays part of a merged read).
-  Status AcquireBlock(Extent& e, uint64_t block, Batch* batch,
+  Status AcquireBlock(const Extent& e, uint64_t block, Batch* batch,
                       const std::function<bool()>& make_room, bool claim_queued = false);
   // Column layout (streaming_columns.cc).
-  Status ForwardColumns(Group& g, int j, const float* x, float* out, ThreadPool* pool,
+  Status ForwardColumns(const Group& g, int j, const float* x, float* out, ThreadPool* pool,
                         sparsity::SparsityPolicy* policy, uint64_t* weight_bytes);
   // Pins the ascending `blocks` of `e`: the missing ones are queued at once (unless the caller
   // has, `queued`), then each claimed.
-  Status AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks, bool queued, Batch* batch);
-  // Appends the blocks of e holding bytes [begin, end) of it (a block equal to the last one is
-  // not repeated; the list is sorted and made unique after the calls, SortBlocks).
-  void AddBlocks(const Extent& e, uint64_t begin, uint64_t end,
-                 std::vector<uint64_t>* blocks) const;
+  Status AcquireBlocks(const Extent& e, const std::vector<uint64_t>& blocks, bool queued, Batch* batch);
   // *blocks = 0 .. e.n_blocks - 1 (within the capacity reserved at creation).
   void AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const;
-  // Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
-  // up^T rows) / neuron c of its layer j.
-  std::pair<uint64_t, uint64_t> InputColumn(const Group& g, int64_t i, int j) const;
-  std::pair<uint64_t, uint64_t> DownColumn(const Group& g, int64_t c, int j) const;
   // y = sum over k < n of coef[k] * row rows[k] of the group's input (or down) columns: the
   // gathered kernel, or for the sparse layout the records (each checked against its bitmap:
   // Corrupt otherwise) split over the pool. Adds the weight bytes read to *bytes.
@@ -305,29 +238,22 @@ class StreamingWeights {
   // down columns) until its last layer, and queues the next group's records for the same
   // channels (cross-layer preloading, ActiveFlow §3.2).
   bool SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const;
-  Status AcquireSpan(Group& g, int layer, const float* x, sparsity::SparsityPolicy* policy);
+  Status AcquireSpan(const Group& g, int layer, const float* x, sparsity::SparsityPolicy* policy);
   void PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool whole_down);
   void ReleaseSpan();
   // Byte range of input channel i's record: its gate^T and up^T rows for every layer of g.
   std::pair<uint64_t, uint64_t> InputRecord(const Group& g, int64_t i) const;
   // Releases the predicted blocks that were not used.
   void DropPredictions();
-  // Blocks of e the columns of one layer can need at most (the transient reserve).
-  uint64_t MaxLayerBlocks(const Group& g, bool input) const;
   // Resident mode: reads the whole extent and keeps it pinned.
-  Status LoadResident(Extent& e);
+  Status LoadResident(const Extent& e);
   // Computes lanes [k0, k1) of layer first + j for every token, adding to out in lane order.
   void ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x, ThreadPool* pool);
   void ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n, float* out,
                     ThreadPool* pool);
   // Unpins the batch's blocks below keep_from_block and drops its transient reads there.
   void Release(Batch* batch, uint64_t keep_from_block, const Extent& e);
-  uint32_t PartitionOf(int group) const {
-    return options_.partitions == "shared" ? 0u : static_cast<uint32_t>(group);
-  }
   bool CheckResidentMode() const;
-  // Cache partition weights (bytes) for a budget: groups, then staging.
-  std::vector<uint64_t> PartitionWeights(uint64_t budget) const;
   void CountAccess(uint64_t bytes, bool hit);
   void MakeExpertReader();  // streaming_experts.cc
 
@@ -336,23 +262,12 @@ class StreamingWeights {
   std::unique_ptr<storage::SlabPlacement> slabs_;
   std::unique_ptr<storage::WeightCache> cache_;
   std::unique_ptr<storage::Prefetcher> prefetcher_;
-  std::vector<Group> groups_;
-  std::vector<int> group_of_;                               // per layer
-  std::vector<Extent> attention_;                           // per layer (stream_attention)
-  std::map<std::string, const std::byte*> tensor_address_;  // streamed static tensors
+  StreamPlan plan_;
+  std::vector<ExtentState> extent_state_;  // per extent, by slab
   Batch attention_batch_;  // the pinned attention of the layer being computed
-  int d_model_ = 0;
   kernels::Glu glu_ = kernels::Glu::kSilu;  // the architecture's gated unit
-  int lane_channels_ = 0;
-  int n_layers_ = 0;
-  uint64_t all_blocks_charge_ = 0;
-  uint64_t max_lane_bytes_ = 0;
-  uint64_t max_group_bytes_ = 0;
   std::atomic<bool> resident_mode_{false};
   bool sparse_mlp_ = false;
-  uint32_t staging_partition_ = 0;
-  std::vector<uint64_t> partition_charge_;  // per group partition: all blocks it may hold
-  uint64_t max_attention_bytes_ = 0;
   // Read-ahead: the next block to hand to the I/O thread.
   struct Cursor {
     int64_t position = 0;  // lap * n_layers + layer
