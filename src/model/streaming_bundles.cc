@@ -26,7 +26,7 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
   const int j = layer - g.pack.first_layer;
   if (weight_bytes != nullptr) *weight_bytes = 0;
   if (g.columns) {
-    Prefetch(layer);
+    streamer_->Prefetch(layer);
     single_token_ = n == 1;
     for (int t = 0; t < n; ++t) {
       const size_t at = static_cast<size_t>(t) * plan_.d_model;
@@ -40,15 +40,17 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
                     static_cast<uint64_t>(g.pack.d_ff);
   }
   std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * plan_.d_model);
-  Prefetch(layer);
-  if (resident_mode_ && !Held(e)) WEIR_RETURN_IF_ERROR(LoadResident(e));
-  if (Held(e)) {
-    for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
+  streamer_->Prefetch(layer);
+  if (streamer_->resident_mode() && !streamer_->held(e))
+    WEIR_RETURN_IF_ERROR(streamer_->LoadResident(e));
+  if (streamer_->held(e)) {
+    for (uint64_t b = 0; b < e.n_blocks; ++b)
+      streamer_->CountAccess(streamer_->BlockRead(e, b).length, true);
     ComputeLanes(g, j, 0, g.n_lanes, x, n, out, pool);
     return Status::Ok();
   }
   const uint64_t batch_limit =
-      std::max<uint64_t>(plan_.max_lane_bytes, cache_->partition_stats(e.partition).budget_bytes / 2);
+      std::max<uint64_t>(plan_.max_lane_bytes, streamer_->partition_budget(e.partition) / 2);
   Batch batch;
   int lane = 0;  // the lane whose blocks are being acquired
   auto first_block = [&](int k) {
@@ -58,7 +60,7 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
   auto make_room = [&]() {
     if (batch.lane_begin >= lane) return false;
     ComputeLanes(g, j, batch.lane_begin, lane, x, n, out, pool);
-    Release(&batch, first_block(lane), e);
+    streamer_->Release(&batch, first_block(lane), e);
     batch.lane_begin = lane;
     return true;
   };
@@ -67,27 +69,28 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
     const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + plan_.lane_channels, g.pack.d_ff));
     for (uint64_t b = b0; b <= b1; ++b) {
       if (!batch.blocks.empty() && b <= batch.blocks.back()) continue;  // shared with lane - 1
-      WEIR_RETURN_IF_ERROR(AcquireBlock(e, b, &batch, make_room));
+      WEIR_RETURN_IF_ERROR(streamer_->AcquireBlock(e, b, &batch, make_room));
     }
     batch.lane_end = lane + 1;
     if (batch.pinned_bytes >= batch_limit && lane + 1 < g.n_lanes) {
       ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
-      Release(&batch, first_block(lane + 1), e);
+      streamer_->Release(&batch, first_block(lane + 1), e);
       batch.lane_begin = lane + 1;
-      Prefetch(layer);  // top up the read-ahead with the room the compute released
+      streamer_->Prefetch(layer);  // top up the read-ahead with the room the compute released
     }
   }
   ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
-  Release(&batch, UINT64_MAX, e);
-  Prefetch(layer);
+  streamer_->Release(&batch, UINT64_MAX, e);
+  streamer_->Prefetch(layer);
   return Status::Ok();
 }
 
 void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
                                     float* out, ThreadPool* pool) {
-  if (k0 >= k1 || !options_.compute) return;
+  if (k0 >= k1 || !plan_.options.compute) return;
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, Base(g.extent)};  // [rows, d_model]
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model},
+                        streamer_->base(g.extent)};  // [rows, d_model]
   const int L = plan_.lane_channels;
   const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* rows_y = rows_y_.data<float>();
@@ -163,7 +166,8 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
 void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
                                          ThreadPool* pool) {
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, Base(g.extent)};  // [rows, d_model]
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model},
+                        streamer_->base(g.extent)};  // [rows, d_model]
   const int L = plan_.lane_channels, d = plan_.d_model;
   const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* gate = gate_.data<float>();

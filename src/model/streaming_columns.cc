@@ -28,7 +28,8 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
     // The gathered kernel reads the coefficient of row r at x[r].
     float* xr = rows_x_.data<float>();
     for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
-    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len}, Base(e)};
+    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len},
+                          streamer_->base(e)};
     kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
     *bytes += static_cast<uint64_t>(n) * view.row_bytes();
     return Status::Ok();
@@ -38,7 +39,7 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
   // Every record is checked against its bitmap before any is used.
   for (int64_t k = 0; k < n; ++k) {
     const size_t r = static_cast<size_t>(rows[k]);
-    const std::byte* rec = Base(e) + offsets[r];
+    const std::byte* rec = streamer_->base(e) + offsets[r];
     const uint64_t size = offsets[r + 1] - offsets[r];
     if (size != kernels::SparseRecordBytes(t, len, kernels::SparseRecordCount(rec, len))) {
       return Status::Corrupt(StrFormat("sparse column record %zu of extent %u has %llu bytes, "
@@ -62,8 +63,8 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
           const int64_t k0 = n * static_cast<int64_t>(sl) / slices;
           const int64_t k1 = n * static_cast<int64_t>(sl + 1) / slices;
           for (int64_t k = k0; k < k1; ++k) {
-            kernels::SparseColumnAxpy(t, Base(e) + offsets[static_cast<size_t>(rows[k])], len,
-                                      coef[k], acc);
+            kernels::SparseColumnAxpy(t, streamer_->base(e) + offsets[static_cast<size_t>(rows[k])],
+                                      len, coef[k], acc);
           }
         }
       },
@@ -75,17 +76,6 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
   return Status::Ok();
 }
 
-void StreamingWeights::QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks,
-                                    size_t from, std::vector<storage::UnitId>* queued) {
-  for (size_t k = from; k < blocks.size(); ++k) {
-    storage::UnitRead r = BlockRead(e, blocks[k]);
-    if (cache_->Contains(r.id)) continue;
-    r.partition = plan_.staging_partition;
-    if (!prefetcher_->Enqueue(r).ok()) return;  // staging is full: the rest later or on demand
-    if (queued != nullptr) queued->push_back(r.id);
-  }
-}
-
 void StreamingWeights::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const {
   blocks->resize(static_cast<size_t>(e.n_blocks));
   std::iota(blocks->begin(), blocks->end(), uint64_t{0});
@@ -94,14 +84,8 @@ void StreamingWeights::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks)
 const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
     const Extent& e, int64_t channels,
     const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range) {
-  if (Held(e)) return nullptr;  // resident mode: everything is cached
-  // With read-ahead, what the groups' partitions hold, not staging: the I/O thread fills and
-  // evicts staging ahead of the compute, and a mask that saw it would change with the I/O
-  // thread's timing (DIP-CA's runs were not reproducible with read-ahead on). Without
-  // read-ahead staging only changes by the compute's own reads, and counts.
-  const uint32_t except = options_.prefetch_layers >= 0 ? plan_.staging_partition : UINT32_MAX;
-  cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, block_words_.data(),
-                       except);
+  if (streamer_->held(e)) return nullptr;  // resident mode: everything is cached
+  streamer_->ResidentBlocks(e, block_words_.data());
   auto resident = [&](uint64_t b) { return (block_words_[b / 64] >> (b % 64)) & 1; };
   std::fill(cache_words_.begin(), cache_words_.end(), 0);
   const uint64_t B = e.block_bytes;
@@ -117,33 +101,11 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
   return &cache_view_;
 }
 
-Status StreamingWeights::AcquireBlocks(const Extent& e, const std::vector<uint64_t>& blocks,
-                                       bool queued, Batch* batch) {
-  if (Held(e)) {
-    for (uint64_t b : blocks) CountAccess(BlockRead(e, b).length, true);
-    return Status::Ok();
-  }
-  // The missing blocks go to the I/O thread at once, so that it merges neighbours into large
-  // reads. When staging is full, queueing stops; it is tried again from the first block found
-  // missing (claiming frees staging room as blocks move to their partitions), so that blocks
-  // are read on demand one by one only when no room can be had.
-  if (!queued) QueueMissing(e, blocks, 0, nullptr);
-  for (size_t k = 0; k < blocks.size(); ++k) {
-    const uint64_t b = blocks[k];
-    if (!cache_->Contains(BlockRead(e, b).id)) QueueMissing(e, blocks, k, nullptr);
-    if (Status st = AcquireBlock(e, b, batch, nullptr, /*claim_queued=*/true); !st.ok()) {
-      Release(batch, UINT64_MAX, e);
-      return st;
-    }
-  }
-  return Status::Ok();
-}
-
 void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in) {
   // prefetch_layers -1: nothing is read ahead, predictions included (deterministic counters).
-  if (layer + 1 >= plan_.n_layers || options_.prefetch_layers < 0) return;
+  if (layer + 1 >= plan_.n_layers || plan_.options.prefetch_layers < 0) return;
   const Group& g = plan_.group_of_layer(layer + 1);
-  if (!g.columns || Held(g.in)) return;
+  if (!g.columns || streamer_->held(g.in)) return;
   const int j = layer + 1 - g.pack.first_layer;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
@@ -152,7 +114,7 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
     AddBlocks(g.in, b, e, &blocks);
   }
   SortBlocks(&blocks);
-  QueueMissing(g.in, blocks, 0, &predicted_);
+  streamer_->QueueMissing(g.in, blocks, 0, &predicted_);
 }
 
 std::pair<uint64_t, uint64_t> StreamingWeights::InputRecord(const Group& g, int64_t i) const {
@@ -174,8 +136,8 @@ bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* 
 void StreamingWeights::ReleaseSpan() {
   if (span_group_ < 0) return;
   const Group& g = plan_.groups[static_cast<size_t>(span_group_)];
-  Release(&span_in_, UINT64_MAX, g.in);
-  Release(&span_down_, UINT64_MAX, g.extent);
+  streamer_->Release(&span_in_, UINT64_MAX, g.in);
+  streamer_->Release(&span_down_, UINT64_MAX, g.extent);
   span_in_ = Batch();
   span_down_ = Batch();
   span_group_ = -1;
@@ -201,15 +163,16 @@ Status StreamingWeights::AcquireSpan(const Group& g, int layer, const float* x,
   const bool whole_down = !policy->MayPrune(Site::kMlpDown);
   // Both lists go to the I/O thread before either is claimed, so that it reads on while the
   // compute waits for the first blocks.
-  if (!Held(g.in)) QueueMissing(g.in, blocks_, 0, nullptr);
+  if (!streamer_->held(g.in)) streamer_->QueueMissing(g.in, blocks_, 0, nullptr);
   if (whole_down) {
     AllBlocks(g.extent, &next_blocks_);
-    if (!Held(g.extent)) QueueMissing(g.extent, next_blocks_, 0, nullptr);
+    if (!streamer_->held(g.extent)) streamer_->QueueMissing(g.extent, next_blocks_, 0, nullptr);
   }
   span_group_ = g.pack.index;
-  WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
+  WEIR_RETURN_IF_ERROR(streamer_->AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
   if (whole_down) {
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
+    WEIR_RETURN_IF_ERROR(
+        streamer_->AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
   }
   DropPredictions();  // what the previous group predicted and this one did not keep
   PredictNextGroup(g, sel_in_, whole_down);
@@ -218,30 +181,30 @@ Status StreamingWeights::AcquireSpan(const Group& g, int layer, const float* x,
 
 void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexList& in,
                                         bool whole_down) {
-  if (options_.prefetch_layers < 0) return;
+  if (plan_.options.prefetch_layers < 0) return;
   const size_t next = static_cast<size_t>(g.pack.index) + 1;
   if (next >= plan_.groups.size()) return;
   const Group& n = plan_.groups[next];
   if (!n.columns || n.sparse) return;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
-  if (!Held(n.in)) {
+  if (!streamer_->held(n.in)) {
     for (int64_t k = 0; k < in.size(); ++k) {
       const auto [b, e] = InputRecord(n, in[k]);
       AddBlocks(n.in, b, e, &blocks);
     }
     SortBlocks(&blocks);
-    QueueMissing(n.in, blocks, 0, &predicted_);
+    streamer_->QueueMissing(n.in, blocks, 0, &predicted_);
   }
-  if (whole_down && !Held(n.extent)) {
+  if (whole_down && !streamer_->held(n.extent)) {
     AllBlocks(n.extent, &blocks);
-    QueueMissing(n.extent, blocks, 0, &predicted_);
+    streamer_->QueueMissing(n.extent, blocks, 0, &predicted_);
   }
 }
 
 void StreamingWeights::DropPredictions() {
   // Claimed blocks are the compute's now; the rest is cancelled or left evictable.
-  for (storage::UnitId id : predicted_) prefetcher_->Cancel(id);
+  for (storage::UnitId id : predicted_) streamer_->Cancel(id);
   predicted_.clear();
 }
 
@@ -261,8 +224,10 @@ Status StreamingWeights::ForwardColumns(const Group& g, int j, const float* x, f
   float* up = up_.data<float>();
   float* coef = coef_.data();  // the kept columns' coefficients, x[i] then h[c]
   uint64_t used = 0;           // weight bytes the products read
-  if (resident_mode_ && !Held(g.in)) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
-  if (resident_mode_ && !Held(g.extent)) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
+  if (streamer_->resident_mode() && !streamer_->held(g.in))
+    WEIR_RETURN_IF_ERROR(streamer_->LoadResident(g.in));
+  if (streamer_->resident_mode() && !streamer_->held(g.extent))
+    WEIR_RETURN_IF_ERROR(streamer_->LoadResident(g.extent));
 
   // Span mode: the group's first layer selects and pins the records of every layer of the group;
   // the others compute from them (the policy gives them the same selection).
@@ -312,11 +277,11 @@ Status StreamingWeights::ForwardColumns(const Group& g, int j, const float* x, f
   } else {
     SortBlocks(&blocks_);
     Batch batch;
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
+    WEIR_RETURN_IF_ERROR(streamer_->AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
     DropPredictions();  // this layer's predicted blocks are claimed; the rest was mispredicted
     Status st = ColumnProduct(g, true, idx_gate, coef, n_in, gate, pool, &used);
     if (st.ok()) st = ColumnProduct(g, true, idx_up, coef, n_in, up, pool, &used);
-    Release(&batch, UINT64_MAX, g.in);
+    streamer_->Release(&batch, UINT64_MAX, g.in);
     WEIR_RETURN_IF_ERROR(st);
   }
   kernels::GatedActivation(glu_, gate, up, d_ff);  // h, in gate
@@ -352,16 +317,16 @@ Status StreamingWeights::ForwardColumns(const Group& g, int j, const float* x, f
     Batch batch;
     // This layer's missing down columns are queued first, then the next layer's predicted
     // input columns, so that the I/O thread reads in the order the compute needs them.
-    if (!Held(g.extent)) QueueMissing(g.extent, blocks_, 0, nullptr);
-    if (policy != nullptr && sparse_mlp_ && !held) PredictNextLayer(layer, sel_in_);
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
+    if (!streamer_->held(g.extent)) streamer_->QueueMissing(g.extent, blocks_, 0, nullptr);
+    if (policy != nullptr && streamer_->sparse_mlp() && !held) PredictNextLayer(layer, sel_in_);
+    WEIR_RETURN_IF_ERROR(streamer_->AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
     const Status st = ColumnProduct(g, false, idx_down, coef, n_down, out, pool, &used);
-    Release(&batch, UINT64_MAX, g.extent);
+    streamer_->Release(&batch, UINT64_MAX, g.extent);
     WEIR_RETURN_IF_ERROR(st);
   }
   if (weight_bytes != nullptr) *weight_bytes += used;
   if (held && j == pg.n_layers - 1) ReleaseSpan();
-  Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
+  streamer_->Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
   return Status::Ok();
 }
 

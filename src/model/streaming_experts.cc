@@ -29,26 +29,26 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   Status Prepare(int layer, std::span<const int32_t> experts) override {
     const Group& g = GroupOf(layer);
     ReleaseAll();  // a step that failed midway left its expert pinned
-    if (w_.resident_mode_ && !w_.Held(g.extent)) WEIR_RETURN_IF_ERROR(w_.LoadResident(g.extent));
+    if (w_.streamer_->resident_mode() && !w_.streamer_->held(g.extent))
+      WEIR_RETURN_IF_ERROR(w_.streamer_->LoadResident(g.extent));
     Settle(layer, experts);
     uint64_t hits = experts.size();
-    if (!w_.Held(g.extent)) {
+    if (!w_.streamer_->held(g.extent)) {
       hits = 0;
       for (int32_t x : experts) {
-        hits += w_.cache_->Contains(
+        hits += w_.streamer_->Contains(
             storage::MakeUnitId(g.extent.slab, g.extent.kind, static_cast<uint64_t>(x)));
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(w_.stats_mu_);
-      w_.stats_.expert_uses += experts.size();
-      w_.stats_.expert_hits += hits;
-    }
-    if (w_.Held(g.extent)) return Status::Ok();
+    w_.streamer_->UpdateStats([&](StreamStats& s) {
+      s.expert_uses += experts.size();
+      s.expert_hits += hits;
+    });
+    if (w_.streamer_->held(g.extent)) return Status::Ok();
     // The chosen experts go to the I/O thread at once: it reads the next while the first is
     // computed. What is cached or already queued (predicted) is skipped.
     blocks_.assign(experts.begin(), experts.end());
-    w_.QueueMissing(g.extent, blocks_, 0, nullptr);
+    w_.streamer_->QueueMissing(g.extent, blocks_, 0, nullptr);
     return Status::Ok();
   }
 
@@ -56,18 +56,19 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
     const Group& g = GroupOf(layer);
     const format::PackGroup& pg = g.pack;
     WEIR_CHECK(e >= 0 && e < pg.n_expert);
-    if (w_.Held(g.extent)) {
-      w_.CountAccess(g.extent.block_bytes, true);
+    if (w_.streamer_->held(g.extent)) {
+      w_.streamer_->CountAccess(g.extent.block_bytes, true);
     } else {
-      Status st = w_.AcquireBlock(g.extent, static_cast<uint64_t>(e), &batch_, nullptr,
-                                  /*claim_queued=*/true);
+      Status st = w_.streamer_->AcquireBlock(g.extent, static_cast<uint64_t>(e), &batch_, nullptr,
+                                             /*claim_queued=*/true);
       if (!st.ok()) {
-        w_.Release(&batch_, UINT64_MAX, g.extent);
+        w_.streamer_->Release(&batch_, UINT64_MAX, g.extent);
         return st.WithContext(StrFormat("expert %d of layer %d", e, layer));
       }
       batch_layer_ = layer;
     }
-    const std::byte* base = w_.Base(g.extent) + static_cast<uint64_t>(e) * pg.expert_stride;
+    const std::byte* base =
+        w_.streamer_->base(g.extent) + static_cast<uint64_t>(e) * pg.expert_stride;
     ExpertWeights x;
     x.w_gate = TensorView{pg.expert_type[0], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[0]};
     x.w_up = TensorView{pg.expert_type[1], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[1]};
@@ -77,19 +78,19 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
 
   void Release(int layer, int e) override {
     const Group& g = GroupOf(layer);
-    if (w_.Held(g.extent) || batch_layer_ != layer) return;
+    if (w_.streamer_->held(g.extent) || batch_layer_ != layer) return;
     // Experts are acquired in ascending order and released one by one: the batch holds e only.
-    w_.Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
+    w_.streamer_->Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
     // Staging may have room now for predicted experts it refused when they were predicted.
     QueuePredicted();
   }
 
-  bool predicts() const override { return w_.options_.prefetch_layers >= 0; }
+  bool predicts() const override { return w_.plan_.options.prefetch_layers >= 0; }
 
   void Predict(int layer, std::span<const int32_t> experts) override {
     if (layer < 0 || layer >= w_.plan_.n_layers) return;
     const Group& g = GroupOf(layer);
-    if (w_.Held(g.extent)) return;
+    if (w_.streamer_->held(g.extent)) return;
     predicted_layer_ = layer;
     predicted_.assign(experts.begin(), experts.end());
     preload_ = recall_ >= kMinRecallToPreload;
@@ -97,7 +98,7 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   }
 
   void ReleaseAll() {
-    if (batch_layer_ >= 0) w_.Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
+    if (batch_layer_ >= 0) w_.streamer_->Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
     batch_layer_ = -1;
   }
 
@@ -106,7 +107,7 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   void QueuePredicted() {
     if (predicted_layer_ < 0 || !preload_) return;
     blocks_.assign(predicted_.begin(), predicted_.end());
-    w_.QueueMissing(GroupOf(predicted_layer_).extent, blocks_, 0, nullptr);
+    w_.streamer_->QueueMissing(GroupOf(predicted_layer_).extent, blocks_, 0, nullptr);
   }
 
   const Group& GroupOf(int layer) {
@@ -127,21 +128,20 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
       if (std::binary_search(chosen.begin(), chosen.end(), e)) {
         ++used;
       } else {
-        w_.prefetcher_->Cancel(storage::MakeUnitId(g.extent.slab, g.extent.kind,
-                                                   static_cast<uint64_t>(e)));
+        w_.streamer_->Cancel(
+            storage::MakeUnitId(g.extent.slab, g.extent.kind, static_cast<uint64_t>(e)));
       }
     }
     if (!chosen.empty()) {
       recall_ = kRecallDecay * recall_ +
                 (1.0 - kRecallDecay) * static_cast<double>(used) / static_cast<double>(chosen.size());
     }
-    {
-      std::lock_guard<std::mutex> lock(w_.stats_mu_);
-      if (preload_) w_.stats_.experts_preloaded += predicted_.size();
-      w_.stats_.experts_predicted += predicted_.size();
-      w_.stats_.experts_predicted_used += used;
-      w_.stats_.experts_chosen_predicted += chosen.size();
-    }
+    w_.streamer_->UpdateStats([&](StreamStats& s) {
+      if (preload_) s.experts_preloaded += predicted_.size();
+      s.experts_predicted += predicted_.size();
+      s.experts_predicted_used += used;
+      s.experts_chosen_predicted += chosen.size();
+    });
     predicted_layer_ = -1;
   }
 

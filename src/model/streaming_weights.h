@@ -20,14 +20,7 @@
 // were batched, on the thread count, on what was cached or prefetched, or on the device: a
 // streamed run gives bit for bit the logits of a run with everything resident.
 //
-// I/O. A read-ahead cursor walks the blocks of this layer and the next prefetch_layers layers
-// (attention, then bundles; on into the next token's first layers: M2Cache's layer-wise
-// preloading) and hands the I/O thread what is not cached while staging has room; it is topped
-// up as the compute frees room. The I/O thread merges contiguous blocks into large reads. A
-// block the compute needs is taken from the cache, waited for, or read on demand. When no
-// partition can take a block (its room is pinned, or the policy refuses as ATU does), it is read
-// into its slab place outside the cache and dropped after use (a transient read: at most one
-// lane's blocks or one layer's attention at a time).
+// Blocks: the block streamer (streaming_blocks.h) reads, caches and pins them.
 //
 // Column layout (weir pack --layout columns; streaming_columns.cc). A group then has two
 // extents, its MLP input columns (gate^T and up^T rows per input channel) and its down columns
@@ -52,10 +45,6 @@
 // layer's router predicts from this layer's input (cross-layer preloading), and the next
 // Prepare cancels the mispredicted ones still queued.
 //
-// Resident mode. When the cache budget holds every block, each extent is loaded once and its
-// blocks stay pinned: later tokens compute straight from the slabs with no cache traffic, which
-// is what makes streaming cost nothing when the model fits.
-//
 // Thread safety: one StreamingWeights serves one Session (one thread calls Forward/BeginToken);
 // stats()/SetCacheBudget may be called from another thread. The device must outlive it.
 #pragma once
@@ -75,47 +64,17 @@
 #include "format/weir_pack_reader.h"
 #include "kernels/ops.h"
 #include "model/moe.h"
+#include "model/streaming_blocks.h"
 #include "model/streaming_plan.h"
+#include "sparsity/index_list.h"
+#include "sparsity/policy.h"
 #include "storage/block_device.h"
 #include "storage/eviction_policy.h"
 #include "storage/prefetcher.h"
 #include "storage/slab_placement.h"
 #include "storage/weight_cache.h"
-#include "sparsity/index_list.h"
-#include "sparsity/policy.h"
 
 namespace weir::model {
-
-// Cumulative counters; per-token figures are differences between two readings.
-struct StreamStats {
-  uint64_t tokens = 0;            // BeginToken calls
-  uint64_t block_accesses = 0;    // blocks the compute needed
-  uint64_t block_hits = 0;        // ... that were resident before this token asked (no I/O)
-  uint64_t accessed_bytes = 0;    // bytes of the blocks needed
-  uint64_t cache_bytes = 0;       // ... served from DRAM without a read for this access
-  uint64_t storage_bytes = 0;     // bytes read from the device (prefetch + demand + transient)
-  uint64_t storage_reads = 0;     // device reads of those bytes (adjacent blocks merged count once)
-  uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
-  uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
-  // Experts layout: experts the layers chose, those already in memory (cached, or read ahead by a
-  // prediction) when the layer asked, and the predictions (experts predicted for a layer, and
-  // how many of them it then chose: recall = predicted_used / chosen in predicted layers).
-  uint64_t expert_uses = 0, expert_hits = 0;
-  uint64_t experts_predicted = 0, experts_predicted_used = 0, experts_chosen_predicted = 0;
-  uint64_t experts_preloaded = 0;  // predicted experts handed to the I/O thread (recall high)
-  double stall_seconds = 0;       // compute thread waiting for blocks (demand reads included)
-  double io_seconds = 0;          // wall time of device reads (I/O thread and demand)
-  double hit_rate() const {
-    return block_accesses ? static_cast<double>(block_hits) / block_accesses : 1.0;
-  }
-  // Share of the read time the compute thread did not wait for.
-  double overlap() const {
-    if (io_seconds <= 0) return 1.0;
-    const double f = 1.0 - stall_seconds / io_seconds;
-    return f < 0 ? 0 : (f > 1 ? 1 : f);
-  }
-  StreamStats operator-(const StreamStats& o) const;
-};
 
 class StreamingWeights {
  public:
@@ -140,12 +99,12 @@ class StreamingWeights {
   ExpertSource* experts();
 
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
-  void set_sparse(bool sparse) { sparse_mlp_ = sparse; }
+  void set_sparse(bool sparse) { streamer_->set_sparse_mlp(sparse); }
 
   // Attention (stream_attention): pins every block of `layer`'s attention tensors, reading what
   // is missing, until ReleaseAttention(); meanwhile their bytes are at TensorAddress(name).
-  Status AcquireAttention(int layer);
-  void ReleaseAttention();
+  Status AcquireAttention(int layer) { return streamer_->AcquireAttention(layer); }
+  void ReleaseAttention() { streamer_->ReleaseAttention(); }
   // Where a streamed static tensor ("blk.3.attn_q.weight") lives while pinned; nullptr for a
   // tensor this object does not stream.
   const std::byte* TensorAddress(const std::string& name) const;
@@ -164,10 +123,10 @@ class StreamingWeights {
   uint64_t streamed_bytes() const;
   // What the cache is charged to hold every block (resident mode needs at least this).
   uint64_t all_blocks_charge() const { return plan_.all_blocks_charge; }
-  bool resident_mode() const { return resident_mode_; }
-  StreamStats stats() const;
-  storage::CacheStats cache_stats() const { return cache_->stats(); }
-  std::vector<storage::UnitId> TakeTrace() { return cache_->TakeTrace(); }
+  bool resident_mode() const { return streamer_->resident_mode(); }
+  StreamStats stats() const { return streamer_->stats(); }
+  storage::CacheStats cache_stats() const { return streamer_->cache_stats(); }
+  std::vector<storage::UnitId> TakeTrace() { return streamer_->TakeTrace(); }
   const StreamingOptions& options() const { return options_; }
   // Where layer `layer`'s blocks are, for traces (StreamPlan::LayerBlocks).
   using LayerBlocks = StreamPlan::LayerBlocks;
@@ -176,44 +135,15 @@ class StreamingWeights {
  private:
   using Extent = StreamPlan::Extent;
   using Group = StreamPlan::Group;
-  // What an extent holds in memory: its slab and, in resident mode, every block pinned.
-  struct ExtentState {
-    std::byte* base = nullptr;
-    bool held = false;                       // resident mode: every block pinned below
-    std::vector<storage::CacheHandle> pins;  // resident mode
-  };
-  std::byte* Base(const Extent& e) const { return extent_state_[e.slab].base; }
-  bool Held(const Extent& e) const { return extent_state_[e.slab].held; }
-  // Blocks acquired for the work at hand, and transient reads to drop afterwards.
-  struct Batch {
-    std::vector<uint64_t> blocks;  // ascending
-    std::vector<storage::CacheHandle> handles;
-    std::vector<std::pair<std::byte*, size_t>> transient;
-    uint64_t pinned_bytes = 0;
-    int lane_begin = 0, lane_end = 0;  // MLP: lanes whose blocks are all here
-  };
+  using Batch = BlockStreamer::Batch;
 
   class ExpertReader;
   friend class ExpertReader;
 
   StreamingWeights() = default;
-  storage::UnitRead BlockRead(const Extent& e, uint64_t block) const;
-  // Hands the I/O thread the blocks of layers layer .. layer + prefetch_layers (attention, then
-  // MLP, layer by layer; on into the next token's first layers) that are not cached, as far as
-  // staging has room; called again as the compute frees room, it goes on where it stopped.
-  void Prefetch(int layer);
-  // Pins `block` of `e` into the batch, or reads it transiently when no partition can take it.
-  // `make_room`, when set, finishes and releases earlier work of the batch to free pinned room;
-  // it returns false when there was none. `claim_queued`: a block the I/O thread has queued is
-  // waited for rather than read here (so that it stays part of a merged read).
-  Status AcquireBlock(const Extent& e, uint64_t block, Batch* batch,
-                      const std::function<bool()>& make_room, bool claim_queued = false);
   // Column layout (streaming_columns.cc).
   Status ForwardColumns(const Group& g, int j, const float* x, float* out, ThreadPool* pool,
                         sparsity::SparsityPolicy* policy, uint64_t* weight_bytes);
-  // Pins the ascending `blocks` of `e`: the missing ones are queued at once (unless the caller
-  // has, `queued`), then each claimed.
-  Status AcquireBlocks(const Extent& e, const std::vector<uint64_t>& blocks, bool queued, Batch* batch);
   // *blocks = 0 .. e.n_blocks - 1 (within the capacity reserved at creation).
   void AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const;
   // y = sum over k < n of coef[k] * row rows[k] of the group's input (or down) columns: the
@@ -221,10 +151,6 @@ class StreamingWeights {
   // Corrupt otherwise) split over the pool. Adds the weight bytes read to *bytes.
   Status ColumnProduct(const Group& g, bool input, const int32_t* rows, const float* coef,
                        int64_t n, float* y, ThreadPool* pool, uint64_t* bytes);
-  // Queues the blocks[from..] of e that are not cached, until staging refuses one; their ids go
-  // to *queued when set.
-  void QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks, size_t from,
-                    std::vector<storage::UnitId>* queued);
   // DIP-CA's cache state of `channels` columns of e (column k resident when all its blocks
   // are); nullptr when everything is resident.
   const sparsity::CacheStateView* ColumnCacheState(
@@ -245,38 +171,16 @@ class StreamingWeights {
   std::pair<uint64_t, uint64_t> InputRecord(const Group& g, int64_t i) const;
   // Releases the predicted blocks that were not used.
   void DropPredictions();
-  // Resident mode: reads the whole extent and keeps it pinned.
-  Status LoadResident(const Extent& e);
   // Computes lanes [k0, k1) of layer first + j for every token, adding to out in lane order.
   void ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x, ThreadPool* pool);
   void ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n, float* out,
                     ThreadPool* pool);
-  // Unpins the batch's blocks below keep_from_block and drops its transient reads there.
-  void Release(Batch* batch, uint64_t keep_from_block, const Extent& e);
-  bool CheckResidentMode() const;
-  void CountAccess(uint64_t bytes, bool hit);
   void MakeExpertReader();  // streaming_experts.cc
 
   StreamingOptions options_;
-  storage::BlockDevice* device_ = nullptr;
-  std::unique_ptr<storage::SlabPlacement> slabs_;
-  std::unique_ptr<storage::WeightCache> cache_;
-  std::unique_ptr<storage::Prefetcher> prefetcher_;
   StreamPlan plan_;
-  std::vector<ExtentState> extent_state_;  // per extent, by slab
-  Batch attention_batch_;  // the pinned attention of the layer being computed
+  std::unique_ptr<BlockStreamer> streamer_;
   kernels::Glu glu_ = kernels::Glu::kSilu;  // the architecture's gated unit
-  std::atomic<bool> resident_mode_{false};
-  bool sparse_mlp_ = false;
-  // Read-ahead: the next block to hand to the I/O thread.
-  struct Cursor {
-    int64_t position = 0;  // lap * n_layers + layer
-    int phase = 0;         // 0 attention, 1 bundles
-    uint64_t block = 0;
-  };
-  Cursor ahead_;
-  int64_t lap_ = 0;  // tokens seen, counted by the layer order
-  int last_layer_ = -1;
 
   // Scratch, allocated once (sizes for the largest group).
   AlignedBuffer rows_y_;           // [rows] gate/up outputs at their bundle rows
@@ -304,10 +208,6 @@ class StreamingWeights {
   bool single_token_ = false;  // the Forward call at hand has one token (span mode needs it)
 
   std::unique_ptr<ExpertSource> expert_reader_;  // experts layout only (an ExpertReader)
-
-  mutable std::mutex stats_mu_;
-  StreamStats stats_;  // compute-side counters (the I/O side is read from the prefetcher)
-
 };
 
 }  // namespace weir::model
