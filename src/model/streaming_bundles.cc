@@ -1,6 +1,6 @@
-// StreamingWeights for a bundle pack: the MLP of a layer from its neuron bundles, lane by lane
-// (streaming_weights.h, "Compute: lanes"), and the entry point Forward that sends a column
-// pack's layers to streaming_columns.cc.
+// BundleMlp (streaming_bundles.h): the MLP of a layer from its neuron bundles, lane by lane.
+#include "model/streaming_bundles.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -11,29 +11,39 @@
 #include "kernels/ops.h"
 #include "kernels/tiled.h"
 #include "model/streaming_internal.h"
-#include "model/streaming_weights.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
 
 using namespace streaming_internal;
 
-Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
-                                 sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
-  WEIR_CHECK(layer >= 0 && layer < plan_.n_layers && n > 0);
+Result<std::unique_ptr<BundleMlp>> BundleMlp::Create(const StreamPlan& plan,
+                                                     BlockStreamer* streamer, kernels::Glu glu) {
+  std::unique_ptr<BundleMlp> m(new BundleMlp(plan, streamer, glu));
+  const size_t f = sizeof(float);
+  const int64_t max_rows = plan.max_rows, max_ff = plan.max_ff, max_lanes = plan.max_lanes;
+  if (!m->rows_y_.Reset(static_cast<size_t>(max_rows) * f) ||
+      !m->gate_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !m->up_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !m->partials_.Reset(static_cast<size_t>(max_lanes) * plan.d_model * f) ||
+      !m->x_tiled_.Reset(kernels::TiledPrepBytes(plan.d_model)) ||
+      !m->h_tiled_.Reset(kernels::TiledPrepBytes(max_ff))) {
+    return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
+  }
+  m->idx_rows_.resize(static_cast<size_t>(2 * max_ff));
+  return m;
+}
+
+uint64_t BundleMlp::scratch_bytes() const {
+  return rows_y_.size() + gate_.size() + up_.size() + partials_.size() + x_tiled_.size() +
+         h_tiled_.size() + idx_rows_.capacity() * sizeof(int32_t);
+}
+
+Status BundleMlp::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
+                          sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
   const Group& g = plan_.group_of_layer(layer);
   const Extent& e = g.extent;
   const int j = layer - g.pack.first_layer;
-  if (weight_bytes != nullptr) *weight_bytes = 0;
-  if (g.columns) {
-    streamer_->Prefetch(layer);
-    single_token_ = n == 1;
-    for (int t = 0; t < n; ++t) {
-      const size_t at = static_cast<size_t>(t) * plan_.d_model;
-      WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));
-    }
-    return Status::Ok();
-  }
   WEIR_CHECK(policy == nullptr);  // bundles: dense only (Session checks)
   if (weight_bytes != nullptr) {
     *weight_bytes = static_cast<uint64_t>(n) * g.pack.bundle_bytes / g.pack.n_layers *
@@ -85,8 +95,8 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
   return Status::Ok();
 }
 
-void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
-                                    float* out, ThreadPool* pool) {
+void BundleMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
+                             float* out, ThreadPool* pool) {
   if (k0 >= k1 || !plan_.options.compute) return;
   const format::PackGroup& pg = g.pack;
   const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model},
@@ -163,8 +173,8 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
 // The lanes of a tiled bundle group (format/weir_pack_format.h) for one token x: per chunk the
 // gate and up products of its 32 neurons (DotTiledPrepared, x prepared once for all lanes), h,
 // and the lane's down pieces in one DotTiledChunks call into the lane's partial sum.
-void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
-                                         ThreadPool* pool) {
+void BundleMlp::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
+                                  ThreadPool* pool) {
   const format::PackGroup& pg = g.pack;
   const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model},
                         streamer_->base(g.extent)};  // [rows, d_model]

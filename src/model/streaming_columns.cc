@@ -1,7 +1,8 @@
-// StreamingWeights for a column-layout pack: the MLP of one token as DIP computes it (paper 000
-// §3, Algorithm 1), over columns streamed from storage. The layout is in
-// format/weir_pack_format.h; the memory and cache plan in streaming_weights.cc, the block
-// streamer in streaming_blocks.cc.
+// ColumnMlp (streaming_columns.h): the MLP of one token as DIP computes it (paper 000 §3,
+// Algorithm 1), over columns streamed from storage. The layout is in format/weir_pack_format.h;
+// the memory and cache plan in streaming_plan.cc, the block streamer in streaming_blocks.cc.
+#include "model/streaming_columns.h"
+
 #include <algorithm>
 #include <cstring>
 #include <numeric>
@@ -9,18 +10,89 @@
 #include "kernels/gather.h"
 #include "kernels/ops.h"
 #include "kernels/sparse_column.h"
-#include "model/streaming_weights.h"
+#include "model/streaming_internal.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
 
+using namespace streaming_internal;
 using format::ColumnOp;
-
 using sparsity::Site;
 
-Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t* rows,
-                                       const float* coef, int64_t n, float* y, ThreadPool* pool,
-                                       uint64_t* bytes) {
+Result<std::vector<StreamPlan::RecordTables>> ColumnMlp::ReadRecordTables(
+    const format::PackFile& pack, storage::BlockDevice* device) {
+  // Read once: they are part of fixed_bytes.
+  std::vector<StreamPlan::RecordTables> tables(pack.groups().size());
+  for (size_t i = 0; i < pack.groups().size(); ++i) {
+    const format::PackGroup& pg = pack.groups()[i];
+    if (pg.layout != format::PackLayout::kSparseColumns) continue;
+    auto table = [&](uint64_t offset, uint64_t nbytes, int64_t rows, int64_t len,
+                     std::vector<uint64_t>* out) -> Status {
+      const size_t bytes = 8 * (static_cast<size_t>(rows) + 1);
+      const size_t capacity = static_cast<size_t>(RoundUp(bytes, kPage));
+      AlignedBuffer buf;
+      if (!buf.Reset(capacity, kPage))
+        return Status::OutOfMemory("streaming: cannot allocate a record offset table");
+      const size_t n = storage::RoundedReadLength(*device, offset, bytes, buf.data(), capacity);
+      WEIR_RETURN_IF_ERROR(device->ReadAt(offset, n, buf.data()));
+      return format::ReadSparseOffsets(buf.data<uint8_t>(), rows, len, nbytes,
+                                       StrFormat("%s: group %d", pack.path().c_str(), pg.index),
+                                       out);
+    };
+    WEIR_RETURN_IF_ERROR(table(pg.offset, pg.nbytes, pg.down_rows(), pg.d_model, &tables[i].down));
+    WEIR_RETURN_IF_ERROR(table(pg.in_offset, pg.in_nbytes, pg.in_rows(), pg.d_ff, &tables[i].in));
+  }
+  return tables;
+}
+
+Result<std::unique_ptr<ColumnMlp>> ColumnMlp::Create(const StreamPlan& plan,
+                                                     BlockStreamer* streamer, kernels::Glu glu) {
+  std::unique_ptr<ColumnMlp> m(new ColumnMlp(plan, streamer, glu));
+  const size_t f = sizeof(float);
+  const int64_t max_ff = plan.max_ff;
+  if (!m->rows_x_.Reset(static_cast<size_t>(plan.max_rows) * f) ||
+      !m->gate_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !m->up_.Reset(static_cast<size_t>(max_ff) * f)) {
+    return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
+  }
+  m->idx_rows_.resize(static_cast<size_t>(max_ff));
+  m->idx_up_.resize(static_cast<size_t>(max_ff));
+  m->idx_down_.resize(static_cast<size_t>(max_ff));
+  m->coef_.resize(static_cast<size_t>(max_ff));
+  m->sel_in_.Reserve(max_ff);
+  m->sel_down_.Reserve(max_ff);
+  m->all_units_.Reserve(max_ff);
+  m->blocks_.reserve(static_cast<size_t>(plan.max_blocks));
+  m->next_blocks_.reserve(static_cast<size_t>(plan.max_blocks));
+  m->block_words_.resize(static_cast<size_t>((plan.max_blocks + 63) / 64));
+  m->cache_words_.resize(static_cast<size_t>((max_ff + 63) / 64));
+  return m;
+}
+
+uint64_t ColumnMlp::scratch_bytes() const {
+  return rows_x_.size() + gate_.size() + up_.size() +
+         (idx_rows_.capacity() + idx_up_.capacity() + idx_down_.capacity()) * sizeof(int32_t) +
+         coef_.capacity() * sizeof(float) +
+         (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
+         (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
+         3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t);
+}
+
+Status ColumnMlp::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
+                          sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
+  const Group& g = plan_.group_of_layer(layer);
+  const int j = layer - g.pack.first_layer;
+  streamer_->Prefetch(layer);
+  single_token_ = n == 1;
+  for (int t = 0; t < n; ++t) {
+    const size_t at = static_cast<size_t>(t) * plan_.d_model;
+    WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));
+  }
+  return Status::Ok();
+}
+
+Status ColumnMlp::ColumnProduct(const Group& g, bool input, const int32_t* rows, const float* coef,
+                                int64_t n, float* y, ThreadPool* pool, uint64_t* bytes) {
   const format::PackGroup& pg = g.pack;
   const Extent& e = input ? g.in : g.extent;
   const int64_t len = input ? pg.d_ff : pg.d_model;
@@ -76,12 +148,12 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
   return Status::Ok();
 }
 
-void StreamingWeights::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const {
+void ColumnMlp::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const {
   blocks->resize(static_cast<size_t>(e.n_blocks));
   std::iota(blocks->begin(), blocks->end(), uint64_t{0});
 }
 
-const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
+const sparsity::CacheStateView* ColumnMlp::ColumnCacheState(
     const Extent& e, int64_t channels,
     const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range) {
   if (streamer_->held(e)) return nullptr;  // resident mode: everything is cached
@@ -101,7 +173,7 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
   return &cache_view_;
 }
 
-void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in) {
+void ColumnMlp::PredictNextLayer(int layer, const sparsity::IndexList& in) {
   // prefetch_layers -1: nothing is read ahead, predictions included (deterministic counters).
   if (layer + 1 >= plan_.n_layers || plan_.options.prefetch_layers < 0) return;
   const Group& g = plan_.group_of_layer(layer + 1);
@@ -117,11 +189,11 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
   streamer_->QueueMissing(g.in, blocks, 0, &predicted_);
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::InputRecord(const Group& g, int64_t i) const {
+std::pair<uint64_t, uint64_t> ColumnMlp::InputRecord(const Group& g, int64_t i) const {
   return {InputColumn(g, i, 0).first, InputColumn(g, i, g.pack.n_layers - 1).second};
 }
 
-bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const {
+bool ColumnMlp::SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const {
   if (policy == nullptr || !single_token_ || g.sparse || !policy->MayPrune(Site::kMlpIn)) {
     return false;
   }
@@ -133,7 +205,7 @@ bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* 
          (pg.n_layers == span || pg.first_layer + pg.n_layers == plan_.n_layers);
 }
 
-void StreamingWeights::ReleaseSpan() {
+void ColumnMlp::ReleaseSpan() {
   if (span_group_ < 0) return;
   const Group& g = plan_.groups[static_cast<size_t>(span_group_)];
   streamer_->Release(&span_in_, UINT64_MAX, g.in);
@@ -143,8 +215,8 @@ void StreamingWeights::ReleaseSpan() {
   span_group_ = -1;
 }
 
-Status StreamingWeights::AcquireSpan(const Group& g, int layer, const float* x,
-                                     sparsity::SparsityPolicy* policy) {
+Status ColumnMlp::AcquireSpan(const Group& g, int layer, const float* x,
+                              sparsity::SparsityPolicy* policy) {
   ReleaseSpan();
   const int d = g.pack.d_model;
   // DIP-CA's mask counts a channel as cached when its whole record (every layer's rows) is.
@@ -179,8 +251,7 @@ Status StreamingWeights::AcquireSpan(const Group& g, int layer, const float* x,
   return Status::Ok();
 }
 
-void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexList& in,
-                                        bool whole_down) {
+void ColumnMlp::PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool whole_down) {
   if (plan_.options.prefetch_layers < 0) return;
   const size_t next = static_cast<size_t>(g.pack.index) + 1;
   if (next >= plan_.groups.size()) return;
@@ -202,7 +273,7 @@ void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexLis
   }
 }
 
-void StreamingWeights::DropPredictions() {
+void ColumnMlp::DropPredictions() {
   // Claimed blocks are the compute's now; the rest is cancelled or left evictable.
   for (storage::UnitId id : predicted_) streamer_->Cancel(id);
   predicted_.clear();
@@ -214,9 +285,9 @@ void StreamingWeights::DropPredictions() {
 //   h    = silu(g) ⊙ u
 //   down = SelectDown(h)                         neurons (all without a policy)
 //   out  = down^T[down] · h[down]
-Status StreamingWeights::ForwardColumns(const Group& g, int j, const float* x, float* out,
-                                        ThreadPool* pool, sparsity::SparsityPolicy* policy,
-                                        uint64_t* weight_bytes) {
+Status ColumnMlp::ForwardColumns(const Group& g, int j, const float* x, float* out,
+                                 ThreadPool* pool, sparsity::SparsityPolicy* policy,
+                                 uint64_t* weight_bytes) {
   const format::PackGroup& pg = g.pack;
   const int layer = pg.first_layer + j;
   const int d = pg.d_model, d_ff = pg.d_ff;

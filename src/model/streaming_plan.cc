@@ -186,17 +186,16 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       const uint64_t down_bytes = MaxLayerBlocks(g, false) * g.extent.block_bytes;
       // A group of several layers may be pinned whole in span mode: its records and its down
       // columns at once.
-      p.max_lane_bytes = std::max(
-          p.max_lane_bytes,
-          g.pack.n_layers > 1 ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
+      p.max_lane_bytes =
+          std::max(p.max_lane_bytes,
+                   g.pack.n_layers > 1 ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
       p.max_blocks = std::max({p.max_blocks, g.in.n_blocks, g.extent.n_blocks});
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.block_bytes);
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * p.lane_channels;
-      const auto [b0, b1] =
-          BlocksOf(g, c0, std::min<int64_t>(c0 + p.lane_channels, g.pack.d_ff));
+      const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + p.lane_channels, g.pack.d_ff));
       p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, (b1 - b0 + 1) * B);
     }
   }
@@ -243,8 +242,8 @@ std::vector<uint64_t> StreamPlan::PartitionWeights(uint64_t budget) const {
   const uint64_t layer = max_group_bytes + max_attention_bytes;
   const uint64_t hi =
       std::max<uint64_t>(lo, static_cast<uint64_t>(options.prefetch_layers + 1) * layer);
-  uint64_t staging = options.staging_bytes > 0 ? options.staging_bytes
-                                               : std::clamp<uint64_t>(budget / 4, lo, hi);
+  uint64_t staging =
+      options.staging_bytes > 0 ? options.staging_bytes : std::clamp<uint64_t>(budget / 4, lo, hi);
   const bool fits = budget >= all_blocks_charge && budget - all_blocks_charge >= lo;
   if (fits) staging = budget - all_blocks_charge;
   staging = std::min(staging, budget);

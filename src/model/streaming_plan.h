@@ -47,15 +47,15 @@ struct StreamingOptions {
   // layers holds an input channel's rows for every layer of its group in one record of several
   // pages; 4 KiB blocks let a span selection (dip span=N) read just the kept records.
   size_t input_block_bytes = 0;
-  int lane_channels = 0;         // channels per partial sum of W_down (a multiple of the
-                                 // bundle chunk, 32); 0 = about 1 MiB of bundles
-  int prefetch_layers = 1;       // layers ahead the I/O thread reads (0 = only the current;
-                                 // -1 = no read-ahead: every block is read on demand, so the
-                                 // cache's counters are deterministic and a trace replays exactly)
-  size_t io_batch = 64;          // blocks per device read batch
-  uint64_t staging_bytes = 0;    // staging partition; 0 = a quarter of the budget, within
-                                 // [2 lanes, (prefetch_layers + 1) groups]
-  bool record_trace = false;     // record block accesses for a later belady run
+  int lane_channels = 0;       // channels per partial sum of W_down (a multiple of the
+                               // bundle chunk, 32); 0 = about 1 MiB of bundles
+  int prefetch_layers = 1;     // layers ahead the I/O thread reads (0 = only the current;
+                               // -1 = no read-ahead: every block is read on demand, so the
+                               // cache's counters are deterministic and a trace replays exactly)
+  size_t io_batch = 64;        // blocks per device read batch
+  uint64_t staging_bytes = 0;  // staging partition; 0 = a quarter of the budget, within
+                               // [2 lanes, (prefetch_layers + 1) groups]
+  bool record_trace = false;   // record block accesses for a later belady run
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;
@@ -135,15 +135,15 @@ struct StreamPlan {
   int n_layers = 0;
   int lane_channels = 0;  // channels per lane (bundle layout)
   std::vector<Group> groups;
-  std::vector<int> group_of;     // per layer
+  std::vector<int> group_of;      // per layer
   std::vector<Extent> attention;  // per layer (stream_attention)
   // Streamed static tensors ("blk.3.attn_q.weight"): layer and byte offset in its attention
   // extent.
   std::map<std::string, std::pair<int, uint64_t>> tensor_offsets;
   std::vector<storage::SlabPlacement::Slab> slabs;  // one per extent, by Extent::slab
-  uint64_t deferred_release_bytes = 0;  // SlabPlacement's release batch
-  uint64_t all_blocks_charge = 0;  // what the cache is charged to hold every block
-  std::vector<uint64_t> partition_charge;  // per group partition: all blocks it may hold
+  uint64_t deferred_release_bytes = 0;              // SlabPlacement's release batch
+  uint64_t all_blocks_charge = 0;                   // what the cache is charged to hold every block
+  std::vector<uint64_t> partition_charge;           // per group partition: all blocks it may hold
   uint32_t staging_partition = 0;
   uint64_t max_lane_bytes = 0;       // blocks pinned at once for one lane (or layer of columns)
   uint64_t max_group_bytes = 0;      // MLP bytes of the largest group (experts: chosen ones)

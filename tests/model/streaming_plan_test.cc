@@ -71,8 +71,8 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
     EXPECT_EQ(grp.extent.n_blocks, (pg.nbytes + 8191) / 8192);
     EXPECT_EQ(grp.extent.partition, g);
     EXPECT_EQ(grp.extent.charge, ExtentCharge(pg.nbytes, 8192));
-    EXPECT_EQ(p.partition_charge[g], grp.extent.charge + p.attention[2 * g].charge +
-                                         p.attention[2 * g + 1].charge);
+    EXPECT_EQ(p.partition_charge[g],
+              grp.extent.charge + p.attention[2 * g].charge + p.attention[2 * g + 1].charge);
     EXPECT_EQ(grp.n_lanes, 3);  // 160 channels in lanes of 64
     all += grp.extent.charge;
     for (int k = 0; k < 3; ++k) {
@@ -105,18 +105,17 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
   EXPECT_EQ(p.max_attention_bytes, max_attention);
   EXPECT_EQ(p.slabs.size(), 6u);
   EXPECT_EQ(p.staging_partition, 2u);
-  EXPECT_EQ(p.streamed_bytes(), pack.groups()[0].nbytes + pack.groups()[1].nbytes +
-                                    [&] {
-                                      uint64_t n = 0;
-                                      for (const auto& a : p.attention) n += a.nbytes;
-                                      return n;
-                                    }());
+  EXPECT_EQ(
+      p.streamed_bytes(), pack.groups()[0].nbytes + pack.groups()[1].nbytes + [&] {
+        uint64_t n = 0;
+        for (const auto& a : p.attention) n += a.nbytes;
+        return n;
+      }());
   // Scratch for the largest group: rows, gate/up, 3 lanes of partial sums, tiled records and
   // row indices. Small blocks: the deferred releases (16 blocks) count.
   const uint64_t rows = static_cast<uint64_t>(pack.groups()[0].rows());
-  EXPECT_EQ(p.scratch_bytes, 2 * rows * 4 + 2 * 160 * 4 + 3 * 64 * 4 +
-                                 kernels::TiledPrepBytes(64) + kernels::TiledPrepBytes(160) +
-                                 3 * 160 * 4);
+  EXPECT_EQ(p.scratch_bytes, 2 * rows * 4 + 2 * 160 * 4 + 3 * 64 * 4 + kernels::TiledPrepBytes(64) +
+                                 kernels::TiledPrepBytes(160) + 3 * 160 * 4);
   EXPECT_EQ(p.fixed_bytes(),
             p.scratch_bytes + std::max(max_lane + 2 * 8192, max_attention) + 16 * 8192);
 
