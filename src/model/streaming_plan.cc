@@ -202,9 +202,11 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
   for (Extent& e : p.attention) charge(e);
   p.staging_partition = static_cast<uint32_t>(n_parts);
 
-  // The MLP scratch for the largest group, as the layouts size it (streaming_bundles.cc,
-  // streaming_columns.cc): row outputs, gate/up/h, lane partial sums, tiled records, row
-  // indices; for columns the up rows, coefficients, block lists, masks and selections.
+  // The MLP scratch for the largest group: row outputs, gate/up/h, lane partial sums, tiled
+  // records, row indices, and for columns the up rows, coefficients, block lists, masks and
+  // selections. It is what one class computing every layout allocated before the layouts were
+  // split (streaming_bundles.cc and streaming_columns.cc each allocate a part of it), so the
+  // memory plan, the cache's share and with it the reads are those measured before.
   const uint64_t f = sizeof(float), i32 = sizeof(int32_t), u64 = sizeof(uint64_t);
   const uint64_t ff = static_cast<uint64_t>(p.max_ff);
   p.scratch_bytes = 2 * static_cast<uint64_t>(p.max_rows) * f + 2 * ff * f +

@@ -83,7 +83,8 @@ class StreamingWeights {
   // releases the pinned groups first). OutOfMemory when pinned blocks exceed the new budget.
   Status SetCacheBudget(uint64_t bytes);
 
-  // Bytes outside the cache this object allocates: scratch plus the transient reserve.
+  // Bytes outside the cache this object allocates, at most (StreamPlan::fixed_bytes): scratch
+  // plus the transient reserve.
   uint64_t fixed_bytes() const;
   // Bytes of the pack this object streams (bundles and, with stream_attention, attention).
   uint64_t streamed_bytes() const;
