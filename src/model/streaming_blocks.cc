@@ -1,21 +1,193 @@
-// StreamingWeights' block streamer: which blocks to read ahead (the cursor), how a block the
-// compute needs is pinned (cached, waited for, read on demand, or read transiently outside the
-// cache), releasing them, and the attention extents pinned around a layer's attention.
+// BlockStreamer (streaming_blocks.h): its creation, which blocks to read ahead (the cursor), how
+// a block the compute needs is pinned (cached, waited for, read on demand, or read transiently
+// outside the cache), releasing them, the attention extents pinned around a layer's attention,
+// resident mode, the cache budget and the counters.
+#include "model/streaming_blocks.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
 
 #include "base/checked_math.h"
-#include "kernels/tiled.h"
 #include "model/streaming_internal.h"
-#include "model/streaming_weights.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
 
 using namespace streaming_internal;
 
-storage::UnitRead StreamingWeights::BlockRead(const Extent& e, uint64_t block) const {
+StreamStats StreamStats::operator-(const StreamStats& o) const {
+  StreamStats d;
+  d.tokens = tokens - o.tokens;
+  d.block_accesses = block_accesses - o.block_accesses;
+  d.block_hits = block_hits - o.block_hits;
+  d.accessed_bytes = accessed_bytes - o.accessed_bytes;
+  d.cache_bytes = cache_bytes - o.cache_bytes;
+  d.storage_bytes = storage_bytes - o.storage_bytes;
+  d.storage_reads = storage_reads - o.storage_reads;
+  d.prefetched_bytes = prefetched_bytes - o.prefetched_bytes;
+  d.transient_bytes = transient_bytes - o.transient_bytes;
+  d.records_read = records_read - o.records_read;
+  d.expert_uses = expert_uses - o.expert_uses;
+  d.expert_hits = expert_hits - o.expert_hits;
+  d.experts_predicted = experts_predicted - o.experts_predicted;
+  d.experts_predicted_used = experts_predicted_used - o.experts_predicted_used;
+  d.experts_chosen_predicted = experts_chosen_predicted - o.experts_chosen_predicted;
+  d.experts_preloaded = experts_preloaded - o.experts_preloaded;
+  d.stall_seconds = stall_seconds - o.stall_seconds;
+  d.io_seconds = io_seconds - o.io_seconds;
+  return d;
+}
+
+namespace {
+
+storage::CacheOptions CacheOptionsOf(const StreamingOptions& options) {
+  storage::CacheOptions co;
+  co.budget_bytes = options.cache_budget;
+  co.alignment = kPage;
+  co.record_trace = options.record_trace;
+  return co;
+}
+
+}  // namespace
+
+Result<StreamPlan::EntryCharge> BlockStreamer::EntryChargeOf(const StreamingOptions& options) {
+  // Charges need the policy's per-entry bytes; a throwaway cache computes them.
+  WEIR_ASSIGN_OR_RETURN(auto probe_policy,
+                        storage::MakeEvictionPolicy(options.policy, options.policy_options));
+  WEIR_ASSIGN_OR_RETURN(
+      auto probe, storage::WeightCache::Create(CacheOptionsOf(options), std::move(probe_policy)));
+  std::shared_ptr<storage::WeightCache> cache = std::move(probe);
+  return StreamPlan::EntryCharge(
+      [cache](uint64_t bytes) { return cache->EntryCharge(static_cast<size_t>(bytes)); });
+}
+
+Result<std::unique_ptr<BlockStreamer>> BlockStreamer::Create(const StreamPlan& plan,
+                                                             storage::BlockDevice* device) {
+  const StreamingOptions& options = plan.options;
+  std::unique_ptr<BlockStreamer> s(new BlockStreamer(plan, device));
+  WEIR_ASSIGN_OR_RETURN(s->slabs_,
+                        storage::SlabPlacement::Create(plan.slabs, plan.deferred_release_bytes));
+  s->state_.resize(plan.slabs.size());
+  for (size_t i = 0; i < plan.slabs.size(); ++i)
+    s->state_[i].base = s->slabs_->base(static_cast<uint32_t>(i));
+
+  // Cache: group partitions and the staging partition, weighted in bytes.
+  WEIR_ASSIGN_OR_RETURN(auto policy,
+                        storage::MakeEvictionPolicy(options.policy, options.policy_options));
+  storage::CacheOptions co = CacheOptionsOf(options);
+  co.placement = s->slabs_.get();
+  co.partition_weights = plan.PartitionWeights(options.cache_budget);
+  WEIR_ASSIGN_OR_RETURN(s->cache_, storage::WeightCache::Create(co, std::move(policy)));
+  storage::Prefetcher::Options po;
+  // io_batch blocks per device read batch, and at least 8 MiB when blocks are small (column
+  // packs: 4 KiB input blocks whose neighbours the I/O thread merges). The limit is in bytes, so
+  // that a batch of small blocks keeps as many reads in flight as one of large blocks: with a
+  // limit of 64-128 jobs, a grouped column pack's 4 KiB blocks went out 256-512 KiB at a time
+  // and its span reads ran at a third of the disk's speed (1.1B, dip span=4).
+  po.max_batch_bytes =
+      std::max<uint64_t>(uint64_t{8} << 20, uint64_t{options.io_batch} * options.block_bytes);
+  po.max_batch = std::max<size_t>(1, static_cast<size_t>(po.max_batch_bytes / 4096));
+  WEIR_ASSIGN_OR_RETURN(s->prefetcher_, storage::Prefetcher::Create(s->cache_.get(), po));
+  s->resident_mode_ = s->CheckResidentMode();
+  return s;
+}
+
+BlockStreamer::~BlockStreamer() {
+  Shutdown();
+  attention_batch_ = Batch();
+  for (ExtentState& e : state_) e.pins.clear();
+  prefetcher_.reset();
+  cache_.reset();  // before the slabs its entries live in
+}
+
+void BlockStreamer::Shutdown() {
+  if (prefetcher_) prefetcher_->Shutdown();
+}
+
+bool BlockStreamer::CheckResidentMode() const {
+  for (size_t p = 0; p < plan_.partition_charge.size(); ++p) {
+    if (cache_->partition_stats(static_cast<uint32_t>(p)).budget_bytes < plan_.partition_charge[p])
+      return false;
+  }
+  return true;
+}
+
+void BlockStreamer::BeginToken() {
+  cache_->BeginToken();
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  ++stats_.tokens;
+}
+
+void BlockStreamer::ResetSequence() { cache_->ResetSequence(); }
+
+Status BlockStreamer::SetCacheBudget(uint64_t bytes) {
+  // Leaving resident mode: unpin everything so the cache can evict.
+  for (ExtentState& e : state_) {
+    e.pins.clear();
+    e.held = false;
+  }
+  // Reads in flight hold their blocks pinned until they land: wait for them, so that what is
+  // pinned when the cache shrinks does not depend on the I/O thread's timing.
+  prefetcher_->CancelAll();
+  prefetcher_->WaitIdle();
+  WEIR_RETURN_IF_ERROR(cache_->SetBudget(bytes, plan_.PartitionWeights(bytes)));
+  resident_mode_ = CheckResidentMode();
+  return Status::Ok();
+}
+
+void BlockStreamer::UpdateStats(const std::function<void(StreamStats&)>& update) {
+  std::lock_guard<std::mutex> lock(stats_mu_);
+  update(stats_);
+}
+
+StreamStats BlockStreamer::stats() const {
+  StreamStats s;
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    s = stats_;
+    if (records_ != nullptr) {  // made under this lock
+      const storage::RecordReader::Stats r = records_->stats();
+      s.storage_bytes += r.bytes_read;
+      s.storage_reads += r.reads;
+      s.io_seconds += r.seconds;
+      s.records_read += r.records;
+    }
+  }
+  const storage::CacheStats c = cache_->stats();
+  const storage::Prefetcher::Stats p = prefetcher_->stats();
+  s.block_hits += c.hits;
+  s.cache_bytes += c.hit_bytes;
+  s.storage_bytes += p.bytes_read;
+  s.storage_reads += p.reads;
+  s.prefetched_bytes += p.bytes_prefetched;
+  s.io_seconds += p.read_seconds;
+  return s;
+}
+
+Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
+                                        const int64_t* slots, int64_t n) {
+  if (plan_.record_buffer_bytes == 0) return false;
+  if (records_ == nullptr) {
+    WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::RecordReader> reader,
+                          storage::RecordReader::Create(device_, plan_.record_buffer_bytes));
+    std::lock_guard<std::mutex> lock(stats_mu_);  // stats() reads it
+    records_ = std::move(reader);
+  }
+  if (records_->Needs(e.offset, record_bytes, slots, n) > records_->capacity()) return false;
+  const Clock::time_point t0 = Clock::now();
+  const Status st = records_->Read(e.offset, record_bytes, slots, n);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.stall_seconds += Since(t0);
+    stats_.block_accesses += static_cast<uint64_t>(n);
+    stats_.accessed_bytes += static_cast<uint64_t>(n) * record_bytes;
+  }
+  WEIR_RETURN_IF_ERROR(st);
+  return true;
+}
+
+storage::UnitRead BlockStreamer::BlockRead(const Extent& e, uint64_t block) const {
   storage::UnitRead r;
   r.id = storage::MakeUnitId(e.slab, e.kind, block);
   r.partition = e.partition;
@@ -26,14 +198,7 @@ storage::UnitRead StreamingWeights::BlockRead(const Extent& e, uint64_t block) c
   return r;
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::BlocksOf(const Group& g, int64_t c0,
-                                                         int64_t c1) const {
-  const uint64_t b = g.pack.bundle_bytes;
-  const uint64_t B = g.extent.block_bytes;
-  return {static_cast<uint64_t>(c0) * b / B, (static_cast<uint64_t>(c1) * b - 1) / B};
-}
-
-void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
+void BlockStreamer::CountAccess(uint64_t bytes, bool hit) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.block_accesses += 1;
   stats_.accessed_bytes += bytes;
@@ -43,17 +208,17 @@ void StreamingWeights::CountAccess(uint64_t bytes, bool hit) {
   }
 }
 
-void StreamingWeights::Prefetch(int layer) {
-  if (options_.prefetch_layers < 0) return;  // no read-ahead
+void BlockStreamer::Prefetch(int layer) {
+  if (plan_.options.prefetch_layers < 0) return;  // no read-ahead
   // Positions count layers across tokens (lap * n_layers + layer), so reading ahead runs on
   // from the last layers of one token into the first layers of the next.
   if (layer < last_layer_) ++lap_;
   last_layer_ = layer;
-  const int64_t now = lap_ * n_layers_ + layer;
+  const int64_t now = lap_ * plan_.n_layers + layer;
   if (ahead_.position < now) ahead_ = Cursor{now, 0, 0};  // fell behind: read ahead from here
-  const int64_t limit = now + options_.prefetch_layers;
+  const int64_t limit = now + plan_.options.prefetch_layers;
   // Prefetched blocks wait in staging, pinned, until the compute claims them.
-  const storage::PartitionStats staging = cache_->partition_stats(staging_partition_);
+  const storage::PartitionStats staging = cache_->partition_stats(plan_.staging_partition);
   uint64_t room =
       staging.budget_bytes > staging.pinned_bytes ? staging.budget_bytes - staging.pinned_bytes : 0;
   // Wait for a worthwhile amount of room: the I/O thread merges what it is given at once into
@@ -61,13 +226,13 @@ void StreamingWeights::Prefetch(int layer) {
   const uint64_t worthwhile = std::min<uint64_t>(staging.budget_bytes / 4, uint64_t{8} << 20);
   if (room < worthwhile && ahead_.position > now) return;
   while (ahead_.position <= limit) {
-    const int l = static_cast<int>(ahead_.position % n_layers_);
-    Extent* e = nullptr;
-    if (ahead_.phase == 0 && !attention_.empty()) e = &attention_[static_cast<size_t>(l)];
+    const int l = static_cast<int>(ahead_.position % plan_.n_layers);
+    const Extent* e = nullptr;
+    if (ahead_.phase == 0 && !plan_.attention.empty()) e = &plan_.attention[static_cast<size_t>(l)];
     if (ahead_.phase >= 1 && !sparse_mlp_) {
       // A group's MLP tensors serve all its layers: bundles, or the input columns then the
       // down columns. Sparse mode reads MLP columns by prediction instead (PredictNextLayer).
-      Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(l)])];
+      const StreamPlan::Group& g = plan_.group_of_layer(l);
       // Experts are read when the router chooses them (Prepare, Predict), never whole.
       if (g.pack.first_layer == l && !g.experts) {
         if (g.columns) {
@@ -77,13 +242,13 @@ void StreamingWeights::Prefetch(int layer) {
         }
       }
     }
-    if (e != nullptr && !e->held) {
+    if (e != nullptr && !held(*e)) {
       for (; ahead_.block < e->n_blocks; ++ahead_.block) {
         storage::UnitRead r = BlockRead(*e, ahead_.block);
         if (cache_->Contains(r.id)) continue;
         const uint64_t charge = cache_->EntryCharge(r.length);
         if (charge > room) return;  // resume here when the compute has claimed some
-        r.partition = staging_partition_;
+        r.partition = plan_.staging_partition;
         if (!prefetcher_->Enqueue(r).ok()) return;
         room -= charge;
       }
@@ -96,7 +261,7 @@ void StreamingWeights::Prefetch(int layer) {
   }
 }
 
-Status StreamingWeights::LoadResident(Extent& e) {
+Status BlockStreamer::LoadResident(const Extent& e) {
   // Everything fits: read the whole extent (batched by the I/O thread) and keep it pinned.
   for (uint64_t b = 0; b < e.n_blocks; ++b) {
     storage::UnitRead r = BlockRead(e, b);
@@ -116,18 +281,18 @@ Status StreamingWeights::LoadResident(Extent& e) {
     if (!h.ok()) return h.status();
     pins.push_back(std::move(h).value());
   }
-  e.pins = std::move(pins);
-  e.held = true;
+  state_[e.slab].pins = std::move(pins);
+  state_[e.slab].held = true;
   return Status::Ok();
 }
 
-Status StreamingWeights::AcquireAttention(int layer) {
-  if (attention_.empty()) return Status::Ok();  // attention is static
-  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(attention_.size()));
-  Extent& e = attention_[static_cast<size_t>(layer)];
+Status BlockStreamer::AcquireAttention(int layer) {
+  if (plan_.attention.empty()) return Status::Ok();  // attention is static
+  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(plan_.attention.size()));
+  const Extent& e = plan_.attention[static_cast<size_t>(layer)];
   Prefetch(layer);
-  if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
-  if (e.held) {
+  if (resident_mode_ && !held(e)) WEIR_RETURN_IF_ERROR(LoadResident(e));
+  if (held(e)) {
     for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
     return Status::Ok();
   }
@@ -142,14 +307,14 @@ Status StreamingWeights::AcquireAttention(int layer) {
   return Status::Ok();
 }
 
-void StreamingWeights::ReleaseAttention() {
+void BlockStreamer::ReleaseAttention() {
   // Transient blocks give their pages back; pinned ones are unpinned.
   for (const auto& [p, bytes] : attention_batch_.transient) slabs_->Discard(p, bytes);
   attention_batch_ = Batch();
 }
 
-Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
-                                      const std::function<bool()>& make_room, bool claim_queued) {
+Status BlockStreamer::AcquireBlock(const Extent& e, uint64_t block, Batch* batch,
+                                   const std::function<bool()>& make_room, bool claim_queued) {
   storage::UnitRead r = BlockRead(e, block);
   const uint64_t charge = cache_->EntryCharge(r.length);
   CountAccess(r.length, false);
@@ -159,7 +324,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
     stats_.stall_seconds += Since(t0);
   };
   auto take = [&](storage::CacheHandle h) {
-    if (h.partition() == staging_partition_ && r.partition != staging_partition_) {
+    if (h.partition() == plan_.staging_partition && r.partition != plan_.staging_partition) {
       (void)cache_->Move(h, r.partition);  // the policy admits it, or it stays in staging
     }
     batch->blocks.push_back(block);
@@ -175,7 +340,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   // of these paths is taken, and what the layer groups' partitions end up holding, the state
   // DIP-CA's mask reads -- independent of how fast the I/O thread was.
   storage::UnitRead staged = r;
-  staged.partition = staging_partition_;
+  staged.partition = plan_.staging_partition;
   if (claim_queued && cache_->Contains(r.id)) {
     // Queued, loading or cached: wait for it (NotFound if it was evicted meanwhile).
     Result<storage::CacheHandle> w = prefetcher_->Wait(r.id);
@@ -201,7 +366,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   }
   if (!oom(h)) return h.status();
   // Transient: read into the slab place without a cache entry; dropped after use.
-  std::byte* dst = e.base + block * e.block_bytes;
+  std::byte* dst = base(e) + block * e.block_bytes;
   const size_t len =
       storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
   slabs_->Reclaim(dst, len);  // a queued release of this place must not zero what is read now
@@ -226,7 +391,7 @@ Status StreamingWeights::AcquireBlock(Extent& e, uint64_t block, Batch* batch,
   return Status::Ok();
 }
 
-void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Extent& e) {
+void BlockStreamer::Release(Batch* batch, uint64_t keep_from_block, const Extent& e) {
   size_t keep = 0;
   while (keep < batch->blocks.size() && batch->blocks[keep] < keep_from_block) ++keep;
   for (size_t i = 0; i < keep; ++i) {
@@ -240,7 +405,7 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
   // bytes. Reservations are made on this thread only, so the check cannot race with one.
   std::vector<std::pair<std::byte*, size_t>> still;
   for (const auto& [p, bytes] : batch->transient) {
-    const uint64_t block = static_cast<uint64_t>(p - e.base) / e.block_bytes;
+    const uint64_t block = static_cast<uint64_t>(p - base(e)) / e.block_bytes;
     if (block < keep_from_block) {
       if (!cache_->Contains(storage::MakeUnitId(e.slab, e.kind, block))) slabs_->Discard(p, bytes);
     } else {
@@ -251,6 +416,48 @@ void StreamingWeights::Release(Batch* batch, uint64_t keep_from_block, const Ext
   batch->blocks.erase(batch->blocks.begin(), batch->blocks.begin() + static_cast<ptrdiff_t>(keep));
   batch->handles.erase(batch->handles.begin(),
                        batch->handles.begin() + static_cast<ptrdiff_t>(keep));
+}
+
+void BlockStreamer::QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks, size_t from,
+                                 std::vector<storage::UnitId>* queued) {
+  for (size_t k = from; k < blocks.size(); ++k) {
+    storage::UnitRead r = BlockRead(e, blocks[k]);
+    if (cache_->Contains(r.id)) continue;
+    r.partition = plan_.staging_partition;
+    if (!prefetcher_->Enqueue(r).ok()) return;  // staging is full: the rest later or on demand
+    if (queued != nullptr) queued->push_back(r.id);
+  }
+}
+
+Status BlockStreamer::AcquireBlocks(const Extent& e, const std::vector<uint64_t>& blocks,
+                                    bool queued, Batch* batch) {
+  if (held(e)) {
+    for (uint64_t b : blocks) CountAccess(BlockRead(e, b).length, true);
+    return Status::Ok();
+  }
+  // The missing blocks go to the I/O thread at once, so that it merges neighbours into large
+  // reads. When staging is full, queueing stops; it is tried again from the first block found
+  // missing (claiming frees staging room as blocks move to their partitions), so that blocks
+  // are read on demand one by one only when no room can be had.
+  if (!queued) QueueMissing(e, blocks, 0, nullptr);
+  for (size_t k = 0; k < blocks.size(); ++k) {
+    const uint64_t b = blocks[k];
+    if (!cache_->Contains(BlockRead(e, b).id)) QueueMissing(e, blocks, k, nullptr);
+    if (Status st = AcquireBlock(e, b, batch, nullptr, /*claim_queued=*/true); !st.ok()) {
+      Release(batch, UINT64_MAX, e);
+      return st;
+    }
+  }
+  return Status::Ok();
+}
+
+void BlockStreamer::ResidentBlocks(const Extent& e, uint64_t* words) const {
+  // With read-ahead, what the groups' partitions hold, not staging: the I/O thread fills and
+  // evicts staging ahead of the compute, and a mask that saw it would change with the I/O
+  // thread's timing (DIP-CA's runs were not reproducible with read-ahead on). Without
+  // read-ahead staging only changes by the compute's own reads, and counts.
+  const uint32_t except = plan_.options.prefetch_layers >= 0 ? plan_.staging_partition : UINT32_MAX;
+  cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, words, except);
 }
 
 }  // namespace weir::model

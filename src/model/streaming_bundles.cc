@@ -1,6 +1,6 @@
-// StreamingWeights for a bundle pack: the MLP of a layer from its neuron bundles, lane by lane
-// (streaming_weights.h, "Compute: lanes"), and the entry point Forward that sends a column
-// pack's layers to streaming_columns.cc.
+// BundleMlp (streaming_bundles.h): the MLP of a layer from its neuron bundles, lane by lane.
+#include "model/streaming_bundles.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -11,91 +11,104 @@
 #include "kernels/ops.h"
 #include "kernels/tiled.h"
 #include "model/streaming_internal.h"
-#include "model/streaming_weights.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
 
 using namespace streaming_internal;
 
-Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
-                                 sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
-  WEIR_CHECK(layer >= 0 && layer < n_layers_ && n > 0);
-  Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer)])];
-  Extent& e = g.extent;
-  const int j = layer - g.pack.first_layer;
-  if (weight_bytes != nullptr) *weight_bytes = 0;
-  if (g.columns) {
-    Prefetch(layer);
-    single_token_ = n == 1;
-    for (int t = 0; t < n; ++t) {
-      const size_t at = static_cast<size_t>(t) * d_model_;
-      WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));
-    }
-    return Status::Ok();
+Result<std::unique_ptr<BundleMlp>> BundleMlp::Create(const StreamPlan& plan,
+                                                     BlockStreamer* streamer, kernels::Glu glu) {
+  std::unique_ptr<BundleMlp> m(new BundleMlp(plan, streamer, glu));
+  const size_t f = sizeof(float);
+  const int64_t max_rows = plan.max_rows, max_ff = plan.max_ff, max_lanes = plan.max_lanes;
+  if (!m->rows_y_.Reset(static_cast<size_t>(max_rows) * f) ||
+      !m->gate_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !m->up_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !m->partials_.Reset(static_cast<size_t>(max_lanes) * plan.d_model * f) ||
+      !m->x_tiled_.Reset(kernels::TiledPrepBytes(plan.d_model)) ||
+      !m->h_tiled_.Reset(kernels::TiledPrepBytes(max_ff))) {
+    return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
   }
+  m->idx_rows_.resize(static_cast<size_t>(2 * max_ff));
+  return m;
+}
+
+uint64_t BundleMlp::scratch_bytes() const {
+  return rows_y_.size() + gate_.size() + up_.size() + partials_.size() + x_tiled_.size() +
+         h_tiled_.size() + idx_rows_.capacity() * sizeof(int32_t);
+}
+
+Status BundleMlp::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
+                          sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
+  const Group& g = plan_.group_of_layer(layer);
+  const Extent& e = g.extent;
+  const int j = layer - g.pack.first_layer;
   WEIR_CHECK(policy == nullptr);  // bundles: dense only (Session checks)
   if (weight_bytes != nullptr) {
     *weight_bytes = static_cast<uint64_t>(n) * g.pack.bundle_bytes / g.pack.n_layers *
                     static_cast<uint64_t>(g.pack.d_ff);
   }
-  std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * d_model_);
-  Prefetch(layer);
-  if (resident_mode_ && !e.held) WEIR_RETURN_IF_ERROR(LoadResident(e));
-  if (e.held) {
-    for (uint64_t b = 0; b < e.n_blocks; ++b) CountAccess(BlockRead(e, b).length, true);
+  std::memset(out, 0, sizeof(float) * static_cast<size_t>(n) * plan_.d_model);
+  streamer_->Prefetch(layer);
+  if (streamer_->resident_mode() && !streamer_->held(e))
+    WEIR_RETURN_IF_ERROR(streamer_->LoadResident(e));
+  if (streamer_->held(e)) {
+    for (uint64_t b = 0; b < e.n_blocks; ++b)
+      streamer_->CountAccess(streamer_->BlockRead(e, b).length, true);
     ComputeLanes(g, j, 0, g.n_lanes, x, n, out, pool);
     return Status::Ok();
   }
   const uint64_t batch_limit =
-      std::max<uint64_t>(max_lane_bytes_, cache_->partition_stats(e.partition).budget_bytes / 2);
+      std::max<uint64_t>(plan_.max_lane_bytes, streamer_->partition_budget(e.partition) / 2);
   Batch batch;
   int lane = 0;  // the lane whose blocks are being acquired
   auto first_block = [&](int k) {
-    return BlocksOf(g, int64_t{k} * lane_channels_, int64_t{k} * lane_channels_ + 1).first;
+    return BlocksOf(g, int64_t{k} * plan_.lane_channels, int64_t{k} * plan_.lane_channels + 1).first;
   };
   // Frees pinned room by finishing the lanes already acquired (blocks shared with `lane` stay).
   auto make_room = [&]() {
     if (batch.lane_begin >= lane) return false;
     ComputeLanes(g, j, batch.lane_begin, lane, x, n, out, pool);
-    Release(&batch, first_block(lane), e);
+    streamer_->Release(&batch, first_block(lane), e);
     batch.lane_begin = lane;
     return true;
   };
   for (; lane < g.n_lanes; ++lane) {
-    const int64_t c0 = int64_t{lane} * lane_channels_;
-    const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + lane_channels_, g.pack.d_ff));
+    const int64_t c0 = int64_t{lane} * plan_.lane_channels;
+    const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + plan_.lane_channels, g.pack.d_ff));
     for (uint64_t b = b0; b <= b1; ++b) {
       if (!batch.blocks.empty() && b <= batch.blocks.back()) continue;  // shared with lane - 1
-      WEIR_RETURN_IF_ERROR(AcquireBlock(e, b, &batch, make_room));
+      WEIR_RETURN_IF_ERROR(streamer_->AcquireBlock(e, b, &batch, make_room));
     }
     batch.lane_end = lane + 1;
     if (batch.pinned_bytes >= batch_limit && lane + 1 < g.n_lanes) {
       ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
-      Release(&batch, first_block(lane + 1), e);
+      streamer_->Release(&batch, first_block(lane + 1), e);
       batch.lane_begin = lane + 1;
-      Prefetch(layer);  // top up the read-ahead with the room the compute released
+      streamer_->Prefetch(layer);  // top up the read-ahead with the room the compute released
     }
   }
   ComputeLanes(g, j, batch.lane_begin, batch.lane_end, x, n, out, pool);
-  Release(&batch, UINT64_MAX, e);
-  Prefetch(layer);
+  streamer_->Release(&batch, UINT64_MAX, e);
+  streamer_->Prefetch(layer);
   return Status::Ok();
 }
 
-void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
-                                    float* out, ThreadPool* pool) {
-  if (k0 >= k1 || !options_.compute) return;
+void BundleMlp::ComputeLanes(const Group& g, int j, int k0, int k1, const float* x, int n,
+                             float* out, ThreadPool* pool) {
+  if (k0 >= k1 || !plan_.options.compute) return;
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
-  const int L = lane_channels_;
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model},
+                        streamer_->base(g.extent)};  // [rows, d_model]
+  const int L = plan_.lane_channels;
   const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* rows_y = rows_y_.data<float>();
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();
   float* partials = partials_.data<float>();
   int32_t* idx_rows = idx_rows_.data();  // channel c's gate and up rows at 2c, 2c + 1
-  const int d = d_model_;
+  const int d = plan_.d_model;
   for (int t = 0; t < n; ++t) {
     const float* xt = x + static_cast<size_t>(t) * d;
     if (pg.tiled) {
@@ -160,11 +173,12 @@ void StreamingWeights::ComputeLanes(const Group& g, int j, int k0, int k1, const
 // The lanes of a tiled bundle group (format/weir_pack_format.h) for one token x: per chunk the
 // gate and up products of its 32 neurons (DotTiledPrepared, x prepared once for all lanes), h,
 // and the lane's down pieces in one DotTiledChunks call into the lane's partial sum.
-void StreamingWeights::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
-                                         ThreadPool* pool) {
+void BundleMlp::ComputeTiledLanes(const Group& g, int j, int k0, int k1, const float* x,
+                                  ThreadPool* pool) {
   const format::PackGroup& pg = g.pack;
-  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model}, g.extent.base};  // [rows, d_model]
-  const int L = lane_channels_, d = d_model_;
+  const TensorView view{pg.dtype, Shape{pg.rows(), pg.d_model},
+                        streamer_->base(g.extent)};  // [rows, d_model]
+  const int L = plan_.lane_channels, d = plan_.d_model;
   const size_t chunk_stride = format::kBundleChunk * pg.bundle_bytes;
   float* gate = gate_.data<float>();
   float* up = up_.data<float>();

@@ -1,51 +1,98 @@
-// StreamingWeights for a column-layout pack: the MLP of one token as DIP computes it (paper 000
-// §3, Algorithm 1), over columns streamed from storage. The layout is in
-// format/weir_pack_format.h; the memory and cache plan in streaming_weights.cc, the block
-// streamer in streaming_blocks.cc.
+// ColumnMlp (streaming_columns.h): the MLP of one token as DIP computes it (paper 000 §3,
+// Algorithm 1), over columns streamed from storage. The layout is in format/weir_pack_format.h;
+// the memory and cache plan in streaming_plan.cc, the block streamer in streaming_blocks.cc.
+#include "model/streaming_columns.h"
+
 #include <algorithm>
-#include <chrono>
 #include <cstring>
 #include <numeric>
 
 #include "kernels/gather.h"
 #include "kernels/ops.h"
 #include "kernels/sparse_column.h"
-#include "model/streaming_weights.h"
+#include "model/streaming_internal.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
 
+using namespace streaming_internal;
 using format::ColumnOp;
-
-namespace {
-void SortBlocks(std::vector<uint64_t>* blocks);
-}  // namespace
 using sparsity::Site;
 
-std::pair<uint64_t, uint64_t> StreamingWeights::InputColumn(const Group& g, int64_t i,
-                                                            int j) const {
-  // gate^T and up^T rows of channel i for layer j are adjacent.
-  const int64_t r = g.pack.InRow(i, j, ColumnOp::kGateT);
-  if (g.sparse) {
-    return {g.in_offsets[static_cast<size_t>(r)], g.in_offsets[static_cast<size_t>(r) + 2]};
+Result<std::vector<StreamPlan::RecordTables>> ColumnMlp::ReadRecordTables(
+    const format::PackFile& pack, storage::BlockDevice* device) {
+  // Read once: they are part of fixed_bytes.
+  std::vector<StreamPlan::RecordTables> tables(pack.groups().size());
+  for (size_t i = 0; i < pack.groups().size(); ++i) {
+    const format::PackGroup& pg = pack.groups()[i];
+    if (pg.layout != format::PackLayout::kSparseColumns) continue;
+    auto table = [&](uint64_t offset, uint64_t nbytes, int64_t rows, int64_t len,
+                     std::vector<uint64_t>* out) -> Status {
+      const size_t bytes = 8 * (static_cast<size_t>(rows) + 1);
+      const size_t capacity = static_cast<size_t>(RoundUp(bytes, kPage));
+      AlignedBuffer buf;
+      if (!buf.Reset(capacity, kPage))
+        return Status::OutOfMemory("streaming: cannot allocate a record offset table");
+      const size_t n = storage::RoundedReadLength(*device, offset, bytes, buf.data(), capacity);
+      WEIR_RETURN_IF_ERROR(device->ReadAt(offset, n, buf.data()));
+      return format::ReadSparseOffsets(buf.data<uint8_t>(), rows, len, nbytes,
+                                       StrFormat("%s: group %d", pack.path().c_str(), pg.index),
+                                       out);
+    };
+    WEIR_RETURN_IF_ERROR(table(pg.offset, pg.nbytes, pg.down_rows(), pg.d_model, &tables[i].down));
+    WEIR_RETURN_IF_ERROR(table(pg.in_offset, pg.in_nbytes, pg.in_rows(), pg.d_ff, &tables[i].in));
   }
-  const uint64_t begin = static_cast<uint64_t>(r) * g.pack.in_row_bytes;
-  return {begin, begin + 2 * g.pack.in_row_bytes};
+  return tables;
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::DownColumn(const Group& g, int64_t c,
-                                                           int j) const {
-  const int64_t r = g.pack.DownRow(c, j);
-  if (g.sparse) {
-    return {g.down_offsets[static_cast<size_t>(r)], g.down_offsets[static_cast<size_t>(r) + 1]};
+Result<std::unique_ptr<ColumnMlp>> ColumnMlp::Create(const StreamPlan& plan,
+                                                     BlockStreamer* streamer, kernels::Glu glu) {
+  std::unique_ptr<ColumnMlp> m(new ColumnMlp(plan, streamer, glu));
+  const size_t f = sizeof(float);
+  const int64_t max_ff = plan.max_ff;
+  if (!m->rows_x_.Reset(static_cast<size_t>(plan.max_rows) * f) ||
+      !m->gate_.Reset(static_cast<size_t>(max_ff) * f) ||
+      !m->up_.Reset(static_cast<size_t>(max_ff) * f)) {
+    return Status::OutOfMemory("streaming: cannot allocate the MLP scratch buffers");
   }
-  const uint64_t begin = static_cast<uint64_t>(r) * g.pack.row_bytes;
-  return {begin, begin + g.pack.row_bytes};
+  m->idx_rows_.resize(static_cast<size_t>(max_ff));
+  m->idx_up_.resize(static_cast<size_t>(max_ff));
+  m->idx_down_.resize(static_cast<size_t>(max_ff));
+  m->coef_.resize(static_cast<size_t>(max_ff));
+  m->sel_in_.Reserve(max_ff);
+  m->sel_down_.Reserve(max_ff);
+  m->all_units_.Reserve(max_ff);
+  m->blocks_.reserve(static_cast<size_t>(plan.max_blocks));
+  m->next_blocks_.reserve(static_cast<size_t>(plan.max_blocks));
+  m->block_words_.resize(static_cast<size_t>((plan.max_blocks + 63) / 64));
+  m->cache_words_.resize(static_cast<size_t>((max_ff + 63) / 64));
+  return m;
 }
 
-Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t* rows,
-                                       const float* coef, int64_t n, float* y, ThreadPool* pool,
-                                       uint64_t* bytes) {
+uint64_t ColumnMlp::scratch_bytes() const {
+  return rows_x_.size() + gate_.size() + up_.size() +
+         (idx_rows_.capacity() + idx_up_.capacity() + idx_down_.capacity()) * sizeof(int32_t) +
+         coef_.capacity() * sizeof(float) +
+         (blocks_.capacity() + next_blocks_.capacity()) * sizeof(uint64_t) +
+         (block_words_.capacity() + cache_words_.capacity()) * sizeof(uint64_t) +
+         3 * static_cast<uint64_t>(sel_in_.capacity()) * sizeof(int32_t);
+}
+
+Status ColumnMlp::Forward(int layer, const float* x, int n, float* out, ThreadPool* pool,
+                          sparsity::SparsityPolicy* policy, uint64_t* weight_bytes) {
+  const Group& g = plan_.group_of_layer(layer);
+  const int j = layer - g.pack.first_layer;
+  streamer_->Prefetch(layer);
+  single_token_ = n == 1;
+  for (int t = 0; t < n; ++t) {
+    const size_t at = static_cast<size_t>(t) * plan_.d_model;
+    WEIR_RETURN_IF_ERROR(ForwardColumns(g, j, x + at, out + at, pool, policy, weight_bytes));
+  }
+  return Status::Ok();
+}
+
+Status ColumnMlp::ColumnProduct(const Group& g, bool input, const int32_t* rows, const float* coef,
+                                int64_t n, float* y, ThreadPool* pool, uint64_t* bytes) {
   const format::PackGroup& pg = g.pack;
   const Extent& e = input ? g.in : g.extent;
   const int64_t len = input ? pg.d_ff : pg.d_model;
@@ -53,7 +100,8 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
     // The gathered kernel reads the coefficient of row r at x[r].
     float* xr = rows_x_.data<float>();
     for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
-    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len}, e.base};
+    const TensorView view{pg.dtype, Shape{input ? pg.in_rows() : pg.down_rows(), len},
+                          streamer_->base(e)};
     kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
     *bytes += static_cast<uint64_t>(n) * view.row_bytes();
     return Status::Ok();
@@ -63,7 +111,7 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
   // Every record is checked against its bitmap before any is used.
   for (int64_t k = 0; k < n; ++k) {
     const size_t r = static_cast<size_t>(rows[k]);
-    const std::byte* rec = e.base + offsets[r];
+    const std::byte* rec = streamer_->base(e) + offsets[r];
     const uint64_t size = offsets[r + 1] - offsets[r];
     if (size != kernels::SparseRecordBytes(t, len, kernels::SparseRecordCount(rec, len))) {
       return Status::Corrupt(StrFormat("sparse column record %zu of extent %u has %llu bytes, "
@@ -87,8 +135,8 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
           const int64_t k0 = n * static_cast<int64_t>(sl) / slices;
           const int64_t k1 = n * static_cast<int64_t>(sl + 1) / slices;
           for (int64_t k = k0; k < k1; ++k) {
-            kernels::SparseColumnAxpy(t, e.base + offsets[static_cast<size_t>(rows[k])], len,
-                                      coef[k], acc);
+            kernels::SparseColumnAxpy(t, streamer_->base(e) + offsets[static_cast<size_t>(rows[k])],
+                                      len, coef[k], acc);
           }
         }
       },
@@ -100,71 +148,16 @@ Status StreamingWeights::ColumnProduct(const Group& g, bool input, const int32_t
   return Status::Ok();
 }
 
-void StreamingWeights::QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks,
-                                    size_t from, std::vector<storage::UnitId>* queued) {
-  for (size_t k = from; k < blocks.size(); ++k) {
-    storage::UnitRead r = BlockRead(e, blocks[k]);
-    if (cache_->Contains(r.id)) continue;
-    r.partition = staging_partition_;
-    if (!prefetcher_->Enqueue(r).ok()) return;  // staging is full: the rest later or on demand
-    if (queued != nullptr) queued->push_back(r.id);
-  }
-}
-
-void StreamingWeights::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const {
+void ColumnMlp::AllBlocks(const Extent& e, std::vector<uint64_t>* blocks) const {
   blocks->resize(static_cast<size_t>(e.n_blocks));
   std::iota(blocks->begin(), blocks->end(), uint64_t{0});
 }
 
-void StreamingWeights::AddBlocks(const Extent& x, uint64_t begin, uint64_t end,
-                                 std::vector<uint64_t>* blocks) const {
-  const uint64_t B = x.block_bytes;
-  uint64_t b0 = begin / B;
-  const uint64_t b1 = (end - 1) / B;
-  if (!blocks->empty() && blocks->back() >= b0 && blocks->back() <= b1) b0 = blocks->back() + 1;
-  for (uint64_t b = b0; b <= b1; ++b) blocks->push_back(b);
-}
-
-namespace {
-// Columns are visited in channel order, which is file order only in a pack without an
-// activation order: the block list is put in ascending order, each block once.
-void SortBlocks(std::vector<uint64_t>* blocks) {
-  if (std::is_sorted(blocks->begin(), blocks->end(),
-                     [](uint64_t a, uint64_t b) { return a <= b; })) {
-    return;
-  }
-  std::sort(blocks->begin(), blocks->end());
-  blocks->erase(std::unique(blocks->begin(), blocks->end()), blocks->end());
-}
-}  // namespace
-
-uint64_t StreamingWeights::MaxLayerBlocks(const Group& g, bool input) const {
-  uint64_t most = 0;
-  std::vector<uint64_t> blocks;
-  for (int j = 0; j < g.pack.n_layers; ++j) {
-    blocks.clear();
-    const int64_t n = input ? g.pack.d_model : g.pack.d_ff;
-    for (int64_t k = 0; k < n; ++k) {
-      const auto [b, e] = input ? InputColumn(g, k, j) : DownColumn(g, k, j);
-      AddBlocks(input ? g.in : g.extent, b, e, &blocks);
-    }
-    SortBlocks(&blocks);
-    most = std::max<uint64_t>(most, blocks.size());
-  }
-  return most;
-}
-
-const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
+const sparsity::CacheStateView* ColumnMlp::ColumnCacheState(
     const Extent& e, int64_t channels,
     const std::function<std::pair<uint64_t, uint64_t>(int64_t)>& range) {
-  if (e.held) return nullptr;  // resident mode: everything is cached
-  // With read-ahead, what the groups' partitions hold, not staging: the I/O thread fills and
-  // evicts staging ahead of the compute, and a mask that saw it would change with the I/O
-  // thread's timing (DIP-CA's runs were not reproducible with read-ahead on). Without
-  // read-ahead staging only changes by the compute's own reads, and counts.
-  const uint32_t except = options_.prefetch_layers >= 0 ? staging_partition_ : UINT32_MAX;
-  cache_->ResidentMask(storage::MakeUnitId(e.slab, e.kind, 0), e.n_blocks, block_words_.data(),
-                       except);
+  if (streamer_->held(e)) return nullptr;  // resident mode: everything is cached
+  streamer_->ResidentBlocks(e, block_words_.data());
   auto resident = [&](uint64_t b) { return (block_words_[b / 64] >> (b % 64)) & 1; };
   std::fill(cache_words_.begin(), cache_words_.end(), 0);
   const uint64_t B = e.block_bytes;
@@ -180,33 +173,11 @@ const sparsity::CacheStateView* StreamingWeights::ColumnCacheState(
   return &cache_view_;
 }
 
-Status StreamingWeights::AcquireBlocks(Extent& e, const std::vector<uint64_t>& blocks,
-                                       bool queued, Batch* batch) {
-  if (e.held) {
-    for (uint64_t b : blocks) CountAccess(BlockRead(e, b).length, true);
-    return Status::Ok();
-  }
-  // The missing blocks go to the I/O thread at once, so that it merges neighbours into large
-  // reads. When staging is full, queueing stops; it is tried again from the first block found
-  // missing (claiming frees staging room as blocks move to their partitions), so that blocks
-  // are read on demand one by one only when no room can be had.
-  if (!queued) QueueMissing(e, blocks, 0, nullptr);
-  for (size_t k = 0; k < blocks.size(); ++k) {
-    const uint64_t b = blocks[k];
-    if (!cache_->Contains(BlockRead(e, b).id)) QueueMissing(e, blocks, k, nullptr);
-    if (Status st = AcquireBlock(e, b, batch, nullptr, /*claim_queued=*/true); !st.ok()) {
-      Release(batch, UINT64_MAX, e);
-      return st;
-    }
-  }
-  return Status::Ok();
-}
-
-void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in) {
+void ColumnMlp::PredictNextLayer(int layer, const sparsity::IndexList& in) {
   // prefetch_layers -1: nothing is read ahead, predictions included (deterministic counters).
-  if (layer + 1 >= n_layers_ || options_.prefetch_layers < 0) return;
-  Group& g = groups_[static_cast<size_t>(group_of_[static_cast<size_t>(layer + 1)])];
-  if (!g.columns || g.in.held) return;
+  if (layer + 1 >= plan_.n_layers || plan_.options.prefetch_layers < 0) return;
+  const Group& g = plan_.group_of_layer(layer + 1);
+  if (!g.columns || streamer_->held(g.in)) return;
   const int j = layer + 1 - g.pack.first_layer;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
@@ -215,14 +186,14 @@ void StreamingWeights::PredictNextLayer(int layer, const sparsity::IndexList& in
     AddBlocks(g.in, b, e, &blocks);
   }
   SortBlocks(&blocks);
-  QueueMissing(g.in, blocks, 0, &predicted_);
+  streamer_->QueueMissing(g.in, blocks, 0, &predicted_);
 }
 
-std::pair<uint64_t, uint64_t> StreamingWeights::InputRecord(const Group& g, int64_t i) const {
+std::pair<uint64_t, uint64_t> ColumnMlp::InputRecord(const Group& g, int64_t i) const {
   return {InputColumn(g, i, 0).first, InputColumn(g, i, g.pack.n_layers - 1).second};
 }
 
-bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const {
+bool ColumnMlp::SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const {
   if (policy == nullptr || !single_token_ || g.sparse || !policy->MayPrune(Site::kMlpIn)) {
     return false;
   }
@@ -231,23 +202,23 @@ bool StreamingWeights::SpanMode(const Group& g, const sparsity::SparsityPolicy* 
   const int span = policy->info().mlp_in_span;
   const format::PackGroup& pg = g.pack;
   return span > 1 && pg.n_layers > 1 && pg.first_layer % span == 0 && pg.n_layers <= span &&
-         (pg.n_layers == span || pg.first_layer + pg.n_layers == n_layers_);
+         (pg.n_layers == span || pg.first_layer + pg.n_layers == plan_.n_layers);
 }
 
-void StreamingWeights::ReleaseSpan() {
+void ColumnMlp::ReleaseSpan() {
   if (span_group_ < 0) return;
-  Group& g = groups_[static_cast<size_t>(span_group_)];
-  Release(&span_in_, UINT64_MAX, g.in);
-  Release(&span_down_, UINT64_MAX, g.extent);
+  const Group& g = plan_.groups[static_cast<size_t>(span_group_)];
+  streamer_->Release(&span_in_, UINT64_MAX, g.in);
+  streamer_->Release(&span_down_, UINT64_MAX, g.extent);
   span_in_ = Batch();
   span_down_ = Batch();
   span_group_ = -1;
   span_compact_ = false;
 }
 
-Result<bool> StreamingWeights::ReadSpanCompact(const Group& g) {
-  if (!options_.compact_span || g.in.held || g.sparse || options_.record_trace ||
-      span_reader_capacity_ == 0) {
+Result<bool> ColumnMlp::ReadSpanCompact(const Group& g) {
+  if (!plan_.options.compact_span || streamer_->held(g.in) || g.sparse ||
+      plan_.options.record_trace) {
     return false;
   }
   const format::PackGroup& pg = g.pack;
@@ -255,29 +226,10 @@ Result<bool> StreamingWeights::ReadSpanCompact(const Group& g) {
   for (int64_t k = 0; k < sel_in_.size(); ++k) span_slots_.push_back(pg.InSlot(sel_in_[k]));
   std::sort(span_slots_.begin(), span_slots_.end());
   const uint64_t record = static_cast<uint64_t>(pg.n_layers) * 2 * pg.in_row_bytes;
-  const int64_t n = static_cast<int64_t>(span_slots_.size());
-  if (span_reader_ == nullptr) {
-    WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::RecordReader> reader,
-                          storage::RecordReader::Create(device_, span_reader_capacity_));
-    std::lock_guard<std::mutex> lock(stats_mu_);  // stats() reads it
-    span_reader_ = std::move(reader);
-  }
-  if (span_reader_->Needs(g.in.offset, record, span_slots_.data(), n) > span_reader_->capacity()) {
-    return false;
-  }
-  const auto t0 = std::chrono::steady_clock::now();
-  const Status st = span_reader_->Read(g.in.offset, record, span_slots_.data(), n);
-  const double waited =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  {
-    std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.stall_seconds += waited;
-    stats_.block_accesses += static_cast<uint64_t>(n);
-    stats_.accessed_bytes += static_cast<uint64_t>(n) * record;
-  }
-  if (!st.ok()) {
-    return st.WithContext(StrFormat("reading the kept records of layer group %d", pg.index));
-  }
+  WEIR_ASSIGN_OR_RETURN(const bool read,
+                        streamer_->ReadRecords(g.in, record, span_slots_.data(),
+                                               static_cast<int64_t>(span_slots_.size())));
+  if (!read) return false;
   span_pos_.resize(std::max(span_pos_.size(), static_cast<size_t>(pg.d_model)));
   for (size_t k = 0; k < span_slots_.size(); ++k) {
     span_pos_[static_cast<size_t>(span_slots_[k])] = static_cast<int32_t>(k);
@@ -285,21 +237,20 @@ Result<bool> StreamingWeights::ReadSpanCompact(const Group& g) {
   return true;
 }
 
-void StreamingWeights::CompactInputProduct(const Group& g, const int32_t* rows, const float* coef,
-                                           int64_t n, float* y, ThreadPool* pool,
-                                           uint64_t* bytes) {
+void ColumnMlp::CompactInputProduct(const Group& g, const int32_t* rows, const float* coef,
+                                    int64_t n, float* y, ThreadPool* pool, uint64_t* bytes) {
   // The kernel and the row order of ColumnProduct, over the compact copy: the same sums.
   const format::PackGroup& pg = g.pack;
   float* xr = rows_x_.data<float>();
   for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
   const int64_t n_rows = static_cast<int64_t>(span_slots_.size()) * pg.n_layers * 2;
-  const TensorView view{pg.dtype, Shape{n_rows, pg.d_ff}, span_reader_->data()};
+  const TensorView view{pg.dtype, Shape{n_rows, pg.d_ff}, streamer_->records()};
   kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
   *bytes += static_cast<uint64_t>(n) * view.row_bytes();
 }
 
-Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
-                                     sparsity::SparsityPolicy* policy) {
+Status ColumnMlp::AcquireSpan(const Group& g, int layer, const float* x,
+                              sparsity::SparsityPolicy* policy) {
   ReleaseSpan();
   const int d = g.pack.d_model;
   // DIP-CA's mask counts a channel as cached when its whole record (every layer's rows) is.
@@ -313,7 +264,7 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
   // W_down goes to the I/O thread first: it reads it while this thread reads the records.
   if (whole_down) {
     AllBlocks(g.extent, &next_blocks_);
-    if (!g.extent.held) QueueMissing(g.extent, next_blocks_, 0, nullptr);
+    if (!streamer_->held(g.extent)) streamer_->QueueMissing(g.extent, next_blocks_, 0, nullptr);
   }
   span_group_ = g.pack.index;
   WEIR_ASSIGN_OR_RETURN(span_compact_, ReadSpanCompact(g));
@@ -326,11 +277,12 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
       AddBlocks(g.in, b, e, &blocks_);
     }
     SortBlocks(&blocks_);
-    if (!g.in.held) QueueMissing(g.in, blocks_, 0, nullptr);
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
+    if (!streamer_->held(g.in)) streamer_->QueueMissing(g.in, blocks_, 0, nullptr);
+    WEIR_RETURN_IF_ERROR(streamer_->AcquireBlocks(g.in, blocks_, /*queued=*/true, &span_in_));
   }
   if (whole_down) {
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
+    WEIR_RETURN_IF_ERROR(
+        streamer_->AcquireBlocks(g.extent, next_blocks_, /*queued=*/true, &span_down_));
   }
   DropPredictions();  // what the previous group predicted and this one did not keep
   // A compact read takes the next group's records when it starts: predicting them into the
@@ -339,32 +291,32 @@ Status StreamingWeights::AcquireSpan(Group& g, int layer, const float* x,
   return Status::Ok();
 }
 
-void StreamingWeights::PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool inputs,
-                                        bool whole_down) {
-  if (options_.prefetch_layers < 0) return;
+void ColumnMlp::PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool inputs,
+                                 bool whole_down) {
+  if (plan_.options.prefetch_layers < 0) return;
   const size_t next = static_cast<size_t>(g.pack.index) + 1;
-  if (next >= groups_.size()) return;
-  Group& n = groups_[next];
+  if (next >= plan_.groups.size()) return;
+  const Group& n = plan_.groups[next];
   if (!n.columns || n.sparse) return;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
-  if (inputs && !n.in.held) {
+  if (inputs && !streamer_->held(n.in)) {
     for (int64_t k = 0; k < in.size(); ++k) {
       const auto [b, e] = InputRecord(n, in[k]);
       AddBlocks(n.in, b, e, &blocks);
     }
     SortBlocks(&blocks);
-    QueueMissing(n.in, blocks, 0, &predicted_);
+    streamer_->QueueMissing(n.in, blocks, 0, &predicted_);
   }
-  if (whole_down && !n.extent.held) {
+  if (whole_down && !streamer_->held(n.extent)) {
     AllBlocks(n.extent, &blocks);
-    QueueMissing(n.extent, blocks, 0, &predicted_);
+    streamer_->QueueMissing(n.extent, blocks, 0, &predicted_);
   }
 }
 
-void StreamingWeights::DropPredictions() {
+void ColumnMlp::DropPredictions() {
   // Claimed blocks are the compute's now; the rest is cancelled or left evictable.
-  for (storage::UnitId id : predicted_) prefetcher_->Cancel(id);
+  for (storage::UnitId id : predicted_) streamer_->Cancel(id);
   predicted_.clear();
 }
 
@@ -374,9 +326,9 @@ void StreamingWeights::DropPredictions() {
 //   h    = silu(g) ⊙ u
 //   down = SelectDown(h)                         neurons (all without a policy)
 //   out  = down^T[down] · h[down]
-Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* out,
-                                        ThreadPool* pool, sparsity::SparsityPolicy* policy,
-                                        uint64_t* weight_bytes) {
+Status ColumnMlp::ForwardColumns(const Group& g, int j, const float* x, float* out,
+                                 ThreadPool* pool, sparsity::SparsityPolicy* policy,
+                                 uint64_t* weight_bytes) {
   const format::PackGroup& pg = g.pack;
   const int layer = pg.first_layer + j;
   const int d = pg.d_model, d_ff = pg.d_ff;
@@ -384,8 +336,10 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   float* up = up_.data<float>();
   float* coef = coef_.data();  // the kept columns' coefficients, x[i] then h[c]
   uint64_t used = 0;           // weight bytes the products read
-  if (resident_mode_ && !g.in.held) WEIR_RETURN_IF_ERROR(LoadResident(g.in));
-  if (resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(LoadResident(g.extent));
+  if (streamer_->resident_mode() && !streamer_->held(g.in))
+    WEIR_RETURN_IF_ERROR(streamer_->LoadResident(g.in));
+  if (streamer_->resident_mode() && !streamer_->held(g.extent))
+    WEIR_RETURN_IF_ERROR(streamer_->LoadResident(g.extent));
 
   // Span mode: the group's first layer selects and pins the records of every layer of the group;
   // the others compute from them (the policy gives them the same selection).
@@ -441,11 +395,11 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
   } else {
     SortBlocks(&blocks_);
     Batch batch;
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
+    WEIR_RETURN_IF_ERROR(streamer_->AcquireBlocks(g.in, blocks_, /*queued=*/false, &batch));
     DropPredictions();  // this layer's predicted blocks are claimed; the rest was mispredicted
     Status st = ColumnProduct(g, true, idx_gate, coef, n_in, gate, pool, &used);
     if (st.ok()) st = ColumnProduct(g, true, idx_up, coef, n_in, up, pool, &used);
-    Release(&batch, UINT64_MAX, g.in);
+    streamer_->Release(&batch, UINT64_MAX, g.in);
     WEIR_RETURN_IF_ERROR(st);
   }
   kernels::GatedActivation(glu_, gate, up, d_ff);  // h, in gate
@@ -481,16 +435,16 @@ Status StreamingWeights::ForwardColumns(Group& g, int j, const float* x, float* 
     Batch batch;
     // This layer's missing down columns are queued first, then the next layer's predicted
     // input columns, so that the I/O thread reads in the order the compute needs them.
-    if (!g.extent.held) QueueMissing(g.extent, blocks_, 0, nullptr);
-    if (policy != nullptr && sparse_mlp_ && !held) PredictNextLayer(layer, sel_in_);
-    WEIR_RETURN_IF_ERROR(AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
+    if (!streamer_->held(g.extent)) streamer_->QueueMissing(g.extent, blocks_, 0, nullptr);
+    if (policy != nullptr && streamer_->sparse_mlp() && !held) PredictNextLayer(layer, sel_in_);
+    WEIR_RETURN_IF_ERROR(streamer_->AcquireBlocks(g.extent, blocks_, /*queued=*/true, &batch));
     const Status st = ColumnProduct(g, false, idx_down, coef, n_down, out, pool, &used);
-    Release(&batch, UINT64_MAX, g.extent);
+    streamer_->Release(&batch, UINT64_MAX, g.extent);
     WEIR_RETURN_IF_ERROR(st);
   }
   if (weight_bytes != nullptr) *weight_bytes += used;
   if (held && j == pg.n_layers - 1) ReleaseSpan();
-  Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
+  streamer_->Prefetch(layer);  // top up the read-ahead (attention; whole MLP extents when dense)
   return Status::Ok();
 }
 

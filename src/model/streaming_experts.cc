@@ -1,9 +1,10 @@
-// StreamingWeights for an experts-layout pack (a mixture of experts, weir_pack_format.h): the
-// ExpertSource the session's MoE MLP reads its chosen experts from. The cached unit is one
-// expert of one layer (gate, up and down in one page-aligned record), read in one piece.
+// ExpertReader (streaming_experts.h): the ExpertSource the session's MoE MLP reads its chosen
+// experts from. The cached unit is one expert of one layer (gate, up and down in one
+// page-aligned record), read in one piece.
+#include "model/streaming_experts.h"
+
 #include <algorithm>
 
-#include "model/streaming_weights.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
@@ -19,55 +20,64 @@ namespace {
 constexpr double kMinRecallToPreload = 0.75;
 constexpr double kRecallDecay = 0.9;  // the running recall's weight on the past
 
-}  // namespace
+class ExpertReader final : public LayoutMlp, public ExpertSource {
+  using Group = StreamPlan::Group;
 
-class StreamingWeights::ExpertReader final : public ExpertSource {
  public:
-  explicit ExpertReader(StreamingWeights* w) : w_(*w) {}
+  ExpertReader(const StreamPlan& plan, BlockStreamer* streamer)
+      : plan_(plan), streamer_(streamer) {}
   ~ExpertReader() override { ReleaseAll(); }
 
+  Status Forward(int layer, const float*, int, float*, ThreadPool*, sparsity::SparsityPolicy*,
+                 uint64_t*) override {
+    return Status::Unsupported(StrFormat(
+        "streaming: layer %d of an experts pack is computed from its ExpertSource", layer));
+  }
+  ExpertSource* experts() override { return this; }
+  uint64_t scratch_bytes() const override { return 0; }
+
   Status Prepare(int layer, std::span<const int32_t> experts) override {
-    Group& g = GroupOf(layer);
+    const Group& g = GroupOf(layer);
     ReleaseAll();  // a step that failed midway left its expert pinned
-    if (w_.resident_mode_ && !g.extent.held) WEIR_RETURN_IF_ERROR(w_.LoadResident(g.extent));
+    if (streamer_->resident_mode() && !streamer_->held(g.extent))
+      WEIR_RETURN_IF_ERROR(streamer_->LoadResident(g.extent));
     Settle(layer, experts);
     uint64_t hits = experts.size();
-    if (!g.extent.held) {
+    if (!streamer_->held(g.extent)) {
       hits = 0;
       for (int32_t x : experts) {
-        hits += w_.cache_->Contains(
+        hits += streamer_->Contains(
             storage::MakeUnitId(g.extent.slab, g.extent.kind, static_cast<uint64_t>(x)));
       }
     }
-    {
-      std::lock_guard<std::mutex> lock(w_.stats_mu_);
-      w_.stats_.expert_uses += experts.size();
-      w_.stats_.expert_hits += hits;
-    }
-    if (g.extent.held) return Status::Ok();
+    streamer_->UpdateStats([&](StreamStats& s) {
+      s.expert_uses += experts.size();
+      s.expert_hits += hits;
+    });
+    if (streamer_->held(g.extent)) return Status::Ok();
     // The chosen experts go to the I/O thread at once: it reads the next while the first is
     // computed. What is cached or already queued (predicted) is skipped.
     blocks_.assign(experts.begin(), experts.end());
-    w_.QueueMissing(g.extent, blocks_, 0, nullptr);
+    streamer_->QueueMissing(g.extent, blocks_, 0, nullptr);
     return Status::Ok();
   }
 
   Result<ExpertWeights> Acquire(int layer, int e) override {
-    Group& g = GroupOf(layer);
+    const Group& g = GroupOf(layer);
     const format::PackGroup& pg = g.pack;
     WEIR_CHECK(e >= 0 && e < pg.n_expert);
-    if (g.extent.held) {
-      w_.CountAccess(g.extent.block_bytes, true);
+    if (streamer_->held(g.extent)) {
+      streamer_->CountAccess(g.extent.block_bytes, true);
     } else {
-      Status st = w_.AcquireBlock(g.extent, static_cast<uint64_t>(e), &batch_, nullptr,
-                                  /*claim_queued=*/true);
+      Status st = streamer_->AcquireBlock(g.extent, static_cast<uint64_t>(e), &batch_, nullptr,
+                                          /*claim_queued=*/true);
       if (!st.ok()) {
-        w_.Release(&batch_, UINT64_MAX, g.extent);
+        streamer_->Release(&batch_, UINT64_MAX, g.extent);
         return st.WithContext(StrFormat("expert %d of layer %d", e, layer));
       }
       batch_layer_ = layer;
     }
-    const std::byte* base = g.extent.base + static_cast<uint64_t>(e) * pg.expert_stride;
+    const std::byte* base = streamer_->base(g.extent) + static_cast<uint64_t>(e) * pg.expert_stride;
     ExpertWeights x;
     x.w_gate = TensorView{pg.expert_type[0], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[0]};
     x.w_up = TensorView{pg.expert_type[1], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[1]};
@@ -76,20 +86,20 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   }
 
   void Release(int layer, int e) override {
-    Group& g = GroupOf(layer);
-    if (g.extent.held || batch_layer_ != layer) return;
+    const Group& g = GroupOf(layer);
+    if (streamer_->held(g.extent) || batch_layer_ != layer) return;
     // Experts are acquired in ascending order and released one by one: the batch holds e only.
-    w_.Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
+    streamer_->Release(&batch_, static_cast<uint64_t>(e) + 1, g.extent);
     // Staging may have room now for predicted experts it refused when they were predicted.
     QueuePredicted();
   }
 
-  bool predicts() const override { return w_.options_.prefetch_layers >= 0; }
+  bool predicts() const override { return plan_.options.prefetch_layers >= 0; }
 
   void Predict(int layer, std::span<const int32_t> experts) override {
-    if (layer < 0 || layer >= w_.n_layers_) return;
-    Group& g = GroupOf(layer);
-    if (g.extent.held) return;
+    if (layer < 0 || layer >= plan_.n_layers) return;
+    const Group& g = GroupOf(layer);
+    if (streamer_->held(g.extent)) return;
     predicted_layer_ = layer;
     predicted_.assign(experts.begin(), experts.end());
     preload_ = recall_ >= kMinRecallToPreload;
@@ -97,7 +107,7 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   }
 
   void ReleaseAll() {
-    if (batch_layer_ >= 0) w_.Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
+    if (batch_layer_ >= 0) streamer_->Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
     batch_layer_ = -1;
   }
 
@@ -106,12 +116,12 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   void QueuePredicted() {
     if (predicted_layer_ < 0 || !preload_) return;
     blocks_.assign(predicted_.begin(), predicted_.end());
-    w_.QueueMissing(GroupOf(predicted_layer_).extent, blocks_, 0, nullptr);
+    streamer_->QueueMissing(GroupOf(predicted_layer_).extent, blocks_, 0, nullptr);
   }
 
-  Group& GroupOf(int layer) {
-    WEIR_CHECK(layer >= 0 && layer < w_.n_layers_);
-    return w_.groups_[static_cast<size_t>(w_.group_of_[static_cast<size_t>(layer)])];
+  const Group& GroupOf(int layer) {
+    WEIR_CHECK(layer >= 0 && layer < plan_.n_layers);
+    return plan_.group_of_layer(layer);
   }
 
   // The prediction for this layer meets the choice: count its recall, and cancel the
@@ -127,26 +137,26 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
       if (std::binary_search(chosen.begin(), chosen.end(), e)) {
         ++used;
       } else {
-        w_.prefetcher_->Cancel(storage::MakeUnitId(g.extent.slab, g.extent.kind,
-                                                   static_cast<uint64_t>(e)));
+        streamer_->Cancel(
+            storage::MakeUnitId(g.extent.slab, g.extent.kind, static_cast<uint64_t>(e)));
       }
     }
     if (!chosen.empty()) {
       recall_ = kRecallDecay * recall_ +
                 (1.0 - kRecallDecay) * static_cast<double>(used) / static_cast<double>(chosen.size());
     }
-    {
-      std::lock_guard<std::mutex> lock(w_.stats_mu_);
-      if (preload_) w_.stats_.experts_preloaded += predicted_.size();
-      w_.stats_.experts_predicted += predicted_.size();
-      w_.stats_.experts_predicted_used += used;
-      w_.stats_.experts_chosen_predicted += chosen.size();
-    }
+    streamer_->UpdateStats([&](StreamStats& s) {
+      if (preload_) s.experts_preloaded += predicted_.size();
+      s.experts_predicted += predicted_.size();
+      s.experts_predicted_used += used;
+      s.experts_chosen_predicted += chosen.size();
+    });
     predicted_layer_ = -1;
   }
 
-  StreamingWeights& w_;
-  Batch batch_;          // the pinned expert
+  const StreamPlan& plan_;
+  BlockStreamer* streamer_;
+  BlockStreamer::Batch batch_;  // the pinned expert
   int batch_layer_ = -1;
   std::vector<uint64_t> blocks_;
   std::vector<int32_t> predicted_;
@@ -155,9 +165,10 @@ class StreamingWeights::ExpertReader final : public ExpertSource {
   double recall_ = 1.0;   // running recall of the predictions (optimistic at the start)
 };
 
-void StreamingWeights::MakeExpertReader() { expert_reader_ = std::make_unique<ExpertReader>(this); }
+}  // namespace
 
-ExpertSource* StreamingWeights::experts() { return expert_reader_.get(); }
-
+std::unique_ptr<LayoutMlp> MakeExpertReader(const StreamPlan& plan, BlockStreamer* streamer) {
+  return std::make_unique<ExpertReader>(plan, streamer);
+}
 
 }  // namespace weir::model

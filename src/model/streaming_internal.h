@@ -1,5 +1,5 @@
-// Internal to the StreamingWeights files (streaming_weights.cc, streaming_blocks.cc,
-// streaming_bundles.cc, streaming_columns.cc): unit kinds, clocks and small helpers they share.
+// Internal to the streaming files (streaming_plan.cc, streaming_blocks.cc, streaming_columns.cc):
+// unit kinds, clocks and small helpers they share.
 #pragma once
 
 #include <chrono>

@@ -1,0 +1,184 @@
+// StreamPlan: what StreamingWeights (streaming_weights.h) streams from a weir pack
+// (format/weir_pack_format.h) and how its cache is shared, computed from the pack's geometry and
+// the options alone: no I/O, no cache, no memory but its own tables. The block streamer
+// (streaming_blocks.h) and the layouts' MLPs (streaming_bundles.h, streaming_columns.h,
+// streaming_experts.h) work from it; StreamPlan::Build is the one place these numbers are made.
+//
+// Memory. Each streamed extent -- a layer group's bundle tensor, a layer's attention tensors --
+// has a slab: a reserved address range as large as the extent (storage/slab_placement.h). The
+// cached unit is a *block*: block_bytes (a multiple of 4 KiB) of the extent, cached at its own
+// offset in the slab, so resident blocks are, in place, views of the tensors the kernels read
+// without a copy. A block that leaves the cache gives its pages back to the OS. Extents and
+// blocks are page-aligned in the file, so O_DIRECT reads them straight into the slab.
+//
+// Cache. One partition per layer group (uniform or proportional shares, or one shared pool)
+// under the eviction policy, plus a staging partition that every read lands in, so that reading
+// ahead never evicts what the policy keeps. A block the compute used is moved from staging into
+// its group's partition when the policy makes room for it and admits it (MRU admits only into
+// free room: in a dense scan that keeps a fixed part of every layer and streams the rest).
+// PartitionWeights gives the partitions' shares of a budget.
+//
+// Thread safety: a built plan is immutable; any thread may read it.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "base/status.h"
+#include "format/weir_pack_reader.h"
+#include "storage/eviction_policy.h"
+#include "storage/slab_placement.h"
+
+namespace weir::model {
+
+struct StreamingOptions {
+  uint64_t cache_budget = 0;   // bytes for cached blocks (WeightCache charges)
+  std::string policy = "lru";  // eviction policy (storage/eviction_policy.h)
+  storage::PolicyOptions policy_options;
+  // "uniform": one cache partition per layer group, equal shares (DIP's split);
+  // "proportional": shares by group size; "shared": one pool for all groups.
+  std::string partitions = "uniform";
+  size_t block_bytes = 2 << 20;  // cached unit; a multiple of 4096 (2 MiB: huge pages, large reads)
+  // Column layout: the cached unit of the input columns (0 = block_bytes). A pack grouped by
+  // layers holds an input channel's rows for every layer of its group in one record of several
+  // pages; 4 KiB blocks let a span selection (dip span=N) read just the kept records.
+  size_t input_block_bytes = 0;
+  int lane_channels = 0;       // channels per partial sum of W_down (a multiple of the
+                               // bundle chunk, 32); 0 = about 1 MiB of bundles
+  int prefetch_layers = 1;     // layers ahead the I/O thread reads (0 = only the current;
+                               // -1 = no read-ahead: every block is read on demand, so the
+                               // cache's counters are deterministic and a trace replays exactly)
+  size_t io_batch = 64;        // blocks per device read batch
+  uint64_t staging_bytes = 0;  // staging partition; 0 = a quarter of the budget, within
+                               // [2 lanes, (prefetch_layers + 1) groups]
+  bool record_trace = false;   // record block accesses for a later belady run
+  // Span mode (dip span=N on a pack written with --group N): read the kept channels' records
+  // straight into one compact buffer (storage/record_reader.h), with large reads and no cache
+  // entries, instead of pinning their 4 KiB blocks through the cache. The records are then
+  // never cached (so DIP-CA sees none of them cached); W_down and attention still are. Off,
+  // or when a selection's reads do not fit the buffer, the blocks go through the cache.
+  bool compact_span = true;
+  // Stream each layer's attention projections too (whole layers, pinned while attention runs);
+  // false keeps them static, read into memory once by StreamingModel.
+  bool stream_attention = true;
+  // False skips the arithmetic: the cache, its policy and the reads run exactly as they would,
+  // which is how `weir sim` replays a trace of a streamed run (model/stream_replay.h).
+  bool compute = true;
+};
+
+struct StreamPlan {
+  // A streamed byte range of the pack with its slab: blocks [0, n_blocks) of block_bytes.
+  struct Extent {
+    uint32_t slab = 0;       // = UnitLayer of its blocks' ids, and its index in `slabs`
+    uint32_t kind = 0;       // unit kind: 1 bundles, 2 attention, 3 input columns
+    uint32_t partition = 0;  // cache partition of its blocks
+    uint64_t offset = 0;     // file offset (page-aligned)
+    uint64_t nbytes = 0;
+    uint64_t n_blocks = 0;
+    uint64_t block_bytes = 0;  // its cached unit (a multiple of 4 KiB)
+    uint64_t charge = 0;       // cache charge of all its blocks
+  };
+  struct Group {
+    format::PackGroup pack;
+    Extent extent;  // the bundle tensor (column layout: the down columns)
+    Extent in;      // column layout: the input columns
+    bool columns = false;
+    bool experts = false;  // experts layout: extent = the layer's experts, block = one expert
+    bool sparse = false;   // sparse column layout: records located by the offset tables
+    std::vector<uint64_t> in_offsets, down_offsets;
+    int n_lanes = 0;
+  };
+  // A sparse column group's record offset tables (rows + 1 entries each, byte offsets within
+  // the input and down extents), read from the pack by ColumnMlp::ReadRecordTables.
+  struct RecordTables {
+    std::vector<uint64_t> in, down;
+  };
+  // Charge of a cache entry of `bytes` (storage::WeightCache::EntryCharge for the policy).
+  using EntryCharge = std::function<uint64_t(uint64_t bytes)>;
+
+  // The plan of `pack` under `options` (options.cache_budget: the budget at creation).
+  // `tables[g]` for each sparse column group g (none needed otherwise). InvalidArgument for bad
+  // options, Unsupported for a pack too large to stream, Corrupt for a missing tensor.
+  static Result<StreamPlan> Build(const format::PackFile& pack, const StreamingOptions& options,
+                                  const EntryCharge& entry_charge,
+                                  std::vector<RecordTables> tables = {});
+
+  // Cache partition weights (bytes) for a budget: groups, then staging.
+  std::vector<uint64_t> PartitionWeights(uint64_t budget) const;
+  // The staging partition's share of a budget.
+  uint64_t StagingBytes(uint64_t budget) const { return PartitionWeights(budget).back(); }
+  // Bytes outside the cache the streaming allocates: the MLP scratch (sized for the largest
+  // group, scratch_bytes), the record offset tables, the transient reserve (one lane of blocks;
+  // column layout: one layer's columns of a matrix; or one layer's attention) and the released
+  // blocks waiting to be given back in one batch (slab_placement.h).
+  uint64_t fixed_bytes() const;
+  // Bytes of the pack streamed (bundles and, with stream_attention, attention).
+  uint64_t streamed_bytes() const;
+  // True when the pack has the column layout (sparsity can be applied).
+  bool columns() const { return !groups.empty() && groups[0].columns; }
+  bool experts() const { return !groups.empty() && groups[0].experts; }
+  const Group& group_of_layer(int layer) const {
+    return groups[static_cast<size_t>(group_of[static_cast<size_t>(layer)])];
+  }
+  uint32_t PartitionOf(int group) const {
+    return options.partitions == "shared" ? 0u : static_cast<uint32_t>(group);
+  }
+  // Where layer `layer`'s blocks are, for traces: the unit-id layer field (slab) and block count
+  // of its attention extent (blocks 0 when attention is static), of its group's bundles (column
+  // layout: down columns) and, column layout only, of its group's input columns (else 0).
+  struct LayerBlocks {
+    uint32_t attention_slab = 0, attention_blocks = 0, bundle_slab = 0, bundle_blocks = 0;
+    uint32_t input_slab = 0, input_blocks = 0;
+  };
+  LayerBlocks layer_blocks(int layer) const;
+
+  StreamingOptions options;  // as built (cache_budget: the budget at creation)
+  int d_model = 0;
+  int n_layers = 0;
+  int lane_channels = 0;  // channels per lane (bundle layout)
+  std::vector<Group> groups;
+  std::vector<int> group_of;      // per layer
+  std::vector<Extent> attention;  // per layer (stream_attention)
+  // Streamed static tensors ("blk.3.attn_q.weight"): layer and byte offset in its attention
+  // extent.
+  std::map<std::string, std::pair<int, uint64_t>> tensor_offsets;
+  std::vector<storage::SlabPlacement::Slab> slabs;  // one per extent, by Extent::slab
+  uint64_t deferred_release_bytes = 0;              // SlabPlacement's release batch
+  uint64_t all_blocks_charge = 0;                   // what the cache is charged to hold every block
+  std::vector<uint64_t> partition_charge;           // per group partition: all blocks it may hold
+  uint32_t staging_partition = 0;
+  uint64_t max_lane_bytes = 0;       // blocks pinned at once for one lane (or layer of columns)
+  // Column packs: the most MLP bytes pinned in the cache at once (a compact span read's records
+  // are not; staging is sized by this), and the compact span buffer (compact_span, grouped
+  // packs: the input share of the transient reserve, which the records then do not use).
+  uint64_t max_cache_pin_bytes = 0;
+  uint64_t record_buffer_bytes = 0;
+  uint64_t max_group_bytes = 0;      // MLP bytes of the largest group (experts: chosen ones)
+  uint64_t max_attention_bytes = 0;  // blocks of the largest attention extent
+  // Sizes of the largest group, for the MLP scratch: rows of its tensor (gate/up/down rows;
+  // columns: input or down rows), max(d_ff, d_model), lanes, blocks of a column extent.
+  int64_t max_rows = 0, max_ff = 0, max_lanes = 0;
+  uint64_t max_blocks = 0;
+  uint64_t scratch_bytes = 0;  // MLP scratch any layout allocates at most (fixed_bytes)
+};
+
+// Geometry of a plan's groups (pure functions of the plan).
+// First and last block of a group's bundle tensor holding channels [c0, c1).
+std::pair<uint64_t, uint64_t> BlocksOf(const StreamPlan::Group& g, int64_t c0, int64_t c1);
+// Byte ranges (within the extents) of a column-layout group: input channel i (its gate^T and
+// up^T rows) / neuron c of its layer j.
+std::pair<uint64_t, uint64_t> InputColumn(const StreamPlan::Group& g, int64_t i, int j);
+std::pair<uint64_t, uint64_t> DownColumn(const StreamPlan::Group& g, int64_t c, int j);
+// Appends the blocks of e holding bytes [begin, end) of it (a block equal to the last one is
+// not repeated; the list is sorted and made unique after the calls, SortBlocks).
+void AddBlocks(const StreamPlan::Extent& e, uint64_t begin, uint64_t end,
+               std::vector<uint64_t>* blocks);
+// Columns are visited in channel order, which is file order only in a pack without an
+// activation order: the block list is put in ascending order, each block once.
+void SortBlocks(std::vector<uint64_t>* blocks);
+
+}  // namespace weir::model
