@@ -58,6 +58,28 @@ Files MakeFiles(DType type, int group = 1) {
   return f;
 }
 
+// The model of `gguf` as a column pack whose channels and neurons are stored in the order of
+// random activation scores (weir pack --calib); "" on failure.
+std::string WriteOrderedPack(const std::string& gguf, int group, unsigned seed) {
+  auto m = format::LoadModel(gguf);
+  if (!m.ok()) return "";
+  format::PackOptions o;
+  o.group_size = group;
+  o.layout = format::PackLayout::kColumns;
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0, 1);
+  for (const format::LayerDims& l : m->config.layers) {
+    std::vector<double> in(static_cast<size_t>(m->config.d_model));
+    std::vector<double> down(static_cast<size_t>(l.d_ff));
+    for (double& v : in) v = u(rng);
+    for (double& v : down) v = u(rng);
+    o.in_score.push_back(in);
+    o.down_score.push_back(down);
+  }
+  const std::string path = testing::TempDir() + "/ordered.weir";
+  return format::WritePack(*m, path, o).ok() ? path : "";
+}
+
 std::unique_ptr<sparsity::SparsityPolicy> Policy(const std::string& spec) {
   if (spec.empty()) return nullptr;
   auto p = sparsity::ParseSparsity(spec, nullptr);
@@ -194,21 +216,8 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
   for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
     const Files f = MakeFiles(type, /*group=*/2);
     // The same model with its channels stored in a random activation order.
-    auto m = format::LoadModel(f.gguf).value();
-    format::PackOptions o;
-    o.group_size = 2;
-    o.layout = format::PackLayout::kColumns;
-    std::mt19937 rng(11);
-    std::uniform_real_distribution<double> u(0, 1);
-    for (const format::LayerDims& l : m.config.layers) {
-      std::vector<double> in(static_cast<size_t>(m.config.d_model)), down(static_cast<size_t>(l.d_ff));
-      for (double& v : in) v = u(rng);
-      for (double& v : down) v = u(rng);
-      o.in_score.push_back(in);
-      o.down_score.push_back(down);
-    }
-    const std::string ordered = testing::TempDir() + "/ordered.weir";
-    ASSERT_TRUE(format::WritePack(m, ordered, o).ok());
+    const std::string ordered = WriteOrderedPack(f.gguf, /*group=*/2, /*seed=*/11);
+    ASSERT_FALSE(ordered.empty());
     for (const std::string& pack : {f.pack, ordered}) {
       for (const char* spec : {"dip:0.5,span=2", "dip:0.6,down=1,span=2"}) {
         SCOPED_TRACE(std::string(DTypeName(type)) + " " + spec + " " + pack);
@@ -251,21 +260,8 @@ TEST(StreamingColumnsTest, OrderedColumnPackGivesTheSameLogits) {
   for (int group : {1, 2}) {
     SCOPED_TRACE("group " + std::to_string(group));
     const Files f = MakeFiles(DType::kQ8_0, group);
-    auto m = format::LoadModel(f.gguf).value();
-    format::PackOptions o;
-    o.group_size = group;
-    o.layout = format::PackLayout::kColumns;
-    std::mt19937 rng(5);
-    std::uniform_real_distribution<double> u(0, 1);
-    for (const format::LayerDims& l : m.config.layers) {
-      std::vector<double> in(static_cast<size_t>(m.config.d_model)), down(static_cast<size_t>(l.d_ff));
-      for (double& v : in) v = u(rng);
-      for (double& v : down) v = u(rng);
-      o.in_score.push_back(in);
-      o.down_score.push_back(down);
-    }
-    const std::string ordered = testing::TempDir() + "/ordered.weir";
-    ASSERT_TRUE(format::WritePack(m, ordered, o).ok());
+    const std::string ordered = WriteOrderedPack(f.gguf, group, /*seed=*/5);
+    ASSERT_FALSE(ordered.empty());
     auto pack = format::PackFile::Open(ordered);
     ASSERT_TRUE(pack.ok()) << pack.status().ToString();
     ASSERT_FALSE(pack->groups()[0].in_order.empty());
