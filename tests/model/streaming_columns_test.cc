@@ -399,25 +399,33 @@ TEST(StreamingColumnsTest, RefusesWhatStreamingCannotServe) {
 
 TEST(StreamingColumnsTest, ReadFailureIsAnErrorNotWrongTokens) {
   ThreadPool pool(2);
-  const Files f = MakeFiles(DType::kQ4_0);
-  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), "dip:0.5", &pool, 6);
-  ASSERT_TRUE(resident.ok());
-  bool failed = false;
-  for (uint64_t after : {0, 5, 40, 200, 600}) {
-    SCOPED_TRACE(after);
-    storage::FaultOptions fo;
-    fo.fail_after_reads = after;
-    auto dev = std::make_unique<storage::FaultInjectingDevice>(Memory(f.pack), fo);
-    auto got = RunPack(f.pack, std::move(dev), Config(resident->plan.minimum() + 30000, "lru"),
-                       "dip:0.5", &pool, 6);
-    if (got.ok()) {
-      EXPECT_TRUE(Same(got->trace, resident->trace));
-    } else {
-      failed = true;
-      EXPECT_EQ(got.status().code(), Status::Code::kIoError) << got.status().ToString();
+  // Per layer (group 1), and span mode's compact record reads (group 2).
+  for (const auto& [group, spec] : {std::pair<int, const char*>{1, "dip:0.5"},
+                                    std::pair<int, const char*>{2, "dip:0.5,span=2"}}) {
+    SCOPED_TRACE(spec);
+    const Files f = MakeFiles(DType::kQ4_0, group);
+    auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), spec, &pool, 6);
+    ASSERT_TRUE(resident.ok());
+    bool failed = false;
+    uint64_t records = 0;
+    for (uint64_t after : {0, 5, 40, 200, 600}) {
+      SCOPED_TRACE(after);
+      storage::FaultOptions fo;
+      fo.fail_after_reads = after;
+      auto dev = std::make_unique<storage::FaultInjectingDevice>(Memory(f.pack), fo);
+      auto got = RunPack(f.pack, std::move(dev), Config(resident->plan.minimum() + 30000, "lru"),
+                         spec, &pool, 6);
+      if (got.ok()) {
+        EXPECT_TRUE(Same(got->trace, resident->trace));
+        records += got->stats.records_read;
+      } else {
+        failed = true;
+        EXPECT_EQ(got.status().code(), Status::Code::kIoError) << got.status().ToString();
+      }
     }
+    EXPECT_TRUE(failed);
+    if (group == 2) EXPECT_GT(records, 0u);  // the compact reads ran before the faults began
   }
-  EXPECT_TRUE(failed);
 }
 
 // Zeroes about `zero` of every MLP weight of the synthetic model (unstructured pruning stands
