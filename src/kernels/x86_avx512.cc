@@ -6,7 +6,7 @@
 // made unsigned (Q8_0: q + 128 by flipping the sign bit; Q4_0: the raw nibble 0..15) and the
 // offset is taken back out by starting each block's integer accumulator at -offset * sum(x), a
 // bias computed once per call when the activation is prepared. Two blocks fill one 512-bit vector.
-// Q5_0, Q4_K and Q6_K are multiplied 16 rows at a time, one row per lane (x86_avx512_rows16.cc,
+// Q8_0, Q5_0, Q4_K and Q6_K are multiplied 16 rows at a time, one row per lane (x86_avx512_rows16.cc,
 // internal/avx512_rows16.h; the K types' activation is prepared by x86_avx512_kquants.cc).
 #if defined(__x86_64__)
 
@@ -62,17 +62,17 @@ inline __mmask16 TailMask(int64_t n) {
 // ---------------------------------------------------------------------------------------------
 // Prepared activation for Q8_0 / Q4_0 / Q4_1 / Q5_0 weights: one 128-byte record per pair of
 // weight blocks,
-//   int8  q[64]     both blocks' quantized x, in the order the weight vector is unpacked
-//   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 128 (Q8_0),
-//                   8 (Q4_0) or 0 (Q4_1); unused for Q5_0
-// Q8_0 order: A[0..31] B[0..31]                 (lanes 0-7 block A, 8-15 block B)
-// Q4_0 order: A[0..15] B[0..15] A[16..31] B[16..31]  (lanes 0-3 A, 4-7 B, 8-11 A, 12-15 B),
-//             matching the unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 | B.qs >> 4]
-//             (Q4_1 and Q5_0 alike).
+//   int8  q[64]     both blocks' quantized x, in the order the weight vector is unpacked:
+//                   A[0..15] B[0..15] A[16..31] B[16..31] (lanes 0-3 A, 4-7 B, 8-11 A, 12-15 B),
+//                   matching Q4_0's unpacked weights [A.qs & 15 | B.qs & 15 | A.qs >> 4 |
+//                   B.qs >> 4] (the 16-row kernels of Q8_0 and Q5_0 read values 4j..4j+3 of a
+//                   block from it too)
+//   int32 bias[16]  lane l: -offset * (q[4l] + q[4l+1] + q[4l+2] + q[4l+3]); offset 8 (Q4_0) or
+//                   0 (Q4_1); unused for Q5_0 and Q8_0
 // With an odd number of blocks the last record's B half is all zeros. The records are followed
 // by f32 dx[nb] (the activation scales), zero-padded to a multiple of 16; for Q4_1 then f32
-// sx[b] = dx[b] * sum(q of block b), for Q5_0 int32 bias[b] = -16 * sum(q of block b) (the
-// 16-row kernel's per-block offset), both padded alike.
+// sx[b] = dx[b] * sum(q of block b), for Q5_0 / Q8_0 int32 bias[b] = -16 / -128 * sum(q of
+// block b) (the 16-row kernel's per-block offset), both padded alike.
 constexpr size_t kPairBytes = 128;
 
 inline int64_t PairCount(int64_t nb) { return (nb + 1) / 2; }
@@ -84,7 +84,7 @@ size_t PrepBytes(DType t, int64_t cols) {
   const int64_t nb = cols / kQ;
   // Q4_1 also keeps sx[b] = dx[b] * sum(x_q in block b) for its min term, Q5_0 the int32 block
   // biases of its 16-row kernel (internal/avx512_rows16.h).
-  const size_t scale_arrays = t == DType::kQ4_1 || t == DType::kQ5_0 ? 2 : 1;
+  const size_t scale_arrays = t == DType::kQ4_1 || t == DType::kQ5_0 || t == DType::kQ8_0 ? 2 : 1;
   return static_cast<size_t>(PairCount(nb)) * kPairBytes +
          scale_arrays * static_cast<size_t>(Pad16(nb)) * 4;
 }
@@ -109,9 +109,10 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
     Avx512KPrep(t, x, cols, out);
     return;
   }
-  // Q4_1 and Q5_0 use Q4_0's records (Q4_1's nibbles are unsigned already, so no offset: bias 0;
-  // Q5_0 keeps one bias per block instead of the records' per-lane ones).
-  const bool q4 = t == DType::kQ4_0 || t == DType::kQ4_1 || t == DType::kQ5_0;
+  // Every type uses Q4_0's records. Q4_1's nibbles are unsigned already, so no offset: bias 0;
+  // Q5_0 and Q8_0 (the 16-row kernel) keep one bias per block instead of the per-lane ones.
+  const bool block_bias = t == DType::kQ5_0 || t == DType::kQ8_0;
+  const int32_t block_offset = t == DType::kQ8_0 ? 128 : 16;
   const bool with_min = t == DType::kQ4_1;
   const int64_t nb = cols / kQ;
   const __m512i ones = _mm512_set1_epi8(1);
@@ -121,21 +122,12 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
     uint8_t* rec = static_cast<uint8_t*>(out) + static_cast<size_t>(p) * kPairBytes;
     int8_t* q = reinterpret_cast<int8_t*>(rec);
     const int64_t a = 2 * p, b = 2 * p + 1;
-    if (q4) {
-      dx[a] = QuantizeBlock(x + a * kQ, q, q + 32);
-      if (b < nb) {
-        dx[b] = QuantizeBlock(x + b * kQ, q + 16, q + 48);
-      } else {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm_setzero_si128());
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 48), _mm_setzero_si128());
-      }
+    dx[a] = QuantizeBlock(x + a * kQ, q, q + 32);
+    if (b < nb) {
+      dx[b] = QuantizeBlock(x + b * kQ, q + 16, q + 48);
     } else {
-      dx[a] = QuantizeBlock(x + a * kQ, q, q + 16);
-      if (b < nb) {
-        dx[b] = QuantizeBlock(x + b * kQ, q + 32, q + 48);
-      } else {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(q + 32), _mm256_setzero_si256());
-      }
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 16), _mm_setzero_si128());
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(q + 48), _mm_setzero_si128());
     }
     const __m512i qv = _mm512_loadu_si512(q);
     const __m512i sum4 = _mm512_dpbusd_epi32(_mm512_setzero_si512(), ones, qv);
@@ -151,23 +143,22 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
       if (b < nb) sx[b] = dx[b] * static_cast<float>(sum_b);
       continue;
     }
-    if (t == DType::kQ5_0) {
+    if (block_bias) {
       // Lanes 0-3 and 8-11 hold block a's values, 4-7 and 12-15 block b's.
       auto* bias = reinterpret_cast<int32_t*>(dx + Pad16(nb));
-      bias[a] = -16 * _mm512_mask_reduce_add_epi32(0x0f0f, sum4);
-      if (b < nb) bias[b] = -16 * _mm512_mask_reduce_add_epi32(0xf0f0, sum4);
+      bias[a] = -block_offset * _mm512_mask_reduce_add_epi32(0x0f0f, sum4);
+      if (b < nb) bias[b] = -block_offset * _mm512_mask_reduce_add_epi32(0xf0f0, sum4);
       continue;
     }
-    const int shift = q4 ? 3 : 7;
-    const __m512i bias =
-        _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_sll_epi32(sum4, _mm_cvtsi32_si128(shift)));
+    // Q4_0: offset 8.
+    const __m512i bias = _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_slli_epi32(sum4, 3));
     _mm512_storeu_si512(rec + 64, bias);
   }
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
   if (with_min) {
     for (int64_t b = nb; b < Pad16(nb); ++b) dx[Pad16(nb) + b] = 0;
   }
-  if (t == DType::kQ5_0) {
+  if (block_bias) {
     auto* bias = reinterpret_cast<int32_t*>(dx + Pad16(nb));
     for (int64_t b = nb; b < Pad16(nb); ++b) bias[b] = 0;
   }
@@ -454,10 +445,7 @@ void DotFloatRow(const uint8_t* row, int64_t cols, const float* x, size_t xs, fl
 template <int NT>
 void DotRowTokens(DType t, const uint8_t* row, int64_t cols, const uint8_t* xp, size_t xs, float* y,
                   size_t ys, const uint8_t* pf_end, const uint8_t* pf_shadow) {
-  switch (t) {
-    case DType::kQ8_0:
-      DotQuantRow<false, NT>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
-      return;
+  switch (t) {  // Q8_0, Q5_0 and the K types: the 16-row kernels
     case DType::kQ4_0:
       DotQuantRow<true, NT>(row, cols / kQ, xp, xs, y, ys, pf_end, pf_shadow);
       return;
@@ -650,10 +638,7 @@ void DotRowsGathered(DType t, const uint8_t* const* rows, int64_t cols, const vo
                      float* const* y, const uint8_t* const* pf) {
   const auto* xb = static_cast<const uint8_t*>(xp);
   const auto* xf = static_cast<const float*>(xp);
-  switch (t) {
-    case DType::kQ8_0:
-      DotQuantRowsGathered<false, R>(rows, cols / kQ, xb, y, pf);
-      return;
+  switch (t) {  // Q8_0, Q5_0 and the K types: the 16-row kernels
     case DType::kQ4_0:
       DotQuantRowsGathered<true, R>(rows, cols / kQ, xb, y, pf);
       return;

@@ -1,7 +1,8 @@
-// AVX-512 kernels of Q5_0 and Q4_K over 16 rows at a time (see internal/avx512_rows16.h). Compiled
-// with the AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only through
-// x86_avx512.cc's table after isa.cc found those features, so, like the other SIMD files, it calls
-// no inline code from other headers (see internal/isa_kernels.h).
+// AVX-512 kernels of Q8_0, Q5_0, Q4_K and Q6_K over 16 rows at a time (see
+// internal/avx512_rows16.h). Compiled with the AVX-512 F/BW/VL + VNNI flags
+// (src/kernels/CMakeLists.txt) and reached only through x86_avx512.cc's table after isa.cc found
+// those features, so, like the other SIMD files, it calls no inline code from other headers (see
+// internal/isa_kernels.h).
 #if defined(__x86_64__)
 
 #include <immintrin.h>
@@ -85,6 +86,28 @@ inline void UnpackQ50(const uint8_t* const* row, size_t off, __m512i* v, __m512*
   }
 }
 
+// The Q8_0 block at byte offset off of the 16 rows as 8 vectors of unsigned q + 128 (0..255),
+// laid out as UnpackQ50's; *d: the rows' scales.
+inline void UnpackQ80(const uint8_t* const* row, size_t off, __m512i* v, __m512* d) {
+  const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
+  __m512i lo[4], hi[4], head[4];
+  for (int g = 0; g < 4; ++g) {
+    // Values 0..15 at bytes 2..17, 16..31 at bytes 18..33; d at bytes 0..1.
+    lo[g] = _mm512_xor_si512(Load128x4(row[g] + off + 2, row[4 + g] + off + 2,
+                                       row[8 + g] + off + 2, row[12 + g] + off + 2),
+                             flip);
+    hi[g] = _mm512_xor_si512(Load128x4(row[g] + off + 18, row[4 + g] + off + 18,
+                                       row[8 + g] + off + 18, row[12 + g] + off + 18),
+                             flip);
+    head[g] = Load128x4(row[g] + off, row[4 + g] + off, row[8 + g] + off, row[12 + g] + off);
+  }
+  Transpose4(lo, v);
+  Transpose4(hi, v + 4);
+  const __m512i t0 = _mm512_unpacklo_epi32(head[0], head[1]);
+  const __m512i t2 = _mm512_unpacklo_epi32(head[2], head[3]);
+  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_unpacklo_epi64(t0, t2)));
+}
+
 // Where values 4j .. 4j + 3 of block b lie in a token's prepared records (the Q4_0 order of
 // x86_avx512.cc: A[0..15] B[0..15] A[16..31] B[16..31]).
 constexpr int kActDword[8] = {0, 4, 8, 12, 32, 36, 40, 44};
@@ -135,26 +158,25 @@ inline float LoadF32(const uint8_t* p) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Q5_0: one 32-value block per step. A block (22 bytes): f16 d, u32 qh (bit i: the fifth bit of
-// value i), u8 qs[16] (value i in the low nibble of qs[i], value 16 + i in the high one); value =
-// d (q - 16), q = 0..31.
-struct Q50 {
-  static constexpr size_t kBlockBytes = 22;
+// The 32-value block types, one block per step (the unpacking is the type's: UnpackQ50/Q80).
+// Q5_0: a block (22 bytes): f16 d, u32 qh (bit i: the fifth bit of value i), u8 qs[16] (value i in
+// the low nibble of qs[i], value 16 + i in the high one); value = d (q - 16), q = 0..31; the
+// prepared activation's block bias -16 * sum(x_q) takes the offset back out.
+template <size_t kBytes, void (*kUnpack)(const uint8_t* const*, size_t, __m512i*, __m512*)>
+struct Block32 {
+  static constexpr size_t kBlockBytes = kBytes;
   static constexpr int64_t kBlockValues = 32;
   struct Unpacked {
     __m512i v[8];
     __m512 d;
   };
 
-  // Two blocks are 44 bytes: requesting every other block start, and the last byte, touches
-  // every line of the rows.
+  // Requesting the line of every block start (Q5_0: every other one, two blocks being 44
+  // bytes) and the last byte touches every line of the rows.
   static void Request(const uint8_t* const* rows, int64_t b, int64_t nb, int hint) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
-    if ((b & 1) == 0) {
-      Request16(rows, off, hint);
-    } else if (b == nb - 1) {
-      Request16(rows, off + kBlockBytes - 1, hint);
-    }
+    if (kBlockBytes > 32 || (b & 1) == 0) Request16(rows, off, hint);
+    if (b == nb - 1) Request16(rows, off + kBlockBytes - 1, hint);
   }
 
   // Block b of the 16 rows against NT tokens prepared at xp + t * xs, into acc[t].
@@ -168,7 +190,7 @@ struct Q50 {
       for (int j = 0; j < 8; ++j) v[j] = _mm512_load_si512(&kept[b].v[j]);
       d = _mm512_load_ps(&kept[b].d);
     } else {
-      UnpackQ50(row, static_cast<size_t>(b) * kBlockBytes, v, &d);
+      kUnpack(row, static_cast<size_t>(b) * kBlockBytes, v, &d);
       if constexpr (kFrom == From::kRowsKeep) {
         for (int j = 0; j < 8; ++j) _mm512_store_si512(&kept[b].v[j], v[j]);
         _mm512_store_ps(&kept[b].d, d);
@@ -192,6 +214,10 @@ struct Q50 {
     }
   }
 };
+// Q5_0 (above) and Q8_0: a block (34 bytes) of f16 d and int8 q[32], value = d q; the kernel takes
+// the unsigned q + 128 and the prepared activation's block bias -128 * sum(x_q) takes it back out.
+using Q50 = Block32<22, UnpackQ50>;
+using Q80 = Block32<34, UnpackQ80>;
 
 // ---------------------------------------------------------------------------------------------
 // Q4_K: one 256-value super-block (8 sub-blocks of 32) per step. A super-block (144 bytes): f16 d,
@@ -620,13 +646,15 @@ void Rows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32
 }  // namespace
 
 bool Avx512Rows16Type(DType t) {
-  return t == DType::kQ5_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return t == DType::kQ8_0 || t == DType::kQ5_0 || t == DType::kQ4_K || t == DType::kQ6_K;
 }
 
 void Avx512Rows16Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
                      const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
                      const uint8_t* pf) {
-  if (t == DType::kQ5_0) {
+  if (t == DType::kQ8_0) {
+    Rows16Dot<Q80>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  } else if (t == DType::kQ5_0) {
     Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
   } else if (t == DType::kQ4_K) {
     Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
@@ -637,7 +665,9 @@ void Avx512Rows16Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
 
 void Avx512Rows16Gather(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
                         const int32_t* idx, int64_t n_idx, const void* xp, float* y) {
-  if (t == DType::kQ5_0) {
+  if (t == DType::kQ8_0) {
+    Rows16Gather<Q80>(w, row_stride, cols, idx, n_idx, xp, y);
+  } else if (t == DType::kQ5_0) {
     Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
   } else if (t == DType::kQ4_K) {
     Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);

@@ -1,4 +1,4 @@
-// The AVX-512 kernels of Q5_0, Q4_K and Q6_K (x86_avx512_rows16.cc, compiled with the AVX-512
+// The AVX-512 kernels of Q8_0, Q5_0, Q4_K and Q6_K (x86_avx512_rows16.cc, compiled with the AVX-512
 // flags), called by x86_avx512.cc's table for every form of the row product: dense rows with any
 // number of tokens (decode and prefill) and gathered rows. Declarations only (see
 // internal/isa_kernels.h on why no inline code).
@@ -19,10 +19,11 @@
 // 4 tokens (docs/performance.md, "Gemma 3 prefill: 16 rows at a time").
 //
 // Prepared activations:
-//   Q5_0: x86_avx512.cc's records: PairCount(nb) records of 128 bytes (int8 q of blocks A, B as
-//         A[0..15] B[0..15] A[16..31] B[16..31], then 64 unused bytes), f32 dx[Pad16(nb)], then
-//         int32 bias[Pad16(nb)] = -16 * sum(q of block b) (the weights are the unsigned q 0..31;
-//         the bias takes the offset 16 back out).
+//   Q5_0, Q8_0: x86_avx512.cc's records: PairCount(nb) records of 128 bytes (int8 q of blocks
+//         A, B as A[0..15] B[0..15] A[16..31] B[16..31], then 64 unused bytes), f32
+//         dx[Pad16(nb)], then int32 bias[Pad16(nb)] = -16 (Q5_0) or -128 (Q8_0) * sum(q of block
+//         b) (the weights are the unsigned q 0..31, or q + 128; the bias takes the offset back
+//         out).
 //   Q4_K, Q6_K: x86_avx512_kquants.cc's (int8 q; Q4_K f32 dx, f32 sx = dx * sum(q) per block;
 //         Q6_K int32 -32 * sum(q) per 16 values, f32 dx).
 //
@@ -36,7 +37,7 @@
 
 namespace weir::kernels::internal {
 
-// Whether t is a type these kernels compute (Q5_0, Q4_K, Q6_K).
+// Whether t is a type these kernels compute (Q8_0, Q5_0, Q4_K, Q6_K).
 bool Avx512Rows16Type(DType t);
 
 // Dense rows: y[tok * y_stride + r] = row r · x_tok for r < n_rows, tok < n_tok; rows at
