@@ -174,9 +174,10 @@ Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
     std::lock_guard<std::mutex> lock(stats_mu_);  // stats() reads it
     records_ = std::move(reader);
   }
-  if (records_->Needs(e.offset, record_bytes, slots, n) > records_->capacity()) return false;
   const Clock::time_point t0 = Clock::now();
   const Status st = records_->Read(e.offset, record_bytes, slots, n);
+  // Refused before reading: they do not fit the buffer (the caller takes the cache path).
+  if (st.code() == Status::Code::kOutOfMemory) return false;
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.stall_seconds += Since(t0);

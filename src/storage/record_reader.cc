@@ -55,12 +55,6 @@ uint64_t RecordReader::Plan(uint64_t base, uint64_t record_bytes, const int64_t*
   return total;
 }
 
-uint64_t RecordReader::Needs(uint64_t base, uint64_t record_bytes, const int64_t* slots,
-                             int64_t n) const {
-  std::vector<Span> reads;
-  return Plan(base, record_bytes, slots, n, 0, &reads);
-}
-
 Status RecordReader::Read(uint64_t base, uint64_t record_bytes, const int64_t* slots, int64_t n) {
   if (n < 0 || record_bytes == 0) {
     return Status::InvalidArgument("record reader: a negative count or empty records");

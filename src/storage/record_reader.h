@@ -43,21 +43,21 @@ class RecordReader {
   };
 
   // `capacity`: bytes of the buffer (rounded up to 4096); a Read whose reads need more is
-  // refused before reading (Needs tells beforehand). InvalidArgument for a null device or a
+  // refused with OutOfMemory before anything is read. InvalidArgument for a null device or a
   // zero capacity; OutOfMemory when the buffer cannot be allocated.
   static Result<std::unique_ptr<RecordReader>> Create(BlockDevice* device, uint64_t capacity,
                                                       uint64_t merge_gap = kDefaultMergeGap);
-  // 1.1B Q4_0, dip:0.5 span=4 (25 KiB records, a quarter kept), this VM's disk: a 16 KiB gap
-  // read 2,200 times a token at 0.58 GB/s, a 64 KiB gap 1,180 times (1.5x the bytes) at 1.1.
+  // 1.1B Q4_0, dip:0.5 span=4 (25 KiB records, a quarter kept), this VM's disk, in a 296 MiB
+  // cgroup while other builds ran (reader stats printed by a temporary patch, one run each): a
+  // 16 KiB gap read 2,200 times a token at 0.58 GB/s, a 64 KiB gap 1,180 times (1.5x the bytes)
+  // at 1.1; 2.13 -> 2.28 tok/s (docs/streaming.md 3.5).
   static constexpr uint64_t kDefaultMergeGap = uint64_t{64} << 10;
 
-  // Buffer bytes a Read of these slots needs at least (its runs unmerged). slots: ascending,
-  // distinct; record s lies at device offset base + s * record_bytes.
-  uint64_t Needs(uint64_t base, uint64_t record_bytes, const int64_t* slots, int64_t n) const;
-
+  // slots: ascending, distinct; record s lies at device offset base + s * record_bytes.
   // Reads the n records into data() (record k at data() + k * record_bytes). InvalidArgument for
-  // slots out of order or a record outside the device, OutOfMemory when Needs > capacity, the
-  // device's error otherwise (the buffer then holds unspecified bytes).
+  // slots out of order or a record outside the device, OutOfMemory (nothing read) when even the
+  // unmerged reads exceed the buffer, the device's error otherwise (the buffer then holds
+  // unspecified bytes).
   Status Read(uint64_t base, uint64_t record_bytes, const int64_t* slots, int64_t n);
 
   const std::byte* data() const { return buffer_.data<std::byte>(); }

@@ -424,7 +424,9 @@ TEST(StreamingColumnsTest, ReadFailureIsAnErrorNotWrongTokens) {
       }
     }
     EXPECT_TRUE(failed);
-    if (group == 2) EXPECT_GT(records, 0u);  // the compact reads ran before the faults began
+    if (group == 2) {
+      EXPECT_GT(records, 0u);  // the compact reads ran before the faults began
+    }
   }
 }
 

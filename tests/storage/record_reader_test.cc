@@ -67,7 +67,6 @@ TEST(RecordReaderTest, RunsBecomeOneReadAndNearbyRunsMerge) {
   ASSERT_TRUE(far->Read(0, 1000, slots.data(), 6).ok());
   EXPECT_EQ(far->stats().reads, 3u);
   EXPECT_EQ(far->stats().bytes_read, 6000u);
-  EXPECT_EQ(far->Needs(0, 1000, slots.data(), 6), 6000u);
   // With a 6000-byte gap allowed, {2..4} and {10} merge (5000 bytes apart), {20, 21} does not.
   auto near = RecordReader::Create(&dev, 1 << 20, /*merge_gap=*/6000).value();
   ASSERT_TRUE(near->Read(0, 1000, slots.data(), 6).ok());
