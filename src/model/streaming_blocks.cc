@@ -28,6 +28,8 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.prefetched_bytes = prefetched_bytes - o.prefetched_bytes;
   d.transient_bytes = transient_bytes - o.transient_bytes;
   d.records_read = records_read - o.records_read;
+  d.records_ahead = records_ahead - o.records_ahead;
+  d.records_ahead_used = records_ahead_used - o.records_ahead_used;
   d.expert_uses = expert_uses - o.expert_uses;
   d.expert_hits = expert_hits - o.expert_hits;
   d.experts_predicted = experts_predicted - o.experts_predicted;
@@ -103,6 +105,7 @@ BlockStreamer::~BlockStreamer() {
 
 void BlockStreamer::Shutdown() {
   if (prefetcher_) prefetcher_->Shutdown();
+  if (records_) records_->DropAhead();
 }
 
 bool BlockStreamer::CheckResidentMode() const {
@@ -147,11 +150,14 @@ StreamStats BlockStreamer::stats() const {
     std::lock_guard<std::mutex> lock(stats_mu_);
     s = stats_;
     if (records_ != nullptr) {  // made under this lock
-      const storage::RecordReader::Stats r = records_->stats();
-      s.storage_bytes += r.bytes_read;
-      s.storage_reads += r.reads;
-      s.io_seconds += r.seconds;
-      s.records_read += r.records;
+      const storage::RecordBuffers::Stats r = records_->stats();
+      s.storage_bytes += r.reads.bytes_read;
+      s.storage_reads += r.reads.reads;
+      s.io_seconds += r.reads.seconds;
+      s.records_read += r.reads.records;
+      s.prefetched_bytes += r.ahead_bytes;
+      s.records_ahead += r.ahead_records;
+      s.records_ahead_used += r.ahead_records_used;
     }
   }
   const storage::CacheStats c = cache_->stats();
@@ -166,26 +172,35 @@ StreamStats BlockStreamer::stats() const {
 }
 
 Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
-                                        const int64_t* slots, int64_t n) {
+                                        const int64_t* slots, int64_t n, int32_t* places) {
   if (plan_.record_buffer_bytes == 0) return false;
   if (records_ == nullptr) {
-    WEIR_ASSIGN_OR_RETURN(std::unique_ptr<storage::RecordReader> reader,
-                          storage::RecordReader::Create(device_, plan_.record_buffer_bytes));
+    const bool ahead = plan_.options.span_read_ahead != SpanAhead::kOff &&
+                       plan_.options.prefetch_layers >= 0;
+    WEIR_ASSIGN_OR_RETURN(
+        std::unique_ptr<storage::RecordBuffers> buffers,
+        storage::RecordBuffers::Create(device_, plan_.record_buffer_bytes,
+                                       ahead && plan_.record_ahead_bytes > 0));
     std::lock_guard<std::mutex> lock(stats_mu_);  // stats() reads it
-    records_ = std::move(reader);
+    records_ = std::move(buffers);
   }
   const Clock::time_point t0 = Clock::now();
-  const Status st = records_->Read(e.offset, record_bytes, slots, n);
-  // Refused before reading: they do not fit the buffer (the caller takes the cache path).
-  if (st.code() == Status::Code::kOutOfMemory) return false;
+  const Result<bool> read = records_->Read(e.offset, record_bytes, slots, n, places);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.stall_seconds += Since(t0);
-    stats_.block_accesses += static_cast<uint64_t>(n);
-    stats_.accessed_bytes += static_cast<uint64_t>(n) * record_bytes;
+    if (read.ok() && *read) {
+      stats_.block_accesses += static_cast<uint64_t>(n);
+      stats_.accessed_bytes += static_cast<uint64_t>(n) * record_bytes;
+    }
   }
-  WEIR_RETURN_IF_ERROR(st);
-  return true;
+  return read;
+}
+
+bool BlockStreamer::ReadRecordsAhead(const Extent& e, uint64_t record_bytes,
+                                     std::vector<int64_t> slots) {
+  if (records_ == nullptr) return false;
+  return records_->ReadAhead(e.offset, record_bytes, std::move(slots));
 }
 
 storage::UnitRead BlockStreamer::BlockRead(const Extent& e, uint64_t block) const {

@@ -33,7 +33,7 @@
 #include "model/streaming_plan.h"
 #include "storage/block_device.h"
 #include "storage/prefetcher.h"
-#include "storage/record_reader.h"
+#include "storage/record_buffers.h"
 #include "storage/slab_placement.h"
 #include "storage/unit_id.h"
 #include "storage/weight_cache.h"
@@ -51,7 +51,10 @@ struct StreamStats {
   uint64_t storage_reads = 0;     // device reads of those bytes (adjacent blocks merged count once)
   uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
   uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
-  uint64_t records_read = 0;       // span mode, compact_span: kept records read compactly
+  uint64_t records_read = 0;       // span mode, compact_span: records read compactly (read
+                                   // ahead by a guess, or kept and not guessed)
+  uint64_t records_ahead = 0;      // of those: read ahead for the next group by a guess
+  uint64_t records_ahead_used = 0;  // ... that the group then kept
   // Experts layout: experts the layers chose, those already in memory (cached, or read ahead by a
   // prediction) when the layer asked, and the predictions (experts predicted for a layer, and
   // how many of them it then chose: recall = predicted_used / chosen in predicted layers).
@@ -126,11 +129,16 @@ class BlockStreamer {
   void QueueMissing(const Extent& e, const std::vector<uint64_t>& blocks, size_t from,
                     std::vector<storage::UnitId>* queued);
   // Reads the records `slots` (ascending) of e, each `record_bytes` from the extent's start, into
-  // one compact buffer outside the cache (storage/record_reader.h; the plan's
-  // record_buffer_bytes): record k at records() + k * record_bytes. False, reading nothing, when
-  // they do not fit it. The wait counts as stall.
+  // one compact buffer outside the cache (storage/record_buffers.h; the plan's
+  // record_buffer_bytes): slots[k]'s record at records() + places[k] * record_bytes, taken from
+  // a read-ahead of e where one guessed it. False, reading nothing, when they do not fit it. The
+  // wait counts as stall.
   Result<bool> ReadRecords(const Extent& e, uint64_t record_bytes, const int64_t* slots,
-                           int64_t n);
+                           int64_t n, int32_t* places);
+  // Starts reading the records `slots` (ascending) of e ahead, for the next ReadRecords of e
+  // (storage::RecordBuffers::ReadAhead): false when that is off (StreamingOptions::
+  // span_read_ahead, prefetch_layers < 0) or the buffer is not split.
+  bool ReadRecordsAhead(const Extent& e, uint64_t record_bytes, std::vector<int64_t> slots);
   const std::byte* records() const { return records_->data(); }
   // Cancels a queued read that has not started (what was read stays cached, evictable).
   void Cancel(storage::UnitId id) { prefetcher_->Cancel(id); }
@@ -181,7 +189,7 @@ class BlockStreamer {
   std::unique_ptr<storage::SlabPlacement> slabs_;
   std::unique_ptr<storage::WeightCache> cache_;
   std::unique_ptr<storage::Prefetcher> prefetcher_;
-  std::unique_ptr<storage::RecordReader> records_;  // made at first use, under stats_mu_
+  std::unique_ptr<storage::RecordBuffers> records_;  // made at first use, under stats_mu_
   std::vector<ExtentState> state_;  // per extent, by slab
   Batch attention_batch_;           // the pinned attention of the layer being computed
   std::atomic<bool> resident_mode_{false};

@@ -4,6 +4,7 @@
 #include "model/streaming_columns.h"
 
 #include <algorithm>
+#include <iterator>
 #include <cstring>
 #include <numeric>
 
@@ -60,6 +61,7 @@ Result<std::unique_ptr<ColumnMlp>> ColumnMlp::Create(const StreamPlan& plan,
   m->idx_down_.resize(static_cast<size_t>(max_ff));
   m->coef_.resize(static_cast<size_t>(max_ff));
   m->sel_in_.Reserve(max_ff);
+  m->guess_in_.Reserve(max_ff);
   m->sel_down_.Reserve(max_ff);
   m->all_units_.Reserve(max_ff);
   m->blocks_.reserve(static_cast<size_t>(plan.max_blocks));
@@ -226,15 +228,61 @@ Result<bool> ColumnMlp::ReadSpanCompact(const Group& g) {
   for (int64_t k = 0; k < sel_in_.size(); ++k) span_slots_.push_back(pg.InSlot(sel_in_[k]));
   std::sort(span_slots_.begin(), span_slots_.end());
   const uint64_t record = static_cast<uint64_t>(pg.n_layers) * 2 * pg.in_row_bytes;
+  span_places_.resize(span_slots_.size());
   WEIR_ASSIGN_OR_RETURN(const bool read,
                         streamer_->ReadRecords(g.in, record, span_slots_.data(),
-                                               static_cast<int64_t>(span_slots_.size())));
+                                               static_cast<int64_t>(span_slots_.size()),
+                                               span_places_.data()));
   if (!read) return false;
   span_pos_.resize(std::max(span_pos_.size(), static_cast<size_t>(pg.d_model)));
+  span_places_used_ = 0;
   for (size_t k = 0; k < span_slots_.size(); ++k) {
-    span_pos_[static_cast<size_t>(span_slots_[k])] = static_cast<int32_t>(k);
+    span_pos_[static_cast<size_t>(span_slots_[k])] = span_places_[k];
+    span_places_used_ = std::max<int64_t>(span_places_used_, int64_t{span_places_[k]} + 1);
   }
+  if (prev_slots_.size() <= static_cast<size_t>(pg.index))
+    prev_slots_.resize(static_cast<size_t>(pg.index) + 1);
+  prev_slots_[static_cast<size_t>(pg.index)] = span_slots_;
   return true;
+}
+
+void ColumnMlp::ReadNextRecordsAhead(const Group& g, int layer, const float* x,
+                                     sparsity::SparsityPolicy* policy) {
+  const SpanAhead mode = plan_.options.span_read_ahead;
+  if (mode == SpanAhead::kOff || plan_.options.prefetch_layers < 0) return;
+  // The next group, or after the last group the next token's first.
+  const size_t next = static_cast<size_t>(g.pack.index) + 1;
+  const bool wrap = next >= plan_.groups.size();
+  const size_t w = wrap ? 0 : next;
+  const Group& n = plan_.groups[w];
+  const format::PackGroup& pn = n.pack;
+  if (!n.columns || n.sparse || pn.n_layers <= 1) return;
+  // Two guesses: the selection the next group made for the previous token (consecutive tokens'
+  // hidden states are similar), and the one this layer's input predicts for it (consecutive
+  // layers' are: ActiveFlow §3). The layer guess cannot cross into the next token.
+  const std::vector<int64_t> none;
+  const std::vector<int64_t>& token = w < prev_slots_.size() ? prev_slots_[w] : none;
+  guess_slots_.clear();
+  if (!wrap && mode != SpanAhead::kToken &&
+      policy->PredictSpan(layer, pn.first_layer,
+                          std::span<const float>(x, static_cast<size_t>(g.pack.d_model)),
+                          &guess_in_)) {
+    for (int64_t k = 0; k < guess_in_.size(); ++k) guess_slots_.push_back(pn.InSlot(guess_in_[k]));
+    std::sort(guess_slots_.begin(), guess_slots_.end());
+  }
+  std::vector<int64_t> slots;
+  if (guess_slots_.empty()) {
+    slots = token;
+  } else if (mode == SpanAhead::kLayer) {
+    slots = guess_slots_;
+  } else {  // both: the union
+    slots.reserve(guess_slots_.size() + token.size());
+    std::set_union(guess_slots_.begin(), guess_slots_.end(), token.begin(), token.end(),
+                   std::back_inserter(slots));
+  }
+  if (slots.empty()) return;
+  const uint64_t record = static_cast<uint64_t>(pn.n_layers) * 2 * pn.in_row_bytes;
+  streamer_->ReadRecordsAhead(n.in, record, std::move(slots));
 }
 
 void ColumnMlp::CompactInputProduct(const Group& g, const int32_t* rows, const float* coef,
@@ -243,7 +291,7 @@ void ColumnMlp::CompactInputProduct(const Group& g, const int32_t* rows, const f
   const format::PackGroup& pg = g.pack;
   float* xr = rows_x_.data<float>();
   for (int64_t k = 0; k < n; ++k) xr[rows[k]] = coef[k];
-  const int64_t n_rows = static_cast<int64_t>(span_slots_.size()) * pg.n_layers * 2;
+  const int64_t n_rows = span_places_used_ * pg.n_layers * 2;
   const TensorView view{pg.dtype, Shape{n_rows, pg.d_ff}, streamer_->records()};
   kernels::GatherMatVecCols(view, rows, n, xr, y, pool);
   *bytes += static_cast<uint64_t>(n) * view.row_bytes();
@@ -288,6 +336,7 @@ Status ColumnMlp::AcquireSpan(const Group& g, int layer, const float* x,
   // A compact read takes the next group's records when it starts: predicting them into the
   // cache would read them twice.
   PredictNextGroup(g, sel_in_, /*inputs=*/!span_compact_, whole_down);
+  if (span_compact_) ReadNextRecordsAhead(g, layer, x, policy);
   return Status::Ok();
 }
 
@@ -377,7 +426,7 @@ Status ColumnMlp::ForwardColumns(const Group& g, int j, const float* x, float* o
   const bool compact = held && span_compact_;
   for (int64_t k = 0; k < n_in; ++k) {
     const int32_t i = sel_in_[k];
-    // The compact copy numbers the kept records 0, 1, ... in slot order.
+    // The compact copy holds each kept record at its place (ReadSpanCompact).
     const int64_t slot = compact ? span_pos_[static_cast<size_t>(pg.InSlot(i))] : pg.InSlot(i);
     idx_gate[k] = static_cast<int32_t>(pg.InRowAtSlot(slot, j, ColumnOp::kGateT));
     idx_up[k] = static_cast<int32_t>(pg.InRowAtSlot(slot, j, ColumnOp::kUpT));

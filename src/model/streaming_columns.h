@@ -23,7 +23,10 @@
 // reads, no cache entries; otherwise, or when they do not fit it, it pins their blocks through
 // the cache), pins the group's down columns when W_down is kept whole, and keeps them until
 // its last layer; it queues the next group's W_down (and, through the cache, the next group's
-// records for the same channels: cross-layer preloading, ActiveFlow §3.2).
+// records for the same channels: cross-layer preloading, ActiveFlow §3.2). A compact read also
+// starts reading the next group's records, guessed from this layer's input, into a second
+// buffer on a thread of its own (StreamingOptions::span_read_ahead, storage/record_buffers.h);
+// the next group reads only what the guess missed.
 //
 // Thread safety: one thread (the session's) calls it.
 #pragma once
@@ -91,6 +94,11 @@ class ColumnMlp final : public LayoutMlp {
   // (BlockStreamer::ReadRecords) and numbers them; false (nothing read) when they do not fit or
   // the mode is off.
   Result<bool> ReadSpanCompact(const Group& g);
+  // Span mode with compact_span and StreamingOptions::span_read_ahead: guesses the next group's
+  // kept channels from layer's input x (the policy's PredictSpan) and starts reading their
+  // records (BlockStreamer::ReadRecordsAhead) while this group computes.
+  void ReadNextRecordsAhead(const Group& g, int layer, const float* x,
+                            sparsity::SparsityPolicy* policy);
   // ColumnProduct's input product over that compact copy.
   void CompactInputProduct(const Group& g, const int32_t* rows, const float* coef, int64_t n,
                            float* y, ThreadPool* pool, uint64_t* bytes);
@@ -125,6 +133,13 @@ class ColumnMlp final : public LayoutMlp {
   bool span_compact_ = false;  // the held group's records are in the streamer's compact copy
   std::vector<int64_t> span_slots_;  // their slots, ascending
   std::vector<int32_t> span_pos_;    // slot -> its record's place in the compact copy
+  std::vector<int32_t> span_places_;  // span_slots_[k]'s place
+  int64_t span_places_used_ = 0;      // 1 + the highest place
+  // Read-ahead (ReadNextRecordsAhead): each group's slots at its last compact read, and the
+  // channels and slots a layer's input guesses for the next group.
+  std::vector<std::vector<int64_t>> prev_slots_;
+  sparsity::IndexList guess_in_;
+  std::vector<int64_t> guess_slots_;
   bool single_token_ = false;  // the Forward call at hand has one token (span mode needs it)
 };
 

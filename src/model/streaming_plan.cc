@@ -34,6 +34,14 @@ uint64_t MaxLayerBlocks(const StreamPlan::Group& g, bool input) {
 
 }  // namespace
 
+std::optional<SpanAhead> ParseSpanAhead(const std::string& name) {
+  if (name == "off") return SpanAhead::kOff;
+  if (name == "token") return SpanAhead::kToken;
+  if (name == "layer") return SpanAhead::kLayer;
+  if (name == "both") return SpanAhead::kBoth;
+  return std::nullopt;
+}
+
 Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const StreamingOptions& options,
                                      const EntryCharge& entry_charge,
                                      std::vector<RecordTables> tables) {
@@ -194,6 +202,10 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       // time (staging is sized by that).
       const bool compact = g.pack.n_layers > 1 && !g.sparse && options.compact_span;
       if (compact) p.record_buffer_bytes = std::max(p.record_buffer_bytes, in_bytes);
+      // A read-ahead of the next group's records needs a second buffer as large, beyond the
+      // reserve (storage/record_buffers.h); the two swap roles, so both are the largest group's.
+      if (compact && options.span_read_ahead != SpanAhead::kOff && options.prefetch_layers >= 0)
+        p.record_ahead_bytes = std::max(p.record_ahead_bytes, in_bytes);
       p.max_cache_pin_bytes = std::max(
           p.max_cache_pin_bytes,
           g.pack.n_layers > 1 && !compact ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
@@ -232,7 +244,7 @@ uint64_t StreamPlan::fixed_bytes() const {
   uint64_t tables = 0;
   for (const Group& g : groups)
     tables += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
-  return scratch_bytes + tables +
+  return scratch_bytes + tables + record_ahead_bytes +
          std::max(max_lane_bytes + 2 * options.block_bytes, max_attention_bytes) +
          // Released cache blocks waiting to be given back in one batch (slab_placement.h).
          (options.block_bytes < (size_t{2} << 20) ? deferred_release_bytes : 0);

@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -34,6 +35,11 @@
 #include "storage/slab_placement.h"
 
 namespace weir::model {
+
+// What span mode reads ahead for the next group (StreamingOptions::span_read_ahead).
+enum class SpanAhead { kOff, kToken, kLayer, kBoth };
+// "off", "token", "layer", "both"; nullopt for anything else.
+std::optional<SpanAhead> ParseSpanAhead(const std::string& name);
 
 struct StreamingOptions {
   uint64_t cache_budget = 0;   // bytes for cached blocks (WeightCache charges)
@@ -62,6 +68,12 @@ struct StreamingOptions {
   // never cached (so DIP-CA sees none of them cached); W_down and attention still are. Off,
   // or when a selection's reads do not fit the buffer, the blocks go through the cache.
   bool compact_span = true;
+  // With compact_span: guess the next group's selection and read those records on a thread of
+  // their own while this group computes (storage/record_buffers.h; ActiveFlow's cross-layer
+  // preloading, paper 002 §3). kToken guesses what the group kept for the previous token,
+  // kLayer what the group's first layer's input predicts (the policy's PredictSpan), kBoth the
+  // union. Off with prefetch_layers < 0. The memory plan counts a second record buffer when on.
+  SpanAhead span_read_ahead = SpanAhead::kBoth;
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;
@@ -157,6 +169,9 @@ struct StreamPlan {
   // packs: the input share of the transient reserve, which the records then do not use).
   uint64_t max_cache_pin_bytes = 0;
   uint64_t record_buffer_bytes = 0;
+  // ... and its second half when the next group's records may be read ahead
+  // (StreamingOptions::span_read_ahead): counted in fixed_bytes() beyond the reserve.
+  uint64_t record_ahead_bytes = 0;
   uint64_t max_group_bytes = 0;      // MLP bytes of the largest group (experts: chosen ones)
   uint64_t max_attention_bytes = 0;  // blocks of the largest attention extent
   // Sizes of the largest group, for the MLP scratch: rows of its tensor (gate/up/down rows;

@@ -77,6 +77,20 @@ class SparsityPolicy {
     (void)scale;
   }
 
+  // Span read-ahead (ActiveFlow's cross-layer preloading, paper 002 §3): a guess of the
+  // selection the span that starts at `span_layer` will make, from an earlier layer's MLP input
+  // x (`from_layer`'s normalized input, its scale replaced by the span's as a span-first layer
+  // does). Changes no state the selections depend on. False (out untouched) when the policy
+  // selects no span starting there.
+  virtual bool PredictSpan(int from_layer, int span_layer, std::span<const float> x,
+                           IndexList* out) {
+    (void)from_layer;
+    (void)span_layer;
+    (void)x;
+    (void)out;
+    return false;
+  }
+
   // Selection at kAttnIn, kAttnOut or kMlpIn from the site's input x [width]. kMlpDown is also
   // accepted when unit_predictor() is kNone (it equals SelectDown with all units computed).
   virtual void SelectInput(int layer, Site site, std::span<const float> x,

@@ -132,7 +132,8 @@ void RulePolicy::SelectInput(int layer, Site site, std::span<const float> x,
   const size_t k = span_call_++;
   if (layer % rule.span == 0) {
     if (span_sel_.size() <= k) span_sel_.emplace_back(span_width_);
-    Apply(rule, layer, SpanScores(layer, rule.span, x), Magnitude::kAbs, cache, &span_sel_[k]);
+    Apply(rule, layer, SpanScores(layer, layer, rule.span, x, &span_score_), Magnitude::kAbs, cache,
+          &span_sel_[k]);
     out->CopyFrom(span_sel_[k]);
     span_first_ = layer;
     span_count_ = k + 1;
@@ -153,24 +154,41 @@ void RulePolicy::SetMlpInputScale(int layer, std::span<const float> scale) {
   mlp_scale_[static_cast<size_t>(layer)].assign(scale.begin(), scale.end());
 }
 
-std::span<const float> RulePolicy::SpanScores(int layer, int span, std::span<const float> x) {
-  // x_i = r_i * s_first,i with r the normalized residual, which changes little from layer to
+std::span<const float> RulePolicy::SpanScores(int from, int first, int span,
+                                              std::span<const float> x,
+                                              std::vector<float>* score) const {
+  // x_i = r_i * s_from,i with r the normalized residual, which changes little from layer to
   // layer; layer l of the span will see about r_i * s_l,i. A channel is worth its largest
   // predicted magnitude over the span's layers: |r_i| * max_l |s_l,i|.
   const int n_layers = static_cast<int>(mlp_scale_.size());
-  const std::vector<float>& first = mlp_scale_[static_cast<size_t>(layer)];
-  if (first.size() != x.size()) return x;  // no scales: the first layer's |x| decides
+  if (from < 0 || from >= n_layers) return x;
+  const std::vector<float>& own = mlp_scale_[static_cast<size_t>(from)];
+  if (own.size() != x.size()) return x;  // no scales: |x| decides
   const size_t n = x.size();
+  if (score->size() < n) score->resize(n);
   for (size_t i = 0; i < n; ++i) {
     float most = 0.0f;
-    for (int l = layer; l < std::min(layer + span, n_layers); ++l) {
+    for (int l = first; l < std::min(first + span, n_layers); ++l) {
       const std::vector<float>& s = mlp_scale_[static_cast<size_t>(l)];
       if (s.size() == n) most = std::max(most, std::fabs(s[i]));
     }
-    const float r = first[i] != 0.0f ? x[i] / first[i] : 0.0f;
-    span_score_[i] = std::fabs(r) * most;
+    const float r = own[i] != 0.0f ? x[i] / own[i] : 0.0f;
+    (*score)[i] = std::fabs(r) * most;
   }
-  return {span_score_.data(), n};
+  return {score->data(), n};
+}
+
+bool RulePolicy::PredictSpan(int from_layer, int span_layer, std::span<const float> x,
+                             IndexList* out) {
+  const SiteRule& rule = RuleFor(Site::kMlpIn);
+  if (rule.span <= 1 || span_layer < 0 || span_layer % rule.span != 0 ||
+      span_layer >= static_cast<int>(dims_.size()) ||
+      static_cast<int64_t>(x.size()) != Dims(span_layer).d_model) {
+    return false;
+  }
+  Apply(rule, span_layer, SpanScores(from_layer, span_layer, rule.span, x, &predict_score_),
+        Magnitude::kAbs, nullptr, out);
+  return true;
 }
 
 void RulePolicy::SelectUnits(int layer, std::span<const float> pre, IndexList* out) {

@@ -56,6 +56,8 @@ class RulePolicy final : public SparsityPolicy {
   void SetMlpInputScale(int layer, std::span<const float> scale) override;
   void SelectInput(int layer, Site site, std::span<const float> x, const CacheStateView* cache,
                    IndexList* out) override;
+  bool PredictSpan(int from_layer, int span_layer, std::span<const float> x,
+                   IndexList* out) override;
   void SelectUnits(int layer, std::span<const float> pre, IndexList* out) override;
   void SelectDown(int layer, std::span<const float> h, const IndexList& units,
                   const CacheStateView* cache, IndexList* out) override;
@@ -65,8 +67,10 @@ class RulePolicy final : public SparsityPolicy {
   void Apply(const SiteRule& rule, int layer, std::span<const float> x, Magnitude mag,
              const CacheStateView* cache, IndexList* out);
   const LayerDims& Dims(int layer) const;
-  // The scores a span-first layer selects by (x itself without scales).
-  std::span<const float> SpanScores(int layer, int span, std::span<const float> x);
+  // The scores the span starting at `first` selects by, from layer `from`'s input x (x itself
+  // without scales), written to *score.
+  std::span<const float> SpanScores(int from, int first, int span, std::span<const float> x,
+                                    std::vector<float>* score) const;
 
   PolicyConfig c_;
   std::vector<LayerDims> dims_;  // set by Prepare
@@ -82,6 +86,7 @@ class RulePolicy final : public SparsityPolicy {
   int64_t span_width_ = 0;
   std::vector<std::vector<float>> mlp_scale_;  // per layer (SetMlpInputScale), or empty
   std::vector<float> span_score_;              // [d_model] the span-first layer's scores
+  std::vector<float> predict_score_;           // [d_model] PredictSpan's
 };
 
 }  // namespace weir::sparsity

@@ -61,6 +61,7 @@ class RecordReader {
   Status Read(uint64_t base, uint64_t record_bytes, const int64_t* slots, int64_t n);
 
   const std::byte* data() const { return buffer_.data<std::byte>(); }
+  std::byte* mutable_data() { return buffer_.data<std::byte>(); }
   uint64_t capacity() const { return buffer_.size(); }
   Stats stats() const;
 

@@ -40,10 +40,10 @@ struct Files {
   std::string gguf, pack, bundles;
 };
 
-Files MakeFiles(DType type, int group = 1) {
+Files MakeFiles(DType type, int group = 1, int n_layers = 3) {
   Files f;
   const std::string dir = testing::TempDir();
-  const format::SynthSpec s = streaming_test::SmallLlama();
+  const format::SynthSpec s = streaming_test::SmallLlama(n_layers);
   f.gguf = dir + "/m.gguf";
   EXPECT_TRUE(format::WriteRandomLlamaGguf(s, type, 9, f.gguf, nullptr).ok());
   auto m = format::LoadModel(f.gguf).value();
@@ -214,7 +214,8 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
   ThreadPool pool(2);
   const int steps = 4;
   for (DType type : {DType::kQ8_0, DType::kQ4_0}) {
-    const Files f = MakeFiles(type, /*group=*/2);
+    // Four layers: two groups of two, so that each group reads the other's records ahead.
+    const Files f = MakeFiles(type, /*group=*/2, /*n_layers=*/4);
     // The same model with its channels stored in a random activation order.
     const std::string ordered = WriteOrderedPack(f.gguf, /*group=*/2, /*seed=*/11);
     ASSERT_FALSE(ordered.empty());
@@ -227,10 +228,16 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
         ASSERT_TRUE(probe.ok()) << probe.status().ToString();
         const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
         for (uint64_t budget : {probe->plan.minimum(), probe->plan.minimum() + model_bytes / 4}) {
-          for (bool compact : {true, false}) {
-            SCOPED_TRACE("budget " + std::to_string(budget) + (compact ? " compact" : " cached"));
+          for (const char* way : {"compact", "compact token", "compact layer", "compact off",
+                                  "cached"}) {
+            SCOPED_TRACE("budget " + std::to_string(budget) + " " + way);
+            const bool compact = std::string(way) != "cached";
             StreamingConfig c = Config(budget, "mru");
             c.stream.compact_span = compact;
+            // The next group's records read ahead by each guess, or not at all.
+            const std::string ahead = std::string(way).substr(std::min<size_t>(8, strlen(way)));
+            c.stream.span_read_ahead =
+                ahead.empty() ? SpanAhead::kBoth : *ParseSpanAhead(ahead);
             storage::DeviceOptions d;
             d.kind = "direct";
             auto dev = storage::OpenDevice(pack, d);
@@ -243,6 +250,12 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
               EXPECT_GT(got->stats.records_read, 0u);
             } else {
               EXPECT_EQ(got->stats.records_read, 0u);
+            }
+            if (compact && c.stream.span_read_ahead != SpanAhead::kOff) {
+              EXPECT_GT(got->stats.records_ahead, 0u);
+              EXPECT_GT(got->stats.records_ahead_used, 0u);
+            } else {
+              EXPECT_EQ(got->stats.records_ahead, 0u);
             }
           }
         }

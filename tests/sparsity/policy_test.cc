@@ -412,6 +412,40 @@ TEST(PolicyTest, SpanScoresPredictLaterLayersFromTheNormWeights) {
   EXPECT_FALSE(std::binary_search(p.begin(), p.end(), 5));
 }
 
+TEST(PolicyTest, PredictSpanGuessesTheNextSpanAndLeavesThisOneAlone) {
+  // Layer 0's input, rescaled from layer 0's norm weights to layer 2's, is what the span that
+  // starts at layer 2 would select from; guessing it does not change layer 1's reuse of layer 0's
+  // selection.
+  auto span = Make("dip:0.6,span=2", nullptr);
+  auto fresh = Make("dip:0.6,span=2", nullptr);
+  ASSERT_TRUE(span && fresh);
+  const size_t d = static_cast<size_t>(kDims.d_model);
+  std::vector<float> s0(d), s1(d, 1.0f), s2(d);
+  for (size_t i = 0; i < d; ++i) {
+    s0[i] = 0.1f + 0.3f * static_cast<float>(i % 9);  // far from constant: the guess divides
+    s2[i] = 2.0f - 0.02f * static_cast<float>(i % 7);
+  }
+  s2[7] = 500.0f;  // layer 2 weighs channel 7 so that the guess must rescale to keep it
+  for (auto* p : {span.get(), fresh.get()}) {
+    p->SetMlpInputScale(0, s0);
+    p->SetMlpInputScale(1, s1);
+    p->SetMlpInputScale(2, s2);
+  }
+  const std::vector<float> x0 = Act(0, 0, 2), x1 = Act(0, 1, 2);
+  const auto sel0 = MlpIn(*span, 0, x0);
+  IndexList guess(256);
+  ASSERT_TRUE(span->PredictSpan(0, 2, x0, &guess));
+  std::vector<float> rescaled(d);
+  for (size_t i = 0; i < d; ++i) rescaled[i] = x0[i] / s0[i] * s2[i];
+  const std::vector<int32_t> g = ToVector(guess);
+  EXPECT_EQ(g, MlpIn(*fresh, 2, rescaled));
+  EXPECT_TRUE(std::binary_search(g.begin(), g.end(), 7));
+  EXPECT_EQ(MlpIn(*span, 1, x1), sel0);  // the span at hand is untouched
+  EXPECT_FALSE(span->PredictSpan(0, 1, x0, &guess));  // layer 1 starts no span
+  auto plain = Make("dip:0.6", nullptr);
+  EXPECT_FALSE(plain->PredictSpan(0, 2, x0, &guess));
+}
+
 TEST(PolicyTest, SpanOptionErrors) {
   for (const char* bad : {"dip:0.6,span=0", "dip:0.6,span=1.5", "dip:0.6,span=2000",
                           "teal:0.5,span=2", "dip-ca:0.6,span=x"}) {

@@ -55,6 +55,12 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
                  "packs, 64KiB for column packs)");
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
       ->check(CLI::Range(1, 4096));
+  app.add_option("--span-ahead", f->span_ahead,
+                 "span selection (dip span=N on a pack written with --group N): which of the next "
+                 "group's records to read while this group computes: token (what the group kept "
+                 "for the previous token), layer (what this layer's input predicts), both (the "
+                 "union; default), off")
+      ->check(CLI::IsMember({"off", "token", "layer", "both"}));
 }
 
 bool IsPackFile(const std::string& path) {
@@ -174,6 +180,12 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   c.stream.record_trace = f.record_trace;
   c.stream.partitions = f.partitions;
   c.stream.stream_attention = !f.static_attention;
+  const std::optional<model::SpanAhead> ahead = model::ParseSpanAhead(f.span_ahead);
+  if (!ahead) {
+    return Status::InvalidArgument("--span-ahead " + f.span_ahead +
+                                   ": expected off, token, layer or both");
+  }
+  c.stream.span_read_ahead = *ahead;
   c.stream.block_bytes = 0;  // auto: by the pack's layout (StreamingModel::Open)
   if (!f.block.empty()) {
     auto block = ParseBytes(f.block);
@@ -196,6 +208,13 @@ std::string FormatStreamStats(const model::StreamStats& s) {
                 FormatBytes(s.storage_bytes).c_str(), FormatBytes(s.prefetched_bytes).c_str(),
                 FormatBytes(s.cache_bytes).c_str(), 100.0 * s.hit_rate(), s.stall_seconds * 1e3,
                 100.0 * s.overlap());
+  if (s.records_ahead > 0) {
+    out += StrFormat(", span records %llu read, %llu ahead (%.1f%% of those kept)",
+                     static_cast<unsigned long long>(s.records_read),
+                     static_cast<unsigned long long>(s.records_ahead),
+                     100.0 * static_cast<double>(s.records_ahead_used) /
+                         static_cast<double>(s.records_ahead));
+  }
   if (s.expert_uses > 0) {
     out += StrFormat(", experts %llu used, %.1f%% cached or read ahead",
                      static_cast<unsigned long long>(s.expert_uses),
@@ -223,6 +242,12 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
           {"stall_seconds_per_token", s.stall_seconds / n},
           {"io_seconds_per_token", s.io_seconds / n},
           {"overlap", s.overlap()},
+          {"span",
+           {{"records_read_per_token", s.records_read / n},
+            {"records_ahead_per_token", s.records_ahead / n},
+            {"ahead_used", s.records_ahead ? static_cast<double>(s.records_ahead_used) /
+                                                 s.records_ahead
+                                           : 0.0}}},
           {"experts",
            {{"used_per_token", s.expert_uses / n},
             {"hit_rate", s.expert_uses ? static_cast<double>(s.expert_hits) / s.expert_uses : 0.0},

@@ -32,6 +32,7 @@ struct StreamingFlags {
   std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs
   int queue_depth = 32;
   bool static_attention = false;  // --static-attention
+  std::string span_ahead = "both";  // --span-ahead: off, token, layer, both
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
