@@ -175,12 +175,11 @@ Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
                                         const int64_t* slots, int64_t n, int32_t* places) {
   if (plan_.record_buffer_bytes == 0) return false;
   if (records_ == nullptr) {
-    const bool ahead = plan_.options.span_read_ahead != SpanAhead::kOff &&
-                       plan_.options.prefetch_layers >= 0;
+    const bool ahead = record_ahead_ && plan_.record_ahead_bytes > 0;
     WEIR_ASSIGN_OR_RETURN(
         std::unique_ptr<storage::RecordBuffers> buffers,
-        storage::RecordBuffers::Create(device_, plan_.record_buffer_bytes,
-                                       ahead && plan_.record_ahead_bytes > 0));
+        storage::RecordBuffers::Create(device_, plan_.record_buffer_bytes, ahead));
+    record_ahead_made_ = ahead;
     std::lock_guard<std::mutex> lock(stats_mu_);  // stats() reads it
     records_ = std::move(buffers);
   }

@@ -139,6 +139,11 @@ class BlockStreamer {
   // (storage::RecordBuffers::ReadAhead): false when that is off (StreamingOptions::
   // span_read_ahead, prefetch_layers < 0) or the buffer is not split.
   bool ReadRecordsAhead(const Extent& e, uint64_t record_bytes, std::vector<int64_t> slots);
+  // Whether the record buffer, when ReadRecords first makes it, gets its read-ahead half (the
+  // plan's record_ahead_bytes); fixed once it is made. Off until set.
+  void set_record_ahead(bool on) { record_ahead_ = on; }
+  // The read-ahead buffer has been made (its bytes are in use from then on).
+  bool record_ahead_made() const { return record_ahead_made_; }
   const std::byte* records() const { return records_->data(); }
   // Cancels a queued read that has not started (what was read stays cached, evictable).
   void Cancel(storage::UnitId id) { prefetcher_->Cancel(id); }
@@ -194,6 +199,7 @@ class BlockStreamer {
   Batch attention_batch_;           // the pinned attention of the layer being computed
   std::atomic<bool> resident_mode_{false};
   bool sparse_mlp_ = false;
+  bool record_ahead_ = false, record_ahead_made_ = false;
   // Read-ahead: the next block to hand to the I/O thread.
   struct Cursor {
     int64_t position = 0;  // lap * n_layers + layer

@@ -28,13 +28,17 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 std::string MemoryPlan::ToString() const {
   const bool unlimited = budget == UINT64_MAX;
   return StrFormat(
-      "process %s + static %s + session %s + streamer %s + io %s + policy %s + cache %s = %s "
+      "process %s + static %s + session %s + streamer %s + io %s + policy %s%s + cache %s = %s "
       "(streamed %s)",
       FormatBytes(process_bytes).c_str(), FormatBytes(static_bytes).c_str(),
       FormatBytes(session_bytes).c_str(), FormatBytes(streamer_bytes).c_str(),
       FormatBytes(io_bytes).c_str(), FormatBytes(policy_bytes).c_str(),
+      record_ahead_bytes > 0
+          ? (" + span read-ahead " + FormatBytes(record_ahead_bytes)).c_str()
+          : "",
       unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
-      unlimited ? "no limit" : FormatBytes(Add(minimum(), cache_bytes)).c_str(),
+      unlimited ? "no limit"
+                : FormatBytes(Add(Add(minimum(), record_ahead_bytes), cache_bytes)).c_str(),
       FormatBytes(streamed_bytes).c_str());
 }
 
@@ -233,6 +237,23 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
         FormatBytes(p.io_bytes).c_str(), FormatBytes(p.policy_bytes).c_str()));
   }
   p.cache_bytes = budget - p.minimum();
+  // Span mode's read-ahead buffer: once made it stays; before, it is given when the cache keeps
+  // at least as much again (a small cache is worth more than the overlap).
+  const uint64_t ahead = streamer_->record_ahead_bytes();
+  p.record_ahead_bytes = 0;
+  if (streamer_->record_ahead_made()) {
+    if (p.cache_bytes < ahead) {
+      return Status::OutOfMemory(StrFormat(
+          "%s: memory budget %s is below the minimum %s and the span read-ahead buffer %s "
+          "already in use",
+          path_.c_str(), FormatBytes(budget).c_str(), FormatBytes(p.minimum()).c_str(),
+          FormatBytes(ahead).c_str()));
+    }
+    p.record_ahead_bytes = ahead;
+  } else if (ahead > 0 && (budget == UINT64_MAX || p.cache_bytes >= 2 * ahead)) {
+    p.record_ahead_bytes = ahead;
+  }
+  p.cache_bytes -= p.record_ahead_bytes;
   *plan = p;
   return Status::Ok();
 }
@@ -241,6 +262,7 @@ Status StreamingModel::Fit(uint64_t session_bytes) {
   MemoryPlan p;
   WEIR_RETURN_IF_ERROR(Plan(config_.memory_budget, session_bytes, &p));
   WEIR_RETURN_IF_ERROR(streamer_->SetCacheBudget(p.cache_bytes));
+  streamer_->set_record_ahead(p.record_ahead_bytes > 0);
   plan_ = p;
   return Status::Ok();
 }
@@ -249,6 +271,7 @@ Status StreamingModel::SetMemoryBudget(uint64_t bytes) {
   MemoryPlan p;
   WEIR_RETURN_IF_ERROR(Plan(bytes, plan_.session_bytes, &p));
   WEIR_RETURN_IF_ERROR(streamer_->SetCacheBudget(p.cache_bytes));
+  streamer_->set_record_ahead(p.record_ahead_bytes > 0);
   config_.memory_budget = bytes;
   plan_ = p;
   return Status::Ok();

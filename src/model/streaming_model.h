@@ -67,6 +67,9 @@ struct MemoryPlan {
   uint64_t policy_bytes = 0;
   uint64_t process_bytes = 0;  // StreamingConfig::count_process: the resident set at open
   uint64_t cache_bytes = 0;
+  // Span mode's read-ahead buffer, given from what would be the cache when that leaves at least
+  // as much again (0: none; see StreamingModel::Plan).
+  uint64_t record_ahead_bytes = 0;
   uint64_t streamed_bytes = 0;  // the streamed tensors, for scale
   // Everything but the cache: the smallest budget that runs at all.
   uint64_t minimum() const {

@@ -244,7 +244,7 @@ uint64_t StreamPlan::fixed_bytes() const {
   uint64_t tables = 0;
   for (const Group& g : groups)
     tables += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
-  return scratch_bytes + tables + record_ahead_bytes +
+  return scratch_bytes + tables +
          std::max(max_lane_bytes + 2 * options.block_bytes, max_attention_bytes) +
          // Released cache blocks waiting to be given back in one batch (slab_placement.h).
          (options.block_bytes < (size_t{2} << 20) ? deferred_release_bytes : 0);

@@ -169,8 +169,9 @@ struct StreamPlan {
   // packs: the input share of the transient reserve, which the records then do not use).
   uint64_t max_cache_pin_bytes = 0;
   uint64_t record_buffer_bytes = 0;
-  // ... and its second half when the next group's records may be read ahead
-  // (StreamingOptions::span_read_ahead): counted in fixed_bytes() beyond the reserve.
+  // The second record buffer a read-ahead of the next group's records needs (StreamingOptions::
+  // span_read_ahead): not in fixed_bytes(); StreamingModel gives it from what the budget leaves
+  // the cache when that is large enough (BlockStreamer::set_record_ahead).
   uint64_t record_ahead_bytes = 0;
   uint64_t max_group_bytes = 0;      // MLP bytes of the largest group (experts: chosen ones)
   uint64_t max_attention_bytes = 0;  // blocks of the largest attention extent

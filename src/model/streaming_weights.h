@@ -86,6 +86,11 @@ class StreamingWeights {
   // Bytes outside the cache this object allocates, at most (StreamPlan::fixed_bytes): scratch
   // plus the transient reserve.
   uint64_t fixed_bytes() const;
+  // Span mode's read-ahead buffer (StreamPlan::record_ahead_bytes; 0 when none may be used), and
+  // whether to make it (BlockStreamer::set_record_ahead) and whether it is made.
+  uint64_t record_ahead_bytes() const { return plan_.record_ahead_bytes; }
+  void set_record_ahead(bool on) { streamer_->set_record_ahead(on); }
+  bool record_ahead_made() const { return streamer_->record_ahead_made(); }
   // Bytes of the pack this object streams (bundles and, with stream_attention, attention).
   uint64_t streamed_bytes() const;
   // What the cache is charged to hold every block (resident mode needs at least this).

@@ -227,7 +227,8 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
         auto probe = RunPack(pack, Memory(pack), Config(UINT64_MAX, "mru"), spec, &pool, 0);
         ASSERT_TRUE(probe.ok()) << probe.status().ToString();
         const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
-        for (uint64_t budget : {probe->plan.minimum(), probe->plan.minimum() + model_bytes / 4}) {
+        for (uint64_t budget : {probe->plan.minimum(), probe->plan.minimum() + model_bytes / 4,
+                                probe->plan.minimum() + model_bytes / 2}) {
           for (const char* way : {"compact", "compact token", "compact layer", "compact off",
                                   "cached"}) {
             SCOPED_TRACE("budget " + std::to_string(budget) + " " + way);
@@ -251,7 +252,14 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
             } else {
               EXPECT_EQ(got->stats.records_read, 0u);
             }
-            if (compact && c.stream.span_read_ahead != SpanAhead::kOff) {
+            // The read-ahead buffer is given when the cache keeps as much again: never at the
+            // minimum, always with half the model above it (these packs' buffers are a tenth).
+            const bool ahead_given = got->plan.record_ahead_bytes > 0;
+            if (budget == probe->plan.minimum()) EXPECT_FALSE(ahead_given);
+            if (budget == probe->plan.minimum() + model_bytes / 2 && compact) {
+              EXPECT_EQ(ahead_given, c.stream.span_read_ahead != SpanAhead::kOff);
+            }
+            if (ahead_given) {
               EXPECT_GT(got->stats.records_ahead, 0u);
               EXPECT_GT(got->stats.records_ahead_used, 0u);
             } else {
