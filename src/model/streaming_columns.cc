@@ -4,8 +4,8 @@
 #include "model/streaming_columns.h"
 
 #include <algorithm>
-#include <iterator>
 #include <cstring>
+#include <iterator>
 #include <numeric>
 
 #include "kernels/gather.h"

@@ -33,13 +33,7 @@ void ExpectPlaced(const RecordBuffers& b, const std::string& file, uint64_t base
   }
 }
 
-std::vector<int64_t> RandomSlots(int64_t n_records, double keep, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> slots;
-  for (int64_t s = 0; s < n_records; ++s)
-    if (std::uniform_real_distribution<double>(0, 1)(rng) < keep) slots.push_back(s);
-  return slots;
-}
+using test::RandomSlots;
 
 TEST(RecordBuffersTest, EveryGuessGivesTheRecordsAtTheirPlaces) {
   constexpr uint64_t kRecord = 25344 + 40, kBase = 12345;

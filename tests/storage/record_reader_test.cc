@@ -26,13 +26,7 @@ void ExpectCompact(const RecordReader& r, const std::string& file, uint64_t base
   }
 }
 
-std::vector<int64_t> RandomSlots(int64_t n_records, double keep, uint64_t seed) {
-  std::mt19937_64 rng(seed);
-  std::vector<int64_t> slots;
-  for (int64_t s = 0; s < n_records; ++s)
-    if (std::uniform_real_distribution<double>(0, 1)(rng) < keep) slots.push_back(s);
-  return slots;
-}
+using test::RandomSlots;
 
 TEST(RecordReaderTest, ChosenRecordsLandCompactOnEveryDevice) {
   // Records of an odd size at an odd base, so that runs start and end inside pages.

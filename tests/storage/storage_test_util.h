@@ -1,10 +1,12 @@
-// Helpers shared by the storage tests: a temp file of random bytes and its reference copy.
+// Helpers shared by the storage tests: a temp file of random bytes and its reference copy, and
+// random record selections.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <random>
 #include <string>
+#include <vector>
 
 #include "testing/testing.h"
 
@@ -24,6 +26,15 @@ inline RandomFile MakeRandomFile(size_t size, uint64_t seed) {
   f.path = weir::testing::TempDir() + "/weights.bin";
   weir::testing::WriteFile(f.path, f.bytes);
   return f;
+}
+
+// Record slots 0 .. n_records - 1, each kept with probability `keep` (seeded), ascending.
+inline std::vector<int64_t> RandomSlots(int64_t n_records, double keep, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::vector<int64_t> slots;
+  for (int64_t s = 0; s < n_records; ++s)
+    if (std::uniform_real_distribution<double>(0, 1)(rng) < keep) slots.push_back(s);
+  return slots;
 }
 
 }  // namespace weir::storage::test
