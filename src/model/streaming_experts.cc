@@ -106,6 +106,17 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     QueuePredicted();
   }
 
+  // The layer's experts in the cache proper (BlockStreamer::ResidentBlocks: with read-ahead on,
+  // not what the I/O thread holds in staging, so the mask does not depend on its timing).
+  const uint64_t* CachedExperts(int layer) override {
+    const Group& g = GroupOf(layer);
+    // Resident mode: every expert is (or will be, at this step's Prepare) in memory.
+    if (streamer_->resident_mode() || streamer_->held(g.extent)) return nullptr;
+    cached_words_.resize(static_cast<size_t>((g.extent.n_blocks + 63) / 64));
+    streamer_->ResidentBlocks(g.extent, cached_words_.data());
+    return cached_words_.data();
+  }
+
   void ReleaseAll() {
     if (batch_layer_ >= 0) streamer_->Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
     batch_layer_ = -1;
@@ -159,6 +170,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
   BlockStreamer::Batch batch_;  // the pinned expert
   int batch_layer_ = -1;
   std::vector<uint64_t> blocks_;
+  std::vector<uint64_t> cached_words_;  // CachedExperts' answer
   std::vector<int32_t> predicted_;
   int predicted_layer_ = -1;
   bool preload_ = false;  // the current prediction is being read

@@ -11,6 +11,7 @@
 #include "format/weir_pack_reader.h"
 #include "format/weir_pack_writer.h"
 #include "model/model.h"
+#include "model/sampler.h"
 #include "model/streaming_model.h"
 #include "model/streaming_test_util.h"
 #include "storage/fault_injecting_device.h"
@@ -192,6 +193,137 @@ TEST(StreamingExpertsTest, ReadFailureIsAnErrorNotWrongTokens) {
     }
   }
   EXPECT_TRUE(failed);
+}
+
+// --- routing bias toward cached experts -------------------------------------------------------
+
+// An ExpertSource in front of another: it logs every cache state the MoE MLP reads (recording),
+// or answers with a logged sequence instead (replaying); everything else goes to `inner`.
+class CacheStateLog final : public ExpertSource {
+ public:
+  CacheStateLog(ExpertSource* inner, int n_expert, const std::vector<std::vector<uint64_t>>* replay)
+      : inner_(inner), words_(static_cast<size_t>((n_expert + 63) / 64)), replay_(replay) {
+    all_.assign(words_, 0);
+    for (int e = 0; e < n_expert; ++e) all_[static_cast<size_t>(e / 64)] |= uint64_t{1} << (e % 64);
+  }
+  Status Prepare(int layer, std::span<const int32_t> experts) override {
+    return inner_->Prepare(layer, experts);
+  }
+  Result<ExpertWeights> Acquire(int layer, int e) override { return inner_->Acquire(layer, e); }
+  void Release(int layer, int e) override { inner_->Release(layer, e); }
+  bool predicts() const override { return inner_->predicts(); }
+  void Predict(int layer, std::span<const int32_t> experts) override {
+    inner_->Predict(layer, experts);
+  }
+  const uint64_t* CachedExperts(int layer) override {
+    if (replay_ != nullptr) {
+      EXPECT_LT(next_, replay_->size()) << "more steps than were recorded";
+      if (next_ >= replay_->size()) return all_.data();
+      return (*replay_)[next_++].data();
+    }
+    const uint64_t* m = inner_->CachedExperts(layer);
+    log.push_back(m ? std::vector<uint64_t>(m, m + words_) : all_);
+    return m;
+  }
+  std::vector<std::vector<uint64_t>> log;
+  size_t replayed() const { return next_; }
+
+ private:
+  ExpertSource* inner_;
+  size_t words_;
+  std::vector<uint64_t> all_;
+  const std::vector<std::vector<uint64_t>>* replay_;
+  size_t next_ = 0;
+};
+
+struct BiasedRun {
+  Trace trace;
+  std::vector<std::vector<uint64_t>> log;
+  size_t replayed = 0;
+  MoeMlp::BiasStats bias;
+  StreamStats stats;
+  int n_layers = 0;
+};
+
+// Greedy decoding as streaming_test::Generate (a 5-token prompt in two calls, then `steps`
+// tokens) with the routing bias `gamma`, the experts taken through a CacheStateLog.
+Result<BiasedRun> RunBiased(const std::string& pack, const StreamingConfig& c, float gamma,
+                            const std::vector<std::vector<uint64_t>>* replay, ThreadPool* pool,
+                            int steps) {
+  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, Memory(pack), c));
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = 4;
+  so.streamed = &sm->streamer();
+  so.expert_bias = gamma;
+  {
+    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
+    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
+  }
+  CacheStateLog source(sm->streamer().experts(), sm->model().config().n_expert, replay);
+  so.experts = &source;
+  WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(sm->model(), pool, so));
+  const int vocab = sm->model().config().vocab_size;
+  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+  BiasedRun r;
+  WEIR_ASSIGN_OR_RETURN(const float* l, s->Prefill(prompt));
+  for (int i = 0; i < steps; ++i) {
+    r.trace.logits.insert(r.trace.logits.end(), l, l + vocab);
+    const int32_t tok = Sampler::Argmax(l, vocab);
+    r.trace.tokens.push_back(tok);
+    WEIR_ASSIGN_OR_RETURN(l, s->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast));
+  }
+  r.trace.logits.insert(r.trace.logits.end(), l, l + vocab);
+  r.log = std::move(source.log);
+  r.replayed = source.replayed();
+  r.bias = s->moe()->bias_stats();
+  r.stats = sm->streamer().stats();
+  r.n_layers = sm->model().config().n_layers;
+  return r;
+}
+
+// The bias makes a streamed run's routing depend on its cache, so a streamed run is compared
+// with the resident pack routed by the same cache states: the states the streamed run read,
+// replayed step by step. Bit for bit, and the bias must have moved some choices.
+TEST(StreamingExpertsTest, BiasedStreamedEqualsResidentReplayingItsCacheStates) {
+  ThreadPool pool(2);
+  const int steps = 10;
+  for (const char* arch : {"qwen3moe", "mixtral"}) {
+    SCOPED_TRACE(arch);
+    const Files f = MakeFiles(arch, DType::kQ8_0);
+    auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), &pool, 0);
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    const uint64_t budget = probe->plan.minimum() + probe->plan.streamed_bytes / 2;
+    for (const char* policy : {"lfu", "lru"}) {
+      SCOPED_TRACE(policy);
+      auto streamed = RunBiased(f.pack, Config(budget, policy), 0.3f, nullptr, &pool, steps);
+      ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
+      // A cache state per forward call and layer.
+      EXPECT_EQ(streamed->log.size(), static_cast<size_t>((2 + steps) * streamed->n_layers));
+      EXPECT_GT(streamed->bias.choices, 0u);
+      EXPECT_GT(streamed->bias.changed, 0u) << "the bias should move some choices";
+      auto replayed = RunBiased(f.pack, Config(UINT64_MAX, policy), 0.3f, &streamed->log, &pool,
+                                steps);
+      ASSERT_TRUE(replayed.ok()) << replayed.status().ToString();
+      EXPECT_EQ(replayed->replayed, streamed->log.size());
+      EXPECT_TRUE(Same(replayed->trace, streamed->trace));
+      EXPECT_EQ(replayed->bias.changed, streamed->bias.changed);
+      // The resident pack without a replayed state: nothing is uncached, so the plain routing.
+      auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, policy), &pool, steps);
+      ASSERT_TRUE(resident.ok());
+      auto plain = RunBiased(f.pack, Config(UINT64_MAX, policy), 0.3f, nullptr, &pool, steps);
+      ASSERT_TRUE(plain.ok());
+      EXPECT_TRUE(Same(plain->trace, resident->trace));
+      EXPECT_EQ(plain->bias.choices, 0u);
+      // gamma 1 streamed at the same budget: the plain routing, bit for bit (the cache is not
+      // consulted).
+      auto off = RunBiased(f.pack, Config(budget, policy), 1.0f, nullptr, &pool, steps);
+      ASSERT_TRUE(off.ok());
+      EXPECT_TRUE(Same(off->trace, resident->trace));
+      EXPECT_TRUE(off->log.empty());
+      EXPECT_FALSE(Same(streamed->trace, resident->trace)) << "the bias changed no logits";
+    }
+  }
 }
 
 }  // namespace

@@ -53,6 +53,14 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
   app.add_option("--block", f->block,
                  "cached unit of the streamed MLP tensors, a multiple of 4 KiB (default 2MiB for bundle "
                  "packs, 64KiB for column packs)");
+  app.add_option("--expert-bias", f->expert_bias,
+                 "a mixture of experts: before each top-k choice, scale the router probabilities "
+                 "of the experts not in the cache by GAMMA in (0, 1] (DIP-CA's bias, applied to "
+                 "routing; the chosen experts' weights stay the unbiased ones). Default 1: off. "
+                 "Changes the output; acts only on a streamed pack, where experts can be uncached "
+                 "(docs/moe.md)")
+      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(0.0, 1.0));
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
       ->check(CLI::Range(1, 4096));
 }
@@ -64,6 +72,7 @@ bool IsPackFile(const std::string& path) {
 
 void RunModel::Configure(model::SessionOptions* options) const {
   if (streaming) options->streamed = &streaming->streamer();
+  options->expert_bias = expert_bias;
 }
 
 Status RunModel::Fit(const model::Session& session) const {
@@ -140,6 +149,7 @@ nlohmann::json MemoryJson(const RunModel& m) {
 
 Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   RunModel r;
+  r.expert_bias = f.expert_bias;
   if (!IsPackFile(mf.model)) {
     if (!f.memory.empty()) {
       return Status::InvalidArgument(

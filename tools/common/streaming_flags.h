@@ -32,6 +32,8 @@ struct StreamingFlags {
   std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs
   int queue_depth = 32;
   bool static_attention = false;  // --static-attention
+  // --expert-bias GAMMA: a mixture of experts routes toward cached experts (docs/moe.md); 1 = off.
+  float expert_bias = 1.0f;
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
@@ -47,6 +49,7 @@ struct RunModel {
   // Streaming: where the budget in force came from ("--memory", "cgroup limit ... less ...
   // headroom", "none: no --memory and no cgroup limit"), for the start line and --json.
   std::string memory_source;
+  float expert_bias = 1.0f;  // --expert-bias, for SessionOptions
   // Points the session options at the streamed MLP, if any.
   void Configure(model::SessionOptions* options) const;
   // Streaming: plans the budget with the session's allocations (refusing one below the minimum).
