@@ -12,6 +12,7 @@
 #include "format/weir_pack_writer.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "sparsity/calibration.h"
 #include "model/streaming_model.h"
 #include "model/streaming_test_util.h"
 #include "storage/fault_injecting_device.h"
@@ -322,6 +323,162 @@ TEST(StreamingExpertsTest, BiasedStreamedEqualsResidentReplayingItsCacheStates) 
       EXPECT_TRUE(Same(off->trace, resident->trace));
       EXPECT_TRUE(off->log.empty());
       EXPECT_FALSE(Same(streamed->trace, resident->trace)) << "the bias changed no logits";
+    }
+  }
+}
+
+// --- a hot set from calibration routing counts -------------------------------------------------
+
+// Counts the routing of every token (weir calibrate's observer does the same).
+class RoutingCounter final : public ActivationObserver {
+ public:
+  RoutingCounter(sparsity::Calibrator* c, int n_expert) : c_(c), n_expert_(n_expert) {}
+  void OnInput(int, sparsity::Site, const float*, int64_t) override {}
+  void OnExperts(int layer, const int32_t* experts, int k) override {
+    c_->AddExperts(layer, std::span<const int32_t>(experts, static_cast<size_t>(k)), n_expert_);
+  }
+
+ private:
+  sparsity::Calibrator* c_;
+  int n_expert_;
+};
+
+// A pack written with the routing counts of the very tokens a run then decodes stores each layer's
+// used experts first, most used first; streamed with --policy hot under a budget that cannot hold
+// them all, the cache keeps a prefix of those records (the calibrated top set) and the logits are
+// the unordered resident pack's bit for bit.
+TEST(StreamingExpertsTest, HotSetFromCalibrationRoutingIsKeptAndLogitsStayBitIdentical) {
+  ThreadPool pool(2);
+  const int steps = 12;
+  for (const char* arch : {"qwen3moe", "mixtral"}) {
+    SCOPED_TRACE(arch);
+    const Files f = MakeFiles(arch, DType::kQ8_0);
+    // Calibrate on the resident pack: greedy decoding as Generate does it.
+    sparsity::Calibration cal;
+    int n_expert = 0, k = 0, n_layers = 0;
+    {
+      auto sm = StreamingModel::Open(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"));
+      ASSERT_TRUE(sm.ok()) << sm.status().ToString();
+      const format::LlamaConfig& c = (*sm)->model().config();
+      n_expert = c.n_expert;
+      k = c.n_expert_used;
+      n_layers = c.n_layers;
+      SessionOptions so;
+      so.ctx = 64;
+      so.n_batch = 4;
+      so.streamed = &(*sm)->streamer();
+      auto s = Session::Create((*sm)->model(), &pool, so);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
+      sparsity::Calibrator calibrator(n_layers);
+      RoutingCounter counter(&calibrator, n_expert);
+      (*s)->set_observer(&counter);
+      std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+      auto l = (*s)->Prefill(prompt);
+      ASSERT_TRUE(l.ok());
+      for (int i = 0; i < steps; ++i) {
+        const int32_t tok = Sampler::Argmax(*l, c.vocab_size);
+        l = (*s)->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast);
+        ASSERT_TRUE(l.ok());
+      }
+      cal = calibrator.Finish();
+    }
+    format::PackOptions o;
+    o.layout = format::PackLayout::kExperts;
+    for (int l = 0; l < n_layers; ++l) {
+      const std::vector<uint32_t>& counts = cal.expert_chosen[static_cast<size_t>(l)];
+      ASSERT_EQ(counts.size(), static_cast<size_t>(n_expert));
+      uint64_t sum = 0;
+      for (uint32_t x : counts) sum += x;
+      EXPECT_EQ(sum, static_cast<uint64_t>((5 + steps) * k)) << "layer " << l;  // every token
+      o.expert_score.emplace_back(counts.begin(), counts.end());
+    }
+    auto src = format::LoadModel(f.gguf);
+    ASSERT_TRUE(src.ok());
+    const std::string ordered = f.pack + ".ordered";
+    ASSERT_TRUE(format::WritePack(*src, ordered, o).ok());
+
+    // Records hottest first, each the source expert's bytes.
+    auto plain_pack = format::PackFile::Open(f.pack);
+    auto pack = format::PackFile::Open(ordered);
+    ASSERT_TRUE(pack.ok() && plain_pack.ok()) << pack.status().ToString();
+    const auto plain_bytes = testing::ReadFile(f.pack);
+    const auto bytes = testing::ReadFile(ordered);
+    std::vector<int> used(static_cast<size_t>(n_layers), 0);
+    for (const format::PackGroup& g : pack->groups()) {
+      const auto& counts = cal.expert_chosen[static_cast<size_t>(g.first_layer)];
+      ASSERT_EQ(g.expert_order, format::OrderByScore(o.expert_score[static_cast<size_t>(g.first_layer)]));
+      const format::PackGroup& pg = plain_pack->groups()[static_cast<size_t>(g.first_layer)];
+      for (int r = 0; r < g.n_expert; ++r) {
+        const int e = static_cast<int>(g.ExpertInRecord(r));
+        EXPECT_EQ(g.ExpertRecord(e), r);
+        if (r > 0) {
+          EXPECT_GE(counts[static_cast<size_t>(g.ExpertInRecord(r - 1))],
+                    counts[static_cast<size_t>(e)]);
+        }
+        used[static_cast<size_t>(g.first_layer)] += counts[static_cast<size_t>(e)] > 0;
+        ASSERT_EQ(std::memcmp(bytes.data() + g.offset + r * g.expert_stride,
+                              plain_bytes.data() + pg.offset + e * pg.expert_stride, g.expert_stride),
+                  0)
+            << "layer " << g.first_layer << " record " << r;
+      }
+    }
+
+    auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, steps);
+    ASSERT_TRUE(resident.ok());
+    auto ordered_resident = RunPack(ordered, Memory(ordered), Config(UINT64_MAX, "hot"), &pool, steps);
+    ASSERT_TRUE(ordered_resident.ok());
+    EXPECT_TRUE(Same(ordered_resident->trace, resident->trace));
+
+    // Streamed under hot with a budget that holds about half the used experts (attention kept in
+    // memory so that experts alone share the cache).
+    StreamingConfig c = Config(UINT64_MAX, "hot");
+    c.stream.stream_attention = false;
+    auto probe = RunPack(ordered, Memory(ordered), c, &pool, 0);
+    ASSERT_TRUE(probe.ok());
+    int all_used = 0;
+    for (int u : used) all_used += u;
+    const uint64_t stride = pack->groups()[0].expert_stride;
+    c.memory_budget = probe->plan.minimum() + stride * static_cast<uint64_t>(all_used / 2);
+    for (const char* policy : {"hot", "lfu"}) {
+      SCOPED_TRACE(policy);
+      c.stream.policy = policy;
+      auto sm = StreamingModel::Open(ordered, Memory(ordered), c);
+      ASSERT_TRUE(sm.ok());
+      SessionOptions so;
+      so.ctx = 64;
+      so.n_batch = 4;
+      so.streamed = &(*sm)->streamer();
+      {
+        auto s = Session::Create((*sm)->model(), &pool, so);
+        ASSERT_TRUE(s.ok());
+        ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
+      }
+      auto got = Generate((*sm)->model(), &(*sm)->streamer(), nullptr, &pool, steps);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_TRUE(Same(*got, resident->trace));
+      if (std::string(policy) != "hot") continue;
+      // The cache holds, per layer, the first records: the most routed experts.
+      int cached_total = 0;
+      bool binding = false;
+      for (int l = 0; l < n_layers; ++l) {
+        const format::PackGroup& g = pack->groups()[static_cast<size_t>(l)];
+        const uint64_t* mask = (*sm)->streamer().experts()->CachedExperts(l);
+        ASSERT_NE(mask, nullptr);
+        std::vector<bool> rec(static_cast<size_t>(n_expert), false);
+        int n = 0;
+        for (int e = 0; e < n_expert; ++e) {
+          if ((mask[e / 64] >> (e % 64)) & 1) {
+            rec[static_cast<size_t>(g.ExpertRecord(e))] = true;
+            ++n;
+          }
+        }
+        for (int r = 0; r < n; ++r) EXPECT_TRUE(rec[static_cast<size_t>(r)]) << "layer " << l << " record " << r;
+        cached_total += n;
+        binding |= n < used[static_cast<size_t>(l)];
+      }
+      EXPECT_GT(cached_total, 0);
+      EXPECT_TRUE(binding) << "the budget should not hold every used expert";
     }
   }
 }
