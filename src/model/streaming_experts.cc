@@ -146,11 +146,12 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
   static uint64_t Record(const Group& g, int32_t e) {
     return static_cast<uint64_t>(g.pack.ExpertRecord(e));
   }
-  // The records of `experts` (ascending experts), ascending: the I/O thread reads them in order.
+  // The records of `experts`, in the experts' (ascending) order, the order MoeMlp acquires them:
+  // staging fills with the first needed (record order would queue later experts first and leave
+  // the first to an on-demand read that cancels the queue: measured, Mixtral small read 24 % more).
   static void Records(const Group& g, std::span<const int32_t> experts, std::vector<uint64_t>* out) {
     out->clear();
     for (int32_t e : experts) out->push_back(Record(g, e));
-    if (!g.pack.expert_order.empty()) std::sort(out->begin(), out->end());
   }
 
   const Group& GroupOf(int layer) {

@@ -135,7 +135,7 @@ int BenchMain(int argc, char** argv) {
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
                {"stream_measured", measure_stream},
                {"expert_bias",
-                s.moe() ? nlohmann::json{{"gamma", s.moe()->expert_bias()},
+                s.moe() ? nlohmann::json{{"gamma", stf.expert_bias},
                                          {"choices", bias_decode.choices},
                                          {"changed", bias_decode.changed}}
                         : nlohmann::json()},

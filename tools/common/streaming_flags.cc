@@ -1,5 +1,6 @@
 #include "common/streaming_flags.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -59,8 +60,15 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
                  "routing; the chosen experts' weights stay the unbiased ones). Default 1: off. "
                  "Changes the output; acts only on a streamed pack, where experts can be uncached "
                  "(docs/moe.md)")
-      ->check(CLI::PositiveNumber)
-      ->check(CLI::Range(0.0, 1.0));
+      ->check(
+          [](const std::string& v) {
+            char* end = nullptr;
+            const double g = std::strtod(v.c_str(), &end);
+            const bool number = end != v.c_str() && *end == '\0';
+            return number && g > 0 && g <= 1 ? std::string()
+                                             : "GAMMA must be a number in (0, 1], not " + v;
+          },
+          "GAMMA in (0, 1]");
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
       ->check(CLI::Range(1, 4096));
 }
@@ -149,7 +157,7 @@ nlohmann::json MemoryJson(const RunModel& m) {
 
 Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   RunModel r;
-  r.expert_bias = f.expert_bias;
+  r.expert_bias = static_cast<float>(f.expert_bias);
   if (!IsPackFile(mf.model)) {
     if (!f.memory.empty()) {
       return Status::InvalidArgument(

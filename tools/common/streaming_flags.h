@@ -33,7 +33,7 @@ struct StreamingFlags {
   int queue_depth = 32;
   bool static_attention = false;  // --static-attention
   // --expert-bias GAMMA: a mixture of experts routes toward cached experts (docs/moe.md); 1 = off.
-  float expert_bias = 1.0f;
+  double expert_bias = 1.0;
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);

@@ -1,4 +1,5 @@
 // weir ppl: perplexity of a model over a text file (llama.cpp's scheme by default).
+#include <chrono>
 #include <cstdio>
 #include <unistd.h>
 
@@ -90,8 +91,10 @@ int PplMain(int argc, char** argv) {
   int total = static_cast<int>(ids.size() / static_cast<size_t>(mf.ctx));
   if (chunks > 0) total = std::min(total, chunks);
   ProgressBar bar("ppl", static_cast<uint64_t>(total), !json && !no_progress);
+  const auto start = std::chrono::steady_clock::now();
   auto r = model::Perplexity(**session, ids, tok->add_bos() ? tok->bos_id() : -1, po, [&](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
   bar.Finish();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (*trace) {
     if (Status st = (*trace)->Finish(); !st.ok() && r.ok()) return Fail("ppl", st);
   }
@@ -110,8 +113,14 @@ int PplMain(int argc, char** argv) {
                {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
                {"mlp_density", (*session)->traffic().mlp_density()},
                {"linear_density", (*session)->traffic().linear_density()},
-               {"memory", MemoryJson(*m)},
-               {"expert_bias", (*session)->moe() ? nlohmann::json((*session)->moe()->expert_bias()) : nlohmann::json()},
+               {"memory", MemoryJson(*m)}, {"seconds", seconds},
+               {"streaming", m->streaming ? StreamStatsJson(m->streaming->streamer().stats(),
+                                                            (*session)->traffic().tokens)
+                                          : nlohmann::json()},
+               {"expert_bias", (*session)->moe() ? nlohmann::json{{"gamma", stf.expert_bias},
+                                                                  {"choices", (*session)->moe()->bias_stats().choices},
+                                                                  {"changed", (*session)->moe()->bias_stats().changed}}
+                                                 : nlohmann::json()},
                {"m2cache", (*session)->m2cache() ? M2StatsJson(*(*session)->m2cache(), (*session)->traffic().tokens) : nlohmann::json()}});
   } else {
     std::printf("perplexity: %.4f +/- %.4f  (%lld tokens scored, %d chunks of %d, score=%s)\n", r->ppl,
