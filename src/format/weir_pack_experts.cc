@@ -39,6 +39,16 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
     return Status::InvalidArgument(path + ": --group: a mixture of experts is packed layer by "
                                           "layer (the unit of reading is one expert)");
   }
+  if (!options.in_score.empty() || !options.down_score.empty()) {
+    return Status::InvalidArgument(path + ": a channel order is for column packs; a mixture of "
+                                          "experts is ordered by expert (expert_score)");
+  }
+  if (!options.expert_score.empty() &&
+      static_cast<int>(options.expert_score.size()) != c.n_layers) {
+    return Status::InvalidArgument(StrFormat("%s: expert scores for %zu layers, the model has %d",
+                                             path.c_str(), options.expert_score.size(),
+                                             c.n_layers));
+  }
   // Each layer's group: the stacks' types (one set for every layer) and the record geometry.
   std::vector<PackGroup> groups;
   std::vector<std::array<TensorView, 3>> stacks;
@@ -63,6 +73,17 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
     }
     Result<PackGroup> g = ExpertGroup(c, l, types);
     if (!g.ok()) return g.status().WithContext(path);
+    if (!options.expert_score.empty()) {
+      const std::vector<double>& s = options.expert_score[static_cast<size_t>(l)];
+      if (static_cast<int>(s.size()) != c.n_expert) {
+        return Status::InvalidArgument(StrFormat("%s: layer %d has %zu expert scores, the model "
+                                                 "%d experts",
+                                                 path.c_str(), l, s.size(), c.n_expert));
+      }
+      WEIR_RETURN_IF_ERROR(SetPackOrder(OrderByScore(s), c.n_expert, "expert order",
+                                        &g->expert_order, &g->expert_record)
+                               .WithContext(path));
+    }
     groups.push_back(*g);
     stacks.push_back(v);
   }
@@ -93,6 +114,12 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
   for (DType t : groups[0].expert_type) types.push_back(GgmlId(t));
   w.Add(kPackExpertTypesKey, GgufValue::U32Array(types));
   w.AddString(kPackDownTKey, "none");
+  for (const PackGroup& g : groups) {
+    if (!g.expert_order.empty()) {
+      w.Add(kPackExpertOrderPrefix + std::to_string(g.first_layer),
+            GgufValue::I32Array(g.expert_order));
+    }
+  }
   {
     const size_t slash = model.path.find_last_of('/');
     w.AddString(kPackSourceKey, slash == std::string::npos ? model.path : model.path.substr(slash + 1));
@@ -107,7 +134,7 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
     }
     w.AddTensor(n, t->dtype, t->shape, t->data);
   }
-  // The experts, record by record.
+  // The experts, record by record (record x holds expert g.ExpertInRecord(x)).
   for (size_t l = 0; l < groups.size(); ++l) {
     const PackGroup g = groups[l];
     const std::array<TensorView, 3> v = stacks[l];
@@ -128,7 +155,9 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
                           if (lo >= hi) continue;
                           const auto* src = static_cast<const uint8_t*>(
                               static_cast<const void*>(s.data));
-                          std::memcpy(dst + (lo - begin), src + x * part + (lo - at),
+                          const uint64_t e = static_cast<uint64_t>(g.ExpertInRecord(
+                              static_cast<int64_t>(x)));
+                          std::memcpy(dst + (lo - begin), src + e * part + (lo - at),
                                       static_cast<size_t>(hi - lo));
                         }
                       }

@@ -88,7 +88,8 @@
 // static tensors are every tensor of the model but the expert stacks -- attention, norms, the
 // router ffn_gate_inp, embeddings -- under their names, types and RoPE layout as the source has
 // them; then one byte tensor per layer l (ggml I8, shape [pages, 4096]):
-//     weir.ffn_experts.<l>   n_expert records of expert_stride bytes, expert e at e * stride:
+//     weir.ffn_experts.<l>   n_expert records of expert_stride bytes, expert e at e * stride
+//                            (with an expert order, expert expert_order[r] in record r):
 //       gate_e  ffn_gate_exps[e] [d_ff, d_model]   rows as stored (type expert_types[0])
 //       up_e    ffn_up_exps[e]   [d_ff, d_model]   (expert_types[1])
 //       down_e  ffn_down_exps[e] [d_model, d_ff]   (expert_types[2])
@@ -96,6 +97,10 @@
 //   parts' sizes each rounded up to 4 KiB. So an expert is one page-aligned read, the unit the
 //   streaming engine caches (model/streaming_weights.h), and its bytes are the source's.
 //   weir.pack.expert_types   u32[3]   ggml type ids of gate, up, down.
+//   weir.pack.expert_order.<l>  i32[n_expert]  optional (weir pack --calib): the expert whose
+//                            record is r-th, the most often routed first on calibration text, so
+//                            that --policy hot (the lowest records stay) keeps each layer's
+//                            hottest experts. A permutation; absent: record r is expert r.
 // Groups are single layers (group_size 1), d_ff the expert width.
 //
 // Numerics of ffn_down^T (column layouts): for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
@@ -143,6 +148,7 @@ inline constexpr char kPackTiledStaticKey[] = "weir.pack.tiled_static";
 // natural order. Each must be a permutation of 0..n-1.
 inline constexpr char kPackInOrderPrefix[] = "weir.pack.in_order.";
 inline constexpr char kPackDownOrderPrefix[] = "weir.pack.down_order.";
+inline constexpr char kPackExpertOrderPrefix[] = "weir.pack.expert_order.";
 
 // Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
 inline constexpr int kMaxPackGroupSize = 64;
@@ -211,6 +217,16 @@ struct PackGroup {
   uint64_t expert_stride = 0;
   uint64_t expert_part[3] = {0, 0, 0};
   DType expert_type[3] = {DType::kF32, DType::kF32, DType::kF32};
+  // kExperts with an expert order (kPackExpertOrderPrefix): record -> expert, and the inverse;
+  // empty for the natural order.
+  std::vector<int32_t> expert_order, expert_record;
+  // The record holding expert e, and the expert in record r.
+  int64_t ExpertRecord(int64_t e) const {
+    return expert_record.empty() ? e : expert_record[static_cast<size_t>(e)];
+  }
+  int64_t ExpertInRecord(int64_t r) const {
+    return expert_order.empty() ? r : expert_order[static_cast<size_t>(r)];
+  }
   // kColumns with an activation order (kPackInOrderPrefix): slot -> channel / neuron, and the
   // inverses; all empty for the natural order.
   std::vector<int32_t> in_order, down_order, in_slot, down_slot;

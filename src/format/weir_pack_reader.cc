@@ -98,6 +98,15 @@ Status PackFile::ParseExperts(const std::vector<int64_t>& firsts,
           kPackAlignment));
     }
     g.offset = info->offset;
+    const std::string order_key = kPackExpertOrderPrefix + std::to_string(l);
+    if (f.Has(order_key)) {
+      WEIR_ASSIGN_OR_RETURN(std::vector<int32_t> v, f.GetI32Array(order_key));
+      if (Status st = SetPackOrder(v, g.n_expert, order_key.c_str(), &g.expert_order,
+                                   &g.expert_record);
+          !st.ok()) {
+        return Status::Corrupt(StrFormat("%s: %s", p, st.message().c_str()));
+      }
+    }
     group_of_[static_cast<size_t>(l)] = l;
     groups_.push_back(g);
   }

@@ -306,6 +306,10 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     return Status::InvalidArgument(path + ": --layout experts is for mixtures of experts; " +
                                    model.path + " is a dense model");
   }
+  if (!options.expert_score.empty()) {
+    return Status::InvalidArgument(path + ": an expert order is for mixtures of experts; " +
+                                   model.path + " is a dense model");
+  }
   if (!model.config.IsLlama()) {  // the pack layout holds Llama's tensors only
     return Status::Unsupported(StrFormat("%s: weir packs support the llama architecture only; %s is %s",
                                          path.c_str(), model.path.c_str(), model.config.arch->name));

@@ -33,6 +33,10 @@ struct PackOptions {
   // over the group's layers), so that columns used together share pages and reads
   // (weir.pack.in_order.<g>, weir_pack_format.h). Empty: the natural order.
   std::vector<std::vector<double>> in_score, down_score;
+  // Experts layout: per layer, a score per expert (how often calibration text routed to it).
+  // When given, each layer's records are stored highest score first (ties: lower id;
+  // weir.pack.expert_order.<l>), so that --policy hot keeps the hottest experts. Empty: natural.
+  std::vector<std::vector<double>> expert_score;
 };
 
 // Errors: the model's own validation, a bad group size, MLP tensors of one group in different

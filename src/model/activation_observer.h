@@ -12,6 +12,8 @@
 //                  cuts its per-layer cache windows here
 //   OnMlpUnits   : per token, under a sparsity policy: the columns of W_down (neurons) read,
 //                  as the policy chose them (`all()` when the whole MLP was read)
+//   OnExperts    : per token, in a mixture-of-experts layer: the k experts the router chose
+//                  (`weir calibrate` counts them for a hot set of experts)
 #pragma once
 
 #include <cstdint>
@@ -28,6 +30,9 @@ class ActivationObserver {
   virtual void OnGate(int layer, const float* g, int64_t d_ff) { (void)layer, (void)g, (void)d_ff; }
   virtual void OnLayerBegin(int layer, int n_tokens) { (void)layer, (void)n_tokens; }
   virtual void OnMlpUnits(int layer, const sparsity::IndexList& down) { (void)layer, (void)down; }
+  virtual void OnExperts(int layer, const int32_t* experts, int k) {
+    (void)layer, (void)experts, (void)k;
+  }
 };
 
 }  // namespace weir::model

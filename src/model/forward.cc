@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "format/llama_limits.h"
 #include "kernels/gather.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
@@ -153,6 +154,15 @@ Status Session::Mlp(int layer, int n) {
   for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, x + t * d, w.ffn_norm, d, c.rms_eps);
   Observe(layer, Site::kMlpIn, xb, d, n);
   WEIR_RETURN_IF_ERROR(mlp_of_layer_[static_cast<size_t>(layer)]->Forward(layer, xb, n));
+  if (observer_ != nullptr && moe_ != nullptr) {
+    const int k = moe_->n_expert_used();
+    std::span<const ExpertChoice> r = moe_->routing();
+    int32_t ids[format::limits::kMaxExperts];
+    for (int t = 0; t < n; ++t) {
+      for (int j = 0; j < k; ++j) ids[j] = r[static_cast<size_t>(t) * k + j].expert;
+      observer_->OnExperts(layer, ids, k);
+    }
+  }
   if (w.post_ffn_norm) {
     for (int t = 0; t < n; ++t) kernels::RmsNorm(xb + t * d, xb + t * d, w.post_ffn_norm, d, c.rms_eps);
   }

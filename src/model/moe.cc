@@ -12,7 +12,8 @@
 
 namespace weir::model {
 
-void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out) {
+void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out,
+                const float* select_bias) {
   WEIR_CHECK(k >= 1 && k <= n_expert && n_expert <= format::limits::kMaxExperts);
   auto key = [&](int32_t e) {
     const float l = logits[e];
@@ -21,12 +22,26 @@ void RouteToken(const float* logits, int n_expert, int k, bool renormalize, Expe
   // k is small (2 of 8, 8 of 128): a partial selection over the ids.
   int32_t ids[format::limits::kMaxExperts];
   std::iota(ids, ids + n_expert, 0);
-  std::partial_sort(ids, ids + k, ids + n_expert, [&](int32_t a, int32_t b) {
-    const float ka = key(a), kb = key(b);
-    return ka > kb || (ka == kb && a < b);
-  });
-  // Softmax with the largest logit subtracted; the largest is the first chosen.
-  const float top = key(ids[0]);
+  if (select_bias == nullptr) {
+    std::partial_sort(ids, ids + k, ids + n_expert, [&](int32_t a, int32_t b) {
+      const float ka = key(a), kb = key(b);
+      return ka > kb || (ka == kb && a < b);
+    });
+  } else {
+    std::partial_sort(ids, ids + k, ids + n_expert, [&](int32_t a, int32_t b) {
+      const float ka = key(a) + select_bias[a], kb = key(b) + select_bias[b];
+      return ka > kb || (ka == kb && a < b);
+    });
+  }
+  // Softmax with the largest logit subtracted: without a bias the first chosen; with one, the
+  // largest unbiased logit of those the weights are taken over (the chosen, or all experts).
+  float top = key(ids[0]);
+  if (select_bias != nullptr) {
+    top = -std::numeric_limits<float>::infinity();
+    for (int j = 0; j < (renormalize ? k : n_expert); ++j) {
+      top = std::max(top, key(renormalize ? ids[j] : j));
+    }
+  }
   double chosen_sum = 0;
   for (int j = 0; j < k; ++j) {
     const float l = key(ids[j]);
@@ -100,13 +115,25 @@ Result<std::unique_ptr<MoeMlp>> MoeMlp::Create(const format::LlamaConfig& c, int
   return m;
 }
 
+Status MoeMlp::set_expert_bias(float gamma) {
+  if (!(gamma > 0.0f && gamma <= 1.0f)) {
+    return Status::InvalidArgument(
+        StrFormat("routing bias toward cached experts: gamma %g is not in (0, 1]", gamma));
+  }
+  gamma_ = gamma;
+  select_bias_.assign(static_cast<size_t>(n_expert_), 0.0f);
+  unbiased_.resize(static_cast<size_t>(k_));
+  return Status::Ok();
+}
+
 uint64_t MoeMlp::allocated_bytes() const {
   return logits_.size() + xg_.size() + yg_.size() + gate_.size() + up_.size() +
          choices_.size() * sizeof(ExpertChoice) +
          (count_.size() + start_.size() + slot_token_.size() + active_.capacity()) *
              sizeof(int32_t) +
          slot_weight_.size() * sizeof(float) + next_logits_.size() +
-         next_choices_.size() * sizeof(ExpertChoice) + predicted_.capacity() * sizeof(int32_t);
+         next_choices_.size() * sizeof(ExpertChoice) + predicted_.capacity() * sizeof(int32_t) +
+         select_bias_.capacity() * sizeof(float) + unbiased_.capacity() * sizeof(ExpertChoice);
 }
 
 Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int n, float* y,
@@ -117,10 +144,33 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
   WEIR_CHECK(n >= 1 && static_cast<size_t>(n) * k <= choices_.size());
   float* logits = logits_.data<float>();  // [n, E]
 
-  // Route every token.
+  // Route every token; with the bias toward cached experts, by the cache as this step finds it.
   kernels::MatMul(router, x, n, logits, pool);
+  const uint64_t* cached = gamma_ < 1.0f ? experts->CachedExperts(layer) : nullptr;
+  const float* bias = nullptr;
+  if (cached != nullptr) {
+    const float penalty = std::log(gamma_);
+    bool any = false;
+    for (int e = 0; e < E; ++e) {
+      const bool in = (cached[e / 64] >> (e % 64)) & 1;
+      select_bias_[static_cast<size_t>(e)] = in ? 0.0f : penalty;
+      any |= !in;
+    }
+    if (any) bias = select_bias_.data();
+  }
   for (int t = 0; t < n; ++t) {
-    RouteToken(logits + static_cast<size_t>(t) * E, E, k, renormalize_, &choices_[t * k]);
+    const float* lt = logits + static_cast<size_t>(t) * E;
+    ExpertChoice* ct = &choices_[static_cast<size_t>(t) * k];
+    RouteToken(lt, E, k, renormalize_, ct, bias);
+    if (bias != nullptr) {
+      RouteToken(lt, E, k, renormalize_, unbiased_.data());
+      bias_stats_.choices += static_cast<uint64_t>(k);
+      for (int j = 0; j < k; ++j) {
+        bool kept = false;
+        for (int i = 0; i < k; ++i) kept |= unbiased_[static_cast<size_t>(i)].expert == ct[j].expert;
+        bias_stats_.changed += !kept;
+      }
+    }
   }
   last_n_ = static_cast<size_t>(n);
 

@@ -40,7 +40,12 @@ struct ExpertChoice {
 // Routes one token: out[0..k) = the k experts with the largest logits[0..n_expert), in
 // descending order of logit (ties: lower expert id first; a NaN logit ranks below every number),
 // with their weights (see the top of this file). Requires 1 <= k <= n_expert.
-void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out);
+// `select_bias`, when given ([n_expert]), is added to each logit for the choice only: the k
+// largest logits[e] + select_bias[e] are chosen (in that order), and their weights are still
+// computed from the unbiased logits. The routing bias toward cached experts passes ln(gamma) for
+// the experts not cached and 0 for the others: the ranking of their probabilities scaled by gamma.
+void RouteToken(const float* logits, int n_expert, int k, bool renormalize, ExpertChoice* out,
+                const float* select_bias = nullptr);
 
 // Expert e of a stacked row-major tensor [n_expert, rows, cols], as a 2-D view [rows, cols].
 TensorView ExpertSlice(const TensorView& stacked, int e);
@@ -78,6 +83,14 @@ class ExpertSource {
     (void)layer;
     (void)experts;
   }
+  // Which experts of `layer` are in memory now: bit e % 64 of word e / 64 is set when expert e
+  // is cached, valid until the next call on this source; nullptr = every expert is (resident
+  // weights). Not an access (no policy counts it). The routing bias toward cached experts reads
+  // it once per step, before routing.
+  virtual const uint64_t* CachedExperts(int layer) {
+    (void)layer;
+    return nullptr;
+  }
 };
 
 // The experts of a resident model: slices of its ffn_*_exps tensors.
@@ -114,6 +127,21 @@ class MoeMlp {
   }
   int n_expert() const { return n_expert_; }
   int n_expert_used() const { return k_; }
+
+  // Routing bias toward cached experts (DIP-CA's cache-aware rescaling, applied to the router;
+  // docs/moe.md): with gamma < 1 each step reads experts->CachedExperts(layer) before routing and
+  // chooses the top k of the router's probabilities with those of the experts not cached scaled
+  // by gamma; the chosen experts' weights come from the unbiased logits. gamma = 1 (the default)
+  // is the plain routing. InvalidArgument unless 0 < gamma <= 1.
+  Status set_expert_bias(float gamma);
+  float expert_bias() const { return gamma_; }
+  // Counted over the steps in which the bias acted (gamma < 1 and a source with uncached
+  // experts): the choices made, and those the unbiased routing would not have made.
+  struct BiasStats {
+    uint64_t choices = 0;
+    uint64_t changed = 0;
+  };
+  const BiasStats& bias_stats() const { return bias_stats_; }
   uint64_t allocated_bytes() const;
 
  private:
@@ -138,6 +166,10 @@ class MoeMlp {
   AlignedBuffer next_logits_;          // [n_expert] the next layer's router on this x
   std::vector<ExpertChoice> next_choices_;  // [k]
   std::vector<int32_t> predicted_;     // the next layer's predicted experts, ascending
+  float gamma_ = 1.0f;                 // routing bias toward cached experts (1 = none)
+  std::vector<float> select_bias_;     // [n_expert] 0 or ln(gamma_), for RouteToken
+  std::vector<ExpertChoice> unbiased_; // [k] the unbiased choice, for bias_stats_
+  BiasStats bias_stats_;
 };
 
 }  // namespace weir::model

@@ -41,6 +41,9 @@ Result<PerplexityResult> Perplexity(Session& session, std::span<const int32_t> t
         double z = 0;
         for (int v = 0; v < vocab; ++v) z += std::exp(static_cast<double>(row[v] - mx));
         double nll = std::log(z) + mx - row[chunk[static_cast<size_t>(p) + 1]];
+        if (options.argmax != nullptr) {
+          options.argmax->push_back(static_cast<int32_t>(std::max_element(row, row + vocab) - row));
+        }
         sum += nll;
         sum_sq += nll * nll;
         ++count;

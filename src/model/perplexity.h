@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <span>
+#include <vector>
 
 #include "base/status.h"
 #include "model/session.h"
@@ -18,6 +19,9 @@ struct PerplexityOptions {
   enum class Score { kSecondHalf, kAll };
   Score score = Score::kSecondHalf;
   int max_chunks = 0;  // 0 = all
+  // When set, receives the argmax of every scored position's logits, in scoring order (to count
+  // how often two runs' greedy choices differ).
+  std::vector<int32_t>* argmax = nullptr;
 };
 
 struct PerplexityResult {

@@ -36,9 +36,18 @@ Status Session::Allocate(const SessionOptions& options) {
                                          "not %s",
                                          model_.file().path.c_str(), c.arch->name));
   }
+  if (!c.IsMoe() && options.expert_bias != 1.0f) {
+    return Status::InvalidArgument(StrFormat(
+        "%s: a routing bias toward cached experts (gamma %g) needs a mixture of experts; %s has "
+        "none",
+        model_.file().path.c_str(), options.expert_bias, c.arch->name));
+  }
   if (c.IsMoe()) {
     WEIR_ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, n_batch_));
-    if (streamed_ != nullptr && streamed_->experts() != nullptr) {
+    WEIR_RETURN_IF_ERROR(moe_->set_expert_bias(options.expert_bias));
+    if (options.experts != nullptr) {
+      expert_source_ = options.experts;
+    } else if (streamed_ != nullptr && streamed_->experts() != nullptr) {
       expert_source_ = streamed_->experts();  // a pack's experts, read from storage
     } else {
       experts_ = std::make_unique<ResidentExperts>(model_.weights());

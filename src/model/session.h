@@ -54,6 +54,14 @@ struct SessionOptions {
   // Where M2Cache's neuron rows come from (m2cache/layer_source.h), e.g. the SSD tier streaming a
   // store file; not owned, one session at a time. nullptr = the weights' store in DRAM.
   m2cache::LayerSource* m2cache_source = nullptr;
+  // A mixture of experts: the routing bias toward cached experts (MoeMlp::set_expert_bias), a
+  // gamma in (0, 1]; 1 = none. It acts only where experts can be uncached (a streamed pack):
+  // with resident weights every expert is cached and the routing is the plain one. Any other
+  // value on a model without experts is InvalidArgument.
+  float expert_bias = 1.0f;
+  // Where a mixture's experts come from instead of the model's tensors or the streamed pack's
+  // reader (tests: a source that wraps or replays one). Not owned; one session at a time.
+  ExpertSource* experts = nullptr;
 };
 
 // Weight bytes the linear layers read, summed over tokens ("dense" = what a dense pass would

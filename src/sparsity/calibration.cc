@@ -173,6 +173,16 @@ std::string Calibration::ToJson() const {
       }
       s += "}";
     }
+    if (static_cast<size_t>(l) < expert_chosen.size() && !expert_chosen[static_cast<size_t>(l)].empty()) {
+      s += first ? "\n      \"expert_chosen\": [" : ",\n      \"expert_chosen\": [";
+      first = false;
+      const std::vector<uint32_t>& counts = expert_chosen[static_cast<size_t>(l)];
+      for (size_t i = 0; i < counts.size(); ++i) {
+        if (i) s += ", ";
+        s += std::to_string(counts[i]);
+      }
+      s += "]";
+    }
     s += first ? "}" : "\n    }";
   }
   s += "\n  ]\n}\n";
@@ -212,11 +222,27 @@ Result<Calibration> Calibration::FromJson(std::string_view text, const std::stri
         StrFormat("has %zu entries but n_layer is %lld", layers->size(), (long long)n_layer));
   }
   c.layers.resize(static_cast<size_t>(n_layer));
+  c.expert_chosen.resize(static_cast<size_t>(n_layer));
   for (int64_t l = 0; l < n_layer; ++l) {
     const Json& lj = (*layers)[static_cast<size_t>(l)];
     const std::string where = StrFormat("layers[%lld]", (long long)l);
     if (!lj.is_object()) return Bad(path, where, "is not an object");
     for (auto it = lj.begin(); it != lj.end(); ++it) {
+      if (it.key() == "expert_chosen") {
+        const Json& a = it.value();
+        if (!a.is_array() || a.empty() || a.size() > 1024) {
+          return Bad(path, where + ".expert_chosen", "is not an array of 1 to 1024 counts");
+        }
+        std::vector<uint32_t>& counts = c.expert_chosen[static_cast<size_t>(l)];
+        for (size_t i = 0; i < a.size(); ++i) {
+          if (!a[i].is_number_unsigned() || a[i].get<uint64_t>() > UINT32_MAX) {
+            return Bad(path, StrFormat("%s.expert_chosen[%zu]", where.c_str(), i),
+                       "is not a count: " + a[i].dump());
+          }
+          counts.push_back(static_cast<uint32_t>(a[i].get<uint64_t>()));
+        }
+        continue;
+      }
       int k = 0;
       while (k < kNumCalibStats && CalibStatName(static_cast<CalibStat>(k)) != it.key()) ++k;
       if (k == kNumCalibStats) return Bad(path, where, "unknown statistic '" + it.key() + "'");

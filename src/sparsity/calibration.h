@@ -24,6 +24,10 @@
 //   }
 // "samples" are non-negative finite magnitudes in ascending order, at most max_samples of them and
 // at most "seen" (the number of magnitudes offered to the reservoir).
+// A layer of a mixture of experts also has "expert_chosen": [c_0, ..., c_{n_expert-1}] (absent
+// for dense models and in files written before it): on how many tokens the router chose expert e
+// in that layer. `weir pack --calib` stores each layer's experts most chosen first, which
+// `--policy hot` then keeps (docs/moe.md).
 // "kept_half" (input sites only; absent in files written before it): per entry i of the vector,
 // on how many tokens |a_i| was among the ceil(width / 2) largest of its token: how often a top-K
 // policy at density 0.5 keeps that input channel / neuron. `weir pack --calib` orders a column
@@ -71,6 +75,8 @@ struct Calibration {
   std::string note;
   int64_t max_samples = 0;
   std::vector<std::array<SampleSet, kNumCalibStats>> layers;  // [n_layer]
+  // [n_layer] of [n_expert] routing counts ("expert_chosen"); all empty when not recorded.
+  std::vector<std::vector<uint32_t>> expert_chosen;
 
   int n_layer() const { return static_cast<int>(layers.size()); }
   const SampleSet& samples(int layer, CalibStat stat) const {
@@ -97,6 +103,9 @@ class Calibrator {
   void Add(int layer, Site site, std::span<const float> activations);
   // Offers |silu(g_i)| for one token's gate pre-activations g = W_gate · xm [d_ff] (CATS).
   void AddGate(int layer, std::span<const float> gate_pre);
+  // Counts one token's routing in a mixture-of-experts layer of n_expert experts: the chosen
+  // expert ids (each in [0, n_expert)).
+  void AddExperts(int layer, std::span<const int32_t> chosen, int n_expert);
 
   // The samples so far, sorted; `note` is stored in the file.
   Calibration Finish(std::string note = "") const;
@@ -109,6 +118,7 @@ class Calibrator {
   uint64_t rng_;
   std::vector<int32_t> order_;  // scratch of Offer
   std::vector<std::array<SampleSet, kNumCalibStats>> layers_;  // samples unsorted here
+  std::vector<std::vector<uint32_t>> expert_chosen_;          // [n_layer][n_expert]
 };
 
 }  // namespace weir::sparsity

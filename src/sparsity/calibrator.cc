@@ -10,7 +10,10 @@
 namespace weir::sparsity {
 
 Calibrator::Calibrator(int n_layer, int64_t max_samples, uint64_t seed)
-    : max_samples_(max_samples), rng_(seed), layers_(static_cast<size_t>(n_layer)) {
+    : max_samples_(max_samples),
+      rng_(seed),
+      layers_(static_cast<size_t>(n_layer)),
+      expert_chosen_(static_cast<size_t>(n_layer)) {
   WEIR_CHECK(n_layer >= 0 && max_samples >= 1);
 }
 
@@ -64,11 +67,23 @@ void Calibrator::AddGate(int layer, std::span<const float> gate_pre) {
   Offer(layer, CalibStat::kGateSilu, gate_pre, true);
 }
 
+void Calibrator::AddExperts(int layer, std::span<const int32_t> chosen, int n_expert) {
+  WEIR_CHECK(layer >= 0 && layer < static_cast<int>(layers_.size()) && n_expert >= 1);
+  std::vector<uint32_t>& counts = expert_chosen_[static_cast<size_t>(layer)];
+  WEIR_CHECK(counts.empty() || counts.size() == static_cast<size_t>(n_expert));
+  counts.resize(static_cast<size_t>(n_expert), 0);
+  for (int32_t e : chosen) {
+    WEIR_CHECK(e >= 0 && e < n_expert);
+    ++counts[static_cast<size_t>(e)];
+  }
+}
+
 Calibration Calibrator::Finish(std::string note) const {
   Calibration c;
   c.note = std::move(note);
   c.max_samples = max_samples_;
   c.layers = layers_;
+  c.expert_chosen = expert_chosen_;
   for (auto& layer : c.layers) {
     for (auto& set : layer) std::sort(set.sorted.begin(), set.sorted.end());
   }

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <numeric>
 #include <random>
 #include <set>
 #include <string>
@@ -261,6 +263,163 @@ TEST(MoeMlpTest, CreateRefusesABadConfig) {
   EXPECT_FALSE(MoeMlp::Create(c, 4).ok());
 }
 
+// --- routing bias toward cached experts ---------------------------------------------------
+
+TEST(RouteTokenTest, BiasChoosesTheTopKOfScaledProbabilitiesAndWeighsUnbiased) {
+  const float logits[] = {2.0f, 1.5f, 1.0f, 0.2f};
+  ExpertChoice c[2];
+  // Expert 0 not cached. gamma 0.5: p0 * 0.5 ∝ e^2 / 2 = 3.69 < e^1.5 = 4.48, > e^1 = 2.72.
+  float bias[4] = {std::log(0.5f), 0, 0, 0};
+  RouteToken(logits, 4, 2, true, c, bias);
+  EXPECT_EQ(c[0].expert, 1);
+  EXPECT_EQ(c[1].expert, 0);
+  // The weights are the softmax of the unbiased logits over the chosen pair.
+  const double z = std::exp(2.0) + std::exp(1.5);
+  EXPECT_NEAR(c[0].weight, std::exp(1.5) / z, 1e-7);
+  EXPECT_NEAR(c[1].weight, std::exp(2.0) / z, 1e-7);
+  // gamma 0.2: e^2 / 5 = 1.48 < e^1 = 2.72: expert 0 drops out.
+  bias[0] = std::log(0.2f);
+  RouteToken(logits, 4, 2, true, c, bias);
+  EXPECT_EQ(c[0].expert, 1);
+  EXPECT_EQ(c[1].expert, 2);
+  const double z2 = std::exp(1.5) + std::exp(1.0);
+  EXPECT_NEAR(c[0].weight, std::exp(1.5) / z2, 1e-7);
+  EXPECT_NEAR(c[1].weight, std::exp(1.0) / z2, 1e-7);
+  // Not renormalised: the chosen experts' share of the unbiased softmax over all four.
+  RouteToken(logits, 4, 2, false, c, bias);
+  const double all = std::exp(2.0) + std::exp(1.5) + std::exp(1.0) + std::exp(0.2);
+  EXPECT_NEAR(c[0].weight, std::exp(1.5) / all, 1e-7);
+  EXPECT_NEAR(c[1].weight, std::exp(1.0) / all, 1e-7);
+}
+
+TEST(RouteTokenTest, BiasMatchesABruteForceOverRandomLogitsAndZeroBiasIsNoBias) {
+  std::mt19937 rng(17);
+  std::normal_distribution<float> n(0.0f, 1.5f);
+  std::bernoulli_distribution cached(0.4);
+  constexpr int E = 16, K = 4;
+  for (float gamma : {1.0f, 0.7f, 0.3f, 0.05f}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      float logits[E], bias[E];
+      bool in[E];
+      for (int e = 0; e < E; ++e) {
+        logits[e] = n(rng);
+        in[e] = cached(rng);
+        bias[e] = in[e] ? 0.0f : std::log(gamma);
+      }
+      ExpertChoice got[K];
+      RouteToken(logits, E, K, true, got, bias);
+      // Brute force in double: the K largest softmax probabilities, those of uncached experts
+      // multiplied by gamma.
+      double p[E], z = 0;
+      for (int e = 0; e < E; ++e) z += std::exp(static_cast<double>(logits[e]));
+      for (int e = 0; e < E; ++e) p[e] = std::exp(static_cast<double>(logits[e])) / z * (in[e] ? 1 : gamma);
+      std::vector<int> ids(E);
+      std::iota(ids.begin(), ids.end(), 0);
+      std::sort(ids.begin(), ids.end(), [&](int a, int b) { return p[a] > p[b]; });
+      double wz = 0;
+      for (int j = 0; j < K; ++j) wz += std::exp(static_cast<double>(logits[ids[j]]));
+      for (int j = 0; j < K; ++j) {
+        ASSERT_EQ(got[j].expert, ids[j]) << "gamma " << gamma << " trial " << trial;
+        EXPECT_NEAR(got[j].weight, std::exp(static_cast<double>(logits[ids[j]])) / wz, 1e-6);
+      }
+      // A bias of zeros is exactly the plain routing.
+      float zero[E] = {};
+      ExpertChoice plain[K], zeroed[K];
+      RouteToken(logits, E, K, true, plain);
+      RouteToken(logits, E, K, true, zeroed, zero);
+      ASSERT_EQ(std::memcmp(plain, zeroed, sizeof(plain)), 0);
+    }
+  }
+}
+
+// Resident experts with a hand-made cache state.
+class MaskedSource final : public ExpertSource {
+ public:
+  MaskedSource(const LlamaWeights& w, uint64_t mask) : resident_(w), mask_(mask) {}
+  Result<ExpertWeights> Acquire(int layer, int e) override { return resident_.Acquire(layer, e); }
+  const uint64_t* CachedExperts(int layer) override {
+    (void)layer;
+    ++asked;
+    return &mask_;
+  }
+  int asked = 0;
+
+ private:
+  ResidentExperts resident_;
+  uint64_t mask_;
+};
+
+TEST(MoeMlpTest, BiasTowardCachedExpertsRoutesByTheCacheState) {
+  MoeLayerFixture f(/*identical_experts=*/false);
+  constexpr int n = 8, D = MoeLayerFixture::kD, E = MoeLayerFixture::kE, K = MoeLayerFixture::kK;
+  const std::vector<float> x = Inputs(n, D, 4);
+  const TensorView& router = f.weights.layers[0].ffn_gate_inp;
+  auto plain = MoeMlp::Create(f.config, n);
+  ASSERT_TRUE(plain.ok());
+  ResidentExperts resident(f.weights);
+  std::vector<float> y_plain(n * D);
+  uint64_t bytes = 0;
+  ASSERT_TRUE((*plain)->Forward(0, router, x.data(), n, y_plain.data(), &resident, nullptr, &bytes).ok());
+  std::vector<ExpertChoice> plain_routing((*plain)->routing().begin(), (*plain)->routing().end());
+
+  const uint64_t mask = 0b010011;  // experts 0, 1 and 4 cached
+  const float gamma = 0.3f;
+  auto biased = MoeMlp::Create(f.config, n);
+  ASSERT_TRUE(biased.ok());
+  ASSERT_TRUE((*biased)->set_expert_bias(gamma).ok());
+  MaskedSource source(f.weights, mask);
+  std::vector<float> y(n * D);
+  ASSERT_TRUE((*biased)->Forward(0, router, x.data(), n, y.data(), &source, nullptr, &bytes).ok());
+  EXPECT_EQ(source.asked, 1);  // once per step, before routing
+  int changed = 0;
+  for (int t = 0; t < n; ++t) {
+    // The biased top-k of this token's router probabilities (double, by hand), weighed by the
+    // unbiased softmax over the chosen experts.
+    double logit[E], key[E];
+    for (int e = 0; e < E; ++e) {
+      double s = 0;
+      for (int j = 0; j < D; ++j) s += static_cast<double>(f.router[e * D + j]) * x[t * D + j];
+      logit[e] = s;
+      key[e] = std::exp(s) * (((mask >> e) & 1) ? 1.0 : gamma);
+    }
+    std::vector<int> ids(E);
+    std::iota(ids.begin(), ids.end(), 0);
+    std::sort(ids.begin(), ids.end(), [&](int a, int b) { return key[a] > key[b]; });
+    const ExpertChoice* got = (*biased)->routing().data() + t * K;
+    double wz = 0;
+    for (int j = 0; j < K; ++j) wz += std::exp(logit[ids[j]]);
+    std::vector<double> sum(D, 0.0);
+    for (int j = 0; j < K; ++j) {
+      EXPECT_EQ(got[j].expert, ids[j]) << "token " << t;
+      EXPECT_NEAR(got[j].weight, std::exp(logit[ids[j]]) / wz, 1e-5);
+      const std::vector<double> ye = ExpertRef(f, ids[j], x.data() + t * D);
+      for (int o = 0; o < D; ++o) sum[o] += std::exp(logit[ids[j]]) / wz * ye[o];
+      bool was = false;
+      for (int i = 0; i < K; ++i) was |= plain_routing[t * K + i].expert == ids[j];
+      changed += !was;
+    }
+    for (int o = 0; o < D; ++o) EXPECT_NEAR(y[t * D + o], sum[o], 1e-4) << t << "," << o;
+  }
+  EXPECT_GT(changed, 0) << "the cache state should move some choices";
+  EXPECT_EQ((*biased)->bias_stats().choices, static_cast<uint64_t>(n * K));
+  EXPECT_EQ((*biased)->bias_stats().changed, static_cast<uint64_t>(changed));
+
+  // Every expert cached: the plain routing, bit for bit.
+  MaskedSource all(f.weights, (uint64_t{1} << E) - 1);
+  ASSERT_TRUE((*biased)->Forward(0, router, x.data(), n, y.data(), &all, nullptr, &bytes).ok());
+  EXPECT_EQ(std::memcmp(y.data(), y_plain.data(), y.size() * sizeof(float)), 0);
+  // gamma 1 is no bias: the cache state is not even read, and the output is the plain one.
+  ASSERT_TRUE((*biased)->set_expert_bias(1.0f).ok());
+  MaskedSource ignored(f.weights, mask);
+  ASSERT_TRUE((*biased)->Forward(0, router, x.data(), n, y.data(), &ignored, nullptr, &bytes).ok());
+  EXPECT_EQ(ignored.asked, 0);
+  EXPECT_EQ(std::memcmp(y.data(), y_plain.data(), y.size() * sizeof(float)), 0);
+  // Out of range.
+  EXPECT_FALSE((*biased)->set_expert_bias(0.0f).ok());
+  EXPECT_FALSE((*biased)->set_expert_bias(1.5f).ok());
+  EXPECT_FALSE((*biased)->set_expert_bias(NAN).ok());
+}
+
 // --- generated tiny models ------------------------------------------------------------------
 
 std::unique_ptr<Model> TinyMoe(const std::string& arch, DType type) {
@@ -444,6 +603,51 @@ TEST(TinyMoeRefusals, MutatedHeadersFailCleanlyOrDecode) {
   }
   EXPECT_GT(errors, 0);
   EXPECT_GT(decoded, 0);  // most single-byte changes hit token strings and still load
+}
+
+TEST(TinyMoeRefusals, ExpertBiasIsANoOpOnResidentExpertsAndRefusedOnADenseModel) {
+  std::unique_ptr<Model> m = TinyMoe("qwen3moe", DType::kF32);
+  ASSERT_NE(m, nullptr);
+  ThreadPool pool(2);
+  std::vector<int32_t> ids;
+  for (int i = 0; i < 12; ++i) ids.push_back((i * 31 + 5) % m->config().vocab_size);
+  auto logits = [&](float gamma) {
+    SessionOptions so;
+    so.ctx = 32;
+    so.n_batch = 1;
+    so.expert_bias = gamma;
+    auto s = Session::Create(*m, &pool, so);
+    EXPECT_TRUE(s.ok()) << s.status().ToString();
+    std::vector<float> out;
+    for (int32_t t : ids) {
+      auto l = (*s)->Forward(std::span<const int32_t>(&t, 1), LogitsFor::kLast);
+      EXPECT_TRUE(l.ok());
+      out.insert(out.end(), *l, *l + m->config().vocab_size);
+    }
+    EXPECT_EQ((*s)->moe()->bias_stats().choices, 0u);  // never acted: every expert is resident
+    return out;
+  };
+  const std::vector<float> plain = logits(1.0f), biased = logits(0.2f);
+  ASSERT_EQ(plain.size(), biased.size());
+  EXPECT_EQ(std::memcmp(plain.data(), biased.data(), plain.size() * sizeof(float)), 0);
+  SessionOptions bad;
+  bad.ctx = 16;
+  bad.expert_bias = 0.0f;
+  EXPECT_EQ(Session::Create(*m, nullptr, bad).status().code(), Status::Code::kInvalidArgument);
+
+  const std::string dense = testing::TempDir() + "/tiny_dense_for_bias.gguf";
+  auto spec = format::SynthPreset("tiny", "llama");
+  ASSERT_TRUE(spec.ok());
+  ASSERT_TRUE(format::WriteRandomLlamaGguf(*spec, DType::kF32, 3, dense, nullptr).ok());
+  auto d = Model::Load(dense);
+  ASSERT_TRUE(d.ok());
+  SessionOptions so;
+  so.ctx = 16;
+  so.expert_bias = 0.5f;
+  auto s = Session::Create(**d, nullptr, so);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), Status::Code::kInvalidArgument);
+  EXPECT_NE(s.status().message().find("mixture of experts"), std::string::npos);
 }
 
 TEST(TinyMoeRefusals, SparsityAndDenseLayoutsAreRefused) {

@@ -255,7 +255,9 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
             // The read-ahead buffer is given when the cache keeps as much again: never at the
             // minimum, always with half the model above it (these packs' buffers are a tenth).
             const bool ahead_given = got->plan.record_ahead_bytes > 0;
-            if (budget == probe->plan.minimum()) EXPECT_FALSE(ahead_given);
+            if (budget == probe->plan.minimum()) {
+              EXPECT_FALSE(ahead_given);
+            }
             if (budget == probe->plan.minimum() + model_bytes / 2 && compact) {
               EXPECT_EQ(ahead_given, c.stream.span_read_ahead != SpanAhead::kOff);
             }

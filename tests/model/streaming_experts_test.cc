@@ -11,6 +11,8 @@
 #include "format/weir_pack_reader.h"
 #include "format/weir_pack_writer.h"
 #include "model/model.h"
+#include "model/sampler.h"
+#include "sparsity/calibration.h"
 #include "model/streaming_model.h"
 #include "model/streaming_test_util.h"
 #include "storage/fault_injecting_device.h"
@@ -192,6 +194,293 @@ TEST(StreamingExpertsTest, ReadFailureIsAnErrorNotWrongTokens) {
     }
   }
   EXPECT_TRUE(failed);
+}
+
+// --- routing bias toward cached experts -------------------------------------------------------
+
+// An ExpertSource in front of another: it logs every cache state the MoE MLP reads (recording),
+// or answers with a logged sequence instead (replaying); everything else goes to `inner`.
+class CacheStateLog final : public ExpertSource {
+ public:
+  CacheStateLog(ExpertSource* inner, int n_expert, const std::vector<std::vector<uint64_t>>* replay)
+      : inner_(inner), words_(static_cast<size_t>((n_expert + 63) / 64)), replay_(replay) {
+    all_.assign(words_, 0);
+    for (int e = 0; e < n_expert; ++e) all_[static_cast<size_t>(e / 64)] |= uint64_t{1} << (e % 64);
+  }
+  Status Prepare(int layer, std::span<const int32_t> experts) override {
+    return inner_->Prepare(layer, experts);
+  }
+  Result<ExpertWeights> Acquire(int layer, int e) override { return inner_->Acquire(layer, e); }
+  void Release(int layer, int e) override { inner_->Release(layer, e); }
+  bool predicts() const override { return inner_->predicts(); }
+  void Predict(int layer, std::span<const int32_t> experts) override {
+    inner_->Predict(layer, experts);
+  }
+  const uint64_t* CachedExperts(int layer) override {
+    if (replay_ != nullptr) {
+      EXPECT_LT(next_, replay_->size()) << "more steps than were recorded";
+      if (next_ >= replay_->size()) return all_.data();
+      return (*replay_)[next_++].data();
+    }
+    const uint64_t* m = inner_->CachedExperts(layer);
+    log.push_back(m ? std::vector<uint64_t>(m, m + words_) : all_);
+    return m;
+  }
+  std::vector<std::vector<uint64_t>> log;
+  size_t replayed() const { return next_; }
+
+ private:
+  ExpertSource* inner_;
+  size_t words_;
+  std::vector<uint64_t> all_;
+  const std::vector<std::vector<uint64_t>>* replay_;
+  size_t next_ = 0;
+};
+
+struct BiasedRun {
+  Trace trace;
+  std::vector<std::vector<uint64_t>> log;
+  size_t replayed = 0;
+  MoeMlp::BiasStats bias;
+  StreamStats stats;
+  int n_layers = 0;
+};
+
+// Greedy decoding as streaming_test::Generate (a 5-token prompt in two calls, then `steps`
+// tokens) with the routing bias `gamma`, the experts taken through a CacheStateLog.
+Result<BiasedRun> RunBiased(const std::string& pack, const StreamingConfig& c, float gamma,
+                            const std::vector<std::vector<uint64_t>>* replay, ThreadPool* pool,
+                            int steps) {
+  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, Memory(pack), c));
+  SessionOptions so;
+  so.ctx = 64;
+  so.n_batch = 4;
+  so.streamed = &sm->streamer();
+  so.expert_bias = gamma;
+  {
+    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
+    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
+  }
+  CacheStateLog source(sm->streamer().experts(), sm->model().config().n_expert, replay);
+  so.experts = &source;
+  WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(sm->model(), pool, so));
+  const int vocab = sm->model().config().vocab_size;
+  std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+  BiasedRun r;
+  WEIR_ASSIGN_OR_RETURN(const float* l, s->Prefill(prompt));
+  for (int i = 0; i < steps; ++i) {
+    r.trace.logits.insert(r.trace.logits.end(), l, l + vocab);
+    const int32_t tok = Sampler::Argmax(l, vocab);
+    r.trace.tokens.push_back(tok);
+    WEIR_ASSIGN_OR_RETURN(l, s->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast));
+  }
+  r.trace.logits.insert(r.trace.logits.end(), l, l + vocab);
+  r.log = std::move(source.log);
+  r.replayed = source.replayed();
+  r.bias = s->moe()->bias_stats();
+  r.stats = sm->streamer().stats();
+  r.n_layers = sm->model().config().n_layers;
+  return r;
+}
+
+// The bias makes a streamed run's routing depend on its cache, so a streamed run is compared
+// with the resident pack routed by the same cache states: the states the streamed run read,
+// replayed step by step. Bit for bit, and the bias must have moved some choices.
+TEST(StreamingExpertsTest, BiasedStreamedEqualsResidentReplayingItsCacheStates) {
+  ThreadPool pool(2);
+  const int steps = 10;
+  for (const char* arch : {"qwen3moe", "mixtral"}) {
+    SCOPED_TRACE(arch);
+    const Files f = MakeFiles(arch, DType::kQ8_0);
+    auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), &pool, 0);
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    const uint64_t budget = probe->plan.minimum() + probe->plan.streamed_bytes / 2;
+    for (const char* policy : {"lfu", "lru"}) {
+      SCOPED_TRACE(policy);
+      auto streamed = RunBiased(f.pack, Config(budget, policy), 0.3f, nullptr, &pool, steps);
+      ASSERT_TRUE(streamed.ok()) << streamed.status().ToString();
+      // A cache state per forward call and layer.
+      EXPECT_EQ(streamed->log.size(), static_cast<size_t>((2 + steps) * streamed->n_layers));
+      EXPECT_GT(streamed->bias.choices, 0u);
+      EXPECT_GT(streamed->bias.changed, 0u) << "the bias should move some choices";
+      auto replayed = RunBiased(f.pack, Config(UINT64_MAX, policy), 0.3f, &streamed->log, &pool,
+                                steps);
+      ASSERT_TRUE(replayed.ok()) << replayed.status().ToString();
+      EXPECT_EQ(replayed->replayed, streamed->log.size());
+      EXPECT_TRUE(Same(replayed->trace, streamed->trace));
+      EXPECT_EQ(replayed->bias.changed, streamed->bias.changed);
+      // The resident pack without a replayed state: nothing is uncached, so the plain routing.
+      auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, policy), &pool, steps);
+      ASSERT_TRUE(resident.ok());
+      auto plain = RunBiased(f.pack, Config(UINT64_MAX, policy), 0.3f, nullptr, &pool, steps);
+      ASSERT_TRUE(plain.ok());
+      EXPECT_TRUE(Same(plain->trace, resident->trace));
+      EXPECT_EQ(plain->bias.choices, 0u);
+      // gamma 1 streamed at the same budget: the plain routing, bit for bit (the cache is not
+      // consulted).
+      auto off = RunBiased(f.pack, Config(budget, policy), 1.0f, nullptr, &pool, steps);
+      ASSERT_TRUE(off.ok());
+      EXPECT_TRUE(Same(off->trace, resident->trace));
+      EXPECT_TRUE(off->log.empty());
+      EXPECT_FALSE(Same(streamed->trace, resident->trace)) << "the bias changed no logits";
+    }
+  }
+}
+
+// --- a hot set from calibration routing counts -------------------------------------------------
+
+// Counts the routing of every token (weir calibrate's observer does the same).
+class RoutingCounter final : public ActivationObserver {
+ public:
+  RoutingCounter(sparsity::Calibrator* c, int n_expert) : c_(c), n_expert_(n_expert) {}
+  void OnInput(int, sparsity::Site, const float*, int64_t) override {}
+  void OnExperts(int layer, const int32_t* experts, int k) override {
+    c_->AddExperts(layer, std::span<const int32_t>(experts, static_cast<size_t>(k)), n_expert_);
+  }
+
+ private:
+  sparsity::Calibrator* c_;
+  int n_expert_;
+};
+
+// A pack written with the routing counts of the very tokens a run then decodes stores each layer's
+// used experts first, most used first; streamed with --policy hot under a budget that cannot hold
+// them all, the cache keeps a prefix of those records (the calibrated top set) and the logits are
+// the unordered resident pack's bit for bit.
+TEST(StreamingExpertsTest, HotSetFromCalibrationRoutingIsKeptAndLogitsStayBitIdentical) {
+  ThreadPool pool(2);
+  const int steps = 12;
+  for (const char* arch : {"qwen3moe", "mixtral"}) {
+    SCOPED_TRACE(arch);
+    const Files f = MakeFiles(arch, DType::kQ8_0);
+    // Calibrate on the resident pack: greedy decoding as Generate does it.
+    sparsity::Calibration cal;
+    int n_expert = 0, k = 0, n_layers = 0;
+    {
+      auto sm = StreamingModel::Open(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"));
+      ASSERT_TRUE(sm.ok()) << sm.status().ToString();
+      const format::LlamaConfig& c = (*sm)->model().config();
+      n_expert = c.n_expert;
+      k = c.n_expert_used;
+      n_layers = c.n_layers;
+      SessionOptions so;
+      so.ctx = 64;
+      so.n_batch = 4;
+      so.streamed = &(*sm)->streamer();
+      auto s = Session::Create((*sm)->model(), &pool, so);
+      ASSERT_TRUE(s.ok());
+      ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
+      sparsity::Calibrator calibrator(n_layers);
+      RoutingCounter counter(&calibrator, n_expert);
+      (*s)->set_observer(&counter);
+      std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+      auto l = (*s)->Prefill(prompt);
+      ASSERT_TRUE(l.ok());
+      for (int i = 0; i < steps; ++i) {
+        const int32_t tok = Sampler::Argmax(*l, c.vocab_size);
+        l = (*s)->Forward(std::span<const int32_t>(&tok, 1), LogitsFor::kLast);
+        ASSERT_TRUE(l.ok());
+      }
+      cal = calibrator.Finish();
+    }
+    format::PackOptions o;
+    o.layout = format::PackLayout::kExperts;
+    for (int l = 0; l < n_layers; ++l) {
+      const std::vector<uint32_t>& counts = cal.expert_chosen[static_cast<size_t>(l)];
+      ASSERT_EQ(counts.size(), static_cast<size_t>(n_expert));
+      uint64_t sum = 0;
+      for (uint32_t x : counts) sum += x;
+      EXPECT_EQ(sum, static_cast<uint64_t>((5 + steps) * k)) << "layer " << l;  // every token
+      o.expert_score.emplace_back(counts.begin(), counts.end());
+    }
+    auto src = format::LoadModel(f.gguf);
+    ASSERT_TRUE(src.ok());
+    const std::string ordered = f.pack + ".ordered";
+    ASSERT_TRUE(format::WritePack(*src, ordered, o).ok());
+
+    // Records hottest first, each the source expert's bytes.
+    auto plain_pack = format::PackFile::Open(f.pack);
+    auto pack = format::PackFile::Open(ordered);
+    ASSERT_TRUE(pack.ok() && plain_pack.ok()) << pack.status().ToString();
+    const auto plain_bytes = testing::ReadFile(f.pack);
+    const auto bytes = testing::ReadFile(ordered);
+    std::vector<int> used(static_cast<size_t>(n_layers), 0);
+    for (const format::PackGroup& g : pack->groups()) {
+      const auto& counts = cal.expert_chosen[static_cast<size_t>(g.first_layer)];
+      ASSERT_EQ(g.expert_order, format::OrderByScore(o.expert_score[static_cast<size_t>(g.first_layer)]));
+      const format::PackGroup& pg = plain_pack->groups()[static_cast<size_t>(g.first_layer)];
+      for (int r = 0; r < g.n_expert; ++r) {
+        const int e = static_cast<int>(g.ExpertInRecord(r));
+        EXPECT_EQ(g.ExpertRecord(e), r);
+        if (r > 0) {
+          EXPECT_GE(counts[static_cast<size_t>(g.ExpertInRecord(r - 1))],
+                    counts[static_cast<size_t>(e)]);
+        }
+        used[static_cast<size_t>(g.first_layer)] += counts[static_cast<size_t>(e)] > 0;
+        ASSERT_EQ(std::memcmp(bytes.data() + g.offset + r * g.expert_stride,
+                              plain_bytes.data() + pg.offset + e * pg.expert_stride, g.expert_stride),
+                  0)
+            << "layer " << g.first_layer << " record " << r;
+      }
+    }
+
+    auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, steps);
+    ASSERT_TRUE(resident.ok());
+    auto ordered_resident = RunPack(ordered, Memory(ordered), Config(UINT64_MAX, "hot"), &pool, steps);
+    ASSERT_TRUE(ordered_resident.ok());
+    EXPECT_TRUE(Same(ordered_resident->trace, resident->trace));
+
+    // Streamed under hot with a budget that holds about half the used experts (attention kept in
+    // memory so that experts alone share the cache).
+    StreamingConfig c = Config(UINT64_MAX, "hot");
+    c.stream.stream_attention = false;
+    auto probe = RunPack(ordered, Memory(ordered), c, &pool, 0);
+    ASSERT_TRUE(probe.ok());
+    int all_used = 0;
+    for (int u : used) all_used += u;
+    const uint64_t stride = pack->groups()[0].expert_stride;
+    c.memory_budget = probe->plan.minimum() + stride * static_cast<uint64_t>(all_used / 2);
+    for (const char* policy : {"hot", "lfu"}) {
+      SCOPED_TRACE(policy);
+      c.stream.policy = policy;
+      auto sm = StreamingModel::Open(ordered, Memory(ordered), c);
+      ASSERT_TRUE(sm.ok());
+      SessionOptions so;
+      so.ctx = 64;
+      so.n_batch = 4;
+      so.streamed = &(*sm)->streamer();
+      {
+        auto s = Session::Create((*sm)->model(), &pool, so);
+        ASSERT_TRUE(s.ok());
+        ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
+      }
+      auto got = Generate((*sm)->model(), &(*sm)->streamer(), nullptr, &pool, steps);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_TRUE(Same(*got, resident->trace));
+      if (std::string(policy) != "hot") continue;
+      // The cache holds, per layer, the first records: the most routed experts.
+      int cached_total = 0;
+      bool binding = false;
+      for (int l = 0; l < n_layers; ++l) {
+        const format::PackGroup& g = pack->groups()[static_cast<size_t>(l)];
+        const uint64_t* mask = (*sm)->streamer().experts()->CachedExperts(l);
+        ASSERT_NE(mask, nullptr);
+        std::vector<bool> rec(static_cast<size_t>(n_expert), false);
+        int n = 0;
+        for (int e = 0; e < n_expert; ++e) {
+          if ((mask[e / 64] >> (e % 64)) & 1) {
+            rec[static_cast<size_t>(g.ExpertRecord(e))] = true;
+            ++n;
+          }
+        }
+        for (int r = 0; r < n; ++r) EXPECT_TRUE(rec[static_cast<size_t>(r)]) << "layer " << l << " record " << r;
+        cached_total += n;
+        binding |= n < used[static_cast<size_t>(l)];
+      }
+      EXPECT_GT(cached_total, 0);
+      EXPECT_TRUE(binding) << "the budget should not hold every used expert";
+    }
+  }
 }
 
 }  // namespace

@@ -193,5 +193,27 @@ TEST(CalibratorTest, CountsTheTopHalfPerEntry) {
   EXPECT_FALSE(Calibration::FromJson(bad, "mem").ok());  // a negative count
 }
 
+// A mixture of experts' routing counts per layer ("expert_chosen") survive a save / load; a
+// layer without them stays empty; malformed counts are refused.
+TEST(CalibratorTest, CountsExpertsChosenPerLayer) {
+  Calibrator c(2, 16);
+  const std::vector<int32_t> a = {3, 1}, b = {1, 0};
+  c.AddExperts(1, a, 4);
+  c.AddExperts(1, b, 4);
+  const Calibration cal = c.Finish("moe");
+  ASSERT_EQ(cal.expert_chosen.size(), 2u);
+  EXPECT_TRUE(cal.expert_chosen[0].empty());
+  EXPECT_EQ(cal.expert_chosen[1], (std::vector<uint32_t>{1, 2, 0, 1}));
+  auto back = Calibration::FromJson(cal.ToJson(), "mem");
+  ASSERT_TRUE(back.ok()) << back.status().ToString();
+  EXPECT_EQ(back->expert_chosen, cal.expert_chosen);
+  std::string bad = cal.ToJson();
+  bad.replace(bad.find("\"expert_chosen\": [1"), 19, "\"expert_chosen\": [-1");
+  EXPECT_FALSE(Calibration::FromJson(bad, "mem").ok());  // a negative count
+  bad = cal.ToJson();
+  bad.replace(bad.find("\"expert_chosen\": [1, 2, 0, 1]"), 29, "\"expert_chosen\": []");
+  EXPECT_FALSE(Calibration::FromJson(bad, "mem").ok());  // no experts
+}
+
 }  // namespace
 }  // namespace weir::sparsity

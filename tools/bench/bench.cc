@@ -72,6 +72,7 @@ int BenchMain(int argc, char** argv) {
   if (!trace.ok()) return Fail("bench", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
   model::StreamStats stream_before, stream_decode;  // the decode steps of the last repetition
+  model::MoeMlp::BiasStats bias_before, bias_decode;  // the same, of the expert bias
   const int vocab = model.config().vocab_size;
 
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
@@ -91,6 +92,7 @@ int BenchMain(int argc, char** argv) {
     }
     s.ResetTraffic();
     if (streamed) stream_before = streamed->stats();
+    if (s.moe()) bias_before = s.moe()->bias_stats();
     auto t0 = Clock::now();
     for (int i = 0; i < n_gen; ++i) {
       auto l = s.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
@@ -99,6 +101,10 @@ int BenchMain(int argc, char** argv) {
     }
     tg.push_back(n_gen / std::chrono::duration<double>(Clock::now() - t0).count());
     if (streamed) stream_decode = streamed->stats() - stream_before;
+    if (s.moe()) {
+      bias_decode.choices = s.moe()->bias_stats().choices - bias_before.choices;
+      bias_decode.changed = s.moe()->bias_stats().changed - bias_before.changed;
+    }
   }
   if (*trace) {
     if (Status st = (*trace)->Finish(); !st.ok()) return Fail("bench", st);
@@ -128,6 +134,11 @@ int BenchMain(int argc, char** argv) {
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
                {"stream_measured", measure_stream},
+               {"expert_bias",
+                s.moe() ? nlohmann::json{{"gamma", stf.expert_bias},
+                                         {"choices", bias_decode.choices},
+                                         {"changed", bias_decode.changed}}
+                        : nlohmann::json()},
                {"peak_rss", peak_rss}, {"weights", weights}, {"tiled_tensors", model.file().TiledTensorCount()}, {"load_s", load_s},
                {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"device", m->streaming->device().name()},

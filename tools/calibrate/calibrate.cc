@@ -1,5 +1,6 @@
 // weir calibrate: collect activation statistics over a text and write the calibration file that
-// CATS and TEAL thresholds are read from (`--calib` of run, ppl, bench, sweep).
+// CATS and TEAL thresholds are read from (`--calib` of run, ppl, bench, sweep); on a mixture of
+// experts also how often each expert is chosen (`weir pack --calib` stores them hottest first).
 #include <cstdio>
 
 #include "common/cli.h"
@@ -22,6 +23,10 @@ class CalibratorObserver : public model::ActivationObserver {
   void OnGate(int layer, const float* g, int64_t d_ff) override {
     c_->AddGate(layer, std::span<const float>(g, static_cast<size_t>(d_ff)));
   }
+  void OnExperts(int layer, const int32_t* experts, int k) override {
+    c_->AddExperts(layer, std::span<const int32_t>(experts, static_cast<size_t>(k)), n_expert_);
+  }
+  int n_expert_ = 0;
 
  private:
   sparsity::Calibrator* c_;
@@ -29,7 +34,9 @@ class CalibratorObserver : public model::ActivationObserver {
 }  // namespace
 
 int CalibrateMain(int argc, char** argv) {
-  CLI::App app("Collect activation statistics over a text for sparsity thresholds (cats, teal).", "calibrate");
+  CLI::App app("Collect activation statistics over a text for sparsity thresholds (cats, teal)\n"
+               "and, for a mixture of experts, how often each expert is chosen per layer (the\n"
+               "hot set of `weir pack --calib`).", "calibrate");
   ModelFlags mf;
   mf.ctx = 256;
   std::string file, out;
@@ -62,6 +69,7 @@ int CalibrateMain(int argc, char** argv) {
   if (!session.ok()) return Fail("calibrate", session.status());
   sparsity::Calibrator calibrator(model.config().n_layers, max_samples);
   CalibratorObserver observer(&calibrator);
+  observer.n_expert_ = model.config().n_expert;  // a mixture of experts: routing counts too
   (*session)->set_observer(&observer);
   model::PerplexityOptions po;
   po.max_chunks = chunks;

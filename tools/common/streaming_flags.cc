@@ -1,5 +1,6 @@
 #include "common/streaming_flags.h"
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
@@ -53,6 +54,21 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
   app.add_option("--block", f->block,
                  "cached unit of the streamed MLP tensors, a multiple of 4 KiB (default 2MiB for bundle "
                  "packs, 64KiB for column packs)");
+  app.add_option("--expert-bias", f->expert_bias,
+                 "a mixture of experts: before each top-k choice, scale the router probabilities "
+                 "of the experts not in the cache by GAMMA in (0, 1] (DIP-CA's bias, applied to "
+                 "routing; the chosen experts' weights stay the unbiased ones). Default 1: off. "
+                 "Changes the output; acts only on a streamed pack, where experts can be uncached "
+                 "(docs/moe.md)")
+      ->check(
+          [](const std::string& v) {
+            char* end = nullptr;
+            const double g = std::strtod(v.c_str(), &end);
+            const bool number = end != v.c_str() && *end == '\0';
+            return number && g > 0 && g <= 1 ? std::string()
+                                             : "GAMMA must be a number in (0, 1], not " + v;
+          },
+          "GAMMA in (0, 1]");
   app.add_option("--queue-depth", f->queue_depth, "io_uring reads in flight (default 32)")
       ->check(CLI::Range(1, 4096));
   app.add_option("--span-ahead", f->span_ahead,
@@ -70,6 +86,7 @@ bool IsPackFile(const std::string& path) {
 
 void RunModel::Configure(model::SessionOptions* options) const {
   if (streaming) options->streamed = &streaming->streamer();
+  options->expert_bias = expert_bias;
 }
 
 Status RunModel::Fit(const model::Session& session) const {
@@ -146,6 +163,7 @@ nlohmann::json MemoryJson(const RunModel& m) {
 
 Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
   RunModel r;
+  r.expert_bias = static_cast<float>(f.expert_bias);
   if (!IsPackFile(mf.model)) {
     if (!f.memory.empty()) {
       return Status::InvalidArgument(

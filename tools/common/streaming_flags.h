@@ -33,6 +33,8 @@ struct StreamingFlags {
   int queue_depth = 32;
   bool static_attention = false;  // --static-attention
   std::string span_ahead = "both";  // --span-ahead: off, token, layer, both
+  // --expert-bias GAMMA: a mixture of experts routes toward cached experts (docs/moe.md); 1 = off.
+  double expert_bias = 1.0;
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
 };
 void AddStreamingFlags(CLI::App& app, StreamingFlags* flags);
@@ -48,6 +50,7 @@ struct RunModel {
   // Streaming: where the budget in force came from ("--memory", "cgroup limit ... less ...
   // headroom", "none: no --memory and no cgroup limit"), for the start line and --json.
   std::string memory_source;
+  float expert_bias = 1.0f;  // --expert-bias, for SessionOptions
   // Points the session options at the streamed MLP, if any.
   void Configure(model::SessionOptions* options) const;
   // Streaming: plans the budget with the session's allocations (refusing one below the minimum).

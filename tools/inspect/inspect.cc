@@ -97,6 +97,14 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
                 DTypeName(g.expert_type[0]), static_cast<unsigned long long>(g.expert_part[0]),
                 DTypeName(g.expert_type[1]), static_cast<unsigned long long>(g.expert_part[1]),
                 DTypeName(g.expert_type[2]), static_cast<unsigned long long>(g.expert_part[2]));
+    if (!g.expert_order.empty()) {
+      std::printf("            records ordered by calibration routing counts (weir.pack.expert_order."
+                  "<l>), layer 0's first records: experts");
+      for (size_t r = 0; r < std::min<size_t>(8, g.expert_order.size()); ++r) {
+        std::printf(" %d", g.expert_order[r]);
+      }
+      std::printf("\n");
+    }
   } else if (columns) {
     std::printf("            ffn_in: input channel i = rows (i*n + j)*2 + {gate^T, up^T}; "
                 "ffn_down: neuron c = row c*n + j (down^T), for its n layers j\n");

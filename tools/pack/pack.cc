@@ -42,7 +42,9 @@ int PackMain(int argc, char** argv) {
   app.add_option("--calib", calib,
                  "column layouts: a calibration file (weir calibrate) whose per-channel counts "
                  "order each layer group's input channels and neurons hottest first, so that "
-                 "columns kept together share pages and reads (default: the model's order)");
+                 "columns kept together share pages and reads; a mixture of experts: its "
+                 "per-layer routing counts store each layer's experts most chosen first, which "
+                 "--policy hot keeps (default: the model's order)");
   app.add_flag("--json", json, "print a JSON summary");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
@@ -70,7 +72,26 @@ int PackMain(int argc, char** argv) {
     }
     options.layout = format::PackLayout::kExperts;
   }
-  if (!calib.empty()) {
+  if (!calib.empty() && options.layout == format::PackLayout::kExperts) {
+    auto c = sparsity::Calibration::Load(calib);
+    if (!c.ok()) return Fail("pack", c.status());
+    if (c->n_layer() != mf->config.n_layers) {
+      return Fail("pack", Status::InvalidArgument(StrFormat(
+                              "%s has %d layers, the model %d", calib.c_str(), c->n_layer(),
+                              mf->config.n_layers)));
+    }
+    for (int l = 0; l < c->n_layer(); ++l) {
+      const std::vector<uint32_t>& counts = c->expert_chosen[static_cast<size_t>(l)];
+      if (static_cast<int>(counts.size()) != mf->config.n_expert) {
+        return Fail("pack", Status::InvalidArgument(StrFormat(
+                                "%s: layer %d has %zu expert routing counts (expert_chosen), the "
+                                "model %d experts; calibrate this model with this version of weir "
+                                "calibrate",
+                                calib.c_str(), l, counts.size(), mf->config.n_expert)));
+      }
+      options.expert_score.emplace_back(counts.begin(), counts.end());
+    }
+  } else if (!calib.empty()) {
     if (!format::IsColumnLayout(options.layout)) {
       std::fprintf(stderr, "weir pack: --calib orders column packs: add --layout columns\n");
       return kExitUsage;

@@ -1,4 +1,5 @@
 // weir ppl: perplexity of a model over a text file (llama.cpp's scheme by default).
+#include <chrono>
 #include <cstdio>
 #include <unistd.h>
 
@@ -21,7 +22,8 @@ int PplMain(int argc, char** argv) {
   ModelFlags mf;
   mf.ctx = 512;
   std::string file, score = "half";
-  int chunks = 0;
+  int chunks = 0, batch = 64;
+  std::string argmax_out;
   bool json = false, no_progress = false;
   AddModelFlags(app, &mf);
   SparsityFlags spf;
@@ -37,6 +39,13 @@ int PplMain(int argc, char** argv) {
   app.add_option("--score", score, "which predictions to score: half (default) or all")
       ->check(CLI::IsMember({"half", "all"}));
   app.add_option("--chunks", chunks, "score at most this many chunks (default: all)")->check(CLI::NonNegativeNumber);
+  app.add_option("-b,--batch-size", batch,
+                 "tokens per forward call (default 64, at most the chunk; 1 runs each token as a "
+                 "decode step does, e.g. for --expert-bias, which reads the cache once a call)")
+      ->check(CLI::Range(1, 1 << 16));
+  app.add_option("--argmax-out", argmax_out,
+                 "write the argmax token of every scored position, one per line (to compare two "
+                 "runs' greedy choices)");
   app.add_flag("--json", json, "print the result as JSON");
   app.add_flag("--no-progress", no_progress, "no progress bar");
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
@@ -63,7 +72,7 @@ int PplMain(int argc, char** argv) {
 
   model::SessionOptions so;
   so.ctx = mf.ctx;
-  so.n_batch = std::min(mf.ctx, 64);
+  so.n_batch = std::min(mf.ctx, batch);
   so.sparsity = spf.policy.get();
   m->Configure(&so);
   if (Status st = BuildM2Cache(&m2f, model, &pool, !json && !no_progress, &so); !st.ok()) return Fail("ppl", st);
@@ -77,15 +86,26 @@ int PplMain(int argc, char** argv) {
   model::PerplexityOptions po;
   po.score = score == "all" ? model::PerplexityOptions::Score::kAll : model::PerplexityOptions::Score::kSecondHalf;
   po.max_chunks = chunks;
+  std::vector<int32_t> argmax;
+  if (!argmax_out.empty()) po.argmax = &argmax;
   int total = static_cast<int>(ids.size() / static_cast<size_t>(mf.ctx));
   if (chunks > 0) total = std::min(total, chunks);
   ProgressBar bar("ppl", static_cast<uint64_t>(total), !json && !no_progress);
+  const auto start = std::chrono::steady_clock::now();
   auto r = model::Perplexity(**session, ids, tok->add_bos() ? tok->bos_id() : -1, po, [&](int done, int) { bar.Update(static_cast<uint64_t>(done)); });
   bar.Finish();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   if (*trace) {
     if (Status st = (*trace)->Finish(); !st.ok() && r.ok()) return Fail("ppl", st);
   }
   if (!r.ok()) return Fail("ppl", r.status());
+  if (!argmax_out.empty()) {
+    FILE* f = std::fopen(argmax_out.c_str(), "w");
+    bool ok = f != nullptr;
+    for (int32_t t : argmax) ok = ok && std::fprintf(f, "%d\n", t) > 0;
+    if (f != nullptr) ok = std::fclose(f) == 0 && ok;
+    if (!ok) return Fail("ppl", Status::IoError("cannot write " + argmax_out));
+  }
   if (json) {
     PrintJson({{"model", model.file().path}, {"file", file}, {"ctx", mf.ctx}, {"score", score},
                {"text_tokens", ids.size()}, {"chunks", r->chunks}, {"tokens_scored", r->tokens_scored},
@@ -93,7 +113,14 @@ int PplMain(int argc, char** argv) {
                {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
                {"mlp_density", (*session)->traffic().mlp_density()},
                {"linear_density", (*session)->traffic().linear_density()},
-               {"memory", MemoryJson(*m)},
+               {"memory", MemoryJson(*m)}, {"seconds", seconds},
+               {"streaming", m->streaming ? StreamStatsJson(m->streaming->streamer().stats(),
+                                                            (*session)->traffic().tokens)
+                                          : nlohmann::json()},
+               {"expert_bias", (*session)->moe() ? nlohmann::json{{"gamma", stf.expert_bias},
+                                                                  {"choices", (*session)->moe()->bias_stats().choices},
+                                                                  {"changed", (*session)->moe()->bias_stats().changed}}
+                                                 : nlohmann::json()},
                {"m2cache", (*session)->m2cache() ? M2StatsJson(*(*session)->m2cache(), (*session)->traffic().tokens) : nlohmann::json()}});
   } else {
     std::printf("perplexity: %.4f +/- %.4f  (%lld tokens scored, %d chunks of %d, score=%s)\n", r->ppl,
