@@ -1,5 +1,5 @@
-// AVX2 kernels of Q5_0, Q5_1 and the K types over 8 rows at a time (see internal/avx2_rows8.h). Compiled
-// with the AVX2 + FMA + F16C flags (src/kernels/CMakeLists.txt) and reached only through
+// AVX2 kernels of Q5_0, Q5_1 and the K types over 8 rows at a time (see internal/avx2_rows8.h).
+// Compiled with the AVX2 + FMA + F16C flags (src/kernels/CMakeLists.txt) and reached only through
 // x86_avx2.cc's table after isa.cc found those features, so, like the other SIMD files, it calls
 // no inline code from other headers (see internal/isa_kernels.h). The block layouts are described
 // with the AVX-512 form in x86_avx512_rows16.cc.
@@ -20,28 +20,33 @@ constexpr size_t kKeptBytes = 40960;
 inline int64_t Pad8(int64_t n) { return (n + 7) / 8 * 8; }
 inline int64_t Min64(int64_t a, int64_t b) { return a < b ? a : b; }
 
+__attribute__((always_inline))
 inline int32_t Load32(const uint8_t* p) {
   int32_t v;
   __builtin_memcpy(&v, p, 4);
   return v;
 }
+__attribute__((always_inline))
 inline float LoadF32(const uint8_t* p) {
   float f;
   __builtin_memcpy(&f, p, 4);
   return f;
 }
 // 16 bytes of row a in the low 128-bit lane, of row b in the high one.
+__attribute__((always_inline))
 inline __m256i Load128x2(const uint8_t* a, const uint8_t* b) {
   return _mm256_inserti128_si256(
       _mm256_castsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a))),
       _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
 }
 // The 16 bytes at off of the 8 rows as 4 vectors, z[g] holding rows g and 4 + g.
+__attribute__((always_inline))
 inline void LoadRows(const uint8_t* const* row, size_t off, __m256i* z) {
   for (int g = 0; g < 4; ++g) z[g] = Load128x2(row[g] + off, row[4 + g] + off);
 }
 // In each 128-bit lane k, the 4 x 4 dword transpose: out[j] lane k dword g = in[g] lane k dword
 // j. After LoadRows, out[j] lane 4k + g is dword j of row 4k + g: rows in lane order.
+__attribute__((always_inline))
 inline void Transpose4(const __m256i* in, __m256i* out) {
   const __m256i t0 = _mm256_unpacklo_epi32(in[0], in[1]);
   const __m256i t1 = _mm256_unpackhi_epi32(in[0], in[1]);
@@ -53,6 +58,7 @@ inline void Transpose4(const __m256i* in, __m256i* out) {
   out[3] = _mm256_unpackhi_epi64(t1, t3);
 }
 // The low f16 of each 32-bit lane as f32.
+__attribute__((always_inline))
 inline __m256 LowHalves(__m256i words) {
   words = _mm256_and_si256(words, _mm256_set1_epi32(0xffff));
   const __m256i packed =
@@ -61,12 +67,15 @@ inline __m256 LowHalves(__m256i words) {
 }
 
 // Where a token's activation values v .. v + 3 are (v < cols), its dx and its 16-value sums.
+__attribute__((always_inline))
 inline const uint8_t* ActAt(const uint8_t* xt, int64_t v) {
   return xt + static_cast<size_t>(v / 32) * kRecBytes + static_cast<size_t>(v % 32);
 }
+__attribute__((always_inline))
 inline float DxAt(const uint8_t* xt, int64_t nb, int64_t block) {
   return LoadF32(xt + static_cast<size_t>(nb) * kRecBytes + 4 * static_cast<size_t>(block));
 }
+__attribute__((always_inline))
 inline int32_t Sum16At(const uint8_t* xt, int64_t nb, int64_t half) {
   return Load32(xt + static_cast<size_t>(nb) * kRecBytes + static_cast<size_t>(Pad8(nb)) * 4 +
                 4 * static_cast<size_t>(half));
@@ -74,6 +83,7 @@ inline int32_t Sum16At(const uint8_t* xt, int64_t nb, int64_t half) {
 
 enum class From { kRows, kRowsKeep, kKept };
 
+__attribute__((always_inline))
 inline void Request8(const uint8_t* const* rows, size_t at, int hint) {
   for (int i = 0; i < kRows; ++i) {
     if (hint == 0) {
@@ -106,6 +116,7 @@ inline void UnitSums(const __m256i* v, const uint8_t* const* q, const __m256i* i
 
 // Sets bit 4 of value i of each lane's 32 (v[0..7]: values 4j .. 4j + 3 in v[j]) where bit i of
 // the lane's qh is set: the fifth bit of Q5_0 / Q5_1.
+__attribute__((always_inline))
 inline void AddFifthBits(__m256i qh, __m256i* v) {
   // Vector j's values 4j + b: byte j / 2 of qh, bit 4 (j & 1) + b.
   const __m256i base = _mm256_setr_epi8(0, 0, 0, 0, 4, 4, 4, 4, 8, 8, 8, 8, 12, 12, 12, 12, 0, 0,
@@ -123,6 +134,7 @@ inline void AddFifthBits(__m256i qh, __m256i* v) {
 
 // Bit k (0..7) of every byte of x moved to bit `to` (0..7), the other bits cleared. 16-bit shifts
 // are exact here: the bit that lands on `to` comes from the same byte.
+__attribute__((always_inline))
 inline __m256i BitTo(__m256i x, int k, int to) {
   const __m256i moved = k <= to ? _mm256_slli_epi16(x, to - k) : _mm256_srli_epi16(x, k - to);
   return _mm256_and_si256(moved, _mm256_set1_epi8(static_cast<char>(1 << to)));
@@ -144,7 +156,9 @@ struct Q50 {
       Request8(rows, off + kBlockBytes - 1, hint);
     }
   }
-  static void Unpack(const uint8_t* const* row, size_t off, Unpacked* u) {
+  // Inlined into the pass (out of line, Q4_K's decode ran ~9 % slower).
+  __attribute__((always_inline)) static void Unpack(const uint8_t* const* row, size_t off,
+                                                    Unpacked* u) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256i z[4], lo[4], hi[4], head[4];
     LoadRows(row, off + 6, z);
@@ -200,7 +214,9 @@ struct Q51 {
       Request8(rows, off + kBlockBytes - 1, hint);
     }
   }
-  static void Unpack(const uint8_t* const* row, size_t off, Unpacked* u) {
+  // Inlined into the pass (out of line, Q4_K's decode ran ~9 % slower).
+  __attribute__((always_inline)) static void Unpack(const uint8_t* const* row, size_t off,
+                                                    Unpacked* u) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256i z[4], lo[4], hi[4], head[4];
     LoadRows(row, off + 8, z);
@@ -258,7 +274,9 @@ struct Q4KT {
     for (size_t at = 0; at < kBlockBytes; at += 64) Request8(rows, off + at, hint);
     Request8(rows, off + kBlockBytes - 1, hint);
   }
-  static void Unpack(const uint8_t* const* row, size_t off, Unpacked* u) {
+  // Inlined into the pass (out of line, Q4_K's decode ran ~9 % slower).
+  __attribute__((always_inline)) static void Unpack(const uint8_t* const* row, size_t off,
+                                                    Unpacked* u) {
     const __m256i nib = _mm256_set1_epi8(0x0f);
     __m256i z[4], t[4], h5[8];
     if constexpr (kFive) {
@@ -440,8 +458,8 @@ struct Q23K {
         Transpose4(z, hm);
       }
       for (int h = 0; h < 2; ++h) {
-        LoadRows(row, off + kQsOffset + 32 * static_cast<size_t>(h) + 16 * static_cast<size_t>(part),
-                 z);
+        const size_t at = 32 * static_cast<size_t>(h) + 16 * static_cast<size_t>(part);
+        LoadRows(row, off + kQsOffset + at, z);
         Transpose4(z, t);
         for (int s = 0; s < 4; ++s) {
           const int sub = 8 * h + 2 * s + part;

@@ -25,6 +25,7 @@ inline int32_t Load32(const uint8_t* p) {
   __builtin_memcpy(&v, p, 4);
   return v;
 }
+__attribute__((always_inline))
 inline __m512i Load128x4(const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d) {
   __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
   z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
@@ -34,6 +35,7 @@ inline __m512i Load128x4(const uint8_t* a, const uint8_t* b, const uint8_t* c, c
 
 // In each 128-bit lane k, the 4 x 4 dword transpose of in[0..3]: out[j] lane k dword g =
 // in[g] lane k dword j.
+__attribute__((always_inline))
 inline void Transpose4(const __m512i* in, __m512i* out) {
   const __m512i t0 = _mm512_unpacklo_epi32(in[0], in[1]);
   const __m512i t1 = _mm512_unpackhi_epi32(in[0], in[1]);
@@ -49,6 +51,7 @@ inline void Transpose4(const __m512i* in, __m512i* out) {
 // (high), lane r of vector j holding bytes 4j .. 4j + 3 of row r. The loads put row 4k + g in
 // 128-bit lane k of vector g, so the in-lane transposes leave row 4k + g in dword 4k + g: rows in
 // lane order, no lane crossing.
+__attribute__((always_inline))
 inline void UnpackNibbles(const uint8_t* const* row, size_t at, __m512i* lo, __m512i* hi) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
   __m512i l[4], h[4];
@@ -62,6 +65,7 @@ inline void UnpackNibbles(const uint8_t* const* row, size_t at, __m512i* lo, __m
 }
 
 // Dwords 0 and 1 of the 16 bytes at off + at of each row: lane r = row r.
+__attribute__((always_inline))
 inline void HeadWords(const uint8_t* const* row, size_t at, __m512i* w0, __m512i* w1) {
   __m512i head[4];
   for (int g = 0; g < 4; ++g) {
@@ -75,6 +79,7 @@ inline void HeadWords(const uint8_t* const* row, size_t at, __m512i* w0, __m512i
 
 // Adds 16 to value i of each lane's 32 (v[0..7] as UnpackNibbles leaves them, values 0..15 then
 // 16..31) where bit i of the lane's qh is set: the fifth bit of Q5_0 / Q5_1.
+__attribute__((always_inline))
 inline void AddFifthBits(__m512i qh, __m512i* v) {
   // Vector j's values 4j + b sit in byte j / 2 of qh, bit 4 (j & 1) + b: that byte copied to the
   // four bytes of its dword, tested against 1 << (4 (j & 1) + b) per byte.
@@ -565,6 +570,7 @@ struct Q6K {
 // (Q3_K: -4 * sum(q)) or an f32 sx = dx * sum(q) (Q2_K), then f32 dx[Pad16(nb)].
 
 // The 16 bytes at `at` of the 16 rows, transposed: t[j] lane r = bytes 4j .. 4j + 3 of row r.
+__attribute__((always_inline))
 inline void Load16Rows(const uint8_t* const* row, size_t at, __m512i* t) {
   __m512i z[4];
   for (int g = 0; g < 4; ++g) {

@@ -2,14 +2,14 @@
 // called by x86_avx2.cc's table for every form of the row product (dense rows with any number of
 // tokens, gathered rows). Declarations only (see internal/isa_kernels.h on why no inline code).
 //
-// The form of internal/avx512_rows16.h on 256-bit vectors: 8 rows a pass, one per 32-bit lane;
-// a unit of values sharing one scale (Q5_0 / Q5_1 block, Q4_K / Q5_K sub-block of 32, Q2_K / Q3_K /
-// Q6_K sub-block of 16) is unpacked into 8 (4) vectors (vector j: values 4j..4j+3 of each row), each token's integer sum
-// over the unit is vpmaddubsw + vpmaddwd against its four int8 activation values broadcast to
-// every lane (the 16-bit partial sums are added only as far as they cannot overflow), and one
-// convert and one FMA per unit and token add it, scaled by d_w d_x, to the row's total (Q4_K,
-// Q5_K, Q5_1, Q2_K: one more for the min term). A row's result is the same sequence whatever it is computed with, so
-// prefill, decode and the gathered form agree bit for bit.
+// The form of internal/avx512_rows16.h on 256-bit vectors: 8 rows a pass, one per 32-bit lane; a
+// unit of values sharing one scale (Q5_0 / Q5_1 block, Q4_K / Q5_K sub-block of 32, Q2_K / Q3_K /
+// Q6_K sub-block of 16) is unpacked into 8 (4) vectors (vector j: values 4j..4j+3 of each row),
+// each token's integer sum over the unit is vpmaddubsw + vpmaddwd against its four int8 activation
+// values broadcast to every lane (the 16-bit partial sums are added only as far as they cannot
+// overflow), and one convert and one FMA per unit and token add it, scaled by d_w d_x, to the row's
+// total (Q4_K, Q5_K, Q5_1, Q2_K: one more for the min term). A row's result is the same sequence
+// whatever it is computed with, so prefill, decode and the gathered form agree bit for bit.
 //
 // Prepared activation: x86_avx2.cc's records (one 64-byte record per block of 32: int8 q in
 // natural order, then 32 unused bytes), f32 dx[Pad8(nb)], then int32 sum16[2 nb]: the sum of the

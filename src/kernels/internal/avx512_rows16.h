@@ -1,22 +1,22 @@
-// The AVX-512 kernels of Q8_0, Q5_0, Q5_1 and the K types (x86_avx512_rows16.cc, compiled with the AVX-512
-// flags), called by x86_avx512.cc's table for every form of the row product: dense rows with any
-// number of tokens (decode and prefill) and gathered rows. Declarations only (see
+// The AVX-512 kernels of Q8_0, Q5_0, Q5_1 and the K types (x86_avx512_rows16.cc, compiled with the
+// AVX-512 flags), called by x86_avx512.cc's table for every form of the row product: dense rows
+// with any number of tokens (decode and prefill) and gathered rows. Declarations only (see
 // internal/isa_kernels.h on why no inline code).
 //
 // 16 rows are multiplied at once with one row per 32-bit lane: a unit of values sharing one scale
 // (a Q5_0 / Q5_1 block or Q4_K / Q5_K sub-block of 32, a Q2_K / Q3_K / Q6_K sub-block of 16) of the
-// 16 rows is unpacked into 8 (4) vectors (vector j: values 4j..4j+3 of each row) and each token's integer sum over the
-// unit is 8 (4) vpdpbusd against the token's four int8 activation values broadcast to every lane.
-// So each lane ends a unit with the exact integer sum of its row, and one convert and one fused
-// multiply-add per unit and token add it, scaled by d_w d_x, to the row's sum (Q4_K, Q5_K, Q2_K:
-// then one more subtracts the unit's min term dmin m sx; Q5_1 adds m sx):
+// 16 rows is unpacked into 8 (4) vectors (vector j: values 4j..4j+3 of each row) and each token's
+// integer sum over the unit is 8 (4) vpdpbusd against the token's four int8 activation values
+// broadcast to every lane. So each lane ends a unit with the exact integer sum of its row, and one
+// convert and one fused multiply-add per unit and token add it, scaled by d_w d_x, to the row's sum
+// (Q4_K, Q5_K, Q2_K: then one more subtracts the unit's min term dmin m sx; Q5_1 adds m sx):
 //   y = (...((0 + s_0 d_w0 d_x0) + s_1 d_w1 d_x1) + ...)   s_u exact, one rounding per step.
-// A row's result is that sequence whatever it is computed with (rows, tokens, form), so prefill
-// equals decode and the gathered form equals the dense one bit for bit. Unpacking 16 rows' unit
-// costs about as much as 8 tokens' products and is shared by the up to 8 tokens of a pass (and
-// kept for the next passes when the call has more tokens), where the kernels these replace spent
-// a permute, a convert and an FMA per 64 products per token and unpacked a row again for every
-// 4 tokens (docs/performance.md, "Gemma 3 prefill: 16 rows at a time").
+// A row's result is that sequence whatever it is computed with (rows, tokens, form), so prefill equals
+// decode and the gathered form equals the dense one bit for bit. Unpacking 16 rows' unit costs
+// about as much as 8 tokens' products and is shared by the up to 8 tokens of a pass (and kept for
+// the next passes when the call has more tokens), where the kernels these replace spent a permute,
+// a convert and an FMA per 64 products per token and unpacked a row again for every 4 tokens
+// (docs/performance.md, "Gemma 3 prefill: 16 rows at a time").
 //
 // Prepared activations:
 //   Q5_0, Q8_0: x86_avx512.cc's records: PairCount(nb) records of 128 bytes (int8 q of blocks
