@@ -15,7 +15,7 @@
 //   BM_Stream/{read,copy,triad}/threads:T   memory bandwidth (read: sum of an array; copy c = a
 //                                           counts 2 arrays; triad a = b + s c counts 3)
 //   BM_MatVec/DTYPE/ROWSxCOLS/threads:T     dense decode product on the active path (Q4_1, Q5_0,
-//                                           Q4_K, Q6_K: the two FFN shapes only)
+//                                           Q5_1, Q2_K .. Q6_K: the two FFN shapes only)
 //   BM_MatVecPath/PATH/DTYPE/...            the same on each supported path
 //   BM_DecodeMatVecs/DTYPE/llama-1b/...     every matvec of one llama-1b decode step (items =
 //                                           tokens: an upper bound on decode tok/s)
@@ -692,9 +692,10 @@ void RegisterAll() {
       }
     }
   }
-  // The other GGUF types the real models use (SmolLM2: Q4_1; Gemma 3 Q4_K_M: Q5_0, Q4_K, Q6_K),
-  // at the FFN shapes.
-  const DType kMoreTypes[] = {DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K};
+  // The other GGUF types (SmolLM2: Q4_1; Gemma 3 Q4_K_M: Q5_0, Q4_K, Q6_K; every *_K_M file:
+  // Q5_K; Q5_1, Q3_K, Q2_K), at the FFN shapes.
+  const DType kMoreTypes[] = {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K,
+                              DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
   for (DType t : kMoreTypes) {
     for (Shape2 s : {Shape2{2048, 5632}, Shape2{5632, 2048}}) {
       for (int threads : {1, 2}) {
@@ -729,7 +730,8 @@ void RegisterAll() {
     }
   }
   for (DType t : {DType::kQ4_0, DType::kQ8_0, DType::kF16, DType::kQ4_1, DType::kQ5_0,
-                  DType::kQ4_K, DType::kQ6_K}) {
+                  DType::kQ5_1, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
+                  DType::kQ6_K}) {
     for (int64_t n : {16, 64}) {
       RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) +
                          "/2048x5632/tokens:" + std::to_string(n) + "/threads:2")
@@ -740,7 +742,8 @@ void RegisterAll() {
   }
   // The row form of the gathered product for the real models' other int8 types (sparse decode of
   // their gate/up projections).
-  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ4_K, DType::kQ6_K}) {
+  for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,
+                  DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
     for (int threads : {1, 2}) {
       RegisterBenchmark(("BM_GatherRows/" + std::string(DTypeName(t)) +
                          "/5632x2048/density:50/threads:" + std::to_string(threads))

@@ -21,7 +21,7 @@ using internal::kGatherGroup;
 
 size_t RoundUp64(size_t n) { return (n + 63) / 64 * 64; }
 
-// Whether t's products run on the int8-quantized activation (Q8_0, Q4_0, Q4_1, Q5_0, Q4_K, Q6_K).
+// Whether t's products run on the int8-quantized activation (every block-quantized type).
 bool Int8Dot(DType t) { return Traits(t).dot == DotKind::kInt8Block; }
 
 // Weight value j of a row of type t (any type), as f32: the value DequantizeRow gives.
@@ -130,6 +130,71 @@ Int8Piece Int8PieceAt(DType t, const uint8_t* row, int64_t b) {
       p.has_min = true;
       const uint8_t* qs = block->qs + 32 * (j / 2);
       for (int l = 0; l < kQK; ++l) p.q[l] = (j % 2) ? (qs[l] >> 4) : (qs[l] & 0x0f);
+      return p;
+    }
+    case DType::kQ5_1: {
+      const auto* block = reinterpret_cast<const BlockQ5_1*>(row) + b;
+      p.d[0] = F16ToF32(block->d);
+      p.m[0] = F16ToF32(block->m);
+      p.has_min = true;
+      uint32_t qh;
+      std::memcpy(&qh, block->qh, 4);
+      for (int j = 0; j < kQK / 2; ++j) {
+        p.q[j] = (block->qs[j] & 0x0f) | (((qh >> j) & 1) << 4);
+        p.q[j + kQK / 2] = (block->qs[j] >> 4) | (((qh >> (j + 16)) & 1) << 4);
+      }
+      return p;
+    }
+    case DType::kQ2_K: {
+      // Values 128 h + 32 s + l: bits 2 s of qs[32 h + l]; sub-blocks of 16 (8 h + 2 s, + 1),
+      // scales[u]: low nibble scale, high nibble min.
+      const auto* block = reinterpret_cast<const BlockQ2_K*>(row) + b / 8;
+      const int jb = static_cast<int>(b % 8);
+      const int h = jb / 4, s = jb % 4;
+      const float d = F16ToF32(block->d), dmin = F16ToF32(block->dmin);
+      p.sub = 16;
+      p.has_min = true;
+      for (int k = 0; k < 2; ++k) {
+        const uint8_t sc = block->scales[2 * jb + k];
+        p.d[k] = d * static_cast<float>(sc & 0x0f);
+        p.m[k] = -(dmin * static_cast<float>(sc >> 4));
+      }
+      for (int l = 0; l < kQK; ++l) p.q[l] = (block->qs[32 * h + l] >> (2 * s)) & 3;
+      return p;
+    }
+    case DType::kQ3_K: {
+      // As Q2_K's q, minus 4 where hmask[l] bit 4 h + s is clear; 6-bit scales stored + 32.
+      const auto* block = reinterpret_cast<const BlockQ3_K*>(row) + b / 8;
+      const int jb = static_cast<int>(b % 8);
+      const int h = jb / 4, s = jb % 4;
+      const float d = F16ToF32(block->d);
+      p.sub = 16;
+      for (int k = 0; k < 2; ++k) {
+        const int u = 2 * jb + k;
+        const int low = u < 8 ? (block->scales[u] & 0x0f) : (block->scales[u - 8] >> 4);
+        const int high = (block->scales[8 + u % 4] >> (2 * (u / 4))) & 3;
+        p.d[k] = d * static_cast<float>((low | (high << 4)) - 32);
+      }
+      for (int l = 0; l < kQK; ++l) {
+        const int q2 = (block->qs[32 * h + l] >> (2 * s)) & 3;
+        p.q[l] = q2 - (((block->hmask[l] >> (4 * h + s)) & 1) ? 0 : 4);
+      }
+      return p;
+    }
+    case DType::kQ5_K: {
+      // Q4_K's sub-blocks with a fifth bit: value l of sub-block j at qh[l] bit j.
+      const auto* block = reinterpret_cast<const BlockQ5_K*>(row) + b / 8;
+      const int j = static_cast<int>(b % 8);
+      int sc, m;
+      ScaleMinK4(block->scales, j, &sc, &m);
+      p.d[0] = F16ToF32(block->d) * static_cast<float>(sc);
+      p.m[0] = -(F16ToF32(block->dmin) * static_cast<float>(m));
+      p.has_min = true;
+      const uint8_t* qs = block->qs + 32 * (j / 2);
+      for (int l = 0; l < kQK; ++l) {
+        const int low = (j % 2) ? (qs[l] >> 4) : (qs[l] & 0x0f);
+        p.q[l] = low | (((block->qh[l] >> j) & 1) << 4);
+      }
       return p;
     }
     case DType::kQ6_K: {
@@ -271,10 +336,11 @@ void ScalarAxpyGather(DType t, const uint8_t* wt, size_t row_stride, int64_t n_o
 
 // ScalarDot computes every type itself (the reference arithmetic); the column form the types it
 // was written for.
-constexpr uint64_t kScalarDirectTypes = internal::kFloatQ8Q4Q41Types |
-                                        internal::TypeBit(DType::kQ5_0) |
-                                        internal::TypeBit(DType::kQ4_K) |
-                                        internal::TypeBit(DType::kQ6_K);
+constexpr uint64_t kScalarDirectTypes =
+    internal::kFloatQ8Q4Q41Types | internal::TypeBit(DType::kQ5_0) |
+    internal::TypeBit(DType::kQ5_1) | internal::TypeBit(DType::kQ2_K) |
+    internal::TypeBit(DType::kQ3_K) | internal::TypeBit(DType::kQ4_K) |
+    internal::TypeBit(DType::kQ5_K) | internal::TypeBit(DType::kQ6_K);
 
 const internal::IsaKernels kScalarTable = {
     kScalarDirectTypes, internal::kFloatQ8Q4Q41Types,

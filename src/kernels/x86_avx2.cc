@@ -72,8 +72,8 @@ inline float HMax(__m256 v) {
 //   int8 q[32]       quantized x in natural order
 //   int32 bias[8]    lane l: -8 * (q[4l] + ... + q[4l+3])   (used by Q4_0 only)
 // followed by f32 dx[nb], the activation scales, zero-padded to a multiple of 8, and for Q4_1
-// by f32 sx[nb] = dx[b] * sum(q of block b) (the min term's factor), padded alike. Q5_0, Q4_K
-// and Q6_K (internal/avx2_rows8.h) use the same records and dx, followed by int32 sum16[2 nb],
+// by f32 sx[nb] = dx[b] * sum(q of block b) (the min term's factor), padded alike. Q5_0, Q5_1
+// and the K types (internal/avx2_rows8.h) use the same records and dx, followed by int32 sum16[2 nb],
 // the sum of the q of each 16 values.
 constexpr size_t kRecBytes = 64;
 
@@ -1002,9 +1002,8 @@ void DotTiled(DType t, const uint8_t* groups, const TiledGeometry& geo, const vo
   }
 }
 
-// The float types, Q8_0, Q4_0, Q4_1, and Q5_0 (id 6), Q4_K (12), Q6_K (14) in x86_avx2_rows8.cc.
-constexpr uint64_t kDirectTypes =
-    kFloatQ8Q4Q41Types | (uint64_t{1} << 6) | (uint64_t{1} << 12) | (uint64_t{1} << 14);
+// The float types, Q8_0, Q4_0, Q4_1, and x86_avx2_rows8.cc's (Q5_0, Q5_1, the K types).
+constexpr uint64_t kDirectTypes = kFloatQ8Q4Q41Types | kAvx2Rows8Types;
 
 const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather, AxpyGather,

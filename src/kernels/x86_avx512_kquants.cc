@@ -1,4 +1,4 @@
-// The prepared activation of the K types Q4_K and Q6_K on the AVX-512 path (see
+// The prepared activation of the K types on the AVX-512 path (see
 // internal/avx512_kquants.h); their products are the 16-row passes of x86_avx512_rows16.cc.
 // Compiled with the AVX-512 F/BW/VL + VNNI flags (src/kernels/CMakeLists.txt) and reached only
 // through x86_avx512.cc's table after isa.cc found those features, so, like the other SIMD files,
@@ -18,13 +18,14 @@ constexpr int64_t kSuper = 256;  // values per super-block
 inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 
 // Prepared activation (nb = cols / 32 blocks):
-//   Q4_K: int8 q[cols], each super-block's sub-blocks in the order 0 2 1 3 4 6 5 7;
+//   Q4_K, Q5_K: int8 q[cols], each super-block's sub-blocks in the order 0 2 1 3 4 6 5 7;
 //         f32 dx[Pad16(nb)]; f32 sx[Pad16(nb)] = dx[b] * sum(q of block b).
-//   Q6_K: int8 q[cols] in natural order; int32 bias[cols / 16] = -32 * (sum of the 16 q of
-//         Q6_K sub-block u); f32 dx[Pad16(nb)].
+//   Q6_K, Q3_K, Q2_K: int8 q[cols] in natural order; per 16 values u (their sub-blocks) int32
+//         bias[u] = -32 (Q6_K) / -4 (Q3_K) * sum(q of the 16), or (Q2_K) f32 sx16[u] =
+//         dx * sum(q of the 16); f32 dx[Pad16(nb)].
 // q and dx are ref::QuantizeActivation's numbers.
 
-bool IsQ4K(DType t) { return t == DType::kQ4_K; }
+bool IsQ4K(DType t) { return t == DType::kQ4_K || t == DType::kQ5_K; }
 
 size_t PrepBytesK(DType t, int64_t cols) {
   const size_t n = static_cast<size_t>(cols);
@@ -67,19 +68,30 @@ void PrepK(DType t, const float* x, int64_t cols, void* out) {
     return;
   }
   auto* bias = reinterpret_cast<int32_t*>(static_cast<uint8_t*>(out) + cols);
+  auto* sx16 = reinterpret_cast<float*>(bias);
   auto* dx = reinterpret_cast<float*>(static_cast<uint8_t*>(out) + cols + cols / 4);
+  const bool q2k = t == DType::kQ2_K;
+  const int32_t offset = t == DType::kQ3_K ? 4 : 32;
   for (int64_t b = 0; b < nb; ++b) {
     int32_t sum[2];
     dx[b] = QuantizeBlock32(x + b * kQ, q + b * kQ, sum);
-    bias[2 * b] = -32 * sum[0];
-    bias[2 * b + 1] = -32 * sum[1];
+    if (q2k) {
+      sx16[2 * b] = dx[b] * static_cast<float>(sum[0]);
+      sx16[2 * b + 1] = dx[b] * static_cast<float>(sum[1]);
+    } else {
+      bias[2 * b] = -offset * sum[0];
+      bias[2 * b + 1] = -offset * sum[1];
+    }
   }
   for (int64_t b = nb; b < Pad16(nb); ++b) dx[b] = 0;
 }
 
 }  // namespace
 
-bool Avx512KType(DType t) { return t == DType::kQ4_K || t == DType::kQ6_K; }
+bool Avx512KType(DType t) {
+  return t == DType::kQ2_K || t == DType::kQ3_K || t == DType::kQ4_K || t == DType::kQ5_K ||
+         t == DType::kQ6_K;
+}
 
 size_t Avx512KPrepBytes(DType t, int64_t cols) { return PrepBytesK(t, cols); }
 

@@ -1,4 +1,4 @@
-// AVX-512 kernels of Q8_0, Q5_0, Q4_K and Q6_K over 16 rows at a time (see
+// AVX-512 kernels of Q8_0, Q5_0, Q5_1 and the K types over 16 rows at a time (see
 // internal/avx512_rows16.h). Compiled with the AVX-512 F/BW/VL + VNNI flags
 // (src/kernels/CMakeLists.txt) and reached only through x86_avx512.cc's table after isa.cc found
 // those features, so, like the other SIMD files, it calls no inline code from other headers (see
@@ -25,6 +25,7 @@ inline int32_t Load32(const uint8_t* p) {
   __builtin_memcpy(&v, p, 4);
   return v;
 }
+__attribute__((always_inline))
 inline __m512i Load128x4(const uint8_t* a, const uint8_t* b, const uint8_t* c, const uint8_t* d) {
   __m512i z = _mm512_castsi128_si512(_mm_loadu_si128(reinterpret_cast<const __m128i*>(a)));
   z = _mm512_inserti32x4(z, _mm_loadu_si128(reinterpret_cast<const __m128i*>(b)), 1);
@@ -34,6 +35,7 @@ inline __m512i Load128x4(const uint8_t* a, const uint8_t* b, const uint8_t* c, c
 
 // In each 128-bit lane k, the 4 x 4 dword transpose of in[0..3]: out[j] lane k dword g =
 // in[g] lane k dword j.
+__attribute__((always_inline))
 inline void Transpose4(const __m512i* in, __m512i* out) {
   const __m512i t0 = _mm512_unpacklo_epi32(in[0], in[1]);
   const __m512i t1 = _mm512_unpackhi_epi32(in[0], in[1]);
@@ -45,30 +47,40 @@ inline void Transpose4(const __m512i* in, __m512i* out) {
   out[3] = _mm512_unpackhi_epi64(t1, t3);
 }
 
-// The block at byte offset off of the 16 rows as 8 vectors of unsigned q (0..31): lane r of v[j]
-// holds values 4j .. 4j + 3 of row r. The loads put row 4k + g in 128-bit lane k of vector g, so
-// the in-lane transposes leave row 4k + g in dword 4k + g: rows in lane order, no lane crossing.
-// *d: the rows' scales as f32, lane r = row r.
-inline void UnpackQ50(const uint8_t* const* row, size_t off, __m512i* v, __m512* d) {
+// The 16 bytes at off + at of the 16 rows, nibbles split: lo[0..3] (low nibbles) and hi[0..3]
+// (high), lane r of vector j holding bytes 4j .. 4j + 3 of row r. The loads put row 4k + g in
+// 128-bit lane k of vector g, so the in-lane transposes leave row 4k + g in dword 4k + g: rows in
+// lane order, no lane crossing.
+__attribute__((always_inline))
+inline void UnpackNibbles(const uint8_t* const* row, size_t at, __m512i* lo, __m512i* hi) {
   const __m512i nib = _mm512_set1_epi8(0x0f);
-  __m512i lo[4], hi[4], head[4];
+  __m512i l[4], h[4];
   for (int g = 0; g < 4; ++g) {
-    const __m512i z = Load128x4(row[g] + off + 6, row[4 + g] + off + 6, row[8 + g] + off + 6,
-                                row[12 + g] + off + 6);
-    lo[g] = _mm512_and_si512(z, nib);
-    hi[g] = _mm512_and_si512(_mm512_srli_epi16(z, 4), nib);
-    // Bytes 0..7 of the block: d, qh, qs[0..1].
-    head[g] = Load128x4(row[g] + off, row[4 + g] + off, row[8 + g] + off, row[12 + g] + off);
+    const __m512i z = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+    l[g] = _mm512_and_si512(z, nib);
+    h[g] = _mm512_and_si512(_mm512_srli_epi16(z, 4), nib);
   }
-  Transpose4(lo, v);
-  Transpose4(hi, v + 4);
-  // Dwords 0 and 1 of each row's block, lane r = row r: w0 = d | qh << 16, w1 = qh >> 16 | ...
+  Transpose4(l, lo);
+  Transpose4(h, hi);
+}
+
+// Dwords 0 and 1 of the 16 bytes at off + at of each row: lane r = row r.
+__attribute__((always_inline))
+inline void HeadWords(const uint8_t* const* row, size_t at, __m512i* w0, __m512i* w1) {
+  __m512i head[4];
+  for (int g = 0; g < 4; ++g) {
+    head[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+  }
   const __m512i t0 = _mm512_unpacklo_epi32(head[0], head[1]);
   const __m512i t2 = _mm512_unpacklo_epi32(head[2], head[3]);
-  const __m512i w0 = _mm512_unpacklo_epi64(t0, t2);
-  const __m512i w1 = _mm512_unpackhi_epi64(t0, t2);
-  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w0));
-  const __m512i qh = _mm512_or_si512(_mm512_srli_epi32(w0, 16), _mm512_slli_epi32(w1, 16));
+  *w0 = _mm512_unpacklo_epi64(t0, t2);
+  *w1 = _mm512_unpackhi_epi64(t0, t2);
+}
+
+// Adds 16 to value i of each lane's 32 (v[0..7] as UnpackNibbles leaves them, values 0..15 then
+// 16..31) where bit i of the lane's qh is set: the fifth bit of Q5_0 / Q5_1.
+__attribute__((always_inline))
+inline void AddFifthBits(__m512i qh, __m512i* v) {
   // Vector j's values 4j + b sit in byte j / 2 of qh, bit 4 (j & 1) + b: that byte copied to the
   // four bytes of its dword, tested against 1 << (4 (j & 1) + b) per byte.
   const __m512i bits_even = _mm512_set1_epi32(0x08040201);
@@ -86,9 +98,31 @@ inline void UnpackQ50(const uint8_t* const* row, size_t off, __m512i* v, __m512*
   }
 }
 
+// The Q5_0 block at byte offset off of the 16 rows as 8 vectors of unsigned q (0..31): lane r of
+// v[j] holds values 4j .. 4j + 3 of row r; *d: the rows' scales as f32, lane r = row r.
+inline void UnpackQ50(const uint8_t* const* row, size_t off, __m512i* v, __m512* d, __m512*) {
+  UnpackNibbles(row, off + 6, v, v + 4);
+  // Bytes 0..7 of the block: d, qh, qs[0..1]: w0 = d | qh << 16, w1 = qh >> 16 | ...
+  __m512i w0, w1;
+  HeadWords(row, off, &w0, &w1);
+  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w0));
+  AddFifthBits(_mm512_or_si512(_mm512_srli_epi32(w0, 16), _mm512_slli_epi32(w1, 16)), v);
+}
+
+// Q5_1 (24 bytes: f16 d, f16 m, u32 qh, u8 qs[16]; value = d q + m, q = 0..31) as UnpackQ50;
+// *m: the rows' offsets.
+inline void UnpackQ51(const uint8_t* const* row, size_t off, __m512i* v, __m512* d, __m512* m) {
+  UnpackNibbles(row, off + 8, v, v + 4);
+  __m512i w0, w1;  // d | m << 16, qh
+  HeadWords(row, off, &w0, &w1);
+  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w0));
+  *m = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w0, 16)));
+  AddFifthBits(w1, v);
+}
+
 // The Q8_0 block at byte offset off of the 16 rows as 8 vectors of unsigned q + 128 (0..255),
 // laid out as UnpackQ50's; *d: the rows' scales.
-inline void UnpackQ80(const uint8_t* const* row, size_t off, __m512i* v, __m512* d) {
+inline void UnpackQ80(const uint8_t* const* row, size_t off, __m512i* v, __m512* d, __m512*) {
   const __m512i flip = _mm512_set1_epi8(static_cast<char>(0x80));
   __m512i lo[4], hi[4], head[4];
   for (int g = 0; g < 4; ++g) {
@@ -161,14 +195,18 @@ inline float LoadF32(const uint8_t* p) {
 // The 32-value block types, one block per step (the unpacking is the type's: UnpackQ50/Q80).
 // Q5_0: a block (22 bytes): f16 d, u32 qh (bit i: the fifth bit of value i), u8 qs[16] (value i in
 // the low nibble of qs[i], value 16 + i in the high one); value = d (q - 16), q = 0..31; the
-// prepared activation's block bias -16 * sum(x_q) takes the offset back out.
-template <size_t kBytes, void (*kUnpack)(const uint8_t* const*, size_t, __m512i*, __m512*)>
+// prepared activation's block bias -16 * sum(x_q) takes the offset back out. kMin (Q5_1): the
+// type has an offset m per block (value = d q + m); no bias, and after the block's FMA a second one
+// adds m * sx, sx = dx * sum(x_q) from the prepared activation (where the others keep the bias).
+template <size_t kBytes, void (*kUnpack)(const uint8_t* const*, size_t, __m512i*, __m512*, __m512*),
+          bool kMin = false>
 struct Block32 {
   static constexpr size_t kBlockBytes = kBytes;
   static constexpr int64_t kBlockValues = 32;
   struct Unpacked {
     __m512i v[8];
     __m512 d;
+    __m512 m[kMin ? 1 : 0];
   };
 
   // Requesting the line of every block start (Q5_0: every other one, two blocks being 44
@@ -185,32 +223,40 @@ struct Block32 {
                                                   const uint8_t* xp, size_t xs, Unpacked* kept,
                                                   __m512* acc) {
     __m512i v[8];
-    __m512 d;
+    __m512 d, m = _mm512_setzero_ps();
     if constexpr (kFrom == From::kKept) {
       for (int j = 0; j < 8; ++j) v[j] = _mm512_load_si512(&kept[b].v[j]);
       d = _mm512_load_ps(&kept[b].d);
+      if constexpr (kMin) m = _mm512_load_ps(&kept[b].m[0]);
     } else {
-      kUnpack(row, static_cast<size_t>(b) * kBlockBytes, v, &d);
+      kUnpack(row, static_cast<size_t>(b) * kBlockBytes, v, &d, &m);
       if constexpr (kFrom == From::kRowsKeep) {
         for (int j = 0; j < 8; ++j) _mm512_store_si512(&kept[b].v[j], v[j]);
         _mm512_store_ps(&kept[b].d, d);
+        if constexpr (kMin) _mm512_store_ps(&kept[b].m[0], m);
       }
     }
     const size_t dx_off = static_cast<size_t>(PairCount(nb)) * kPairBytes;
-    const size_t bias_off = dx_off + static_cast<size_t>(Pad16(nb)) * 4;
+    // The second array: int32 bias[b], or (kMin) f32 sx[b].
+    const size_t second_off = dx_off + static_cast<size_t>(Pad16(nb)) * 4;
     const uint8_t* q[NT];
     __m512i init[NT], s[NT];
     for (int t = 0; t < NT; ++t) {
       const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
       q[t] = xt + BlockRecordOffset(b);
-      init[t] = _mm512_set1_epi32(Load32(xt + bias_off + 4 * static_cast<size_t>(b)));
+      init[t] = kMin ? _mm512_setzero_si512()
+                     : _mm512_set1_epi32(Load32(xt + second_off + 4 * static_cast<size_t>(b)));
     }
     UnitSums<NT>(v, q, kActDword, init, s);
     for (int t = 0; t < NT; ++t) {
-      const float dx =
-          LoadF32(xp + static_cast<size_t>(t) * xs + dx_off + 4 * static_cast<size_t>(b));
+      const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
+      const float dx = LoadF32(xt + dx_off + 4 * static_cast<size_t>(b));
       acc[t] =
           _mm512_fmadd_ps(_mm512_cvtepi32_ps(s[t]), _mm512_mul_ps(d, _mm512_set1_ps(dx)), acc[t]);
+      if constexpr (kMin) {
+        acc[t] = _mm512_fmadd_ps(
+            m, _mm512_set1_ps(LoadF32(xt + second_off + 4 * static_cast<size_t>(b))), acc[t]);
+      }
     }
   }
 };
@@ -218,6 +264,7 @@ struct Block32 {
 // the unsigned q + 128 and the prepared activation's block bias -128 * sum(x_q) takes it back out.
 using Q50 = Block32<22, UnpackQ50>;
 using Q80 = Block32<34, UnpackQ80>;
+using Q51 = Block32<24, UnpackQ51, true>;
 
 // ---------------------------------------------------------------------------------------------
 // Q4_K: one 256-value super-block (8 sub-blocks of 32) per step. A super-block (144 bytes): f16 d,
@@ -226,8 +273,12 @@ using Q80 = Block32<34, UnpackQ80>;
 // (d sc) q - (dmin m). The prepared activation is x86_avx512_kquants.cc's: int8 q[cols] with each
 // super-block's sub-blocks in the order 0 2 1 3 4 6 5 7, f32 dx[Pad16(nb)], f32 sx[Pad16(nb)] =
 // dx * sum(q of the block).
-struct Q4K {
-  static constexpr size_t kBlockBytes = 144;
+// kFive (Q5_K, 176 bytes): u8 qh[32] between the scales and qs (which start at 48): value l of
+// sub-block j has its fifth bit at qh[l] bit j; the rest, and the prepared activation, as Q4_K.
+template <bool kFive>
+struct Q4KT {
+  static constexpr size_t kBlockBytes = kFive ? 176 : 144;
+  static constexpr size_t kQsOffset = kFive ? 48 : 16;
   static constexpr int64_t kBlockValues = 256;
   struct Unpacked {
     __m512i v[64];  // sub-block s: v[8 s .. 8 s + 7]
@@ -237,18 +288,31 @@ struct Q4K {
 
   static void Request(const uint8_t* const* rows, int64_t b, int64_t, int hint) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
-    Request16(rows, off, hint);
-    Request16(rows, off + 64, hint);
-    Request16(rows, off + 128, hint);
+    for (size_t at = 0; at < kBlockBytes; at += 64) Request16(rows, off + at, hint);
     Request16(rows, off + kBlockBytes - 1, hint);
   }
 
-  // Sub-blocks 2p and 2p + 1 of the super-block at off: v[0..7] and v[8..15].
-  static void UnpackPair(const uint8_t* const* row, size_t off, int p, __m512i* v) {
+  // Q5_K: the qh bytes of the super-block at off, h5[4 h + j] lane r = qh[16 h + 4 j .. + 3] of
+  // row r (the layout UnpackPair gives the values).
+  static void UnpackHigh(const uint8_t* const* row, size_t off, __m512i* h5) {
+    __m512i z[4];
+    for (int h = 0; h < 2; ++h) {
+      const size_t at = off + 16 + 16 * static_cast<size_t>(h);
+      for (int g = 0; g < 4; ++g) {
+        z[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+      }
+      Transpose4(z, h5 + 4 * h);
+    }
+  }
+
+  // Sub-blocks 2p and 2p + 1 of the super-block at off: v[0..7] and v[8..15] (h5: UnpackHigh's,
+  // Q5_K only).
+  static void UnpackPair(const uint8_t* const* row, size_t off, int p, const __m512i* h5,
+                         __m512i* v) {
     const __m512i nib = _mm512_set1_epi8(0x0f);
     __m512i z[4], t[4];
     for (int h = 0; h < 2; ++h) {
-      const size_t at = off + 16 + 32 * static_cast<size_t>(p) + 16 * static_cast<size_t>(h);
+      const size_t at = off + kQsOffset + 32 * static_cast<size_t>(p) + 16 * static_cast<size_t>(h);
       for (int g = 0; g < 4; ++g) {
         z[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
       }
@@ -256,6 +320,15 @@ struct Q4K {
       for (int j = 0; j < 4; ++j) {
         v[4 * h + j] = _mm512_and_si512(t[j], nib);
         v[8 + 4 * h + j] = _mm512_and_si512(_mm512_srli_epi16(t[j], 4), nib);
+        if constexpr (kFive) {
+          const __m512i sixteen = _mm512_set1_epi8(16);
+          const __m512i hb = h5[4 * h + j];
+          const __mmask64 lo = _mm512_test_epi8_mask(hb, _mm512_set1_epi8(1 << (2 * p)));
+          const __mmask64 hi =
+              _mm512_test_epi8_mask(hb, _mm512_set1_epi8(static_cast<char>(2 << (2 * p))));
+          v[4 * h + j] = _mm512_mask_add_epi8(v[4 * h + j], lo, v[4 * h + j], sixteen);
+          v[8 + 4 * h + j] = _mm512_mask_add_epi8(v[8 + 4 * h + j], hi, v[8 + 4 * h + j], sixteen);
+        }
       }
     }
   }
@@ -320,12 +393,14 @@ struct Q4K {
     const size_t sx_off = dx_off + static_cast<size_t>(Pad16(cols / 32)) * 4;
     constexpr int kSlot[8] = {0, 2, 1, 3, 4, 6, 5, 7};
     constexpr int kDword[8] = {0, 4, 8, 12, 16, 20, 24, 28};
+    __m512i h5[8];
+    if constexpr (kFive && kFrom != From::kKept) UnpackHigh(row, off, h5);
     for (int p = 0; p < 4; ++p) {
       __m512i v[16];
       if constexpr (kFrom == From::kKept) {
         for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[16 * p + j]);
       } else {
-        UnpackPair(row, off, p, v);
+        UnpackPair(row, off, p, h5, v);
         if constexpr (kFrom == From::kRowsKeep) {
           for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[16 * p + j], v[j]);
         }
@@ -351,6 +426,8 @@ struct Q4K {
     }
   }
 };
+using Q4K = Q4KT<false>;
+using Q5K = Q4KT<true>;
 
 // ---------------------------------------------------------------------------------------------
 // Q6_K: one 256-value super-block (16 sub-blocks of 16) per step. A super-block (210 bytes):
@@ -482,6 +559,186 @@ struct Q6K {
     }
   }
 };
+
+// ---------------------------------------------------------------------------------------------
+// Q3_K and Q2_K: 16 sub-blocks of 16 per 256-value super-block, 2-bit q laid out alike: half h
+// (values 128h ..) has qs bytes 32h + l (l < 32) holding values 128h + 32s + l at bit shift 2s,
+// s = 0..3; sub-block u = 8h + 2s + l / 16. They are unpacked a part at a time (part = l / 16:
+// the 16 qs bytes 32h + 16 part .. serve the four sub-blocks 8h + 2s + part), vector j of a
+// sub-block holding its values 4j .. 4j + 3 of every row. The prepared activation
+// (x86_avx512_kquants.cc): int8 q[cols] in natural order, then per 16 values an int32 bias
+// (Q3_K: -4 * sum(q)) or an f32 sx = dx * sum(q) (Q2_K), then f32 dx[Pad16(nb)].
+
+// The 16 bytes at `at` of the 16 rows, transposed: t[j] lane r = bytes 4j .. 4j + 3 of row r.
+__attribute__((always_inline))
+inline void Load16Rows(const uint8_t* const* row, size_t at, __m512i* t) {
+  __m512i z[4];
+  for (int g = 0; g < 4; ++g) {
+    z[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+  }
+  Transpose4(z, t);
+}
+
+// Q3_K (110 bytes): u8 hmask[32], u8 qs[64], u8 scales[12], f16 d; value = d (sc - 32) (q - 4),
+// the kernel's unsigned q = 2 low bits | hmask bit << 2 (0..7; hmask[l] bit 4h + s for value
+// 128h + 32s + l), the offset 4 taken back out by the prepared bias.
+// Q2_K (84 bytes): u8 scales[16] (low nibble scale, high nibble min), u8 qs[64],
+// f16 d, f16 dmin; value = (d sc) q - (dmin m), q = 0..3 unsigned.
+template <bool kQ2>
+struct Q23K {
+  static constexpr size_t kBlockBytes = kQ2 ? 84 : 110;
+  static constexpr size_t kQsOffset = kQ2 ? 16 : 32;
+  static constexpr int64_t kBlockValues = 256;
+  struct Unpacked {
+    __m512i v[64];             // sub-block u: v[4 u .. 4 u + 3]
+    __m512 d1[16];             // d sc per sub-block (Q3_K: d (sc - 32))
+    __m512 m1[kQ2 ? 16 : 0];   // dmin m per sub-block (Q2_K)
+  };
+
+  static void Request(const uint8_t* const* rows, int64_t b, int64_t, int hint) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    for (size_t at = 0; at < kBlockBytes; at += 64) Request16(rows, off + at, hint);
+    Request16(rows, off + kBlockBytes - 1, hint);
+  }
+
+  // The scales of the 16 sub-blocks of the super-block at off (and Q2_K's mins).
+  static void UnpackScales(const uint8_t* const* row, size_t off, __m512* d1, __m512* m1) {
+    const __m512i byte = _mm512_set1_epi32(0xff);
+    __m512i t[4];
+    if constexpr (kQ2) {
+      Load16Rows(row, off, t);  // t[j] lane r: scales 4j .. 4j + 3 of row r
+      // d | dmin << 16: dword 3 of the 16 bytes at off + 68.
+      __m512i z[4];
+      const size_t at = off + 68;
+      for (int g = 0; g < 4; ++g) {
+        z[g] = Load128x4(row[g] + at, row[4 + g] + at, row[8 + g] + at, row[12 + g] + at);
+      }
+      const __m512i w3 = _mm512_unpackhi_epi64(_mm512_unpackhi_epi32(z[0], z[1]),
+                                               _mm512_unpackhi_epi32(z[2], z[3]));
+      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w3));
+      const __m512 dmin = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(w3, 16)));
+      const __m512i nib = _mm512_set1_epi32(0x0f);
+      for (int u = 0; u < 16; ++u) {
+        const __m512i sc = _mm512_and_si512(_mm512_srli_epi32(t[u / 4], 8 * (u % 4)), byte);
+        d1[u] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_and_si512(sc, nib)));
+        m1[u] = _mm512_mul_ps(dmin, _mm512_cvtepi32_ps(_mm512_srli_epi32(sc, 4)));
+      }
+    } else {
+      // Bytes 94..109 (the block's last 16): t[0] = bytes 94..97, ..., t[3] = 106..109. Then
+      // a = scales[0..3], bb = scales[4..7], c = scales[8..11] (the top bits), d in t[3]'s top.
+      Load16Rows(row, off + 94, t);
+      const __m512i a = _mm512_or_si512(_mm512_srli_epi32(t[0], 16), _mm512_slli_epi32(t[1], 16));
+      const __m512i bb = _mm512_or_si512(_mm512_srli_epi32(t[1], 16), _mm512_slli_epi32(t[2], 16));
+      const __m512i c = _mm512_or_si512(_mm512_srli_epi32(t[2], 16), _mm512_slli_epi32(t[3], 16));
+      const __m512 d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(_mm512_srli_epi32(t[3], 16)));
+      const __m512i four = _mm512_set1_epi32(0x0f0f0f0f);
+      const __m512i two = _mm512_set1_epi32(0x03030303);
+      // Scales 4g .. 4g + 3: low 4 bits from a, bb, a >> 4, bb >> 4; top 2 bits c >> 2g.
+      const __m512i low[4] = {_mm512_and_si512(a, four), _mm512_and_si512(bb, four),
+                              _mm512_and_si512(_mm512_srli_epi32(a, 4), four),
+                              _mm512_and_si512(_mm512_srli_epi32(bb, 4), four)};
+      const __m512i thirty_two = _mm512_set1_epi32(32);
+      for (int g = 0; g < 4; ++g) {
+        const __m512i sc = _mm512_or_si512(
+            low[g], _mm512_slli_epi32(_mm512_and_si512(_mm512_srli_epi32(c, 2 * g), two), 4));
+        for (int k = 0; k < 4; ++k) {
+          const __m512i f = _mm512_and_si512(_mm512_srli_epi32(sc, 8 * k), byte);
+          d1[4 * g + k] = _mm512_mul_ps(d, _mm512_cvtepi32_ps(_mm512_sub_epi32(f, thirty_two)));
+        }
+      }
+    }
+  }
+
+  // The four sub-blocks 8h + 2s + part (s = 0..3) into v[4s .. 4s + 3]; hm: Q3_K's hmask bytes
+  // 16 part .. 16 part + 15, transposed.
+  static void UnpackPart(const uint8_t* const* row, size_t off, int h, int part, const __m512i* hm,
+                         __m512i* v) {
+    __m512i t[4];
+    Load16Rows(row, off + kQsOffset + 32 * static_cast<size_t>(h) + 16 * static_cast<size_t>(part),
+               t);
+    const __m512i three = _mm512_set1_epi8(3);
+    for (int s = 0; s < 4; ++s) {
+      for (int j = 0; j < 4; ++j) {
+        // 16-bit shifts: the mask drops the bits that cross from the neighbouring byte.
+        __m512i q = _mm512_and_si512(s == 0 ? t[j] : _mm512_srli_epi16(t[j], 2 * s), three);
+        if constexpr (!kQ2) {
+          const __mmask64 set =
+              _mm512_test_epi8_mask(hm[j], _mm512_set1_epi8(static_cast<char>(1 << (4 * h + s))));
+          q = _mm512_mask_add_epi8(q, set, q, _mm512_set1_epi8(4));
+        }
+        v[4 * s + j] = q;
+      }
+    }
+  }
+
+  template <int NT, From kFrom>
+  __attribute__((always_inline)) static void Step(const uint8_t* const* row, int64_t b, int64_t nb,
+                                                  const uint8_t* xp, size_t xs, Unpacked* kept,
+                                                  __m512* acc) {
+    const size_t off = static_cast<size_t>(b) * kBlockBytes;
+    __m512 d1[16], m1[16];
+    if constexpr (kFrom == From::kKept) {
+      for (int u = 0; u < 16; ++u) {
+        d1[u] = _mm512_load_ps(&kept[b].d1[u]);
+        if constexpr (kQ2) m1[u] = _mm512_load_ps(&kept[b].m1[u]);
+      }
+    } else {
+      UnpackScales(row, off, d1, m1);
+      if constexpr (kFrom == From::kRowsKeep) {
+        for (int u = 0; u < 16; ++u) {
+          _mm512_store_ps(&kept[b].d1[u], d1[u]);
+          if constexpr (kQ2) _mm512_store_ps(&kept[b].m1[u], m1[u]);
+        }
+      }
+    }
+    const int64_t cols = nb * kBlockValues;
+    const size_t per16_off = static_cast<size_t>(cols);  // bias (Q3_K) or sx (Q2_K) per 16
+    const size_t dx_off = per16_off + static_cast<size_t>(cols / 16) * 4;
+    constexpr int kDword[4] = {0, 4, 8, 12};
+    for (int part = 0; part < 2; ++part) {
+      __m512i hm[4];
+      if constexpr (!kQ2 && kFrom != From::kKept) Load16Rows(row, off + 16 * part, hm);
+      for (int h = 0; h < 2; ++h) {
+        __m512i v[16];
+        const int first = 16 * (2 * h + part);  // kept[b].v index of this part's vectors
+        if constexpr (kFrom == From::kKept) {
+          for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[first + j]);
+        } else {
+          UnpackPart(row, off, h, part, hm, v);
+          if constexpr (kFrom == From::kRowsKeep) {
+            for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[first + j], v[j]);
+          }
+        }
+        for (int s = 0; s < 4; ++s) {
+          const int u = 8 * h + 2 * s + part;  // sub-block of v[4s .. 4s + 3]
+          const size_t at16 = 4 * (16 * static_cast<size_t>(b) + static_cast<size_t>(u));
+          const uint8_t* q[NT];
+          __m512i init[NT], sums[NT];
+          for (int t = 0; t < NT; ++t) {
+            const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
+            q[t] = xt + static_cast<size_t>(b) * 256 + 16 * static_cast<size_t>(u);
+            init[t] = kQ2 ? _mm512_setzero_si512()
+                          : _mm512_set1_epi32(Load32(xt + per16_off + at16));
+          }
+          UnitSums<NT, 4>(v + 4 * s, q, kDword, init, sums);
+          const size_t at = dx_off + 4 * (8 * static_cast<size_t>(b) + static_cast<size_t>(u / 2));
+          for (int t = 0; t < NT; ++t) {
+            const uint8_t* xt = xp + static_cast<size_t>(t) * xs;
+            acc[t] = _mm512_fmadd_ps(_mm512_cvtepi32_ps(sums[t]),
+                                     _mm512_mul_ps(d1[u], _mm512_set1_ps(LoadF32(xt + at))),
+                                     acc[t]);
+            if constexpr (kQ2) {
+              acc[t] = _mm512_fnmadd_ps(m1[u], _mm512_set1_ps(LoadF32(xt + per16_off + at16)),
+                                        acc[t]);
+            }
+          }
+        }
+      }
+    }
+  }
+};
+using Q3K = Q23K<false>;
+using Q2K = Q23K<true>;
 
 // ---------------------------------------------------------------------------------------------
 // The 16-row passes, for any of the types above (K).
@@ -646,33 +903,55 @@ void Rows16Gather(const uint8_t* w, size_t row_stride, int64_t cols, const int32
 }  // namespace
 
 bool Avx512Rows16Type(DType t) {
-  return t == DType::kQ8_0 || t == DType::kQ5_0 || t == DType::kQ4_K || t == DType::kQ6_K;
+  return ((kAvx512Rows16Types >> static_cast<uint32_t>(t)) & 1u) != 0;
 }
 
 void Avx512Rows16Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
                      const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
                      const uint8_t* pf) {
-  if (t == DType::kQ8_0) {
-    Rows16Dot<Q80>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
-  } else if (t == DType::kQ5_0) {
-    Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
-  } else if (t == DType::kQ4_K) {
-    Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
-  } else {
-    Rows16Dot<Q6K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  switch (t) {
+    case DType::kQ8_0:
+      return Rows16Dot<Q80>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ5_0:
+      return Rows16Dot<Q50>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ5_1:
+      return Rows16Dot<Q51>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ2_K:
+      return Rows16Dot<Q2K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ3_K:
+      return Rows16Dot<Q3K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ4_K:
+      return Rows16Dot<Q4K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ5_K:
+      return Rows16Dot<Q5K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kQ6_K:
+      return Rows16Dot<Q6K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    default:  // not in kAvx512Rows16Types: never sent here
+      __builtin_trap();
   }
 }
 
 void Avx512Rows16Gather(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
                         const int32_t* idx, int64_t n_idx, const void* xp, float* y) {
-  if (t == DType::kQ8_0) {
-    Rows16Gather<Q80>(w, row_stride, cols, idx, n_idx, xp, y);
-  } else if (t == DType::kQ5_0) {
-    Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
-  } else if (t == DType::kQ4_K) {
-    Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);
-  } else {
-    Rows16Gather<Q6K>(w, row_stride, cols, idx, n_idx, xp, y);
+  switch (t) {
+    case DType::kQ8_0:
+      return Rows16Gather<Q80>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ5_0:
+      return Rows16Gather<Q50>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ5_1:
+      return Rows16Gather<Q51>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ2_K:
+      return Rows16Gather<Q2K>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ3_K:
+      return Rows16Gather<Q3K>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ4_K:
+      return Rows16Gather<Q4K>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ5_K:
+      return Rows16Gather<Q5K>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kQ6_K:
+      return Rows16Gather<Q6K>(w, row_stride, cols, idx, n_idx, xp, y);
+    default:  // not in kAvx512Rows16Types: never sent here
+      __builtin_trap();
   }
 }
 

@@ -90,10 +90,11 @@ using QuantizeRowFn = void (*)(const float* src, void* dst, int64_t n);
 // How the dense kernels multiply a row of this type with an activation.
 enum class DotKind : uint8_t {
   kFloat,      // weights widened to f32 against the f32 activation (F32, F16, BF16)
-  kInt8Block,  // integer dot against the activation quantized to blocks of 32 int8 (Q8_0, Q4_0,
-               // Q4_1, Q5_0, Q4_K, Q6_K): per weight sub-block d_w * d_x * isum
+  kInt8Block,  // integer dot against the activation quantized to blocks of 32 int8 (every
+               // block-quantized type): per weight sub-block d_w * d_x * isum
                // (+ m_w * d_x * sum(x_q) for types with a min); kernels/reference.cc
-  kDequant,    // the row is dequantized to f32 and multiplied like F32 (every other type)
+  kDequant,    // the row is dequantized to f32 and multiplied like F32 (no type today; a new
+               // type may start here before it has an int8 reference)
 };
 
 struct DTypeTraits {

@@ -226,7 +226,12 @@ struct GenType {
   const char* type;  // weir gen --type
   Bound bound;
   const char* arch = "llama";  // weir gen --arch
+  // weir gen --dims instead of --preset tiny: the K types need d_model and d_ff in whole
+  // 256-value super-blocks.
+  const char* dims = nullptr;
 };
+// A tiny llama in whole super-blocks: d_model 256, 2 layers, 4 heads, 2 kv heads, d_ff 512.
+constexpr const char* kTinyDimsK = "256,2,4,2,512,320";
 
 std::string GenName(const GenType& p) {
   return std::string(p.arch) == "llama" ? std::string(p.type) : std::string(p.arch) + "_" + p.type;
@@ -240,7 +245,9 @@ TEST_P(GeneratedOracleTest, LogitsMatch) {
   const GenType& p = GetParam();
   ASSERT_TRUE(FileExists(WeirBin())) << "weir binary missing: " << WeirBin();
   const std::string model = TempDir() + "/tiny_" + GenName(p) + ".gguf";
-  CommandResult g = RunCommand(Quote(WeirBin()) + " gen --arch " + p.arch + " --preset tiny --type " +
+  const std::string shape =
+      p.dims != nullptr ? std::string(" --dims ") + p.dims : std::string(" --preset tiny");
+  CommandResult g = RunCommand(Quote(WeirBin()) + " gen --arch " + p.arch + shape + " --type " +
                                p.type + " --seed 1234 --no-progress -o " + Quote(model));
   ASSERT_EQ(g.exit_code, 0) << Describe(g);
   CompareWithOracle("gen_tiny_" + GenName(p), model, p.bound);
@@ -259,6 +266,14 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                                            GenType{"bf16", kHalfBound},
                                            GenType{"q8_0", kQuantBound},
                                            GenType{"q4_0", kQuantBound},
+                                           GenType{"q4_1", kQuantBound},
+                                           GenType{"q5_0", kQuantBound},
+                                           GenType{"q5_1", kQuantBound},
+                                           GenType{"q2_k", kQuantBound, "llama", kTinyDimsK},
+                                           GenType{"q3_k", kQuantBound, "llama", kTinyDimsK},
+                                           GenType{"q4_k", kQuantBound, "llama", kTinyDimsK},
+                                           GenType{"q5_k", kQuantBound, "llama", kTinyDimsK},
+                                           GenType{"q6_k", kQuantBound, "llama", kTinyDimsK},
                                            GenType{"f32", kF32Bound, "gemma3"},
                                            GenType{"q8_0", kQuantBound, "gemma3"},
                                            GenType{"f32", kF32Bound, "qwen2"},

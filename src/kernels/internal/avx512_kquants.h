@@ -2,7 +2,7 @@
 // with the AVX-512 flags), called by x86_avx512.cc's table; their products are
 // internal/avx512_rows16.h. Declarations only (see internal/isa_kernels.h on why no inline code).
 //
-// Both types multiply in int8 (DotKind::kInt8Block): the activation is quantized to blocks of 32
+// The K types multiply in int8 (DotKind::kInt8Block): the activation is quantized to blocks of 32
 // int8 with one f32 scale each, exactly as ref::QuantizeActivation does, and each sub-block's
 // integer sum is scaled by (weight sub-block scale * activation block scale), the arithmetic of
 // the reference (kernels/reference.cc) up to the order of the f32 additions.
@@ -17,7 +17,7 @@
 
 namespace weir::kernels::internal {
 
-// Whether t is a type this prepares (Q4_K, Q6_K).
+// Whether t is a type this prepares (Q2_K .. Q6_K).
 bool Avx512KType(DType t);
 
 // IsaKernels::prep_bytes / prep for a K type (cols a multiple of 256).
