@@ -72,8 +72,9 @@ struct StreamingOptions {
   // their own while this group computes (storage/record_buffers.h; ActiveFlow's cross-layer
   // preloading, paper 002 §3). kToken guesses what the group kept for the previous token,
   // kLayer what the group's first layer's input predicts (the policy's PredictSpan), kBoth the
-  // union. Off with prefetch_layers < 0. The memory plan counts a second record buffer when on.
-  SpanAhead span_read_ahead = SpanAhead::kBoth;
+  // union. Off with prefetch_layers < 0. The memory plan gives it a second record buffer when
+  // on. Off by default: on the 1.1B it read more than it hid (docs/streaming.md 3.6).
+  SpanAhead span_read_ahead = SpanAhead::kOff;
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;

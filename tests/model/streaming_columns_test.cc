@@ -229,16 +229,15 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
         const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
         for (uint64_t budget : {probe->plan.minimum(), probe->plan.minimum() + model_bytes / 4,
                                 probe->plan.minimum() + model_bytes / 2}) {
-          for (const char* way : {"compact", "compact token", "compact layer", "compact off",
-                                  "cached"}) {
+          for (const char* way : {"compact", "compact both", "compact token", "compact layer",
+                                  "compact off", "cached"}) {
             SCOPED_TRACE("budget " + std::to_string(budget) + " " + way);
             const bool compact = std::string(way) != "cached";
             StreamingConfig c = Config(budget, "mru");
             c.stream.compact_span = compact;
             // The next group's records read ahead by each guess, or not at all.
             const std::string ahead = std::string(way).substr(std::min<size_t>(8, strlen(way)));
-            c.stream.span_read_ahead =
-                ahead.empty() ? SpanAhead::kBoth : *ParseSpanAhead(ahead);
+            if (!ahead.empty()) c.stream.span_read_ahead = *ParseSpanAhead(ahead);
             storage::DeviceOptions d;
             d.kind = "direct";
             auto dev = storage::OpenDevice(pack, d);

@@ -32,7 +32,7 @@ struct StreamingFlags {
   std::string block;  // --block; "" = 2 MiB for bundle packs, 64 KiB for column packs
   int queue_depth = 32;
   bool static_attention = false;  // --static-attention
-  std::string span_ahead = "both";  // --span-ahead: off, token, layer, both
+  std::string span_ahead = "off";  // --span-ahead: off, token, layer, both (docs/streaming.md 3.6)
   // --expert-bias GAMMA: a mixture of experts routes toward cached experts (docs/moe.md); 1 = off.
   double expert_bias = 1.0;
   bool record_trace = false;  // set by --trace (common/trace_flags.h), not a flag of its own
