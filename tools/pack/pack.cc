@@ -72,27 +72,9 @@ int PackMain(int argc, char** argv) {
     }
     options.layout = format::PackLayout::kExperts;
   }
-  if (!calib.empty() && options.layout == format::PackLayout::kExperts) {
-    auto c = sparsity::Calibration::Load(calib);
-    if (!c.ok()) return Fail("pack", c.status());
-    if (c->n_layer() != mf->config.n_layers) {
-      return Fail("pack", Status::InvalidArgument(StrFormat(
-                              "%s has %d layers, the model %d", calib.c_str(), c->n_layer(),
-                              mf->config.n_layers)));
-    }
-    for (int l = 0; l < c->n_layer(); ++l) {
-      const std::vector<uint32_t>& counts = c->expert_chosen[static_cast<size_t>(l)];
-      if (static_cast<int>(counts.size()) != mf->config.n_expert) {
-        return Fail("pack", Status::InvalidArgument(StrFormat(
-                                "%s: layer %d has %zu expert routing counts (expert_chosen), the "
-                                "model %d experts; calibrate this model with this version of weir "
-                                "calibrate",
-                                calib.c_str(), l, counts.size(), mf->config.n_expert)));
-      }
-      options.expert_score.emplace_back(counts.begin(), counts.end());
-    }
-  } else if (!calib.empty()) {
-    if (!format::IsColumnLayout(options.layout)) {
+  if (!calib.empty()) {
+    const bool experts = options.layout == format::PackLayout::kExperts;
+    if (!experts && !format::IsColumnLayout(options.layout)) {
       std::fprintf(stderr, "weir pack: --calib orders column packs: add --layout columns\n");
       return kExitUsage;
     }
@@ -103,7 +85,18 @@ int PackMain(int argc, char** argv) {
                               "%s has %d layers, the model %d", calib.c_str(), c->n_layer(),
                               mf->config.n_layers)));
     }
-    for (int l = 0; l < c->n_layer(); ++l) {
+    for (int l = 0; experts && l < c->n_layer(); ++l) {
+      const std::vector<uint32_t>& counts = c->expert_chosen[static_cast<size_t>(l)];
+      if (static_cast<int>(counts.size()) != mf->config.n_expert) {
+        return Fail("pack", Status::InvalidArgument(StrFormat(
+                                "%s: layer %d has %zu expert routing counts (expert_chosen), the "
+                                "model %d experts; calibrate this model with this version of weir "
+                                "calibrate",
+                                calib.c_str(), l, counts.size(), mf->config.n_expert)));
+      }
+      options.expert_score.emplace_back(counts.begin(), counts.end());
+    }
+    for (int l = 0; !experts && l < c->n_layer(); ++l) {
       for (auto [stat, out] : {std::pair{sparsity::CalibStat::kMlpIn, &options.in_score},
                                std::pair{sparsity::CalibStat::kMlpDown, &options.down_score}}) {
         const sparsity::SampleSet& s = c->samples(l, stat);
