@@ -36,11 +36,10 @@ Status RecordBuffers::Allocate() {
   }
   {
     std::lock_guard<std::mutex> lock(mu_);  // stats() reads the readers
-    split_ = b != nullptr;
     current_ = std::move(a);
     spare_ = std::move(b);
   }
-  if (split_) thread_ = std::thread([this] { Worker(); });
+  if (spare_ != nullptr) thread_ = std::thread([this] { Worker(); });
   return Status::Ok();
 }
 
@@ -76,7 +75,7 @@ bool RecordBuffers::WaitAhead() {
 void RecordBuffers::DropAhead() { WaitAhead(); }
 
 bool RecordBuffers::ReadAhead(uint64_t base, uint64_t record_bytes, std::vector<int64_t> slots) {
-  if (!split_ || slots.empty()) return false;
+  if (spare_ == nullptr || slots.empty()) return false;
   WaitAhead();
   std::lock_guard<std::mutex> lock(mu_);
   job_.base = base;

@@ -77,9 +77,8 @@ class RecordBuffers {
   BlockDevice* device_ = nullptr;
   uint64_t buffer_bytes_ = 0;
   bool read_ahead_ = false;
-  bool split_ = false;  // two buffers (read_ahead_, once allocated)
   std::unique_ptr<RecordReader> current_;  // what the compute reads from
-  std::unique_ptr<RecordReader> spare_;    // split: the read-ahead's (owned by the thread
+  std::unique_ptr<RecordReader> spare_;    // read-ahead's, or none (owned by the thread
                                            // while a job runs)
   // The read-ahead job (guarded by mu_ while the thread may run it).
   struct Job {
