@@ -29,16 +29,27 @@ namespace weir::model {
 using sparsity::Site;
 
 // x[t] = token_embd[token[t]] * embed_scale   (embed_scale: 1, or sqrt(d_model) for Gemma)
-void Session::Embed(std::span<const int32_t> tokens) {
+// A streamed pack may read the table a row at a time (StreamingWeights::EmbeddingRow).
+Status Session::Embed(std::span<const int32_t> tokens) {
   const auto& w = model_.weights();
   const auto& c = model_.config();
   const int d = c.d_model;
   float* x = x_.data<float>();  // [n, d]
-  for (size_t t = 0; t < tokens.size(); ++t) DequantizeRow(w.token_embd, tokens[t], x + t * d);
+  const bool read_rows = streamed_ != nullptr && streamed_->embedding_streamed();
+  for (size_t t = 0; t < tokens.size(); ++t) {
+    if (!read_rows) {
+      DequantizeRow(w.token_embd, tokens[t], x + t * d);
+      continue;
+    }
+    WEIR_ASSIGN_OR_RETURN(const std::byte* row, streamed_->EmbeddingRow(tokens[t]));
+    DequantizeRow(TensorView{w.token_embd.dtype, Shape{1, w.token_embd.cols()}, row}, 0,
+                  x + t * d);
+  }
   if (c.embed_scale != 1.0f) {
     for (size_t i = 0; i < tokens.size() * d; ++i) x[i] *= c.embed_scale;
   }
   traffic_.output_bytes += tokens.size() * w.token_embd.row_bytes();
+  return Status::Ok();
 }
 
 // x += PostNorm(Wo · softmax(SoftCap(scale · q·Kᵀ)) · V), with q = RoPE(QkNorm(Wq·xb + bq)), k

@@ -213,7 +213,7 @@ Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor
   }
   if (streamed_ != nullptr) streamed_->BeginToken();
   for (int t = 0; t < n; ++t) seq_[static_cast<size_t>(t)] = Seq{&kv_, pos_ + t};
-  Embed(tokens);
+  WEIR_RETURN_IF_ERROR(Embed(tokens));
   for (int l = 0; l < model_.config().n_layers; ++l) {
     WEIR_RETURN_IF_ERROR(Attention(l, n));
     WEIR_RETURN_IF_ERROR(Mlp(l, n));
@@ -269,7 +269,7 @@ Status Session::DecodeBatch(std::span<Session* const> sessions, std::span<const 
     Session& s = *sessions[static_cast<size_t>(i)];
     lead.seq_[static_cast<size_t>(i)] = Seq{&s.kv_, s.pos_};
   }
-  lead.Embed(tokens);
+  WEIR_RETURN_IF_ERROR(lead.Embed(tokens));
   for (int l = 0; l < c.n_layers; ++l) {
     WEIR_RETURN_IF_ERROR(lead.Attention(l, n));
     WEIR_RETURN_IF_ERROR(lead.Mlp(l, n));

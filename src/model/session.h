@@ -142,7 +142,7 @@ class Session {
   Status Allocate(const SessionOptions& options);
 
   // forward.cc: one function per block, in the order of the paper.
-  void Embed(std::span<const int32_t> tokens);
+  Status Embed(std::span<const int32_t> tokens);
   Status Attention(int layer, int n);  // like Mlp, fails only on streamed weights
   Status Mlp(int layer, int n);  // fails only when streamed weights cannot be read
   void Output(int n, LogitsFor which);

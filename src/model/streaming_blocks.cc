@@ -27,6 +27,8 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.storage_reads = storage_reads - o.storage_reads;
   d.prefetched_bytes = prefetched_bytes - o.prefetched_bytes;
   d.transient_bytes = transient_bytes - o.transient_bytes;
+  d.embedding_bytes = embedding_bytes - o.embedding_bytes;
+  d.embedding_reads = embedding_reads - o.embedding_reads;
   d.records_read = records_read - o.records_read;
   d.records_ahead = records_ahead - o.records_ahead;
   d.records_ahead_used = records_ahead_used - o.records_ahead_used;
@@ -37,11 +39,27 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.experts_chosen_predicted = experts_chosen_predicted - o.experts_chosen_predicted;
   d.experts_preloaded = experts_preloaded - o.experts_preloaded;
   d.stall_seconds = stall_seconds - o.stall_seconds;
+  d.stall_attention_seconds = stall_attention_seconds - o.stall_attention_seconds;
+  d.stall_mlp_seconds = stall_mlp_seconds - o.stall_mlp_seconds;
+  d.stall_input_seconds = stall_input_seconds - o.stall_input_seconds;
+  d.stall_records_seconds = stall_records_seconds - o.stall_records_seconds;
   d.io_seconds = io_seconds - o.io_seconds;
   return d;
 }
 
 namespace {
+
+// Adds a wait for a block of an extent of `kind` to the stall, and to its kind's share.
+void AddStall(StreamStats* s, uint32_t kind, double seconds) {
+  s->stall_seconds += seconds;
+  if (kind == kAttentionBlockKind) {
+    s->stall_attention_seconds += seconds;
+  } else if (kind == kInputBlockKind) {
+    s->stall_input_seconds += seconds;
+  } else {
+    s->stall_mlp_seconds += seconds;
+  }
+}
 
 storage::CacheOptions CacheOptionsOf(const StreamingOptions& options) {
   storage::CacheOptions co;
@@ -184,10 +202,15 @@ Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
     records_ = std::move(buffers);
   }
   const Clock::time_point t0 = Clock::now();
+  // The compute waits for these records: the I/O thread starts no read ahead meanwhile.
+  prefetcher_->Pause();
   const Result<bool> read = records_->Read(e.offset, record_bytes, slots, n, places);
+  prefetcher_->Resume();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.stall_seconds += Since(t0);
+    const double waited = Since(t0);
+    stats_.stall_seconds += waited;
+    stats_.stall_records_seconds += waited;
     if (read.ok() && *read) {
       stats_.block_accesses += static_cast<uint64_t>(n);
       stats_.accessed_bytes += static_cast<uint64_t>(n) * record_bytes;
@@ -213,6 +236,30 @@ storage::UnitRead BlockStreamer::BlockRead(const Extent& e, uint64_t block) cons
   return r;
 }
 
+Result<const std::byte*> BlockStreamer::EmbeddingRow(int64_t token) {
+  const uint64_t row = plan_.embedding_row_bytes;
+  if (row == 0) return Status::Internal("streaming: the token embedding is not streamed");
+  if (token < 0 || token >= plan_.embedding_rows) {
+    return Status::InvalidArgument(StrFormat("token %lld is outside the vocabulary (%lld)",
+                                             static_cast<long long>(token),
+                                             static_cast<long long>(plan_.embedding_rows)));
+  }
+  embedding_row_.resize(static_cast<size_t>(row));
+  const Clock::time_point t0 = Clock::now();
+  const Status st = device_->ReadAt(plan_.embedding_offset + static_cast<uint64_t>(token) * row,
+                                    static_cast<size_t>(row), embedding_row_.data());
+  const double waited = Since(t0);
+  {
+    std::lock_guard<std::mutex> lock(stats_mu_);
+    stats_.io_seconds += waited;
+    stats_.stall_seconds += waited;
+    stats_.embedding_bytes += row;
+    ++stats_.embedding_reads;
+  }
+  if (!st.ok()) return st.WithContext("reading the embedding row of a token");
+  return static_cast<const std::byte*>(embedding_row_.data());
+}
+
 void BlockStreamer::CountAccess(uint64_t bytes, bool hit) {
   std::lock_guard<std::mutex> lock(stats_mu_);
   stats_.block_accesses += 1;
@@ -231,7 +278,11 @@ void BlockStreamer::Prefetch(int layer) {
   last_layer_ = layer;
   const int64_t now = lap_ * plan_.n_layers + layer;
   if (ahead_.position < now) ahead_ = Cursor{now, 0, 0};  // fell behind: read ahead from here
-  const int64_t limit = now + plan_.options.prefetch_layers;
+  // Span mode reads a group's W_down while the group before it computes: a group ahead.
+  const int64_t reach = span_down_ahead_
+                            ? std::max<int64_t>(plan_.options.prefetch_layers, plan_.max_group_layers)
+                            : plan_.options.prefetch_layers;
+  const int64_t limit = now + reach;
   // Prefetched blocks wait in staging, pinned, until the compute claims them.
   const storage::PartitionStats staging = cache_->partition_stats(plan_.staging_partition);
   uint64_t room =
@@ -256,6 +307,10 @@ void BlockStreamer::Prefetch(int layer) {
           e = &g.extent;
         }
       }
+    }
+    if (ahead_.phase == 2 && sparse_mlp_ && span_down_ahead_) {
+      const StreamPlan::Group& g = plan_.group_of_layer(l);
+      if (g.columns && !g.sparse && g.pack.first_layer == l) e = &g.extent;
     }
     if (e != nullptr && !held(*e)) {
       for (; ahead_.block < e->n_blocks; ++ahead_.block) {
@@ -290,7 +345,7 @@ Status BlockStreamer::LoadResident(const Extent& e) {
     Result<storage::CacheHandle> h = prefetcher_->Get(r);
     {
       std::lock_guard<std::mutex> lock(stats_mu_);
-      stats_.stall_seconds += Since(t0);
+      AddStall(&stats_, e.kind, Since(t0));
     }
     CountAccess(r.length, false);
     if (!h.ok()) return h.status();
@@ -336,7 +391,7 @@ Status BlockStreamer::AcquireBlock(const Extent& e, uint64_t block, Batch* batch
   const Clock::time_point t0 = Clock::now();
   auto stall = [&] {
     std::lock_guard<std::mutex> lock(stats_mu_);
-    stats_.stall_seconds += Since(t0);
+    AddStall(&stats_, e.kind, Since(t0));
   };
   auto take = [&](storage::CacheHandle h) {
     if (h.partition() == plan_.staging_partition && r.partition != plan_.staging_partition) {

@@ -51,6 +51,9 @@ struct StreamStats {
   uint64_t storage_reads = 0;     // device reads of those bytes (adjacent blocks merged count once)
   uint64_t prefetched_bytes = 0;  // of storage_bytes: read by the I/O thread ahead of use
   uint64_t transient_bytes = 0;   // of storage_bytes: read outside the cache
+  // Rows of the streamed token embedding (StreamPlan::embedding_row_bytes): read outside the cache
+  // and its traces, so counted apart from storage_bytes / storage_reads.
+  uint64_t embedding_bytes = 0, embedding_reads = 0;
   uint64_t records_read = 0;       // span mode, compact_span: records read compactly (read
                                    // ahead by a guess, or kept and not guessed)
   uint64_t records_ahead = 0;      // of those: read ahead for the next group by a guess
@@ -62,6 +65,10 @@ struct StreamStats {
   uint64_t experts_predicted = 0, experts_predicted_used = 0, experts_chosen_predicted = 0;
   uint64_t experts_preloaded = 0;  // predicted experts handed to the I/O thread (recall high)
   double stall_seconds = 0;        // compute thread waiting for blocks (demand reads included)
+  // ... split by what was waited for: attention blocks, MLP blocks (bundles, W_down columns,
+  // experts), input-column blocks, and span records read compactly.
+  double stall_attention_seconds = 0, stall_mlp_seconds = 0, stall_input_seconds = 0,
+         stall_records_seconds = 0;
   double io_seconds = 0;           // wall time of device reads (I/O thread and demand)
   double hit_rate() const {
     return block_accesses ? static_cast<double>(block_hits) / block_accesses : 1.0;
@@ -106,6 +113,14 @@ class BlockStreamer {
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
   bool sparse_mlp() const { return sparse_mlp_; }
   void set_sparse_mlp(bool sparse) { sparse_mlp_ = sparse; }
+  // The streamed token embedding table (StreamPlan::embedding_row_bytes > 0): reads the row of
+  // `token` into a buffer of this object and returns it (valid until the next call); the read
+  // counts in StreamStats::embedding_bytes and its wait as stall.
+  Result<const std::byte*> EmbeddingRow(int64_t token);
+  // Span mode with W_down kept whole (ColumnMlp): the read-ahead cursor also reads each column
+  // group's whole W_down, at the group's first layer, and runs a group of layers ahead, so that
+  // attention and W_down arrive in the order the compute needs them.
+  void set_span_down_ahead(bool on) { span_down_ahead_ = on; }
 
   storage::UnitRead BlockRead(const Extent& e, uint64_t block) const;
   // Hands the I/O thread the blocks of layers layer .. layer + prefetch_layers (attention, then
@@ -199,6 +214,8 @@ class BlockStreamer {
   Batch attention_batch_;           // the pinned attention of the layer being computed
   std::atomic<bool> resident_mode_{false};
   bool sparse_mlp_ = false;
+  bool span_down_ahead_ = false;
+  std::vector<std::byte> embedding_row_;  // EmbeddingRow's buffer
   bool record_ahead_ = false, record_ahead_made_ = false;
   // Read-ahead: the next block to hand to the I/O thread.
   struct Cursor {

@@ -335,32 +335,27 @@ Status ColumnMlp::AcquireSpan(const Group& g, int layer, const float* x,
   DropPredictions();  // what the previous group predicted and this one did not keep
   // A compact read takes the next group's records when it starts: predicting them into the
   // cache would read them twice.
-  PredictNextGroup(g, sel_in_, /*inputs=*/!span_compact_, whole_down);
+  if (!span_compact_) PredictNextGroup(g, sel_in_);
   if (span_compact_) ReadNextRecordsAhead(g, layer, x, policy);
   return Status::Ok();
 }
 
-void ColumnMlp::PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool inputs,
-                                 bool whole_down) {
+void ColumnMlp::PredictNextGroup(const Group& g, const sparsity::IndexList& in) {
+  // (The next group's whole W_down, when span mode keeps it whole, is the read-ahead cursor's:
+  // BlockStreamer::set_span_down_ahead.)
   if (plan_.options.prefetch_layers < 0) return;
   const size_t next = static_cast<size_t>(g.pack.index) + 1;
   if (next >= plan_.groups.size()) return;
   const Group& n = plan_.groups[next];
-  if (!n.columns || n.sparse) return;
+  if (!n.columns || n.sparse || streamer_->held(n.in)) return;
   std::vector<uint64_t>& blocks = next_blocks_;
   blocks.clear();
-  if (inputs && !streamer_->held(n.in)) {
-    for (int64_t k = 0; k < in.size(); ++k) {
-      const auto [b, e] = InputRecord(n, in[k]);
-      AddBlocks(n.in, b, e, &blocks);
-    }
-    SortBlocks(&blocks);
-    streamer_->QueueMissing(n.in, blocks, 0, &predicted_);
+  for (int64_t k = 0; k < in.size(); ++k) {
+    const auto [b, e] = InputRecord(n, in[k]);
+    AddBlocks(n.in, b, e, &blocks);
   }
-  if (whole_down && !streamer_->held(n.extent)) {
-    AllBlocks(n.extent, &blocks);
-    streamer_->QueueMissing(n.extent, blocks, 0, &predicted_);
-  }
+  SortBlocks(&blocks);
+  streamer_->QueueMissing(n.in, blocks, 0, &predicted_);
 }
 
 void ColumnMlp::DropPredictions() {
@@ -393,6 +388,7 @@ Status ColumnMlp::ForwardColumns(const Group& g, int j, const float* x, float* o
   // Span mode: the group's first layer selects and pins the records of every layer of the group;
   // the others compute from them (the policy gives them the same selection).
   const bool span = SpanMode(g, policy);
+  streamer_->set_span_down_ahead(span && !policy->MayPrune(Site::kMlpDown));
   if (span_group_ >= 0 && (!span || (j > 0 && span_group_ != pg.index))) ReleaseSpan();
   if (span && j == 0) {
     if (Status st = AcquireSpan(g, layer, x, policy); !st.ok()) {

@@ -88,8 +88,9 @@ class ColumnMlp final : public LayoutMlp {
   // Span mode (above).
   bool SpanMode(const Group& g, const sparsity::SparsityPolicy* policy) const;
   Status AcquireSpan(const Group& g, int layer, const float* x, sparsity::SparsityPolicy* policy);
-  void PredictNextGroup(const Group& g, const sparsity::IndexList& in, bool inputs,
-                        bool whole_down);
+  // Queues the next group's records for the channels `in` through the cache (span mode without
+  // a compact read).
+  void PredictNextGroup(const Group& g, const sparsity::IndexList& in);
   // Span mode with compact_span: reads the kept records (sel_in_) of g compactly
   // (BlockStreamer::ReadRecords) and numbers them; false (nothing read) when they do not fit or
   // the mode is off.

@@ -108,9 +108,14 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
                           (g.in_nbytes + in_block - 1) / in_block;
     }
     m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
+    // Static: what is neither streamed in blocks nor read a row at a time (the embedding).
+    const bool embedding_streamed = m->streamer_->embedding_streamed();
+    auto is_static = [&](const format::PackTensor& t) {
+      if (m->streamer_->TensorAddress(t.name) != nullptr) return false;
+      return !(embedding_streamed && t.name == "token_embd.weight");
+    };
     for (const format::PackTensor& t : pack.static_tensors()) {
-      if (m->streamer_->TensorAddress(t.name) == nullptr)
-        m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
+      if (is_static(t)) m->plan_.static_bytes += RoundUp(t.nbytes, kPage);
     }
     // They live in one region (below), of huge pages when large (AnonRegion leaves a last partial
     // huge page on small pages, so the page-rounded sizes above are what can be committed).
@@ -125,7 +130,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     // The static tensors, read through the device into page-aligned places of one region.
     auto statics = std::make_shared<StaticBuffers>();
     for (const format::PackTensor& t : pack.static_tensors()) {
-      if (m->streamer_->TensorAddress(t.name) == nullptr) region_bytes += RoundUp(t.nbytes, kPage);
+      if (is_static(t)) region_bytes += RoundUp(t.nbytes, kPage);
     }
     if (region_bytes > 0) {
       auto region = AnonRegion::Create(static_cast<size_t>(region_bytes), huge_statics);
@@ -145,6 +150,12 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
         TensorView v{t.dtype, t.shape, p};
         v.layout = t.layout;
         file.tensors.emplace(t.name, v);
+        file.tensor_order.push_back(t.name);
+        continue;
+      }
+      if (!is_static(t)) {
+        // The embedding, read a row at a time (Session::Embed): it stands in by shape.
+        file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, nullptr});
         file.tensor_order.push_back(t.name);
         continue;
       }

@@ -125,6 +125,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
         g.experts ? pg.expert_stride * static_cast<uint64_t>(pack.config().n_expert_used)
                   : pg.mlp_bytes();
     p.max_group_bytes = std::max(p.max_group_bytes, group_need);
+    p.max_group_layers = std::max(p.max_group_layers, pg.n_layers);
     if (g.sparse) {
       const size_t i = p.groups.size();
       if (i >= tables.size() || tables[i].in.empty() || tables[i].down.empty()) {
@@ -163,6 +164,19 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
         p.tensor_offsets[name] = {l, pack.FindStatic(name)->offset - e.offset};
       }
       p.attention.push_back(std::move(e));
+    }
+  }
+  if (options.stream_attention && options.stream_embedding &&
+      pack.FindStatic("output.weight") != nullptr) {
+    // The output head is a tensor of its own, so the table is read only a row at a time.
+    const format::PackTensor* t = pack.FindStatic("token_embd.weight");
+    if (t != nullptr && t->layout == Layout::kRowMajor && t->shape.ndim == 2) {
+      const TensorView v{t->dtype, t->shape, nullptr};
+      if (v.nbytes() == t->nbytes) {
+        p.embedding_offset = t->offset;
+        p.embedding_rows = v.rows();
+        p.embedding_row_bytes = v.row_bytes();
+      }
     }
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
@@ -233,6 +247,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
                     static_cast<uint64_t>(p.max_lanes) * static_cast<uint64_t>(p.d_model) * f +
                     kernels::TiledPrepBytes(p.d_model) + kernels::TiledPrepBytes(p.max_ff) +
                     3 * ff * i32;
+  p.scratch_bytes += p.embedding_row_bytes;  // the streamed embedding's row
   if (p.columns()) {
     p.scratch_bytes += ff * i32 + ff * f + 2 * p.max_blocks * u64 +
                        ((p.max_blocks + 63) / 64 + (ff + 63) / 64) * u64 + 3 * ff * i32;

@@ -78,6 +78,10 @@ struct StreamingOptions {
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.
   bool stream_attention = true;
+  // With stream_attention and an output head of its own (not tied to token_embd): the token
+  // embedding table is not read into memory; each token's row is read from storage when it is
+  // embedded (one small read a token), so the table takes none of the budget.
+  bool stream_embedding = true;
   // False skips the arithmetic: the cache, its policy and the reads run exactly as they would,
   // which is how `weir sim` replays a trace of a streamed run (model/stream_replay.h).
   bool compute = true;
@@ -175,6 +179,11 @@ struct StreamPlan {
   // the cache when that is large enough (BlockStreamer::set_record_ahead).
   uint64_t record_ahead_bytes = 0;
   uint64_t max_group_bytes = 0;      // MLP bytes of the largest group (experts: chosen ones)
+  int max_group_layers = 1;          // layers of the largest group
+  // The token embedding table when streamed (stream_embedding): where it is in the pack and the
+  // bytes of one row; embedding_row_bytes == 0 when it is static.
+  uint64_t embedding_offset = 0, embedding_row_bytes = 0;
+  int64_t embedding_rows = 0;
   uint64_t max_attention_bytes = 0;  // blocks of the largest attention extent
   // Sizes of the largest group, for the MLP scratch: rows of its tensor (gate/up/down rows;
   // columns: input or down rows), max(d_ff, d_model), lanes, blocks of a column extent.

@@ -97,12 +97,25 @@ Status Prefetcher::Load(const UnitRead& read, CacheHandle& h, bool count_bytes) 
   return failed;
 }
 
+void Prefetcher::Pause() {
+  std::lock_guard<std::mutex> lock(mu_);
+  ++paused_;
+}
+
+void Prefetcher::Resume() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (paused_ > 0) --paused_;
+  }
+  work_cv_.notify_all();
+}
+
 void Prefetcher::Loop() {
   for (;;) {
     std::vector<Job> batch;
     {
       std::unique_lock<std::mutex> lock(mu_);
-      work_cv_.wait(lock, [this] { return stop_ || !queue_.empty(); });
+      work_cv_.wait(lock, [this] { return stop_ || (!queue_.empty() && paused_ == 0); });
       if (queue_.empty()) return;  // stop_ and nothing left
       BlockDevice* device = queue_.front().read.device;
       uint64_t batch_bytes = 0;

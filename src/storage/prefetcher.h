@@ -101,6 +101,13 @@ class Prefetcher {
   void WaitIdle();
   void Shutdown();
 
+  // While paused (Pause() calls outnumber Resume() calls) the I/O thread starts no new batch: a
+  // read that must have the device to itself (a span's records, which the compute is waiting
+  // for) does not share it with reads ahead. The batch in flight finishes; Get() still reads a
+  // queued unit on the caller; Wait() for a queued unit waits for Resume().
+  void Pause();
+  void Resume();
+
   Stats stats() const;
 
  private:
@@ -129,6 +136,7 @@ class Prefetcher {
   std::unordered_map<UnitId, CacheHandle> held_;  // completed, not yet claimed
   std::unordered_map<UnitId, Status> failed_;     // failed, not yet claimed
   bool stop_ = false;
+  int paused_ = 0;  // Pause() calls not yet resumed
   Stats stats_;
   std::thread thread_;
 };

@@ -256,6 +256,44 @@ TEST(StreamingSessionTest, AttentionStreamedOrStatic) {
   }
 }
 
+// With an output head of its own, the embedding table is read a row per token instead of held:
+// the static share shrinks by the table, the tokens and logits stay those of the resident run at
+// any budget.
+TEST(StreamingSessionTest, EmbeddingReadARowAtATime) {
+  const Files f = MakeFiles(DType::kQ4_0, 2, 4);
+  ThreadPool pool(2);
+  auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), &pool, 5);
+  ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+  const format::PackFile pack = format::PackFile::Open(f.pack).value();
+  const format::PackTensor* table = pack.FindStatic("token_embd.weight");
+  ASSERT_NE(table, nullptr);
+  ASSERT_NE(pack.FindStatic("output.weight"), nullptr);  // untied
+  MemoryPlan rows, held;
+  StreamingConfig c = Config(UINT64_MAX, "lru");
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), c, &pool, 1, &rows).ok());
+  c.stream.stream_embedding = false;
+  ASSERT_TRUE(RunPack(f.pack, Memory(f.pack), c, &pool, 1, &held).ok());
+  const uint64_t page = 4096;
+  EXPECT_EQ(held.static_bytes - rows.static_bytes, (table->nbytes + page - 1) / page * page);
+  for (bool stream : {true, false}) {
+    const MemoryPlan& plan = stream ? rows : held;
+    for (uint64_t extra : {uint64_t{0}, plan.streamed_bytes / 3}) {
+      SCOPED_TRACE(std::to_string(stream) + " " + std::to_string(extra));
+      StreamingConfig b = Config(plan.minimum() + extra, "mru");
+      b.stream.stream_embedding = stream;
+      auto got = RunPack(f.pack, Memory(f.pack), b, &pool, 5);
+      ASSERT_TRUE(got.ok()) << got.status().ToString();
+      EXPECT_TRUE(Same(*got, *resident));
+    }
+  }
+  // Attention kept static keeps the table too (nothing is streamed but the MLP).
+  StreamingConfig a = Config(UINT64_MAX, "lru");
+  a.stream.stream_attention = false;
+  auto sm = StreamingModel::Open(f.pack, Memory(f.pack), a);
+  ASSERT_TRUE(sm.ok());
+  EXPECT_FALSE((*sm)->streamer().embedding_streamed());
+}
+
 // Tiled bundles (the default for Q8_0 / Q4_0) and the untiled layout of older packs read the same
 // bytes in another order: the same integer block sums, f32 additions in another order.
 TEST(StreamingSessionTest, TiledAndUntiledBundlesAgree) {

@@ -220,6 +220,40 @@ TEST(PrefetcherTest, BatchesEndAtTheByteLimit) {
   EXPECT_EQ(pf->stats().batches, 11u);
 }
 
+TEST(PrefetcherTest, PausedStartsNoBatchUntilResumed) {
+  const std::string bytes = RandomBytes(20 * kUnitBytes, 12);
+  GateDevice dev(bytes, 0);  // unit 0's read blocks until the gate opens
+  auto cache = MakeCache(32);
+  auto pf = Prefetcher::Create(cache.get(), {.max_batch = 1}).value();
+  ASSERT_TRUE(pf->Enqueue(ReadOf(&dev, 0)).ok());
+  for (int i = 0; i < 10000 && pf->stats().batches == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  ASSERT_EQ(pf->stats().batches, 1u);  // unit 0 is in flight
+  pf->Pause();
+  pf->Pause();  // pauses nest
+  for (UnitId i = 1; i <= 5; ++i) ASSERT_TRUE(pf->Enqueue(ReadOf(&dev, i)).ok());
+  dev.Open();
+  auto first = pf->Wait(0);  // the batch in flight finishes
+  ASSERT_TRUE(first.ok()) << first.status().ToString();
+  // A queued unit can still be read on the caller.
+  auto taken = pf->Get(ReadOf(&dev, 5));
+  ASSERT_TRUE(taken.ok());
+  ExpectBytes(*taken, bytes, 5 * kUnitBytes);
+  // Unpaused, the I/O thread would take units 1-4 at once (one batch each).
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(pf->stats().batches, 1u);
+  pf->Resume();
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  EXPECT_EQ(pf->stats().batches, 1u);  // one Pause is still in force
+  pf->Resume();
+  for (UnitId i = 1; i <= 4; ++i) {
+    auto h = pf->Wait(i);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ExpectBytes(*h, bytes, i * kUnitBytes);
+  }
+  EXPECT_EQ(pf->stats().batches, 5u);
+}
+
 TEST(PrefetcherTest, CancelDropsStaleJobs) {
   const std::string bytes = RandomBytes(40 * kUnitBytes, 5);
   GateDevice dev(bytes, 0);

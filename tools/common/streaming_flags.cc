@@ -222,11 +222,19 @@ Result<RunModel> LoadRunModel(const ModelFlags& mf, const StreamingFlags& f) {
 }
 
 std::string FormatStreamStats(const model::StreamStats& s) {
+  // The stall split by what was waited for, when there was a wait.
+  const std::string split =
+      s.stall_seconds > 0
+          ? StrFormat(" (attention %.2f, mlp %.2f, input columns %.2f, span records %.2f)",
+                      s.stall_attention_seconds * 1e3, s.stall_mlp_seconds * 1e3,
+                      s.stall_input_seconds * 1e3, s.stall_records_seconds * 1e3)
+          : std::string();
   std::string out =
-      StrFormat("storage %s (ahead %s), cache %s, hit %.1f%%, stall %.2f ms, overlap %.0f%%",
+      StrFormat("storage %s (ahead %s), cache %s, hit %.1f%%, stall %.2f ms%s, overlap %.0f%%",
                 FormatBytes(s.storage_bytes).c_str(), FormatBytes(s.prefetched_bytes).c_str(),
                 FormatBytes(s.cache_bytes).c_str(), 100.0 * s.hit_rate(), s.stall_seconds * 1e3,
-                100.0 * s.overlap());
+                split.c_str(), 100.0 * s.overlap());
+  if (s.embedding_reads > 0) out += ", embedding rows " + FormatBytes(s.embedding_bytes);
   if (s.records_ahead > 0) {
     out += StrFormat(", span records %llu read, %llu ahead (%.1f%% of those kept)",
                      static_cast<unsigned long long>(s.records_read),
@@ -255,10 +263,16 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
           {"mean_read_bytes", s.storage_reads ? static_cast<double>(s.storage_bytes) / s.storage_reads : 0.0},
           {"prefetched_bytes_per_token", s.prefetched_bytes / n},
           {"transient_bytes_per_token", s.transient_bytes / n},
+          {"embedding_bytes_per_token", s.embedding_bytes / n},
           {"cache_bytes_per_token", s.cache_bytes / n},
           {"accessed_bytes_per_token", s.accessed_bytes / n},
           {"hit_rate", s.hit_rate()},
           {"stall_seconds_per_token", s.stall_seconds / n},
+          {"stall_split_seconds_per_token",
+           {{"attention", s.stall_attention_seconds / n},
+            {"mlp", s.stall_mlp_seconds / n},
+            {"input_columns", s.stall_input_seconds / n},
+            {"span_records", s.stall_records_seconds / n}}},
           {"io_seconds_per_token", s.io_seconds / n},
           {"overlap", s.overlap()},
           {"span",
