@@ -28,6 +28,8 @@
 #include "base/thread_pool.h"
 #include "format/model_file.h"
 #include "model/llama_weights.h"
+#include "sparsity/index_list.h"
+#include "sparsity/policy.h"
 #include "tensor/tensor_view.h"
 
 namespace weir::model {
@@ -142,6 +144,23 @@ class MoeMlp {
     uint64_t changed = 0;
   };
   const BiasStats& bias_stats() const { return bias_stats_; }
+
+  // Sparsity inside each chosen expert (`--sparsity`): with a policy set, every chosen expert is
+  // computed per token as the sparse MLP computes a dense layer's MLP (sparse_mlp.cc), with the
+  // layer's policy (the layer index is the MoE layer's; every expert of a layer shares the
+  // policy's state for that layer):
+  //   in    = SelectInput(l, kMlpIn, x)          input columns of the expert's gate and up
+  //   units = all, or SelectUnits(l, g or u)     rows of gate / up computed
+  //   h     = glu(g, u) on the units, 0 elsewhere
+  //   down  = SelectDown(l, h, units)            columns of the expert's down
+  //   y_e   = W_down,e[:, down] · h[down]
+  // The products run over the expert's row-major slices with the unselected inputs (columns of
+  // gate/up) and units (columns of down) set to zero, so the numbers are those of the pruned
+  // expert; the bytes counted are those the selection reads (rows times the row bytes of each
+  // kept column or row). No transposed copies of the experts exist, so it is not faster than the
+  // dense experts (docs/moe.md). The policy must not prune attention; null = dense experts.
+  // `policy` is not owned and must outlive the MoeMlp's use of it.
+  Status set_sparsity(sparsity::SparsityPolicy* policy);
   uint64_t allocated_bytes() const;
 
  private:
@@ -170,6 +189,13 @@ class MoeMlp {
   std::vector<float> select_bias_;     // [n_expert] 0 or ln(gamma_), for RouteToken
   std::vector<ExpertChoice> unbiased_; // [k] the unbiased choice, for bias_stats_
   BiasStats bias_stats_;
+
+  // Sparsity inside experts (set_sparsity).
+  Status SparseExpert(int layer, const ExpertWeights& w, const float* x, float* y, ThreadPool* pool,
+                      uint64_t* bytes);
+  sparsity::SparsityPolicy* policy_ = nullptr;
+  sparsity::IndexList sel_in_, sel_units_, sel_down_;
+  AlignedBuffer xs_;  // [d_model] one token's input with the unselected columns zeroed
 };
 
 }  // namespace weir::model
