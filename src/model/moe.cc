@@ -132,7 +132,7 @@ Status MoeMlp::set_sparsity(sparsity::SparsityPolicy* policy) {
       (policy->MayPrune(sparsity::Site::kAttnIn) || policy->MayPrune(sparsity::Site::kAttnOut))) {
     return Status::Unsupported("--sparsity " + policy->info().name +
                                " prunes attention; on a mixture of experts only the experts' "
-                               "MLP columns are pruned (glu, gate, up, cats, teal, dip, dip-ca)");
+                               "MLP columns are pruned (glu, gate, up, cats, dip, dip-ca)");
   }
   policy_ = policy;
   if (policy_ != nullptr && xs_.size() == 0) {
@@ -207,6 +207,8 @@ Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, f
       }
       break;
   }
+  ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
+  if (observer) observer->OnGate(layer, g, d_ff);
   // h = glu(g, u) on the computed units, 0 elsewhere (kept in g).
   if (sel_units_.all()) {
     if (activation_ == format::Activation::kGeluTanh) {
@@ -227,6 +229,7 @@ Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, f
     std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
     for (int32_t i : idx) g[i] = u[i];
   }
+  if (observer) observer->OnInput(layer, Site::kMlpDown, g, d_ff);
   policy_->SelectDown(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), sel_units_,
                       nullptr, &sel_down_);
   // Down columns: h with the unselected units zeroed.
@@ -329,6 +332,7 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
   float* g = gate_.data<float>();  // [m, d_ff]
   float* u = up_.data<float>();    // [m, d_ff]
   uint64_t bytes = router.nbytes() * static_cast<uint64_t>(n);
+  last_dense_bytes_ = bytes;
   for (int32_t e : active_) {
     const int first = start_[e], m = start_[e + 1] - start_[e];
     for (int i = 0; i < m; ++i) {
@@ -336,6 +340,7 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
       std::memcpy(xg + static_cast<size_t>(i) * d, xt, sizeof(float) * d);
     }
     WEIR_ASSIGN_OR_RETURN(ExpertWeights w, experts->Acquire(layer, e));
+    last_dense_bytes_ += w.nbytes() * static_cast<uint64_t>(m);
     if (policy_ != nullptr) {
       // Sparsity inside the expert: one token at a time, as the sparse MLP does.
       for (int i = 0; i < m; ++i) {
@@ -354,11 +359,16 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
     const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
     float* gate_up_out[] = {g, u};
     kernels::MatMulShared(gate_up, xg, m, gate_up_out, pool);
+    ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
+    for (int i = 0; observer && i < m; ++i) observer->OnGate(layer, g + i * d_ff, d_ff);
     const int64_t h = static_cast<int64_t>(m) * d_ff;
     if (activation_ == format::Activation::kGeluTanh) {
       kernels::GeluTanhMul(g, u, h);
     } else {
       kernels::SiluMul(g, u, h);
+    }
+    for (int i = 0; observer && i < m; ++i) {
+      observer->OnInput(layer, sparsity::Site::kMlpDown, g + i * d_ff, d_ff);
     }
     kernels::MatMul(w.w_down, g, m, yg, pool);
     bytes += w.nbytes() * static_cast<uint64_t>(m);

@@ -45,6 +45,7 @@ Status Session::Allocate(const SessionOptions& options) {
   if (c.IsMoe()) {
     WEIR_ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, n_batch_));
     WEIR_RETURN_IF_ERROR(moe_->set_expert_bias(options.expert_bias));
+    moe_->set_observer(&observer_);
     if (options.experts != nullptr) {
       expert_source_ = options.experts;
     } else if (streamed_ != nullptr && streamed_->experts() != nullptr) {

@@ -15,6 +15,7 @@
 #include "model/model.h"
 #include "model/moe.h"
 #include "model/session.h"
+#include "sparsity/calibration.h"
 #include "sparsity/policy.h"
 #include "testing/testing.h"
 
@@ -134,6 +135,10 @@ std::vector<float> RunLayer(const Layer& f, sparsity::SparsityPolicy* policy, co
                   ->Forward(0, f.weights.layers[0].ffn_gate_inp, x.data(), n, y.data(), &source,
                             nullptr, bytes)
                   .ok());
+  // Router + k whole experts per token, whatever was pruned.
+  EXPECT_EQ((*moe)->last_dense_bytes(),
+            static_cast<uint64_t>(n) * (kE * kD + kK * 3ull * kD * kF) * sizeof(float));
+  if (policy == nullptr) EXPECT_EQ(*bytes, (*moe)->last_dense_bytes());
   return y;
 }
 
@@ -143,9 +148,27 @@ TEST(MoeSparsityTest, EachChosenExpertIsPrunedAsTheReferenceSays) {
   const std::vector<float> x = Inputs(n, 3);
   uint64_t dense_bytes = 0;
   const std::vector<float> dense = RunLayer(f, nullptr, x, n, &dense_bytes);
-  for (const char* spec : {"dip:0.5", "glu:0.4", "up:0.5", "gate:0.5", "dip-ca:0.5"}) {
+  // Thresholds for cats from random activations of the layer's widths (teal prunes attention
+  // inputs too, so a mixture of experts refuses it, like topk-all).
+  sparsity::Calibrator calibrator(1);
+  {
+    std::mt19937 rng(9);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> a(kD), b(kF), gpre(kF);
+    for (int s = 0; s < 64; ++s) {
+      for (float& v : a) v = dist(rng);
+      for (float& v : b) v = 0.1f * dist(rng);
+      for (float& v : gpre) v = dist(rng);
+      calibrator.Add(0, sparsity::Site::kMlpIn, a);
+      calibrator.Add(0, sparsity::Site::kMlpDown, b);
+      calibrator.AddGate(0, gpre);
+    }
+  }
+  const sparsity::Calibration calib = calibrator.Finish();
+  for (const char* spec :
+       {"dip:0.5", "glu:0.4", "up:0.5", "gate:0.5", "dip-ca:0.5", "cats:0.5"}) {
     SCOPED_TRACE(spec);
-    auto p = sparsity::ParseSparsity(spec, nullptr);
+    auto p = sparsity::ParseSparsity(spec, &calib);
     ASSERT_TRUE(p.ok()) << p.status().ToString();
     std::vector<sparsity::LayerDims> dims = {{kD, 16, 16, kF}};
     ASSERT_TRUE((*p)->Prepare(dims).ok());
@@ -196,6 +219,7 @@ TEST(MoeSparsityTest, FullDensityIsTheDenseExperts) {
 
 TEST(MoeSparsityTest, ASessionRunsAPolicyInsideTheExpertsAndRefusesAttentionPruning) {
   const std::string path = testing::TempDir() + "/moe_sparse_qwen3moe.gguf";
+  // (Calibration sees each chosen expert's gate and GLU output: below.)
   auto spec = format::SynthPreset("tiny", "qwen3moe");
   ASSERT_TRUE(spec.ok());
   ASSERT_TRUE(format::WriteRandomLlamaGguf(*spec, DType::kF32, 11, path, nullptr).ok());
@@ -222,6 +246,29 @@ TEST(MoeSparsityTest, ASessionRunsAPolicyInsideTheExpertsAndRefusesAttentionPrun
     diff = std::max(diff, std::fabs(double(pruned[i]) - dense[i]));
   }
   EXPECT_GT(diff, 0.0);
+
+  // The observer sees every chosen expert's gate pre-activation and GLU output, per token: what
+  // `weir calibrate` pools into a layer's TEAL / CATS thresholds.
+  struct Counter : ActivationObserver {
+    int gates = 0, downs = 0, experts = 0;
+    void OnGate(int, const float*, int64_t d_ff) override { gates += d_ff == 32; }
+    void OnInput(int, sparsity::Site site, const float*, int64_t d) override {
+      downs += site == sparsity::Site::kMlpDown && d == 32;
+    }
+    void OnExperts(int, const int32_t*, int k) override { experts += k; }
+  } counter;
+  {
+    SessionOptions so;
+    so.ctx = 32;
+    auto s = Session::Create(**m, nullptr, so);
+    ASSERT_TRUE(s.ok());
+    (*s)->set_observer(&counter);
+    ASSERT_TRUE((*s)->Forward(ids, LogitsFor::kLast).ok());
+    const int want = static_cast<int>(ids.size()) * (*m)->config().n_layers * 4;  // k = 4
+    EXPECT_EQ(counter.experts, want);
+    EXPECT_EQ(counter.gates, want);
+    EXPECT_EQ(counter.downs, want);
+  }
 
   auto all = sparsity::ParseSparsity("topk-all:0.5", nullptr);
   ASSERT_TRUE(all.ok());
