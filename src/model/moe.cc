@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "format/llama_limits.h"
+#include "kernels/gather.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
 
@@ -126,6 +127,124 @@ Status MoeMlp::set_expert_bias(float gamma) {
   return Status::Ok();
 }
 
+Status MoeMlp::set_sparsity(sparsity::SparsityPolicy* policy) {
+  if (policy != nullptr &&
+      (policy->MayPrune(sparsity::Site::kAttnIn) || policy->MayPrune(sparsity::Site::kAttnOut))) {
+    return Status::Unsupported("--sparsity " + policy->info().name +
+                               " prunes attention; on a mixture of experts only the experts' "
+                               "MLP columns are pruned (glu, gate, up, cats, dip, dip-ca)");
+  }
+  policy_ = policy;
+  if (policy_ != nullptr && xs_.size() == 0) {
+    const int64_t widest =
+        std::max<int64_t>(d_model_, *std::max_element(d_ff_.begin(), d_ff_.end()));
+    sel_in_.Reserve(widest);
+    sel_units_.Reserve(widest);
+    sel_down_.Reserve(widest);
+    if (!xs_.Reset(static_cast<size_t>(d_model_) * sizeof(float))) {
+      return Status::OutOfMemory("cannot allocate the mixture-of-experts sparsity buffer");
+    }
+  }
+  return Status::Ok();
+}
+
+// y = expert(x) for one token under policy_ (see set_sparsity). gate_/up_ hold g and u.
+Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, float* y,
+                            ThreadPool* pool, uint64_t* bytes) {
+  using sparsity::Site;
+  const int d = d_model_, d_ff = d_ff_[static_cast<size_t>(layer)];
+  float* g = gate_.data<float>();  // [d_ff]
+  float* u = up_.data<float>();    // [d_ff]
+  float* xs = xs_.data<float>();   // [d]
+  const uint64_t gate_row = w.w_gate.row_bytes(), up_row = w.w_up.row_bytes();
+  // Input columns: x with the unselected ones zeroed gives the product over the kept columns.
+  if (policy_->MayPrune(Site::kMlpIn)) {
+    policy_->SelectInput(layer, Site::kMlpIn, std::span<const float>(x, static_cast<size_t>(d)),
+                         nullptr, &sel_in_);
+  } else {
+    sel_in_.SetAll(d);
+  }
+  const float* xin = x;
+  double in_share = 1.0;  // share of each gate/up row read
+  if (!sel_in_.all()) {
+    std::memset(xs, 0, sizeof(float) * static_cast<size_t>(d));
+    for (int32_t i : sel_in_.indices()) xs[i] = x[i];
+    xin = xs;
+    in_share = static_cast<double>(sel_in_.indices().size()) / d;
+  }
+  auto full = [&](const TensorView& W, float* out, uint64_t row_bytes) {
+    kernels::MatVec(W, xin, out, pool);
+    *bytes += static_cast<uint64_t>(in_share * static_cast<double>(row_bytes) * d_ff);
+  };
+  auto rows = [&](const TensorView& W, float* out, uint64_t row_bytes) {
+    auto idx = sel_units_.indices();
+    kernels::GatherMatVecRows(W, idx.data(), static_cast<int64_t>(idx.size()), xin, out, pool);
+    *bytes += static_cast<uint64_t>(in_share * static_cast<double>(row_bytes) *
+                                    static_cast<double>(idx.size()));
+  };
+  switch (policy_->unit_predictor()) {
+    case sparsity::UnitPredictor::kNone:
+      full(w.w_gate, g, gate_row);
+      full(w.w_up, u, up_row);
+      sel_units_.SetAll(d_ff);
+      break;
+    case sparsity::UnitPredictor::kGate:
+      full(w.w_gate, g, gate_row);
+      policy_->SelectUnits(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), &sel_units_);
+      if (sel_units_.all()) {
+        full(w.w_up, u, up_row);
+      } else {
+        rows(w.w_up, u, up_row);
+      }
+      break;
+    case sparsity::UnitPredictor::kUp:
+      full(w.w_up, u, up_row);
+      policy_->SelectUnits(layer, std::span<const float>(u, static_cast<size_t>(d_ff)), &sel_units_);
+      if (sel_units_.all()) {
+        full(w.w_gate, g, gate_row);
+      } else {
+        rows(w.w_gate, g, gate_row);
+      }
+      break;
+  }
+  ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
+  if (observer) observer->OnGate(layer, g, d_ff);
+  // h = glu(g, u) on the computed units, 0 elsewhere (kept in g).
+  if (sel_units_.all()) {
+    if (activation_ == format::Activation::kGeluTanh) {
+      kernels::GeluTanhMul(g, u, d_ff);
+    } else {
+      kernels::SiluMul(g, u, d_ff);
+    }
+  } else {
+    auto idx = sel_units_.indices();
+    for (int32_t i : idx) {
+      if (activation_ == format::Activation::kGeluTanh) {
+        kernels::GeluTanhMul(g + i, u + i, 1);
+      } else {
+        kernels::SiluMul(g + i, u + i, 1);
+      }
+      u[i] = g[i];
+    }
+    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
+    for (int32_t i : idx) g[i] = u[i];
+  }
+  if (observer) observer->OnInput(layer, Site::kMlpDown, g, d_ff);
+  policy_->SelectDown(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), sel_units_,
+                      nullptr, &sel_down_);
+  // Down columns: h with the unselected units zeroed.
+  if (!sel_down_.all()) {
+    std::memcpy(u, g, sizeof(float) * static_cast<size_t>(d_ff));
+    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
+    for (int32_t i : sel_down_.indices()) g[i] = u[i];
+  }
+  kernels::MatVec(w.w_down, g, y, pool);
+  const double down_share =
+      sel_down_.all() ? 1.0 : static_cast<double>(sel_down_.indices().size()) / d_ff;
+  *bytes += static_cast<uint64_t>(down_share * static_cast<double>(w.w_down.nbytes()));
+  return Status::Ok();
+}
+
 uint64_t MoeMlp::allocated_bytes() const {
   return logits_.size() + xg_.size() + yg_.size() + gate_.size() + up_.size() +
          choices_.size() * sizeof(ExpertChoice) +
@@ -133,7 +252,8 @@ uint64_t MoeMlp::allocated_bytes() const {
              sizeof(int32_t) +
          slot_weight_.size() * sizeof(float) + next_logits_.size() +
          next_choices_.size() * sizeof(ExpertChoice) + predicted_.capacity() * sizeof(int32_t) +
-         select_bias_.capacity() * sizeof(float) + unbiased_.capacity() * sizeof(ExpertChoice);
+         select_bias_.capacity() * sizeof(float) + unbiased_.capacity() * sizeof(ExpertChoice) +
+         xs_.size();
 }
 
 Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int n, float* y,
@@ -212,6 +332,7 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
   float* g = gate_.data<float>();  // [m, d_ff]
   float* u = up_.data<float>();    // [m, d_ff]
   uint64_t bytes = router.nbytes() * static_cast<uint64_t>(n);
+  last_dense_bytes_ = bytes;
   for (int32_t e : active_) {
     const int first = start_[e], m = start_[e + 1] - start_[e];
     for (int i = 0; i < m; ++i) {
@@ -219,14 +340,35 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
       std::memcpy(xg + static_cast<size_t>(i) * d, xt, sizeof(float) * d);
     }
     WEIR_ASSIGN_OR_RETURN(ExpertWeights w, experts->Acquire(layer, e));
+    last_dense_bytes_ += w.nbytes() * static_cast<uint64_t>(m);
+    if (policy_ != nullptr) {
+      // Sparsity inside the expert: one token at a time, as the sparse MLP does.
+      for (int i = 0; i < m; ++i) {
+        WEIR_RETURN_IF_ERROR(SparseExpert(layer, w, xg + static_cast<size_t>(i) * d,
+                                          yg + static_cast<size_t>(i) * d, pool, &bytes));
+      }
+      experts->Release(layer, e);
+      for (int i = 0; i < m; ++i) {
+        float* yt = y + static_cast<size_t>(slot_token_[first + i]) * d;
+        const float* yi = yg + static_cast<size_t>(i) * d;
+        const float wt = slot_weight_[first + i];
+        for (int c = 0; c < d; ++c) yt[c] += wt * yi[c];
+      }
+      continue;
+    }
     const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
     float* gate_up_out[] = {g, u};
     kernels::MatMulShared(gate_up, xg, m, gate_up_out, pool);
+    ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
+    for (int i = 0; observer && i < m; ++i) observer->OnGate(layer, g + i * d_ff, d_ff);
     const int64_t h = static_cast<int64_t>(m) * d_ff;
     if (activation_ == format::Activation::kGeluTanh) {
       kernels::GeluTanhMul(g, u, h);
     } else {
       kernels::SiluMul(g, u, h);
+    }
+    for (int i = 0; observer && i < m; ++i) {
+      observer->OnInput(layer, sparsity::Site::kMlpDown, g + i * d_ff, d_ff);
     }
     kernels::MatMul(w.w_down, g, m, yg, pool);
     bytes += w.nbytes() * static_cast<uint64_t>(m);

@@ -27,7 +27,10 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "format/model_file.h"
+#include "model/activation_observer.h"
 #include "model/llama_weights.h"
+#include "sparsity/index_list.h"
+#include "sparsity/policy.h"
 #include "tensor/tensor_view.h"
 
 namespace weir::model {
@@ -125,6 +128,9 @@ class MoeMlp {
   std::span<const float> router_logits() const {
     return {logits_.data<float>(), last_n_ * static_cast<size_t>(n_expert_)};
   }
+  // The bytes the last Forward would have read with dense experts (router + the chosen experts,
+  // summed over its tokens): equal to its bytes_per_token_sum unless a sparsity policy pruned.
+  uint64_t last_dense_bytes() const { return last_dense_bytes_; }
   int n_expert() const { return n_expert_; }
   int n_expert_used() const { return k_; }
 
@@ -142,6 +148,28 @@ class MoeMlp {
     uint64_t changed = 0;
   };
   const BiasStats& bias_stats() const { return bias_stats_; }
+
+  // Sparsity inside each chosen expert (`--sparsity`): with a policy set, every chosen expert is
+  // computed per token as the sparse MLP computes a dense layer's MLP (sparse_mlp.cc), with the
+  // layer's policy (the layer index is the MoE layer's; every expert of a layer shares the
+  // policy's state for that layer):
+  //   in    = SelectInput(l, kMlpIn, x)          input columns of the expert's gate and up
+  //   units = all, or SelectUnits(l, g or u)     rows of gate / up computed
+  //   h     = glu(g, u) on the units, 0 elsewhere
+  //   down  = SelectDown(l, h, units)            columns of the expert's down
+  //   y_e   = W_down,e[:, down] · h[down]
+  // The products run over the expert's row-major slices with the unselected inputs (columns of
+  // gate/up) and units (columns of down) set to zero, so the numbers are those of the pruned
+  // expert; the bytes counted are those the selection reads (rows times the row bytes of each
+  // kept column or row). No transposed copies of the experts exist, so it is not faster than the
+  // dense experts (docs/moe.md). The policy must not prune attention; null = dense experts.
+  // `policy` is not owned and must outlive the MoeMlp's use of it.
+  Status set_sparsity(sparsity::SparsityPolicy* policy);
+  // Where each chosen expert's activations are reported, per (token, expert), as the dense MLP
+  // reports a layer's (for `weir calibrate`, whose TEAL/CATS thresholds then pool a layer's
+  // experts): OnGate(layer, g) with the gate pre-activation and OnInput(layer, kMlpDown, h) with
+  // the GLU output. `observer` points at the session's observer slot (it may hold null).
+  void set_observer(ActivationObserver* const* observer) { observer_ = observer; }
   uint64_t allocated_bytes() const;
 
  private:
@@ -152,6 +180,7 @@ class MoeMlp {
   format::Activation activation_ = format::Activation::kSilu;
   std::vector<int> d_ff_;  // per layer
   size_t last_n_ = 0;
+  uint64_t last_dense_bytes_ = 0;
 
   AlignedBuffer logits_;               // [n_batch, n_expert]
   AlignedBuffer xg_;                   // [n_batch, d_model] the tokens routed to one expert
@@ -170,6 +199,14 @@ class MoeMlp {
   std::vector<float> select_bias_;     // [n_expert] 0 or ln(gamma_), for RouteToken
   std::vector<ExpertChoice> unbiased_; // [k] the unbiased choice, for bias_stats_
   BiasStats bias_stats_;
+
+  // Sparsity inside experts (set_sparsity).
+  Status SparseExpert(int layer, const ExpertWeights& w, const float* x, float* y, ThreadPool* pool,
+                      uint64_t* bytes);
+  sparsity::SparsityPolicy* policy_ = nullptr;
+  ActivationObserver* const* observer_ = nullptr;
+  sparsity::IndexList sel_in_, sel_units_, sel_down_;
+  AlignedBuffer xs_;  // [d_model] one token's input with the unselected columns zeroed
 };
 
 }  // namespace weir::model

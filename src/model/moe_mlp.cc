@@ -27,7 +27,7 @@ class MoeMlpProvider final : public MlpProvider {
         moe_->Forward(layer, w.ffn_gate_inp, x, n, y, experts_, c_.pool, &bytes, next));
     std::memcpy(x, y, sizeof(float) * static_cast<size_t>(n) * static_cast<size_t>(cfg.d_model));
     c_.traffic->mlp_used += bytes;
-    c_.traffic->mlp_dense += bytes;  // a dense pass reads the same experts
+    c_.traffic->mlp_dense += moe_->last_dense_bytes();  // less than bytes only when pruned
     return Status::Ok();
   }
 

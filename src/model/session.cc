@@ -45,6 +45,7 @@ Status Session::Allocate(const SessionOptions& options) {
   if (c.IsMoe()) {
     WEIR_ASSIGN_OR_RETURN(moe_, MoeMlp::Create(c, n_batch_));
     WEIR_RETURN_IF_ERROR(moe_->set_expert_bias(options.expert_bias));
+    moe_->set_observer(&observer_);
     if (options.experts != nullptr) {
       expert_source_ = options.experts;
     } else if (streamed_ != nullptr && streamed_->experts() != nullptr) {
@@ -97,12 +98,22 @@ Status Session::Allocate(const SessionOptions& options) {
                                  "; use a policy without the gate predictor (glu, up, teal, dip, dip-ca)");
     }
     if (prunes && moe_ != nullptr) {
-      // Pruning inside each chosen expert needs per-expert transposed copies and per-expert
-      // policy state (docs/moe.md); not built yet.
-      return Status::Unsupported("--sparsity " + policy_->info().name + " is not supported on " +
-                                 c.arch->name + " (mixture of experts) yet: run it dense");
-    }
-    if (prunes && streamed_ != nullptr) {
+      // Pruning inside each chosen expert (moe.h, set_sparsity), resident experts only: a
+      // streamed experts pack reads whole experts (docs/moe.md).
+      if (expert_source_ != experts_.get()) {
+        return Status::Unsupported("--sparsity " + policy_->info().name + " on " + c.arch->name +
+                                   " (mixture of experts) needs the experts resident: sparsity "
+                                   "inside streamed experts is not built; run the GGUF, or the "
+                                   "pack without --sparsity");
+      }
+      if (model_.file().TiledTensorCount() > 0) {
+        return Status::InvalidArgument(
+            "--sparsity " + policy_->info().name + ": this model was loaded with its weights "
+            "tiled for dense decoding, and sparse products need them row by row (load it without "
+            "LoadOptions::tile_linear)");
+      }
+      WEIR_RETURN_IF_ERROR(moe_->set_sparsity(policy_.get()));
+    } else if (prunes && streamed_ != nullptr) {
       // A streamed pack computes its MLP from the pack's own columns (streaming_weights.h).
       const std::string name = policy_->info().name;
       if (!streamed_->columns()) {

@@ -28,6 +28,24 @@ format::TraceHeader NeuronTraceHeader(const format::LlamaConfig& config,
   return h;
 }
 
+format::TraceHeader ExpertTraceHeader(const format::LlamaConfig& config,
+                                      std::vector<std::pair<std::string, std::string>> metadata) {
+  format::TraceHeader h;
+  h.n_layers = static_cast<uint32_t>(config.n_layers);
+  format::TraceKind k;
+  k.name = kExpertsKind;
+  k.weights_per_unit = 3ull * static_cast<uint64_t>(config.d_model) *
+                       static_cast<uint64_t>(config.layers.empty() ? config.d_ff
+                                                                   : config.layers[0].d_ff);
+  k.units.assign(static_cast<size_t>(config.n_layers), static_cast<uint32_t>(config.n_expert));
+  h.kinds.push_back(std::move(k));
+  metadata.insert(metadata.begin(),
+                  {{"trace.source", "experts"},
+                   {"moe.n_expert_used", std::to_string(config.n_expert_used)}});
+  h.metadata = std::move(metadata);
+  return h;
+}
+
 std::vector<std::pair<std::string, std::string>> StreamTraceMetadata(StreamingModel& model) {
   const StreamingOptions& o = model.streamer().options();
   const storage::BlockDevice& dev = model.device();
@@ -100,6 +118,20 @@ Result<std::unique_ptr<TraceRecorder>> TraceRecorder::Create(const format::Trace
   if (streamed == nullptr) {
     if (header.kinds.size() != 1 || header.has_step_tokens) {
       return Status::InvalidArgument("trace: a neuron trace has one kind and no step sizes");
+    }
+    if (header.kinds[0].name == kExpertsKind) {
+      if (config.n_expert <= 0) {
+        return Status::InvalidArgument("trace: a routing trace needs a mixture of experts");
+      }
+      for (int l = 0; l < config.n_layers; ++l) {
+        if (header.kinds[0].units[static_cast<size_t>(l)] !=
+            static_cast<uint32_t>(config.n_expert)) {
+          return Status::InvalidArgument(
+              StrFormat("trace: layer %d: units differ from n_expert %d", l, config.n_expert));
+        }
+      }
+      r->routing_ = true;
+      return r;
     }
     for (int l = 0; l < config.n_layers; ++l) {
       if (header.kinds[0].units[static_cast<size_t>(l)] !=
@@ -192,9 +224,10 @@ void TraceRecorder::OnLayerBegin(int layer, int n_tokens) {
       for (size_t i = 0; i < n_blocks; ++i) {
         const uint32_t units = layout_.units[i];
         if (units == 0) continue;
-        // Neuron traces default to a dense MLP; block traces to nothing accessed.
-        s.masks[i] = streamed_ != nullptr ? std::vector<uint8_t>(format::MaskBytes(units), 0)
-                                          : AllSet(units);
+        // Neuron traces default to a dense MLP; block and routing traces to nothing accessed.
+        s.masks[i] = streamed_ != nullptr || routing_
+                         ? std::vector<uint8_t>(format::MaskBytes(units), 0)
+                         : AllSet(units);
       }
     }
     units_seen_.assign(static_cast<size_t>(n_layers_), 0);
@@ -216,8 +249,32 @@ void TraceRecorder::OnInput(int layer, sparsity::Site site, const float* x, int6
   }
 }
 
+void TraceRecorder::OnExperts(int layer, const int32_t* experts, int k) {
+  if (!status_.ok() || finished_ || !routing_ || !in_step_) return;
+  if (layer < 0 || layer >= n_layers_) return;
+  const int t = units_seen_[static_cast<size_t>(layer)]++;
+  if (t >= static_cast<int>(pending_.size())) {
+    Fail(Status::Internal(StrFormat(
+        "trace: layer %d reported experts for token %d of a %d-token step", layer, t,
+        step_tokens_)));
+    return;
+  }
+  const size_t i = layout_.Index(static_cast<uint32_t>(layer), 0);
+  const uint32_t units = layout_.units[i];
+  std::vector<uint8_t>& m = pending_[static_cast<size_t>(t)].masks[i];
+  for (int j = 0; j < k; ++j) {
+    const int32_t e = experts[j];
+    if (e < 0 || static_cast<uint32_t>(e) >= units) {
+      Fail(Status::Internal(
+          StrFormat("trace: layer %d: expert %d outside 0..%u", layer, e, units - 1)));
+      return;
+    }
+    m[static_cast<size_t>(e) / 8] |= static_cast<uint8_t>(1u << (e % 8));
+  }
+}
+
 void TraceRecorder::OnMlpUnits(int layer, const sparsity::IndexList& down) {
-  if (!status_.ok() || finished_ || streamed_ != nullptr || !in_step_) return;
+  if (!status_.ok() || finished_ || streamed_ != nullptr || routing_ || !in_step_) return;
   if (layer < 0 || layer >= n_layers_) return;
   const int t = units_seen_[static_cast<size_t>(layer)]++;
   if (t >= static_cast<int>(pending_.size())) {

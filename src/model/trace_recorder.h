@@ -7,6 +7,11 @@
 //     (ActivationObserver::OnMlpUnits), every unit when the MLP ran dense. `weir sim` replays
 //     these through its own cache model.
 //
+//   Routing (a mixture of experts run resident; ExpertTraceHeader). One record per token, one
+//     kind, "ffn_experts", with n_expert units per layer: unit e is set when the router chose
+//     expert e for that token in that layer (ActivationObserver::OnExperts). `weir sim` replays
+//     these with whole experts as the cache and read unit.
+//
 //   Block accesses (a streamed weir pack; StreamTraceHeader). One record per forward step (the
 //     step size is stored: a prompt batch goes through the streamed weights once), two kinds:
 //     "attn_q+attn_k+attn_v+attn_output" (the blocks of a layer's attention extent, when
@@ -51,6 +56,8 @@ namespace weir::model {
 inline constexpr char kAttentionBlocksKind[] = "attn_q+attn_k+attn_v+attn_output";
 inline constexpr char kBundleBlocksKind[] = "ffn_bundles";          // column packs: down^T
 inline constexpr char kInputColumnBlocksKind[] = "ffn_gate_t+ffn_up_t";  // column packs only
+// The kind of routing traces (the same name as sim::kExpertUnitsKind).
+inline constexpr char kExpertsKind[] = "ffn_experts";
 
 // One record as the recorder produced it: packed mask bits and events per (layer, kind), index
 // layer * n_kinds + kind (empty masks where the kind has no units).
@@ -62,6 +69,12 @@ struct TraceStep {
 
 // Header of a neuron-mask trace for `config`, with `metadata` (e.g. "sparsity=glu:0.5").
 format::TraceHeader NeuronTraceHeader(const format::LlamaConfig& config,
+                                      std::vector<std::pair<std::string, std::string>> metadata);
+
+// Header of a routing trace of a mixture-of-experts `config` (n_expert > 0): n_expert units per
+// layer, each covering one expert's gate, up and down (3 x d_model x d_ff weights), with
+// trace.source=experts and moe.n_expert_used first in the metadata.
+format::TraceHeader ExpertTraceHeader(const format::LlamaConfig& config,
                                       std::vector<std::pair<std::string, std::string>> metadata);
 
 // Engine settings of a streamed run, as trace metadata: trace.source=streaming, the pack's file
@@ -92,6 +105,7 @@ class TraceRecorder : public ActivationObserver {
   void OnInput(int layer, sparsity::Site site, const float* x, int64_t dim) override;
   void OnLayerBegin(int layer, int n_tokens) override;
   void OnMlpUnits(int layer, const sparsity::IndexList& down) override;
+  void OnExperts(int layer, const int32_t* experts, int k) override;
 
   // Writes the step in progress and closes the file (if any). Idempotent. Returns status().
   Status Finish();
@@ -123,7 +137,8 @@ class TraceRecorder : public ActivationObserver {
   bool in_step_ = false;
   int step_tokens_ = 0;
   std::vector<TraceStep> pending_;  // neuron traces: one per token of the step; blocks: one
-  std::vector<int> units_seen_;     // neuron traces: OnMlpUnits calls per layer in this step
+  std::vector<int> units_seen_;     // neuron traces: OnMlpUnits (OnExperts) calls per layer
+  bool routing_ = false;            // a routing trace (kExpertsKind)
 
   // Block traces: the open window.
   int window_layer_ = -1, window_kind_ = -1;

@@ -7,7 +7,9 @@ namespace weir::sim {
 Result<StreamSet> ParseStreamSet(const std::string& text) {
   if (text == "mlp") return StreamSet::kMlp;
   if (text == "all") return StreamSet::kAll;
-  return Status::InvalidArgument(StrFormat("--stream '%s': expected mlp or all", text.c_str()));
+  if (text == "experts") return StreamSet::kExperts;
+  return Status::InvalidArgument(
+      StrFormat("--stream '%s': expected mlp, all or experts", text.c_str()));
 }
 
 Result<MaskStream> MakeMaskStream(const ModelShape& shape, int layer, const std::string& kind_name,
@@ -24,6 +26,20 @@ Result<MaskStream> MakeMaskStream(const ModelShape& shape, int layer, const std:
   s.layer = layer;
   s.name = kind_name;
   s.n_units = n_units;
+  if (kind_name == kExpertUnitsKind) {
+    if (shape.n_experts <= 1 || n_units != static_cast<uint32_t>(shape.n_experts)) {
+      return Status::InvalidArgument(StrFormat(
+          "mask '%s' layer %d: %u experts per layer, model '%s' has %d (expert units need a "
+          "mixture-of-experts shape with the same expert count)",
+          kind_name.c_str(), layer, n_units, shape.name.c_str(), shape.n_experts));
+    }
+    for (TensorKind k : {TensorKind::kFfnGate, TensorKind::kFfnUp, TensorKind::kFfnDown}) {
+      s.tensors.push_back(k);
+      s.weights_per_unit.push_back(shape.TensorParams(k, layer) / n_units);
+    }
+    s.unit_records = true;
+    return s;
+  }
   std::stringstream ss(kind_name);
   for (std::string part; std::getline(ss, part, '+');) {
     auto kind = TensorKindFromName(part);
@@ -85,6 +101,13 @@ Result<MaskLayout> MakeMaskLayout(const ModelShape& shape, StreamSet set) {
                             MakeMaskStream(shape, l, "attn_output",
                                            static_cast<uint32_t>(L.n_head * shape.head_dim), 0));
       layout.streams.push_back(std::move(o));
+    }
+    if (set == StreamSet::kExperts) {
+      WEIR_ASSIGN_OR_RETURN(MaskStream experts,
+                            MakeMaskStream(shape, l, kExpertUnitsKind,
+                                           static_cast<uint32_t>(shape.n_experts), 0));
+      layout.streams.push_back(std::move(experts));
+      continue;
     }
     uint32_t units = static_cast<uint32_t>(L.d_ff) * static_cast<uint32_t>(shape.n_experts);
     WEIR_ASSIGN_OR_RETURN(MaskStream ffn,

@@ -59,6 +59,11 @@ class UnitMask {
   std::vector<uint64_t> words_;
 };
 
+// The trace kind (and stream name) whose units are whole experts of a MoE layer: unit e is
+// expert e's gate, up and down, read as one record (weir pack's experts layout). The same name
+// as model::kExpertsKind; this module does not depend on the engine.
+inline constexpr char kExpertUnitsKind[] = "ffn_experts";
+
 struct MaskStream {
   int layer = 0;
   std::string name;                        // "ffn_gate+ffn_up+ffn_down"
@@ -67,6 +72,9 @@ struct MaskStream {
   uint32_t n_units = 0;
   int n_experts = 1;         // units form n_experts equal expert-major blocks
   int n_experts_active = 1;  // blocks a router enables per token (synthetic sources)
+  // A unit's slices of all its tensors lie back to back (an expert record): a run of consecutive
+  // missed units is one read, not one per tensor.
+  bool unit_records = false;
 
   uint64_t UnitWeights() const {
     uint64_t s = 0;
@@ -82,16 +90,20 @@ struct MaskLayout {
 
 // Which tensors a synthetic layout streams: the MLP (DIP's setting; units are the d_ff
 // neurons shared by gate, up and down), or the MLP plus attention with input-channel units
-// (ActiveFlow's setting: q/k/v share the d_model input mask, attn_output has its own).
-enum class StreamSet { kMlp, kAll };
-Result<StreamSet> ParseStreamSet(const std::string& text);  // "mlp" | "all"
+// (ActiveFlow's setting: q/k/v share the d_model input mask, attn_output has its own), or a MoE
+// model's experts as whole units (kExpertUnitsKind, n_experts units per layer).
+enum class StreamSet { kMlp, kAll, kExperts };
+Result<StreamSet> ParseStreamSet(const std::string& text);  // "mlp" | "all" | "experts"
 
 Result<MaskLayout> MakeMaskLayout(const ModelShape& shape, StreamSet set);
 
 // Builds the stream of `layer` for a mask named `kind_name` ('+'-joined tensor kinds) with
 // `n_units` units, deriving weights per unit from the shape (each tensor's parameters must
 // divide evenly by n_units). `weights_per_unit_hint`, when non-zero, must equal the sum. Used to
-// turn a trace header into a layout.
+// turn a trace header into a layout. The kind kExpertUnitsKind needs a MoE shape and n_units ==
+// shape.n_experts; its tensors are ffn_gate, ffn_up and ffn_down, one expert's slice each, read
+// as one record; the hint is not checked for it, because an expert's size comes from the shape
+// (a routing trace of a small model replays with a larger model's experts).
 Result<MaskStream> MakeMaskStream(const ModelShape& shape, int layer, const std::string& kind_name,
                                   uint32_t n_units, uint64_t weights_per_unit_hint);
 

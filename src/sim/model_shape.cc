@@ -143,6 +143,8 @@ Status ValidateShape(const ModelShape& s) {
 //   Llama-3-8B:     d 4096, 32 layers, 32/8 heads, d_ff 14336, vocab 128256
 //   Mistral-7B:     d 4096, 32 layers, 32/8 heads, d_ff 14336, vocab 32000
 //   Mixtral-8x7B:   Mistral-7B's attention, 8 experts of d_ff 14336, top-2 routing
+//   Qwen3-30B-A3B:  d 2048, 48 layers, 32/4 heads of 128, 128 experts of d_ff 768, top-8,
+//                   vocab 151936 (QK-norm weights, 2 x 128 per layer, are not counted)
 //   TinyLlama-1.1B: d 2048, 22 layers, 32/4 heads of 64, d_ff 5632, vocab 32000
 // No model above ties its output head to the embedding.
 Result<ModelShape> ModelPreset(const std::string& name) {
@@ -157,6 +159,9 @@ Result<ModelShape> ModelPreset(const std::string& name) {
     return MoE(UniformShape(name, 4096, 32, 32, 8, 128, 14336, 32000), 8, 2);
   }
   if (name == "llama-1b") return UniformShape(name, 2048, 22, 32, 4, 64, 5632, 32000);
+  if (name == "qwen3-30b-a3b") {
+    return MoE(UniformShape(name, 2048, 48, 32, 4, 128, 768, 151936), 128, 8);
+  }
   std::string list;
   for (const std::string& n : ModelPresetNames()) list += (list.empty() ? "" : ", ") + n;
   return Status::NotFound(
@@ -165,7 +170,7 @@ Result<ModelShape> ModelPreset(const std::string& name) {
 
 std::vector<std::string> ModelPresetNames() {
   return {"phi-3-mini", "phi-3-medium", "llama-2-7b",   "llama-2-13b", "llama-2-70b",
-          "llama-3-8b", "mistral-7b",   "mixtral-8x7b", "llama-1b"};
+          "llama-3-8b", "mistral-7b",   "mixtral-8x7b", "llama-1b",   "qwen3-30b-a3b"};
 }
 
 WeightBits WeightBits::Uniform(double b) {

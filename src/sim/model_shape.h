@@ -87,7 +87,7 @@ Status ValidateShape(const ModelShape& shape);
 
 // Named architectures with their published dimensions (see model_shape.cc for sources):
 // phi-3-mini, phi-3-medium, llama-2-7b, llama-2-13b, llama-2-70b, llama-3-8b, mistral-7b,
-// mixtral-8x7b, llama-1b (TinyLlama-1.1B).
+// mixtral-8x7b, llama-1b (TinyLlama-1.1B), qwen3-30b-a3b.
 Result<ModelShape> ModelPreset(const std::string& name);
 std::vector<std::string> ModelPresetNames();
 

@@ -58,12 +58,14 @@ json SimResultToJson(const SimResult& r, bool per_layer) {
               {"head", r.head_s},
               {"total", r.seconds_per_token}}},
             {"memory_plan", MemoryPlanToJson(r.plan)}};
-  uint64_t hits = 0, misses = 0, evictions = 0;
+  uint64_t hits = 0, misses = 0, evictions = 0, requests = 0;
   for (const LayerStats& l : r.layers) {
     hits += l.hits;
     misses += l.misses;
     evictions += l.evictions;
+    requests += l.storage_requests;
   }
+  j["storage_requests"] = requests;  // over the measured tokens (the per-token figure is rounded)
   j["hits"] = hits;
   j["misses"] = misses;
   j["evictions"] = evictions;

@@ -341,12 +341,20 @@ Result<SimResult> Simulate(const ModelShape& shape, const DeviceProfile& device,
             link_bytes += acc.missed.size() * ub;
             from_storage = &host_acc.missed;
           }
-          // One request per run of consecutive units and per tensor.
+          // One request per run of consecutive units and per tensor (per run for records).
           const std::vector<uint32_t>& miss = *from_storage;
           for (size_t a = 0; a < miss.size();) {
             size_t b = a + 1;
             while (b < miss.size() && miss[b] == miss[b - 1] + 1) ++b;
             double run = static_cast<double>(b - a);
+            if (s.unit_records) {
+              const double bytes = run * ub;
+              storage_s += device.storage_read.Seconds(bytes);
+              storage_bytes += bytes;
+              ++requests;
+              a = b;
+              continue;
+            }
             for (size_t k = 0; k < s.tensors.size(); ++k) {
               double bytes =
                   run * static_cast<double>(s.weights_per_unit[k]) * bits.Of(s.tensors[k]) / 8.0;

@@ -282,7 +282,8 @@ TEST(SimulatorTest, PresetsHavePublishedSizes) {
     double params_b;
   } wants[] = {{"phi-3-mini", 3.82},   {"phi-3-medium", 13.96}, {"llama-2-7b", 6.74},
                {"llama-2-13b", 13.02}, {"llama-2-70b", 68.98},  {"llama-3-8b", 8.03},
-               {"mistral-7b", 7.24},   {"mixtral-8x7b", 46.70}, {"llama-1b", 1.10}};
+               {"mistral-7b", 7.24},   {"mixtral-8x7b", 46.70}, {"llama-1b", 1.10},
+               {"qwen3-30b-a3b", 30.53}};
   for (const Want& w : wants) {
     auto s = ModelPreset(w.name);
     ASSERT_TRUE(s.ok()) << w.name;

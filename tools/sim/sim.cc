@@ -115,8 +115,8 @@ int SimMain(int argc, char** argv) {
                  "dense | uniform:D | zipf:d=D,s=S,r=R,seed=N | trace:FILE "
                  "(default dense)");
   app.add_option("--stream", stream_text,
-                 "streamed tensors for synthetic masks: mlp or all "
-                 "(default mlp)");
+                 "streamed tensors for synthetic masks: mlp, all, or experts (a MoE "
+                 "model's experts as whole units; default mlp)");
   app.add_option("--bits", bits_text,
                  "bits per weight: 4, or 4,attn=8,embd=16,... (default 4 "
                  "for presets, the file's types for files)");

@@ -40,10 +40,11 @@ std::optional<sim::TensorKind> KindOfTensor(const std::string& name) {
     if (dot == std::string::npos) return std::nullopt;
     base = base.substr(dot + 1);
   }
-  const std::string suffix = ".weight";
-  if (base.size() > suffix.size() &&
-      base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
-    base.resize(base.size() - suffix.size());
+  for (const std::string suffix : {".weight", "_exps"}) {  // ffn_up_exps: stacked experts
+    if (base.size() > suffix.size() &&
+        base.compare(base.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      base.resize(base.size() - suffix.size());
+    }
   }
   if (base == "attn_norm" || base == "ffn_norm" || base == "output_norm") {
     return sim::TensorKind::kNorm;
@@ -76,6 +77,10 @@ Result<SimModel> ModelFromFile(const format::ModelFile& mf) {
   s.head_dim = c.head_dim;
   s.vocab_size = c.vocab_size;
   s.tied_output = c.tied_output;
+  if (c.n_expert > 0) {  // d_ff is each expert's width
+    s.n_experts = c.n_expert;
+    s.n_experts_active = c.n_expert_used;
+  }
   for (const format::LayerDims& L : c.layers) s.layers.push_back({L.n_head, L.n_head_kv, L.d_ff});
   WEIR_RETURN_IF_ERROR(sim::ValidateShape(s));
   // Bits per weight of each kind: stored bytes over elements.

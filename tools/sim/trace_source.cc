@@ -8,25 +8,33 @@ Result<std::unique_ptr<TraceMaskSource>> TraceMaskSource::Open(const std::string
                                                                const sim::ModelShape& shape) {
   WEIR_ASSIGN_OR_RETURN(auto reader, format::TraceReader::Open(path));
   const format::TraceHeader& h = reader->header();
-  if (static_cast<int>(h.n_layers) != shape.n_layers) {
-    return Status::InvalidArgument(StrFormat("%s: the trace has %u layers, model '%s' has %d",
-                                             path.c_str(), h.n_layers, shape.name.c_str(),
-                                             shape.n_layers));
+  bool routing = !h.kinds.empty();
+  for (const format::TraceKind& k : h.kinds) routing = routing && k.name == sim::kExpertUnitsKind;
+  const bool project = routing && static_cast<int>(h.n_layers) < shape.n_layers && h.n_layers > 0;
+  if (static_cast<int>(h.n_layers) != shape.n_layers && !project) {
+    return Status::InvalidArgument(StrFormat(
+        "%s: the trace has %u layers, model '%s' has %d (only a routing trace may have fewer "
+        "layers than the model; it is then cycled over the model's layers)",
+        path.c_str(), h.n_layers, shape.name.c_str(), shape.n_layers));
   }
   if (reader->n_tokens() == 0) {
     return Status::InvalidArgument(StrFormat("%s: the trace holds no token", path.c_str()));
   }
   std::unique_ptr<TraceMaskSource> src(new TraceMaskSource());
   src->layout_.n_layers = shape.n_layers;
-  for (uint32_t l = 0; l < h.n_layers; ++l) {
+  if (project) {
+    src->projection_ = StrFormat(" (%u trace layers cycled over %d)", h.n_layers, shape.n_layers);
+  }
+  for (uint32_t l = 0; l < static_cast<uint32_t>(shape.n_layers); ++l) {
+    const uint32_t tl = l % h.n_layers;
     for (uint32_t k = 0; k < h.kinds.size(); ++k) {
-      uint32_t units = h.kinds[k].units[l];
+      uint32_t units = h.kinds[k].units[tl];
       if (units == 0) continue;
       auto stream = sim::MakeMaskStream(shape, static_cast<int>(l), h.kinds[k].name, units,
                                         h.kinds[k].weights_per_unit);
       if (!stream.ok()) return stream.status().WithContext(path);
       src->layout_.streams.push_back(std::move(*stream));
-      src->blocks_.push_back({l, k});
+      src->blocks_.push_back({tl, k});
     }
   }
   src->reader_ = std::move(reader);

@@ -3,6 +3,11 @@
 // applies to, and the model shape supplies each tensor's weights per unit. Cache events in the
 // trace are passed on for the simulated-vs-recorded comparison.
 //
+// Projection: a routing trace (every kind sim::kExpertUnitsKind, `weir run --trace` of a
+// mixture of experts) may have fewer layers than the model shape: model layer l then replays
+// trace layer l mod (the trace's layers), with the model's own expert size, and Describe() says
+// so. The expert count must match (an expert id means the same unit in both).
+//
 // Thread safety: one thread.
 #pragma once
 
@@ -23,14 +28,15 @@ class TraceMaskSource : public sim::MaskSource {
 
   const sim::MaskLayout& layout() const override { return layout_; }
   int64_t n_tokens() const override { return static_cast<int64_t>(reader_->n_tokens()); }
-  std::string Describe() const override { return "trace:" + reader_->path(); }
+  std::string Describe() const override { return "trace:" + reader_->path() + projection_; }
   Status Rewind() override { return reader_->Rewind(); }
   Result<bool> Next(sim::TokenMasks* out) override;
 
  private:
   std::unique_ptr<format::TraceReader> reader_;
   sim::MaskLayout layout_;
-  std::vector<std::pair<uint32_t, uint32_t>> blocks_;  // [stream] -> (layer, kind)
+  std::vector<std::pair<uint32_t, uint32_t>> blocks_;  // [stream] -> (trace layer, kind)
+  std::string projection_;  // " (8 trace layers cycled over 48)" when projecting
   format::TraceToken token_;
 };
 
