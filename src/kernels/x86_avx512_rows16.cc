@@ -820,20 +820,17 @@ void GroupTokens(int nt, const uint8_t* const* row, int64_t nb, const uint8_t* x
   }
 }
 
+// The dense rows; kept: a buffer of nb unpacked blocks, or nullptr (every pass unpacks).
 template <class K>
-void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
-               size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
-  using U = typename K::Unpacked;
-  constexpr int64_t kKeptBlocks = static_cast<int64_t>(kKeptBytes / sizeof(U));
+void Rows16DotWith(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                   const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+                   const uint8_t* pf, typename K::Unpacked* kept) {
   const auto* x = static_cast<const uint8_t*>(xp);
   const int64_t nb = cols / K::kBlockValues;
   const uint8_t* row[kRows];
   const uint8_t* shadow[kRows];
   __m512 acc[kMaxTokens];
-  alignas(64) U kept[kKeptBlocks];
-  // With more tokens than one pass takes, the first pass keeps the unpacked blocks for the
-  // others (when they fit).
-  const bool keep = n_tok > kMaxTokens && nb <= kKeptBlocks;
+  const bool keep = kept != nullptr;
   const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const int64_t n = Min64(kRows, n_rows - r0);
@@ -872,6 +869,31 @@ void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows
         _mm512_mask_storeu_ps(y + static_cast<size_t>(t0 + t) * y_stride + r0, m, acc[t]);
       }
     }
+  }
+}
+
+// The keep buffer lives in this frame only, so a call that does not keep (decode, a row too
+// long) does not carry (and probe) 144 KiB of stack.
+template <class K>
+__attribute__((noinline)) void Rows16DotKept(const uint8_t* w, size_t row_stride, int64_t cols,
+                                             int64_t n_rows, const void* xp, size_t xp_stride,
+                                             int64_t n_tok, float* y, size_t y_stride,
+                                             const uint8_t* pf) {
+  using U = typename K::Unpacked;
+  alignas(64) U kept[kKeptBytes / sizeof(U)];
+  Rows16DotWith<K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf, kept);
+}
+
+// With more tokens than one pass takes, the first pass keeps the unpacked blocks for the others
+// (when they fit).
+template <class K>
+void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
+               size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
+  constexpr int64_t kKeptBlocks = static_cast<int64_t>(kKeptBytes / sizeof(typename K::Unpacked));
+  if (n_tok > kMaxTokens && cols / K::kBlockValues <= kKeptBlocks) {
+    Rows16DotKept<K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  } else {
+    Rows16DotWith<K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf, nullptr);
   }
 }
 
