@@ -740,6 +740,17 @@ void RegisterAll() {
           ->UseRealTime();
     }
   }
+  // A 1.1B model's prefill shapes for the K types, one thread (the 16-row kernels' keep buffer
+  // and token chunk): down [2048, 5632] and gate/up [5632, 2048], 128 tokens.
+  for (DType t : {DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {
+    for (const Shape2 s : {Shape2{2048, 5632}, Shape2{5632, 2048}}) {
+      RegisterBenchmark(("BM_MatMul/" + std::string(DTypeName(t)) + "/" + ShapeName(s) +
+                         "/tokens:128/threads:1")
+                            .c_str(),
+                        BM_MatMul, t, s, 1, 128)
+          ->UseRealTime();
+    }
+  }
   // The row form of the gathered product for the real models' other int8 types (sparse decode of
   // their gate/up projections).
   for (DType t : {DType::kQ4_1, DType::kQ5_0, DType::kQ5_1, DType::kQ2_K, DType::kQ3_K,

@@ -18,8 +18,10 @@ constexpr int64_t kTokenChunk = 16;
 // ... and for the types whose kernels unpack a group of rows once for all the tokens of a call
 // (IsaKernels::wide_token_types): kernels_bench, Gemma 3's shapes (2048x640, 640x2048, 128
 // tokens, 1 thread): Q5_0 1.35 -> 1.17 ms, Q4_K 1.50 -> 1.35 with 32; the same made Q8_0 and F16
-// ~5% slower, hence per type.
-constexpr int64_t kWideTokenChunk = 32;
+// ~5% slower, hence per type. 64 since the 16-row kernels keep rows of up to 5632 values
+// unpacked (a 1.1B model's shapes, 128 tokens, 1 thread, CPU ms, docs/performance.md: Q6_K
+// down 12.5 -> 11.6, gate/up 12.8 -> 11.8 against 32).
+constexpr int64_t kWideTokenChunk = 64;
 // Rows are handed out in chunks (ParallelForDynamic) of about 1/8 of a thread's share, at least
 // 16: long contiguous runs for the prefetchers, yet enough chunks that a thread slowed by other
 // load on the machine does less of the work instead of holding everyone up.

@@ -150,9 +150,11 @@ inline size_t BlockRecordOffset(int64_t b) {
 }
 
 // How a pass gets its weights: unpacks them, unpacks and keeps them in a buffer, or reads them
-// back from it (a group's later token passes, when the unpacked row fits in kKeptBytes).
+// back from it (a group's later token passes, when the unpacked row fits in kKeptBytes). The kept
+// vectors are read where they lie (pointers into the buffer, loaded at their use), not copied
+// into local arrays first: GCC spilled those copies to the stack and read them back.
 enum class From { kRows, kRowsKeep, kKept };
-constexpr size_t kKeptBytes = 40960;  // 40 KiB: Q5_0 rows of 2272 values, Q4_K / Q6_K of 2048
+constexpr size_t kKeptBytes = 147456;  // 144 KiB: rows of 5632 values of every type (Q2_K: 135 KiB)
 
 // Requests byte at of the 16 rows into L2 (hint 1) or L1 (hint 0).
 inline void Request16(const uint8_t* const* rows, size_t at, int hint) {
@@ -373,14 +375,15 @@ struct Q4KT {
                                                   const uint8_t* xp, size_t xs, Unpacked* kept,
                                                   __m512* acc) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
-    __m512 d1[8], m1[8];
+    // A later pass reads the kept vectors where they lie (see KeptOrLocal).
+    __m512 d1_local[8], m1_local[8];
+    const __m512* d1 = d1_local;
+    const __m512* m1 = m1_local;
     if constexpr (kFrom == From::kKept) {
-      for (int k = 0; k < 8; ++k) {
-        d1[k] = _mm512_load_ps(&kept[b].d1[k]);
-        m1[k] = _mm512_load_ps(&kept[b].m1[k]);
-      }
+      d1 = kept[b].d1;
+      m1 = kept[b].m1;
     } else {
-      UnpackScales(row, off, d1, m1);
+      UnpackScales(row, off, d1_local, m1_local);
       if constexpr (kFrom == From::kRowsKeep) {
         for (int k = 0; k < 8; ++k) {
           _mm512_store_ps(&kept[b].d1[k], d1[k]);
@@ -396,13 +399,14 @@ struct Q4KT {
     __m512i h5[8];
     if constexpr (kFive && kFrom != From::kKept) UnpackHigh(row, off, h5);
     for (int p = 0; p < 4; ++p) {
-      __m512i v[16];
+      __m512i v_local[16];
+      const __m512i* v = v_local;
       if constexpr (kFrom == From::kKept) {
-        for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[16 * p + j]);
+        v = kept[b].v + 16 * p;
       } else {
-        UnpackPair(row, off, p, h5, v);
+        UnpackPair(row, off, p, h5, v_local);
         if constexpr (kFrom == From::kRowsKeep) {
-          for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[16 * p + j], v[j]);
+          for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[16 * p + j], v_local[j]);
         }
       }
       for (int h = 0; h < 2; ++h) {
@@ -512,11 +516,12 @@ struct Q6K {
                                                   const uint8_t* xp, size_t xs, Unpacked* kept,
                                                   __m512* acc) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
-    __m512 d1[16];
+    __m512 d1_local[16];
+    const __m512* d1 = d1_local;
     if constexpr (kFrom == From::kKept) {
-      for (int u = 0; u < 16; ++u) d1[u] = _mm512_load_ps(&kept[b].d1[u]);
+      d1 = kept[b].d1;
     } else {
-      UnpackScales(row, off, d1);
+      UnpackScales(row, off, d1_local);
       if constexpr (kFrom == From::kRowsKeep) {
         for (int u = 0; u < 16; ++u) _mm512_store_ps(&kept[b].d1[u], d1[u]);
       }
@@ -528,13 +533,16 @@ struct Q6K {
     for (int h = 0; h < 2; ++h) {
       for (int m = 0; m < 2; ++m) {
         const int quarter = 2 * h + m;
-        __m512i v[16];
+        __m512i v_local[16];
+        const __m512i* v = v_local;
         if constexpr (kFrom == From::kKept) {
-          for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[16 * quarter + j]);
+          v = kept[b].v + 16 * quarter;
         } else {
-          UnpackQuarter(row, off, h, m, v);
+          UnpackQuarter(row, off, h, m, v_local);
           if constexpr (kFrom == From::kRowsKeep) {
-            for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[16 * quarter + j], v[j]);
+            for (int j = 0; j < 16; ++j) {
+              _mm512_store_si512(&kept[b].v[16 * quarter + j], v_local[j]);
+            }
           }
         }
         for (int k = 0; k < 4; ++k) {
@@ -676,14 +684,14 @@ struct Q23K {
                                                   const uint8_t* xp, size_t xs, Unpacked* kept,
                                                   __m512* acc) {
     const size_t off = static_cast<size_t>(b) * kBlockBytes;
-    __m512 d1[16], m1[16];
+    __m512 d1_local[16], m1_local[16];
+    const __m512* d1 = d1_local;
+    const __m512* m1 = m1_local;
     if constexpr (kFrom == From::kKept) {
-      for (int u = 0; u < 16; ++u) {
-        d1[u] = _mm512_load_ps(&kept[b].d1[u]);
-        if constexpr (kQ2) m1[u] = _mm512_load_ps(&kept[b].m1[u]);
-      }
+      d1 = kept[b].d1;
+      if constexpr (kQ2) m1 = kept[b].m1;
     } else {
-      UnpackScales(row, off, d1, m1);
+      UnpackScales(row, off, d1_local, m1_local);
       if constexpr (kFrom == From::kRowsKeep) {
         for (int u = 0; u < 16; ++u) {
           _mm512_store_ps(&kept[b].d1[u], d1[u]);
@@ -699,14 +707,15 @@ struct Q23K {
       __m512i hm[4];
       if constexpr (!kQ2 && kFrom != From::kKept) Load16Rows(row, off + 16 * part, hm);
       for (int h = 0; h < 2; ++h) {
-        __m512i v[16];
+        __m512i v_local[16];
+        const __m512i* v = v_local;
         const int first = 16 * (2 * h + part);  // kept[b].v index of this part's vectors
         if constexpr (kFrom == From::kKept) {
-          for (int j = 0; j < 16; ++j) v[j] = _mm512_load_si512(&kept[b].v[first + j]);
+          v = kept[b].v + first;
         } else {
-          UnpackPart(row, off, h, part, hm, v);
+          UnpackPart(row, off, h, part, hm, v_local);
           if constexpr (kFrom == From::kRowsKeep) {
-            for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[first + j], v[j]);
+            for (int j = 0; j < 16; ++j) _mm512_store_si512(&kept[b].v[first + j], v_local[j]);
           }
         }
         for (int s = 0; s < 4; ++s) {
@@ -811,20 +820,17 @@ void GroupTokens(int nt, const uint8_t* const* row, int64_t nb, const uint8_t* x
   }
 }
 
+// The dense rows; kept: a buffer of nb unpacked blocks, or nullptr (every pass unpacks).
 template <class K>
-void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
-               size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
-  using U = typename K::Unpacked;
-  constexpr int64_t kKeptBlocks = static_cast<int64_t>(kKeptBytes / sizeof(U));
+void Rows16DotWith(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows,
+                   const void* xp, size_t xp_stride, int64_t n_tok, float* y, size_t y_stride,
+                   const uint8_t* pf, typename K::Unpacked* kept) {
   const auto* x = static_cast<const uint8_t*>(xp);
   const int64_t nb = cols / K::kBlockValues;
   const uint8_t* row[kRows];
   const uint8_t* shadow[kRows];
   __m512 acc[kMaxTokens];
-  alignas(64) U kept[kKeptBlocks];
-  // With more tokens than one pass takes, the first pass keeps the unpacked blocks for the
-  // others (when they fit).
-  const bool keep = n_tok > kMaxTokens && nb <= kKeptBlocks;
+  const bool keep = kept != nullptr;
   const uint8_t* end = w + static_cast<size_t>(n_rows) * row_stride;
   for (int64_t r0 = 0; r0 < n_rows; r0 += kRows) {
     const int64_t n = Min64(kRows, n_rows - r0);
@@ -863,6 +869,31 @@ void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows
         _mm512_mask_storeu_ps(y + static_cast<size_t>(t0 + t) * y_stride + r0, m, acc[t]);
       }
     }
+  }
+}
+
+// The keep buffer lives in this frame only, so a call that does not keep (decode, a row too
+// long) does not carry (and probe) 144 KiB of stack.
+template <class K>
+__attribute__((noinline)) void Rows16DotKept(const uint8_t* w, size_t row_stride, int64_t cols,
+                                             int64_t n_rows, const void* xp, size_t xp_stride,
+                                             int64_t n_tok, float* y, size_t y_stride,
+                                             const uint8_t* pf) {
+  using U = typename K::Unpacked;
+  alignas(64) U kept[kKeptBytes / sizeof(U)];
+  Rows16DotWith<K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf, kept);
+}
+
+// With more tokens than one pass takes, the first pass keeps the unpacked blocks for the others
+// (when they fit).
+template <class K>
+void Rows16Dot(const uint8_t* w, size_t row_stride, int64_t cols, int64_t n_rows, const void* xp,
+               size_t xp_stride, int64_t n_tok, float* y, size_t y_stride, const uint8_t* pf) {
+  constexpr int64_t kKeptBlocks = static_cast<int64_t>(kKeptBytes / sizeof(typename K::Unpacked));
+  if (n_tok > kMaxTokens && cols / K::kBlockValues <= kKeptBlocks) {
+    Rows16DotKept<K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+  } else {
+    Rows16DotWith<K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf, nullptr);
   }
 }
 

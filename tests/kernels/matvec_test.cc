@@ -259,6 +259,37 @@ TEST(MatMulTest, EqualsPerTokenMatVecAndReference) {
   }
 }
 
+// Long rows with many tokens: the 16-row kernels keep a row group's unpacked blocks for the
+// later token passes when the row fits their buffer (up to 5632 values, a 1.1B model's down
+// projection), and unpack it again for every pass when it does not (9216); a call's tokens come
+// in chunks of up to 64 with partial passes of 8. Every token equals MatVec and the reference.
+TEST(MatMulTest, LongRowsManyTokensEqualMatVecAndReference) {
+  std::mt19937 rng(55);
+  ThreadPool pool(2);
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (DType t : AllDTypes()) {
+      if (!IsBlockQuantized(t)) continue;
+      for (int64_t want_cols : {5632, 9216}) {
+        const int64_t rows = 19, n = 75, cols = testing::ValidCols(t, want_cols);
+        Weights w = RandomWeights(rng, t, rows, cols);
+        std::vector<float> x = RandomFloats(rng, n * cols);
+        std::vector<float> y(static_cast<size_t>(n * rows), NAN);
+        MatMul(w.view(), x.data(), n, y.data(), &pool);
+        const std::string what = Describe(isa, t, rows, cols) + " n=" + std::to_string(n);
+        ExpectNearRef(w, x, n, y, what);
+        std::vector<float> yv(static_cast<size_t>(rows));
+        for (int64_t tok = 0; tok < n; ++tok) {
+          MatVec(w.view(), x.data() + tok * cols, yv.data(), nullptr);
+          for (int64_t r = 0; r < rows; ++r) {
+            ASSERT_EQ(yv[r], y[tok * rows + r]) << what << " tok " << tok << " row " << r;
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(MatMulTest, ZeroTokensWritesNothing) {
   std::mt19937 rng(6);
   Weights w = RandomWeights(rng, DType::kQ8_0, 3, 32);
