@@ -47,11 +47,13 @@ class RecordReader {
   // zero capacity; OutOfMemory when the buffer cannot be allocated.
   static Result<std::unique_ptr<RecordReader>> Create(BlockDevice* device, uint64_t capacity,
                                                       uint64_t merge_gap = kDefaultMergeGap);
-  // 1.1B Q4_0, dip:0.5 span=4 (25 KiB records, a quarter kept), this VM's disk, in a 296 MiB
-  // cgroup while other builds ran (reader stats printed by a temporary patch, one run each): a
-  // 16 KiB gap read 2,200 times a token at 0.58 GB/s, a 64 KiB gap 1,180 times (1.5x the bytes)
-  // at 1.1; 2.13 -> 2.28 tok/s (docs/streaming.md 3.5).
-  static constexpr uint64_t kDefaultMergeGap = uint64_t{64} << 10;
+  // 0: only records that touch (or share a page) are read together. Session 14 measured a 64 KiB
+  // gap faster than 16 KiB (while the records shared the disk with the reads ahead); since the
+  // reads ahead pause for the records (storage/prefetcher.h Pause), gaps only add bytes: 1.1B
+  // Q4_0, dip:0.5 span=4 (25 KiB records, a quarter kept), 296 MiB cgroup, quiet, two rounds:
+  // gap 0 read 216 MB a token at 4.88 / 5.18 tok/s, 16 KiB 217 MB 3.75 / 5.01, 32 KiB 231 MB
+  // 3.87 / 5.08, 64 KiB 255 MB 3.33 / 4.51 (docs/streaming.md 3.7).
+  static constexpr uint64_t kDefaultMergeGap = 0;
 
   // slots: ascending, distinct; record s lies at device offset base + s * record_bytes.
   // Reads the n records into data() (record k at data() + k * record_bytes). InvalidArgument for

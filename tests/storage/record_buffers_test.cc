@@ -137,7 +137,7 @@ TEST(RecordBuffersTest, AFailedReadAheadIsNotAnErrorButAFailedReadIs) {
   fo.fail_after_reads = 1;  // the first read works, every later one fails
   FaultInjectingDevice bad(std::make_unique<MemoryDevice>("m", f.bytes), fo);
   auto b = RecordBuffers::Create(&bad, 1 << 20, true).value();
-  const std::vector<int64_t> slots = {0, 10, 20, 30};
+  const std::vector<int64_t> slots = {0, 1, 2, 3};  // adjacent: one read
   std::vector<int32_t> places(4);
   ASSERT_TRUE(*b->Read(0, 1000, slots.data(), 4, places.data()));
   ExpectPlaced(*b, f.bytes, 0, 1000, slots, places);
