@@ -182,30 +182,26 @@ Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, f
     *bytes += static_cast<uint64_t>(in_share * static_cast<double>(row_bytes) *
                                     static_cast<double>(idx.size()));
   };
-  switch (policy_->unit_predictor()) {
-    case sparsity::UnitPredictor::kNone:
-      full(w.w_gate, g, gate_row);
-      full(w.w_up, u, up_row);
-      sel_units_.SetAll(d_ff);
-      break;
-    case sparsity::UnitPredictor::kGate:
-      full(w.w_gate, g, gate_row);
-      policy_->SelectUnits(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), &sel_units_);
-      if (sel_units_.all()) {
-        full(w.w_up, u, up_row);
-      } else {
-        rows(w.w_up, u, up_row);
-      }
-      break;
-    case sparsity::UnitPredictor::kUp:
-      full(w.w_up, u, up_row);
-      policy_->SelectUnits(layer, std::span<const float>(u, static_cast<size_t>(d_ff)), &sel_units_);
-      if (sel_units_.all()) {
-        full(w.w_gate, g, gate_row);
-      } else {
-        rows(w.w_gate, g, gate_row);
-      }
-      break;
+  if (policy_->unit_predictor() == sparsity::UnitPredictor::kNone) {
+    full(w.w_gate, g, gate_row);
+    full(w.w_up, u, up_row);
+    sel_units_.SetAll(d_ff);
+  } else {
+    // A unit predictor: one projection whole, its output picks the units, the other projection
+    // computes only those (gate predicts for up, or up for gate).
+    const bool by_gate = policy_->unit_predictor() == sparsity::UnitPredictor::kGate;
+    float* first = by_gate ? g : u;
+    float* second = by_gate ? u : g;
+    full(by_gate ? w.w_gate : w.w_up, first, by_gate ? gate_row : up_row);
+    policy_->SelectUnits(layer, std::span<const float>(first, static_cast<size_t>(d_ff)),
+                         &sel_units_);
+    const TensorView& other = by_gate ? w.w_up : w.w_gate;
+    const uint64_t other_row = by_gate ? up_row : gate_row;
+    if (sel_units_.all()) {
+      full(other, second, other_row);
+    } else {
+      rows(other, second, other_row);
+    }
   }
   ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
   if (observer) observer->OnGate(layer, g, d_ff);
@@ -347,31 +343,24 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
         WEIR_RETURN_IF_ERROR(SparseExpert(layer, w, xg + static_cast<size_t>(i) * d,
                                           yg + static_cast<size_t>(i) * d, pool, &bytes));
       }
-      experts->Release(layer, e);
-      for (int i = 0; i < m; ++i) {
-        float* yt = y + static_cast<size_t>(slot_token_[first + i]) * d;
-        const float* yi = yg + static_cast<size_t>(i) * d;
-        const float wt = slot_weight_[first + i];
-        for (int c = 0; c < d; ++c) yt[c] += wt * yi[c];
-      }
-      continue;
-    }
-    const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
-    float* gate_up_out[] = {g, u};
-    kernels::MatMulShared(gate_up, xg, m, gate_up_out, pool);
-    ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
-    for (int i = 0; observer && i < m; ++i) observer->OnGate(layer, g + i * d_ff, d_ff);
-    const int64_t h = static_cast<int64_t>(m) * d_ff;
-    if (activation_ == format::Activation::kGeluTanh) {
-      kernels::GeluTanhMul(g, u, h);
     } else {
-      kernels::SiluMul(g, u, h);
+      const TensorView* gate_up[] = {&w.w_gate, &w.w_up};
+      float* gate_up_out[] = {g, u};
+      kernels::MatMulShared(gate_up, xg, m, gate_up_out, pool);
+      ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
+      for (int i = 0; observer && i < m; ++i) observer->OnGate(layer, g + i * d_ff, d_ff);
+      const int64_t h = static_cast<int64_t>(m) * d_ff;
+      if (activation_ == format::Activation::kGeluTanh) {
+        kernels::GeluTanhMul(g, u, h);
+      } else {
+        kernels::SiluMul(g, u, h);
+      }
+      for (int i = 0; observer && i < m; ++i) {
+        observer->OnInput(layer, sparsity::Site::kMlpDown, g + i * d_ff, d_ff);
+      }
+      kernels::MatMul(w.w_down, g, m, yg, pool);
+      bytes += w.nbytes() * static_cast<uint64_t>(m);
     }
-    for (int i = 0; observer && i < m; ++i) {
-      observer->OnInput(layer, sparsity::Site::kMlpDown, g + i * d_ff, d_ff);
-    }
-    kernels::MatMul(w.w_down, g, m, yg, pool);
-    bytes += w.nbytes() * static_cast<uint64_t>(m);
     experts->Release(layer, e);
     for (int i = 0; i < m; ++i) {
       float* yt = y + static_cast<size_t>(slot_token_[first + i]) * d;

@@ -17,50 +17,18 @@
 #include "model/session.h"
 #include "sparsity/calibration.h"
 #include "sparsity/policy.h"
+#include "model/moe_test_util.h"
 #include "testing/testing.h"
 
 namespace weir::model {
 namespace {
 
-constexpr int kD = 32, kF = 64, kE = 6, kK = 2;
+constexpr int kD = MoeLayerFixture::kD, kF = MoeLayerFixture::kF, kE = MoeLayerFixture::kE,
+              kK = MoeLayerFixture::kK;
 
-struct Layer {
-  std::vector<float> router, gate, up, down;  // [E, D], [E, F, D], [E, F, D], [E, D, F]
-  LlamaWeights weights;
-  format::LlamaConfig config;
-
-  Layer() {
-    std::mt19937 rng(17);
-    std::normal_distribution<float> n(0.0f, 0.3f);
-    auto fill = [&](std::vector<float>* v, size_t count) {
-      v->resize(count);
-      for (float& x : *v) x = n(rng);
-    };
-    fill(&router, kE * kD);
-    fill(&gate, kE * kF * kD);
-    fill(&up, kE * kF * kD);
-    fill(&down, kE * kD * kF);
-    config.arch = format::FindArch("mixtral");
-    config.d_model = kD;
-    config.n_layers = 1;
-    config.d_ff = kF;
-    config.n_expert = kE;
-    config.n_expert_used = kK;
-    config.layers = {{4, 4, kF}};
-    weights.layers.resize(1);
-    LayerWeights& L = weights.layers[0];
-    L.ffn_gate_inp = View(router, Shape{kE, kD});
-    L.w_gate_exps = View(gate, Shape{kE, kF, kD});
-    L.w_up_exps = View(up, Shape{kE, kF, kD});
-    L.w_down_exps = View(down, Shape{kE, kD, kF});
-  }
-  static TensorView View(const std::vector<float>& v, Shape s) {
-    TensorView t;
-    t.dtype = DType::kF32;
-    t.shape = s;
-    t.data = v.data();
-    return t;
-  }
+// The layer of these tests: distinct experts, seed 17.
+struct Layer : MoeLayerFixture {
+  Layer() : MoeLayerFixture(/*identical_experts=*/false, /*seed=*/17) {}
 };
 
 bool In(const sparsity::IndexList& l, int i) { return l.all() || l.Contains(i); }

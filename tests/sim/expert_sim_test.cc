@@ -6,34 +6,12 @@
 #include <vector>
 
 #include "sim/simulator.h"
+#include "sim/sim_test_util.h"
 #include "testing/testing.h"
 
 namespace weir::sim {
 namespace {
 
-// Replays fixed masks, like a trace would.
-class FixedSource : public MaskSource {
- public:
-  FixedSource(MaskLayout layout, std::vector<TokenMasks> tokens)
-      : layout_(std::move(layout)), tokens_(std::move(tokens)) {}
-  const MaskLayout& layout() const override { return layout_; }
-  int64_t n_tokens() const override { return static_cast<int64_t>(tokens_.size()); }
-  std::string Describe() const override { return "fixed"; }
-  Status Rewind() override {
-    next_ = 0;
-    return Status::Ok();
-  }
-  Result<bool> Next(TokenMasks* out) override {
-    if (next_ >= tokens_.size()) return false;
-    *out = tokens_[next_++];
-    return true;
-  }
-
- private:
-  MaskLayout layout_;
-  std::vector<TokenMasks> tokens_;
-  size_t next_ = 0;
-};
 
 // One layer, d_model 64, 4 experts of d_ff 32, 2 per token: an expert is 3 x 64 x 32 = 6144
 // weights, 6144 bytes at 8 bits.
@@ -54,7 +32,7 @@ DeviceProfile Flat() {
 }
 
 // Tokens route to {0,1} {0,2} {0,1} {2,3} {0,1}; the cache holds 2 experts.
-std::unique_ptr<FixedSource> Routing(const MaskLayout& layout) {
+std::unique_ptr<VectorSource> Routing(const MaskLayout& layout) {
   const std::vector<std::vector<uint32_t>> chosen = {{0, 1}, {0, 2}, {0, 1}, {2, 3}, {0, 1}};
   std::vector<TokenMasks> tokens;
   for (const auto& c : chosen) {
@@ -63,7 +41,7 @@ std::unique_ptr<FixedSource> Routing(const MaskLayout& layout) {
     for (uint32_t e : c) t.masks[0].Set(e);
     tokens.push_back(std::move(t));
   }
-  return std::make_unique<FixedSource>(layout, std::move(tokens));
+  return std::make_unique<VectorSource>(layout, std::move(tokens));
 }
 
 SimConfig Config(const ModelShape& shape, const MaskLayout& layout, CachePolicy policy) {
