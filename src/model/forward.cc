@@ -29,21 +29,25 @@ namespace weir::model {
 using sparsity::Site;
 
 // x[t] = token_embd[token[t]] * embed_scale   (embed_scale: 1, or sqrt(d_model) for Gemma)
-// A streamed pack may read the table a row at a time (StreamingWeights::EmbeddingRow).
+// A streamed pack may read the table's rows instead of holding it (StreamingWeights::
+// EmbeddingRows, a batch of tokens at a time).
 Status Session::Embed(std::span<const int32_t> tokens) {
   const auto& w = model_.weights();
   const auto& c = model_.config();
   const int d = c.d_model;
   float* x = x_.data<float>();  // [n, d]
-  const bool read_rows = streamed_ != nullptr && streamed_->embedding_streamed();
-  for (size_t t = 0; t < tokens.size(); ++t) {
-    if (!read_rows) {
-      DequantizeRow(w.token_embd, tokens[t], x + t * d);
-      continue;
+  if (streamed_ != nullptr && streamed_->embedding_streamed()) {
+    const size_t batch = StreamPlan::kEmbeddingBatchRows;
+    for (size_t t0 = 0; t0 < tokens.size(); t0 += batch) {
+      const std::span<const int32_t> part = tokens.subspan(t0, std::min(batch, tokens.size() - t0));
+      WEIR_ASSIGN_OR_RETURN(const std::byte* rows, streamed_->EmbeddingRows(part));
+      const TensorView view{w.token_embd.dtype,
+                            Shape{static_cast<int64_t>(part.size()), w.token_embd.cols()}, rows};
+      for (size_t k = 0; k < part.size(); ++k)
+        DequantizeRow(view, static_cast<int64_t>(k), x + (t0 + k) * d);
     }
-    WEIR_ASSIGN_OR_RETURN(const std::byte* row, streamed_->EmbeddingRow(tokens[t]));
-    DequantizeRow(TensorView{w.token_embd.dtype, Shape{1, w.token_embd.cols()}, row}, 0,
-                  x + t * d);
+  } else {
+    for (size_t t = 0; t < tokens.size(); ++t) DequantizeRow(w.token_embd, tokens[t], x + t * d);
   }
   if (c.embed_scale != 1.0f) {
     for (size_t i = 0; i < tokens.size() * d; ++i) x[i] *= c.embed_scale;

@@ -236,28 +236,36 @@ storage::UnitRead BlockStreamer::BlockRead(const Extent& e, uint64_t block) cons
   return r;
 }
 
-Result<const std::byte*> BlockStreamer::EmbeddingRow(int64_t token) {
+Result<const std::byte*> BlockStreamer::EmbeddingRows(std::span<const int32_t> tokens) {
   const uint64_t row = plan_.embedding_row_bytes;
   if (row == 0) return Status::Internal("streaming: the token embedding is not streamed");
-  if (token < 0 || token >= plan_.embedding_rows) {
-    return Status::InvalidArgument(StrFormat("token %lld is outside the vocabulary (%lld)",
-                                             static_cast<long long>(token),
-                                             static_cast<long long>(plan_.embedding_rows)));
+  if (tokens.size() > static_cast<size_t>(StreamPlan::kEmbeddingBatchRows)) {
+    return Status::Internal("streaming: too many embedding rows in one read");
   }
-  embedding_row_.resize(static_cast<size_t>(row));
+  embedding_rows_.resize(static_cast<size_t>(StreamPlan::kEmbeddingBatchRows * row));
+  std::vector<storage::ReadRequest> reads(tokens.size());
+  for (size_t k = 0; k < tokens.size(); ++k) {
+    if (tokens[k] < 0 || tokens[k] >= plan_.embedding_rows) {
+      return Status::InvalidArgument(StrFormat("token %d is outside the vocabulary (%lld)",
+                                               tokens[k],
+                                               static_cast<long long>(plan_.embedding_rows)));
+    }
+    reads[k].offset = plan_.embedding_offset + static_cast<uint64_t>(tokens[k]) * row;
+    reads[k].length = static_cast<size_t>(row);
+    reads[k].dst = embedding_rows_.data() + k * row;
+  }
   const Clock::time_point t0 = Clock::now();
-  const Status st = device_->ReadAt(plan_.embedding_offset + static_cast<uint64_t>(token) * row,
-                                    static_cast<size_t>(row), embedding_row_.data());
+  const Status st = device_->Read(std::span<storage::ReadRequest>(reads));
   const double waited = Since(t0);
   {
     std::lock_guard<std::mutex> lock(stats_mu_);
     stats_.io_seconds += waited;
     stats_.stall_seconds += waited;
-    stats_.embedding_bytes += row;
-    ++stats_.embedding_reads;
+    stats_.embedding_bytes += tokens.size() * row;
+    stats_.embedding_reads += tokens.size();
   }
-  if (!st.ok()) return st.WithContext("reading the embedding row of a token");
-  return static_cast<const std::byte*>(embedding_row_.data());
+  if (!st.ok()) return st.WithContext("reading the embedding rows of the tokens");
+  return static_cast<const std::byte*>(embedding_rows_.data());
 }
 
 void BlockStreamer::CountAccess(uint64_t bytes, bool hit) {

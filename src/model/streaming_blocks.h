@@ -113,10 +113,11 @@ class BlockStreamer {
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
   bool sparse_mlp() const { return sparse_mlp_; }
   void set_sparse_mlp(bool sparse) { sparse_mlp_ = sparse; }
-  // The streamed token embedding table (StreamPlan::embedding_row_bytes > 0): reads the row of
-  // `token` into a buffer of this object and returns it (valid until the next call); the read
-  // counts in StreamStats::embedding_bytes and its wait as stall.
-  Result<const std::byte*> EmbeddingRow(int64_t token);
+  // The streamed token embedding table (StreamPlan::embedding_row_bytes > 0): reads the rows of
+  // `tokens` (at most StreamPlan::kEmbeddingBatchRows, all in flight at once) into a buffer of
+  // this object and returns it, row k at k * embedding_row_bytes (valid until the next call);
+  // the reads count in StreamStats::embedding_bytes and their wait as stall.
+  Result<const std::byte*> EmbeddingRows(std::span<const int32_t> tokens);
   // Span mode with W_down kept whole (ColumnMlp): the read-ahead cursor also reads each column
   // group's whole W_down, at the group's first layer, and runs a group of layers ahead, so that
   // attention and W_down arrive in the order the compute needs them.
@@ -215,7 +216,7 @@ class BlockStreamer {
   std::atomic<bool> resident_mode_{false};
   bool sparse_mlp_ = false;
   bool span_down_ahead_ = false;
-  std::vector<std::byte> embedding_row_;  // EmbeddingRow's buffer
+  std::vector<std::byte> embedding_rows_;  // EmbeddingRows' buffer
   bool record_ahead_ = false, record_ahead_made_ = false;
   // Read-ahead: the next block to hand to the I/O thread.
   struct Cursor {

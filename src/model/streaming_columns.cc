@@ -335,8 +335,11 @@ Status ColumnMlp::AcquireSpan(const Group& g, int layer, const float* x,
   DropPredictions();  // what the previous group predicted and this one did not keep
   // A compact read takes the next group's records when it starts: predicting them into the
   // cache would read them twice.
-  if (!span_compact_) PredictNextGroup(g, sel_in_);
-  if (span_compact_) ReadNextRecordsAhead(g, layer, x, policy);
+  if (span_compact_) {
+    ReadNextRecordsAhead(g, layer, x, policy);
+  } else {
+    PredictNextGroup(g, sel_in_);
+  }
   return Status::Ok();
 }
 

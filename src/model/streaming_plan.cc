@@ -247,7 +247,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
                     static_cast<uint64_t>(p.max_lanes) * static_cast<uint64_t>(p.d_model) * f +
                     kernels::TiledPrepBytes(p.d_model) + kernels::TiledPrepBytes(p.max_ff) +
                     3 * ff * i32;
-  p.scratch_bytes += p.embedding_row_bytes;  // the streamed embedding's row
+  p.scratch_bytes += kEmbeddingBatchRows * p.embedding_row_bytes;  // streamed embedding rows
   if (p.columns()) {
     p.scratch_bytes += ff * i32 + ff * f + 2 * p.max_blocks * u64 +
                        ((p.max_blocks + 63) / 64 + (ff + 63) / 64) * u64 + 3 * ff * i32;

@@ -184,6 +184,8 @@ struct StreamPlan {
   // bytes of one row; embedding_row_bytes == 0 when it is static.
   uint64_t embedding_offset = 0, embedding_row_bytes = 0;
   int64_t embedding_rows = 0;
+  // Rows read together, in one batch of reads (a prompt's tokens): the scratch holds this many.
+  static constexpr int kEmbeddingBatchRows = 32;
   uint64_t max_attention_bytes = 0;  // blocks of the largest attention extent
   // Sizes of the largest group, for the MLP scratch: rows of its tensor (gate/up/down rows;
   // columns: input or down rows), max(d_ff, d_model), lanes, blocks of a column extent.

@@ -75,10 +75,13 @@ class StreamingWeights {
   // tensor this object does not stream.
   const std::byte* TensorAddress(const std::string& name) const;
 
-  // The token embedding table is read a row at a time (StreamingOptions::stream_embedding)
-  // rather than held: then EmbeddingRow(token) reads the row, valid until the next call.
+  // The token embedding table is read a row per token (StreamingOptions::stream_embedding)
+  // rather than held: then EmbeddingRows(tokens) reads up to StreamPlan::kEmbeddingBatchRows
+  // rows at once (BlockStreamer::EmbeddingRows), valid until the next call.
   bool embedding_streamed() const { return plan_.embedding_row_bytes > 0; }
-  Result<const std::byte*> EmbeddingRow(int64_t token) { return streamer_->EmbeddingRow(token); }
+  Result<const std::byte*> EmbeddingRows(std::span<const int32_t> tokens) {
+    return streamer_->EmbeddingRows(tokens);
+  }
 
   // Token and sequence boundaries (forwarded to the eviction policy).
   void BeginToken();

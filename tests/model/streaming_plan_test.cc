@@ -112,7 +112,7 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
         return n;
       }());
   // Scratch for the largest group: rows, gate/up, 3 lanes of partial sums, tiled records and
-  // row indices; and the streamed embedding's row (64 columns). Small blocks: the deferred
+  // row indices; and 32 rows of the streamed embedding (64 columns). Small blocks: the deferred
   // releases (16 blocks) count.
   const uint64_t rows = static_cast<uint64_t>(pack.groups()[0].rows());
   const format::PackTensor* table = pack.FindStatic("token_embd.weight");
@@ -121,7 +121,7 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
   EXPECT_EQ(p.embedding_row_bytes, RowBytes(table->dtype, 64));
   EXPECT_EQ(p.scratch_bytes, 2 * rows * 4 + 2 * 160 * 4 + 3 * 64 * 4 + kernels::TiledPrepBytes(64) +
                                  kernels::TiledPrepBytes(160) + 3 * 160 * 4 +
-                                 p.embedding_row_bytes);
+                                 StreamPlan::kEmbeddingBatchRows * p.embedding_row_bytes);
   EXPECT_EQ(p.fixed_bytes(),
             p.scratch_bytes + std::max(max_lane + 2 * 8192, max_attention) + 16 * 8192);
 

@@ -286,6 +286,33 @@ TEST(StreamingSessionTest, EmbeddingReadARowAtATime) {
       EXPECT_TRUE(Same(*got, *resident));
     }
   }
+  // A prompt longer than one batch of rows (StreamPlan::kEmbeddingBatchRows) in one call: every
+  // position's logits equal those from the held table.
+  auto logits_of = [&](bool stream) -> std::vector<float> {
+    StreamingConfig b = Config(UINT64_MAX, "lru");
+    b.stream.stream_embedding = stream;
+    auto m = StreamingModel::Open(f.pack, Memory(f.pack), b);
+    EXPECT_TRUE(m.ok());
+    if (!m.ok()) return {};
+    EXPECT_EQ((*m)->streamer().embedding_streamed(), stream);
+    SessionOptions so;
+    so.ctx = 64;
+    so.n_batch = 48;
+    so.streamed = &(*m)->streamer();
+    auto session = Session::Create((*m)->model(), &pool, so);
+    EXPECT_TRUE(session.ok());
+    if (!session.ok()) return {};
+    std::vector<int32_t> prompt(45);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<int32_t>((i * 37 + 5) % 200);
+    auto l = (*session)->Forward(prompt, LogitsFor::kAll);
+    EXPECT_TRUE(l.ok());
+    if (!l.ok()) return {};
+    const size_t n = prompt.size() * static_cast<size_t>((*m)->model().config().vocab_size);
+    return std::vector<float>(*l, *l + n);
+  };
+  const std::vector<float> from_rows = logits_of(true), from_table = logits_of(false);
+  ASSERT_FALSE(from_rows.empty());
+  EXPECT_EQ(0, std::memcmp(from_rows.data(), from_table.data(), from_rows.size() * sizeof(float)));
   // Attention kept static keeps the table too (nothing is streamed but the MLP).
   StreamingConfig a = Config(UINT64_MAX, "lru");
   a.stream.stream_attention = false;
