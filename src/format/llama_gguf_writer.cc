@@ -125,37 +125,7 @@ std::vector<std::string> LlamaTensorNames(
   return names;
 }
 
-uint32_t LlamaFileType(DType t) {
-  switch (t) {
-    case DType::kF32:
-      return 0;
-    case DType::kF16:
-      return 1;
-    case DType::kQ4_0:
-      return 2;
-    case DType::kQ4_1:
-      return 3;
-    case DType::kQ8_0:
-      return 7;
-    case DType::kQ5_0:
-      return 8;
-    case DType::kQ5_1:
-      return 9;
-    case DType::kQ2_K:
-      return 10;
-    case DType::kQ3_K:
-      return 12;  // llama.cpp's Q3_K_M
-    case DType::kQ4_K:
-      return 15;  // Q4_K_M
-    case DType::kQ5_K:
-      return 17;  // Q5_K_M
-    case DType::kQ6_K:
-      return 18;
-    case DType::kBF16:
-      return 32;
-  }
-  return 0;
-}
+uint32_t LlamaFileType(DType t) { return Traits(t).file_type; }
 
 Status AddLlamaGgufMetadata(const LlamaConfig& c, const TokenizerSpec& tok, const std::string& name,
                             uint32_t file_type, GgufWriter* w) {

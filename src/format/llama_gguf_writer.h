@@ -39,8 +39,8 @@ std::vector<std::string> LlamaTensorNames(
     const LlamaConfig& config,
     const std::function<bool(const std::string&)>& has_optional = nullptr);
 
-// llama.cpp's general.file_type for a model whose 2-D weights are mostly `t`
-// (F32 0, F16 1, Q4_0 2, Q8_0 7, BF16 32).
+// llama.cpp's general.file_type for a model whose 2-D weights are mostly `t`: the DTypeTraits
+// table's file_type (F32 0, F16 1, Q4_0 2, Q8_0 7, BF16 32, ...).
 uint32_t LlamaFileType(DType t);
 
 // Adds general.architecture/name/file_type, every <arch>.* hyperparameter (Gemma 2/3 also

@@ -10,31 +10,32 @@ namespace weir {
 
 namespace {
 
-// The table. Rows are in ggml id order; Traits() finds a row by a direct index.
+// The table. Rows are in ggml id order; Traits() finds a row by a direct index. The file types
+// of Q3_K, Q4_K and Q5_K are llama.cpp's *_M mixes, the usual files of those types.
 constexpr DTypeTraits kTraits[] = {
-    {DType::kF32, "F32", 1, 4, DotKind::kFloat, DequantizeRowF32, QuantizeRowF32},
-    {DType::kF16, "F16", 1, 2, DotKind::kFloat, DequantizeRowF16, QuantizeRowF16},
+    {DType::kF32, "F32", 1, 4, DotKind::kFloat, DequantizeRowF32, QuantizeRowF32, 0},
+    {DType::kF16, "F16", 1, 2, DotKind::kFloat, DequantizeRowF16, QuantizeRowF16, 1},
     {DType::kQ4_0, "Q4_0", kQK, sizeof(BlockQ4_0), DotKind::kInt8Block, DequantizeRowQ4_0,
-     QuantizeRowQ4_0},
+     QuantizeRowQ4_0, 2},
     {DType::kQ4_1, "Q4_1", kQK, sizeof(BlockQ4_1), DotKind::kInt8Block, DequantizeRowQ4_1,
-     QuantizeRowQ4_1},
+     QuantizeRowQ4_1, 3},
     {DType::kQ5_0, "Q5_0", kQK, sizeof(BlockQ5_0), DotKind::kInt8Block, DequantizeRowQ5_0,
-     QuantizeRowQ5_0},
+     QuantizeRowQ5_0, 8},
     {DType::kQ5_1, "Q5_1", kQK, sizeof(BlockQ5_1), DotKind::kInt8Block, DequantizeRowQ5_1,
-     QuantizeRowQ5_1},
+     QuantizeRowQ5_1, 9},
     {DType::kQ8_0, "Q8_0", kQK, sizeof(BlockQ8_0), DotKind::kInt8Block, DequantizeRowQ8_0,
-     QuantizeRowQ8_0},
+     QuantizeRowQ8_0, 7},
     {DType::kQ2_K, "Q2_K", kQK_K, sizeof(BlockQ2_K), DotKind::kInt8Block, DequantizeRowQ2_K,
-     QuantizeRowQ2_K},
+     QuantizeRowQ2_K, 10},
     {DType::kQ3_K, "Q3_K", kQK_K, sizeof(BlockQ3_K), DotKind::kInt8Block, DequantizeRowQ3_K,
-     QuantizeRowQ3_K},
+     QuantizeRowQ3_K, 12},
     {DType::kQ4_K, "Q4_K", kQK_K, sizeof(BlockQ4_K), DotKind::kInt8Block, DequantizeRowQ4_K,
-     QuantizeRowQ4_K},
+     QuantizeRowQ4_K, 15},
     {DType::kQ5_K, "Q5_K", kQK_K, sizeof(BlockQ5_K), DotKind::kInt8Block, DequantizeRowQ5_K,
-     QuantizeRowQ5_K},
+     QuantizeRowQ5_K, 17},
     {DType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K), DotKind::kInt8Block, DequantizeRowQ6_K,
-     QuantizeRowQ6_K},
-    {DType::kBF16, "BF16", 1, 2, DotKind::kFloat, DequantizeRowBF16, QuantizeRowBF16},
+     QuantizeRowQ6_K, 18},
+    {DType::kBF16, "BF16", 1, 2, DotKind::kFloat, DequantizeRowBF16, QuantizeRowBF16, 32},
 };
 
 // ggml id -> row of kTraits, or -1.

@@ -105,6 +105,8 @@ struct DTypeTraits {
   DotKind dot;
   DequantizeRowFn dequantize_row;
   QuantizeRowFn quantize_row;  // weir's quantizer (round to nearest, ggml's reference scheme)
+  uint32_t file_type;     // GGUF general.file_type of a model whose matrices are of this type
+                          // (llama.cpp's ftype ids: 0 F32, 1 F16, 2 Q4_0, 15 Q4_K_M, ...)
 };
 
 // Every type weir computes with, in ggml id order.
