@@ -121,11 +121,11 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
                 static_cast<unsigned long long>(g.offset), FormatBytes(g.nbytes).c_str(),
                 static_cast<unsigned long long>(g.in_offset), FormatBytes(g.in_nbytes).c_str());
   }
-  std::printf("\n| %-28s | %-5s | %-16s | %12s | %12s |\n|%s|%s|%s|%s|%s|\n", "static tensor", "type", "shape",
-              "offset", "bytes", std::string(30, '-').c_str(), std::string(7, '-').c_str(),
+  std::printf("\n| %-28s | %-6s | %-16s | %12s | %12s |\n|%s|%s|%s|%s|%s|\n", "static tensor", "type", "shape",
+              "offset", "bytes", std::string(30, '-').c_str(), std::string(8, '-').c_str(),
               std::string(18, '-').c_str(), std::string(14, '-').c_str(), std::string(14, '-').c_str());
   for (const auto& t : p.static_tensors()) {
-    std::printf("| %-28s | %-5s | %-16s | %12llu | %12llu |\n", t.name.c_str(), DTypeName(t.dtype),
+    std::printf("| %-28s | %-6s | %-16s | %12llu | %12llu |\n", t.name.c_str(), DTypeName(t.dtype),
                 t.shape.ToString().c_str(), static_cast<unsigned long long>(t.offset),
                 static_cast<unsigned long long>(t.nbytes));
   }
@@ -351,13 +351,13 @@ int InspectMain(int argc, char** argv) {
     std::printf("\nmetadata:\n");
     for (const auto& [k, v] : mf->metadata) std::printf("  %-40s %s\n", k.c_str(), v.c_str());
   }
-  std::printf("\n| %-28s | %-5s | %-16s | %12s |\n|%s|%s|%s|%s|\n", "tensor", "type", "shape", "bytes",
-              std::string(30, '-').c_str(), std::string(7, '-').c_str(), std::string(18, '-').c_str(),
+  std::printf("\n| %-28s | %-6s | %-16s | %12s |\n|%s|%s|%s|%s|\n", "tensor", "type", "shape", "bytes",
+              std::string(30, '-').c_str(), std::string(8, '-').c_str(), std::string(18, '-').c_str(),
               std::string(14, '-').c_str());
   for (const auto& name : mf->tensor_order) {
     const TensorView* v = mf->Find(name);
     if (!v) continue;
-    std::printf("| %-28s | %-5s | %-16s | %12zu |\n", name.c_str(), DTypeName(v->dtype), v->shape.ToString().c_str(),
+    std::printf("| %-28s | %-6s | %-16s | %12zu |\n", name.c_str(), DTypeName(v->dtype), v->shape.ToString().c_str(),
                 v->nbytes());
   }
   std::printf("\n%zu tensors, %s of weights\n", mf->tensors.size(), FormatBytes(total).c_str());
