@@ -11,6 +11,7 @@
 #include "kernels/internal/typed_dispatch.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
+#include "tensor/quant_iq4.h"
 #include "tensor/quant_kquants.h"
 #include "tensor/quantize.h"
 
@@ -197,6 +198,29 @@ Int8Piece Int8PieceAt(DType t, const uint8_t* row, int64_t b) {
       }
       return p;
     }
+    case DType::kIQ4_NL: {
+      const auto* block = reinterpret_cast<const BlockIQ4_NL*>(row) + b;
+      p.d[0] = F16ToF32(block->d);
+      for (int j = 0; j < kQK / 2; ++j) {
+        p.q[j] = kIq4Levels[block->qs[j] & 0x0f];
+        p.q[j + kQK / 2] = kIq4Levels[block->qs[j] >> 4];
+      }
+      return p;
+    }
+    case DType::kIQ4_XS: {
+      // Sub-block j of a super-block: codes at qs[16 j], 6-bit scale code ls, scale d (ls - 32).
+      const auto* block = reinterpret_cast<const BlockIQ4_XS*>(row) + b / 8;
+      const int j = static_cast<int>(b % 8);
+      const int ls = ((block->scales_l[j / 2] >> (4 * (j % 2))) & 0x0f) |
+                     (((block->scales_h >> (2 * j)) & 3) << 4);
+      p.d[0] = F16ToF32(block->d) * static_cast<float>(ls - 32);
+      const uint8_t* qs = block->qs + 16 * j;
+      for (int l = 0; l < kQK / 2; ++l) {
+        p.q[l] = kIq4Levels[qs[l] & 0x0f];
+        p.q[l + kQK / 2] = kIq4Levels[qs[l] >> 4];
+      }
+      return p;
+    }
     case DType::kQ6_K: {
       // Values 128 h + 32 quarter + l: low 4 bits in ql[64 h + 32 (quarter % 2) + l] (low nibble
       // for quarters 0, 1, high for 2, 3), top 2 bits in qh[32 h + l] at shift 2 quarter.
@@ -340,7 +364,8 @@ constexpr uint64_t kScalarDirectTypes =
     internal::kFloatQ8Q4Q41Types | internal::TypeBit(DType::kQ5_0) |
     internal::TypeBit(DType::kQ5_1) | internal::TypeBit(DType::kQ2_K) |
     internal::TypeBit(DType::kQ3_K) | internal::TypeBit(DType::kQ4_K) |
-    internal::TypeBit(DType::kQ5_K) | internal::TypeBit(DType::kQ6_K);
+    internal::TypeBit(DType::kQ5_K) | internal::TypeBit(DType::kQ6_K) |
+    internal::TypeBit(DType::kIQ4_NL) | internal::TypeBit(DType::kIQ4_XS);
 
 const internal::IsaKernels kScalarTable = {
     kScalarDirectTypes, internal::kFloatQ8Q4Q41Types,

@@ -72,8 +72,9 @@ inline __mmask16 TailMask(int64_t n) {
 //                   0 (Q4_1, Q5_1); unused for Q5_0 and Q8_0
 // With an odd number of blocks the last record's B half is all zeros. The records are followed
 // by f32 dx[nb] (the activation scales), zero-padded to a multiple of 16; for Q4_1 / Q5_1 then f32
-// sx[b] = dx[b] * sum(q of block b), for Q5_0 / Q8_0 int32 bias[b] = -16 / -128 * sum(q of
-// block b) (the 16-row kernel's per-block offset), both padded alike.
+// sx[b] = dx[b] * sum(q of block b), for Q5_0 / Q8_0 (and IQ4_NL / IQ4_XS, per 32 values) int32
+// bias[b] = -16 / -128 * sum(q of block b) (the 16-row kernel's per-block offset), both padded
+// alike.
 constexpr size_t kPairBytes = 128;
 
 inline int64_t PairCount(int64_t nb) { return (nb + 1) / 2; }
@@ -82,7 +83,7 @@ inline int64_t Pad16(int64_t n) { return (n + 15) / 16 * 16; }
 size_t PrepBytes(DType t, int64_t cols) {
   if (Avx512KType(t)) return Avx512KPrepBytes(t, cols);
   if (t != DType::kQ8_0 && t != DType::kQ4_0 && t != DType::kQ4_1 && t != DType::kQ5_0 &&
-      t != DType::kQ5_1) {
+      t != DType::kQ5_1 && t != DType::kIQ4_NL && t != DType::kIQ4_XS) {
     return 0;
   }
   const int64_t nb = cols / kQ;
@@ -115,8 +116,10 @@ void Prep(DType t, const float* x, int64_t cols, void* out) {
   }
   // Every type uses Q4_0's records. Q4_1's nibbles are unsigned already, so no offset: bias 0;
   // Q5_0 and Q8_0 (the 16-row kernel) keep one bias per block instead of the per-lane ones.
-  const bool block_bias = t == DType::kQ5_0 || t == DType::kQ8_0;
-  const int32_t block_offset = t == DType::kQ8_0 ? 128 : 16;
+  // IQ4_NL / IQ4_XS: the 16-row kernel's levels + 128, as Q8_0's q + 128.
+  const bool block_bias = t == DType::kQ5_0 || t == DType::kQ8_0 || t == DType::kIQ4_NL ||
+                          t == DType::kIQ4_XS;
+  const int32_t block_offset = t == DType::kQ5_0 ? 16 : 128;
   const bool with_min = t == DType::kQ4_1 || t == DType::kQ5_1;
   const int64_t nb = cols / kQ;
   const __m512i ones = _mm512_set1_epi8(1);

@@ -1,4 +1,4 @@
-// AVX-512 kernels of Q8_0, Q5_0, Q5_1 and the K types over 16 rows at a time (see
+// AVX-512 kernels of Q8_0, Q5_0, Q5_1, the K types and IQ4_NL / IQ4_XS over 16 rows at a time (see
 // internal/avx512_rows16.h). Compiled with the AVX-512 F/BW/VL + VNNI flags
 // (src/kernels/CMakeLists.txt) and reached only through x86_avx512.cc's table after isa.cc found
 // those features, so, like the other SIMD files, it calls no inline code from other headers (see
@@ -8,6 +8,7 @@
 #include <immintrin.h>
 
 #include "kernels/internal/avx512_rows16.h"
+#include "tensor/quant_iq4.h"  // kIq4Levels (data only)
 
 namespace weir::kernels::internal {
 namespace {
@@ -193,6 +194,48 @@ inline float LoadF32(const uint8_t* p) {
   return f;
 }
 
+// IQ4_NL / IQ4_XS: the 8 vectors of nibbles as UnpackNibbles leaves them, replaced by their
+// levels + 128 (1..241, tensor/quant_iq4.h), looked up by a byte shuffle inside each 128-bit
+// lane; the prepared activation's block bias -128 * sum(x_q) takes the 128 back out, as for Q8_0.
+__attribute__((always_inline))
+inline void LevelsOfNibbles(__m512i* v) {
+  alignas(16) int8_t lut[16];
+  for (int i = 0; i < 16; ++i) lut[i] = static_cast<int8_t>(kIq4Levels[i] + 128);
+  const __m512i table =
+      _mm512_broadcast_i32x4(_mm_load_si128(reinterpret_cast<const __m128i*>(lut)));
+  for (int j = 0; j < 8; ++j) v[j] = _mm512_shuffle_epi8(table, v[j]);
+}
+
+// The IQ4_NL block (18 bytes: f16 d, u8 qs[16]) at off, laid out as UnpackQ50's.
+inline void UnpackIQ4NL(const uint8_t* const* row, size_t off, __m512i* v, __m512* d, __m512*) {
+  UnpackNibbles(row, off + 2, v, v + 4);
+  LevelsOfNibbles(v);
+  __m512i w0, w1;  // d | qs[0..1] << 16, qs[2..5]
+  HeadWords(row, off, &w0, &w1);
+  *d = _mm512_cvtph_ps(_mm512_cvtepi32_epi16(w0));
+}
+
+// Sub-block k of an IQ4_XS super-block (136 bytes: f16 d, u16 scales_h, u8 scales_l[4], u8
+// qs[128], sub-block k's codes at qs[16 k]) as a 32-value block: Block32 steps through it as
+// blocks of 136 / 8 = 17 bytes, so off = 17 b for sub-block b of the row, which is super-block
+// b / 8's sub-block b % 8. *d: d * (ls - 32), the sub-block's scale, per row.
+inline void UnpackIQ4XS(const uint8_t* const* row, size_t off, __m512i* v, __m512* d, __m512*) {
+  const size_t b = off / 17;
+  const size_t base = (b / 8) * 136;
+  const int k = static_cast<int>(b % 8);
+  UnpackNibbles(row, base + 8 + 16 * static_cast<size_t>(k), v, v + 4);
+  LevelsOfNibbles(v);
+  __m512i w0, w1;  // d | scales_h << 16, scales_l[0..3]
+  HeadWords(row, base, &w0, &w1);
+  const __m512i low = _mm512_and_si512(_mm512_srlv_epi32(w1, _mm512_set1_epi32(4 * k)),
+                                       _mm512_set1_epi32(15));
+  const __m512i high = _mm512_and_si512(_mm512_srlv_epi32(w0, _mm512_set1_epi32(16 + 2 * k)),
+                                        _mm512_set1_epi32(3));
+  const __m512i ls = _mm512_or_si512(low, _mm512_slli_epi32(high, 4));
+  *d = _mm512_mul_ps(_mm512_cvtph_ps(_mm512_cvtepi32_epi16(w0)),
+                     _mm512_cvtepi32_ps(_mm512_sub_epi32(ls, _mm512_set1_epi32(32))));
+}
+
 // ---------------------------------------------------------------------------------------------
 // The 32-value block types, one block per step (the unpacking is the type's: UnpackQ50/Q80).
 // Q5_0: a block (22 bytes): f16 d, u32 qh (bit i: the fifth bit of value i), u8 qs[16] (value i in
@@ -267,6 +310,8 @@ struct Block32 {
 using Q50 = Block32<22, UnpackQ50>;
 using Q80 = Block32<34, UnpackQ80>;
 using Q51 = Block32<24, UnpackQ51, true>;
+using IQ4NL = Block32<18, UnpackIQ4NL>;
+using IQ4XS = Block32<17, UnpackIQ4XS>;  // 17 = 136 / 8: see UnpackIQ4XS
 
 // ---------------------------------------------------------------------------------------------
 // Q4_K: one 256-value super-block (8 sub-blocks of 32) per step. A super-block (144 bytes): f16 d,
@@ -957,6 +1002,10 @@ void Avx512Rows16Dot(DType t, const uint8_t* w, size_t row_stride, int64_t cols,
       return Rows16Dot<Q5K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     case DType::kQ6_K:
       return Rows16Dot<Q6K>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kIQ4_NL:
+      return Rows16Dot<IQ4NL>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
+    case DType::kIQ4_XS:
+      return Rows16Dot<IQ4XS>(w, row_stride, cols, n_rows, xp, xp_stride, n_tok, y, y_stride, pf);
     default:  // not in kAvx512Rows16Types: never sent here
       __builtin_trap();
   }
@@ -981,6 +1030,10 @@ void Avx512Rows16Gather(DType t, const uint8_t* w, size_t row_stride, int64_t co
       return Rows16Gather<Q5K>(w, row_stride, cols, idx, n_idx, xp, y);
     case DType::kQ6_K:
       return Rows16Gather<Q6K>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kIQ4_NL:
+      return Rows16Gather<IQ4NL>(w, row_stride, cols, idx, n_idx, xp, y);
+    case DType::kIQ4_XS:
+      return Rows16Gather<IQ4XS>(w, row_stride, cols, idx, n_idx, xp, y);
     default:  // not in kAvx512Rows16Types: never sent here
       __builtin_trap();
   }

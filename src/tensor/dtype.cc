@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cctype>
 
+#include "tensor/quant_iq4.h"
 #include "tensor/quant_kquants.h"
 #include "tensor/quant_legacy.h"
 
@@ -35,6 +36,10 @@ constexpr DTypeTraits kTraits[] = {
      QuantizeRowQ5_K, 17},
     {DType::kQ6_K, "Q6_K", kQK_K, sizeof(BlockQ6_K), DotKind::kInt8Block, DequantizeRowQ6_K,
      QuantizeRowQ6_K, 18},
+    {DType::kIQ4_NL, "IQ4_NL", kQK, sizeof(BlockIQ4_NL), DotKind::kInt8Block, DequantizeRowIQ4_NL,
+     QuantizeRowIQ4_NL, 25},
+    {DType::kIQ4_XS, "IQ4_XS", kQK_K, sizeof(BlockIQ4_XS), DotKind::kInt8Block, DequantizeRowIQ4_XS,
+     QuantizeRowIQ4_XS, 30},
     {DType::kBF16, "BF16", 1, 2, DotKind::kFloat, DequantizeRowBF16, QuantizeRowBF16, 32},
 };
 
@@ -57,7 +62,7 @@ constexpr IdIndex kIdIndex = MakeIdIndex();
 constexpr bool AllRowsPresent() {
   for (DType t : {DType::kF32, DType::kF16, DType::kQ4_0, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1,
                   DType::kQ8_0, DType::kQ2_K, DType::kQ3_K, DType::kQ4_K, DType::kQ5_K,
-                  DType::kQ6_K, DType::kBF16}) {
+                  DType::kQ6_K, DType::kIQ4_NL, DType::kIQ4_XS, DType::kBF16}) {
     if (kIdIndex.row[static_cast<uint32_t>(t)] < 0) return false;
   }
   return true;

@@ -17,6 +17,8 @@
 //     nibble; the fifth bit of value j is bit j of the u32 qh.
 //   Q2_K .. Q6_K: super-blocks of 256 values split into sub-blocks with quantized scales
 //     (quant_kquants.h documents each layout byte by byte).
+//   IQ4_NL, IQ4_XS: 4-bit codes into a table of 16 non-linear levels, per 32 values or per
+//     256 with 6-bit sub-block scales (quant_iq4.h).
 // A row of a blocked type must hold a whole number of blocks.
 #pragma once
 
@@ -43,6 +45,8 @@ enum class DType : uint32_t {
   kQ4_K = 12,
   kQ5_K = 13,
   kQ6_K = 14,
+  kIQ4_NL = 20,
+  kIQ4_XS = 23,
   kBF16 = 30,
 };
 

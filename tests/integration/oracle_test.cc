@@ -21,6 +21,9 @@
 //   Q8_0, Q4_0   5e-2              >= 0.8        656K Q8_0 1.9e-2 / all; gen tiny Q8_0 7.9e-3 /
 //                                                all, Q4_0 6.7e-3 / 0.95 (one near-tie of random
 //                                                weights); Q8 activations simulate at 1.5e-2
+//   IQ4_NL, IQ4_XS  5e-2         >= 0.8        gen tiny 8.0e-3 / 0.95, 8.3e-3 / all (Nov 2026; with
+//                                                f32 activations, before their int8 kernels:
+//                                                1.6e-7 / all, 1.7e-7 / all)
 // Bugs land far outside: pairing RoPE rotate-half instead of adjacent gives rel_err 0.40 and
 // argmax_agree 0.30 on stories260K; interleaving Q4_0 nibbles (value 2j = low nibble of byte j)
 // gives rel_err 1.3 and argmax_agree 0.05 on gen tiny Q4_0.
@@ -274,6 +277,8 @@ INSTANTIATE_TEST_SUITE_P(Types, GeneratedOracleTest,
                                            GenType{"q4_k", kQuantBound, "llama", kTinyDimsK},
                                            GenType{"q5_k", kQuantBound, "llama", kTinyDimsK},
                                            GenType{"q6_k", kQuantBound, "llama", kTinyDimsK},
+                                           GenType{"iq4_nl", kQuantBound},
+                                           GenType{"iq4_xs", kQuantBound, "llama", kTinyDimsK},
                                            GenType{"f32", kF32Bound, "gemma3"},
                                            GenType{"q8_0", kQuantBound, "gemma3"},
                                            GenType{"f32", kF32Bound, "qwen2"},

@@ -57,7 +57,7 @@ TEST(QuantizeTest, RoundTripErrorWithinBlockScale) {
 TEST(DTypeTest, NamesAndIds) {
   EXPECT_EQ(DTypeFromGgmlId(8), DType::kQ8_0);
   EXPECT_EQ(DTypeFromGgmlId(12), DType::kQ4_K);
-  EXPECT_FALSE(DTypeFromGgmlId(20).has_value());  // IQ4_NL: not (yet) in the table
+  EXPECT_FALSE(DTypeFromGgmlId(16).has_value());  // IQ2_XXS: not in the table
   EXPECT_FALSE(DTypeFromGgmlId(4).has_value());   // removed from the format
   EXPECT_EQ(GgmlTypeName(12), "Q4_K");
   EXPECT_EQ(DTypeFromName("q4_0"), DType::kQ4_0);

@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "tensor/dtype.h"
+#include "tensor/quant_iq4.h"
 #include "tensor/quant_kquants.h"
 #include "tensor/quantize.h"
 
@@ -101,6 +102,17 @@ Bound BoundFor(DType t) {
       return {2.0 / 31, 0.025};
     case DType::kQ6_K:
       return {1.0 / 31, 0.0125};
+    // IQ4: the largest value sits on an end of the 16 levels (127 level units from 0); the
+    // widest gap between levels is 24 units, so a value is at most 12 units off, and values at
+    // the far end (up to 127 beyond the other end's 113) at most 14; the searched scale may give
+    // up a little of that for the rest of the block. A block of one sign uses the 8 levels of
+    // one side only (gaps of 10-24 units over 127: rms about 0.04 of amax on uniform values,
+    // 0.051 the worst block measured). IQ4_XS's 6-bit sub-block scales add up to half a code step
+    // of the super-block scale.
+    case DType::kIQ4_NL:
+      return {16.0 / 113, 0.06};
+    case DType::kIQ4_XS:
+      return {20.0 / 113, 0.06};
   }
   return {0, 0};
 }
@@ -192,7 +204,7 @@ TEST(QuantTypesTest, TableIsConsistent) {
     EXPECT_EQ(IsBlockQuantized(row.type), row.block_size > 1);
     EXPECT_EQ(RowBytes(row.type, row.block_size * 3), 3 * row.block_bytes);
   }
-  EXPECT_EQ(names.size(), 13u);
+  EXPECT_EQ(names.size(), 15u);
 
   // Block geometry is ggml's; the byte counts are those of the block structs.
   const std::map<DType, std::pair<int, size_t>> geometry = {
@@ -209,6 +221,8 @@ TEST(QuantTypesTest, TableIsConsistent) {
       {DType::kQ4_K, {kQK_K, sizeof(BlockQ4_K)}},
       {DType::kQ5_K, {kQK_K, sizeof(BlockQ5_K)}},
       {DType::kQ6_K, {kQK_K, sizeof(BlockQ6_K)}},
+      {DType::kIQ4_NL, {kQK, sizeof(BlockIQ4_NL)}},
+      {DType::kIQ4_XS, {kQK_K, sizeof(BlockIQ4_XS)}},
   };
   for (const auto& [t, g] : geometry) {
     EXPECT_EQ(BlockSize(t), g.first) << DTypeName(t);
@@ -220,9 +234,11 @@ TEST(QuantTypesTest, TableIsConsistent) {
   EXPECT_EQ(BlockBytes(DType::kQ4_K), 144u);
   EXPECT_EQ(BlockBytes(DType::kQ5_K), 176u);
   EXPECT_EQ(BlockBytes(DType::kQ6_K), 210u);
+  EXPECT_EQ(BlockBytes(DType::kIQ4_NL), 18u);
+  EXPECT_EQ(BlockBytes(DType::kIQ4_XS), 136u);
 
   // Ids weir does not compute with: Q8_1, Q8_K, IQ types, I8.., and out of range.
-  for (uint32_t id : {4u, 5u, 9u, 15u, 16u, 20u, 24u, 28u, 29u, 31u, 39u, 1000u, 0xffffffffu}) {
+  for (uint32_t id : {4u, 5u, 9u, 15u, 16u, 21u, 22u, 24u, 28u, 29u, 31u, 39u, 1000u, 0xffffffffu}) {
     EXPECT_FALSE(DTypeFromGgmlId(id).has_value()) << id;
   }
   EXPECT_FALSE(DTypeFromName("q8_1").has_value());

@@ -41,12 +41,13 @@
 namespace weir::kernels::internal {
 
 // The types these kernels compute (bit GgmlId(t)): Q5_0 (6), Q5_1 (7), Q8_0 (8), Q2_K (10),
-// Q3_K (11), Q4_K (12), Q5_K (13), Q6_K (14). x86_avx512.cc's table takes them from here, so a
+// Q3_K (11), Q4_K (12), Q5_K (13), Q6_K (14), IQ4_NL (20), IQ4_XS (23). x86_avx512.cc's table takes them from here, so a
 // type is added here and in x86_avx512_rows16.cc (and its activation's preparation) only.
 constexpr uint64_t kAvx512Rows16Types = (uint64_t{1} << 6) | (uint64_t{1} << 7) |
                                         (uint64_t{1} << 8) | (uint64_t{1} << 10) |
                                         (uint64_t{1} << 11) | (uint64_t{1} << 12) |
-                                        (uint64_t{1} << 13) | (uint64_t{1} << 14);
+                                        (uint64_t{1} << 13) | (uint64_t{1} << 14) |
+                                        (uint64_t{1} << 20) | (uint64_t{1} << 23);
 
 // Whether t is one of kAvx512Rows16Types.
 bool Avx512Rows16Type(DType t);
