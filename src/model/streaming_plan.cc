@@ -227,6 +227,13 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.block_bytes);
+    // Channel records (sparsity inside streamed experts): an expert's kept records and W_down
+    // are read into the record buffer, which takes that reserve (the expert is then not pinned
+    // through the cache); each run widened to pages adds at most a page at either end.
+    if (g.experts && g.pack.expert_columns) {
+      p.record_buffer_bytes =
+          std::max<uint64_t>(p.record_buffer_bytes, g.pack.expert_stride + 2 * kPage);
+    }
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * p.lane_channels;
       const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + p.lane_channels, g.pack.d_ff));
