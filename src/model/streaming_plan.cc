@@ -266,8 +266,13 @@ uint64_t StreamPlan::fixed_bytes() const {
   uint64_t tables = 0;
   for (const Group& g : groups)
     tables += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
+  // Experts with channel records: the record buffer stays once made, so a layer's attention
+  // read transiently (when the cache cannot pin it) needs its own room beside it.
+  const uint64_t records_and_attention =
+      experts() && groups[0].pack.expert_columns ? record_buffer_bytes + max_attention_bytes : 0;
   return scratch_bytes + tables +
-         std::max(max_lane_bytes + 2 * options.block_bytes, max_attention_bytes) +
+         std::max({max_lane_bytes + 2 * options.block_bytes, max_attention_bytes,
+                   records_and_attention}) +
          // Released cache blocks waiting to be given back in one batch (slab_placement.h).
          (options.block_bytes < (size_t{2} << 20) ? deferred_release_bytes : 0);
 }
