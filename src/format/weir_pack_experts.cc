@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <array>
 #include <cstring>
+#include <memory>
+#include <vector>
 
 #include "format/gguf_writer.h"
 #include "format/llama_gguf_writer.h"
@@ -20,6 +22,51 @@ bool IsExpertStack(const std::string& name) {
   }
   return false;
 }
+
+// One expert's record of the channel layout, made whole (the writer asks for its pages in
+// order, a few MiB at a time, so each expert is transposed once).
+class ChannelRecords {
+ public:
+  ChannelRecords(const PackGroup& g, const std::array<TensorView, 3>& stacks)
+      : g_(g), stacks_(stacks) {}
+
+  // The bytes [lo, hi) of record x into dst.
+  Status Copy(uint64_t x, uint64_t lo, uint64_t hi, uint8_t* dst) {
+    if (x != made_) WEIR_RETURN_IF_ERROR(Make(x));
+    std::memcpy(dst, record_.data() + lo, static_cast<size_t>(hi - lo));
+    return Status::Ok();
+  }
+
+ private:
+  Status Make(uint64_t x) {
+    const int64_t e = g_.ExpertInRecord(static_cast<int64_t>(x));
+    record_.assign(static_cast<size_t>(g_.expert_stride), 0);
+    const size_t row = static_cast<size_t>(g_.channel_bytes / 2);
+    transposed_.resize(static_cast<size_t>(g_.d_model) * row);
+    for (int op = 0; op < 2; ++op) {
+      const TensorView& s = stacks_[static_cast<size_t>(op)];
+      TensorView w{s.dtype, Shape{s.shape[1], s.shape[2]},
+                   static_cast<const uint8_t*>(s.data) + static_cast<size_t>(e) * s.nbytes() /
+                                                             static_cast<size_t>(g_.n_expert)};
+      WEIR_RETURN_IF_ERROR(TransposeWeight(w, g_.expert_type[op], transposed_.data()));
+      for (int64_t i = 0; i < g_.d_model; ++i) {
+        std::memcpy(record_.data() + static_cast<size_t>(i) * g_.channel_bytes + op * row,
+                    transposed_.data() + static_cast<size_t>(i) * row, row);
+      }
+    }
+    const TensorView& d = stacks_[2];
+    const size_t down = d.nbytes() / static_cast<size_t>(g_.n_expert);
+    std::memcpy(record_.data() + g_.expert_part[2],
+                static_cast<const uint8_t*>(d.data) + static_cast<size_t>(e) * down, down);
+    made_ = x;
+    return Status::Ok();
+  }
+
+  const PackGroup g_;
+  const std::array<TensorView, 3> stacks_;
+  uint64_t made_ = UINT64_MAX;
+  std::vector<uint8_t> record_, transposed_;
+};
 
 }  // namespace
 
@@ -71,7 +118,7 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
                                              DTypeName(groups[0].expert_type[p])));
       }
     }
-    Result<PackGroup> g = ExpertGroup(c, l, types);
+    Result<PackGroup> g = ExpertGroup(c, l, types, options.expert_columns);
     if (!g.ok()) return g.status().WithContext(path);
     if (!options.expert_score.empty()) {
       const std::vector<double>& s = options.expert_score[static_cast<size_t>(l)];
@@ -101,7 +148,8 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
       AddLlamaGgufMetadata(c, model.tokenizer, name, LlamaFileType(groups[0].expert_type[0]), &w)
           .WithContext(path));
   w.AddU32(kPackVersionKey, kPackVersion);
-  w.AddString(kPackLayoutKey, kPackLayoutExperts);
+  w.AddString(kPackLayoutKey,
+              options.expert_columns ? kPackLayoutExpertColumns : kPackLayoutExperts);
   w.AddU32(kPackGroupSizeKey, 1);
   std::vector<uint32_t> firsts, counts;
   for (int l = 0; l < c.n_layers; ++l) {
@@ -113,7 +161,9 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
   std::vector<uint32_t> types;
   for (DType t : groups[0].expert_type) types.push_back(GgmlId(t));
   w.Add(kPackExpertTypesKey, GgufValue::U32Array(types));
-  w.AddString(kPackDownTKey, "none");
+  w.AddString(kPackDownTKey, !options.expert_columns         ? "none"
+                            : IsQuantized(groups[0].expert_type[0]) ? "requantized"
+                                                                    : "exact");
   for (const PackGroup& g : groups) {
     if (!g.expert_order.empty()) {
       w.Add(kPackExpertOrderPrefix + std::to_string(g.first_layer),
@@ -139,6 +189,24 @@ Status WriteExpertPack(const ModelFile& model, const std::string& path, const Pa
     const PackGroup g = groups[l];
     const std::array<TensorView, 3> v = stacks[l];
     const int64_t pages = static_cast<int64_t>(g.nbytes / kPackAlignment);
+    if (g.expert_columns) {
+      auto records = std::make_shared<ChannelRecords>(g, v);
+      w.AddByteTensor(PackExpertTensorName(static_cast<int>(l)), pages, kPackAlignment,
+                      [g, records](int64_t b, int64_t e, uint8_t* dst) -> Status {
+                        const uint64_t begin = static_cast<uint64_t>(b) * kPackAlignment;
+                        const uint64_t end = static_cast<uint64_t>(e) * kPackAlignment;
+                        for (uint64_t at = begin; at < end;) {
+                          const uint64_t x = at / g.expert_stride;
+                          const uint64_t to = std::min(end, (x + 1) * g.expert_stride);
+                          WEIR_RETURN_IF_ERROR(records->Copy(x, at - x * g.expert_stride,
+                                                             to - x * g.expert_stride,
+                                                             dst + (at - begin)));
+                          at = to;
+                        }
+                        return Status::Ok();
+                      });
+      continue;
+    }
     w.AddByteTensor(PackExpertTensorName(static_cast<int>(l)), pages, kPackAlignment,
                     [g, v](int64_t b, int64_t e, uint8_t* dst) -> Status {
                       const uint64_t begin = static_cast<uint64_t>(b) * kPackAlignment;

@@ -93,11 +93,53 @@ std::vector<std::pair<int, int>> PlanPackGroups(const LlamaConfig& config, int g
 
 std::string PackExpertTensorName(int layer) { return "weir.ffn_experts." + std::to_string(layer); }
 
+namespace {
+
+Status FinishExpertColumns(PackGroup* g) {
+  const DType t = g->expert_type[0], down = g->expert_type[2];
+  const bool gatherable = t == DType::kF32 || t == DType::kF16 || t == DType::kBF16 ||
+                          t == DType::kQ8_0 || t == DType::kQ4_0;
+  if (g->expert_type[1] != t || !gatherable) {
+    return Status::InvalidArgument(StrFormat(
+        "expert layer %d: channel records need gate and up of one type among f32, f16, bf16, "
+        "q8_0, q4_0 (gate %s, up %s); convert the model first (weir convert --type q4_0)",
+        g->first_layer, DTypeName(t), DTypeName(g->expert_type[1])));
+  }
+  if (g->d_ff % BlockSize(t) != 0 || g->d_ff % BlockSize(down) != 0) {
+    return Status::InvalidArgument(StrFormat(
+        "expert layer %d: channel records of d_ff %d values are not whole %s blocks of %d",
+        g->first_layer, g->d_ff, DTypeName(g->d_ff % BlockSize(t) != 0 ? t : down),
+        BlockSize(g->d_ff % BlockSize(t) != 0 ? t : down)));
+  }
+  g->channel_bytes = 2 * RowBytes(t, g->d_ff);
+  uint64_t channels = 0, down_bytes = 0;
+  if (!CheckedMul(g->channel_bytes, static_cast<uint64_t>(g->d_model), &channels) ||
+      !CheckedMul(RowBytes(down, g->d_ff), static_cast<uint64_t>(g->d_model), &down_bytes) ||
+      channels > (uint64_t{1} << 40) || down_bytes > (uint64_t{1} << 40)) {
+    return Status::InvalidArgument(StrFormat("expert layer %d: sizes overflow", g->first_layer));
+  }
+  g->down_records = static_cast<int64_t>((down_bytes + g->channel_bytes - 1) / g->channel_bytes);
+  g->expert_part[0] = 0;
+  g->expert_part[1] = RowBytes(t, g->d_ff);
+  g->expert_part[2] = channels;
+  const uint64_t used = channels + static_cast<uint64_t>(g->down_records) * g->channel_bytes;
+  g->expert_stride = (used + kPackAlignment - 1) / kPackAlignment * kPackAlignment;
+  if (!CheckedMul(g->expert_stride, static_cast<uint64_t>(g->n_expert), &g->nbytes)) {
+    return Status::InvalidArgument(StrFormat("expert layer %d: sizes overflow", g->first_layer));
+  }
+  g->dtype = t;
+  g->row_bytes = RowBytes(t, g->d_ff);
+  return Status::Ok();
+}
+
+}  // namespace
+
 Status FinishExpertGroup(PackGroup* g) {
   if (g->d_model <= 0 || g->d_ff <= 0 || g->n_expert <= 0) {
     return Status::InvalidArgument(StrFormat("expert layer %d: d_model %d, d_ff %d, %d experts",
                                              g->first_layer, g->d_model, g->d_ff, g->n_expert));
   }
+  if (g->expert_columns) return FinishExpertColumns(g);
   const int64_t rows[3] = {g->d_ff, g->d_ff, g->d_model};
   const int64_t cols[3] = {g->d_model, g->d_model, g->d_ff};
   uint64_t at = 0;
@@ -126,8 +168,10 @@ Status FinishExpertGroup(PackGroup* g) {
   return Status::Ok();
 }
 
-Result<PackGroup> ExpertGroup(const LlamaConfig& c, int layer, const DType types[3]) {
+Result<PackGroup> ExpertGroup(const LlamaConfig& c, int layer, const DType types[3],
+                              bool columns) {
   PackGroup g;
+  g.expert_columns = columns;
   g.index = layer;
   g.first_layer = layer;
   g.n_layers = 1;

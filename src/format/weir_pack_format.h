@@ -103,6 +103,23 @@
 //                            hottest experts. A permutation; absent: record r is expert r.
 // Groups are single layers (group_size 1), d_ff the expert width.
 //
+// Experts layout with channel records (`weir pack --layout experts-columns`, for sparsity inside
+// streamed experts: docs/moe.md "Sparsity inside streamed experts"). weir.pack.layout is
+// "ffn_experts:gate_t+up_t;down" and each expert's record holds, instead of gate, up, down:
+//       d_model channel records, channel i at i * channel_bytes from the record's start:
+//         gate^T row i  [d_ff]  (column i of ffn_gate_exps[e], type expert_types[0])
+//         up^T row i    [d_ff]  (column i of ffn_up_exps[e], type expert_types[1] = [0])
+//       then down_e  ffn_down_exps[e] [d_model, d_ff], rows as stored (expert_types[2]), right
+//       after the last channel record (at d_model * channel_bytes), padded with zeros to whole
+//       channel records, then to the record's page-aligned stride.
+//   channel_bytes = 2 * RowBytes(expert_types[0], d_ff). A policy that keeps input channel i of
+//   an expert reads its one channel record (gate^T and up^T rows: on Mixtral 8x7B at Q4_0 16,128
+//   bytes); W_down follows as a whole number of channel records, so the kept records and W_down
+//   are records of one size from the expert's start and one compact read takes both
+//   (storage/record_reader.h). The transposes follow the numerics of the column layouts
+//   (exact for F32/F16/BF16; Q8_0/Q4_0 requantized by TransposeWeight, so d_ff must be whole
+//   blocks); other types are refused (convert first). W_down's bytes are the source's.
+//
 // Numerics of ffn_down^T (column layouts): for F32/F16/BF16 the transpose is exact. Q8_0/Q4_0 blocks run along a
 // row, so a column of ffn_down is not made of whole blocks: the packer dequantizes the column
 // (d_model values) and quantizes it again with the reference QuantizeRow, i.e. 32 consecutive
@@ -130,6 +147,7 @@ inline constexpr char kPackLayoutColumns[] = "ffn_columns:gate_t,up_t;down_t";
 inline constexpr char kPackLayoutSparseColumns[] = "ffn_sparse_columns:gate_t,up_t;down_t";
 inline constexpr char kPackSparseTypeKey[] = "weir.pack.sparse_type";
 inline constexpr char kPackLayoutExperts[] = "ffn_experts:gate,up,down";
+inline constexpr char kPackLayoutExpertColumns[] = "ffn_experts:gate_t+up_t;down";
 inline constexpr char kPackExpertTypesKey[] = "weir.pack.expert_types";
 inline constexpr int64_t kSparseTensorRowBytes = 4096;  // byte tensors are [pages, 4096]
 
@@ -217,6 +235,12 @@ struct PackGroup {
   uint64_t expert_stride = 0;
   uint64_t expert_part[3] = {0, 0, 0};
   DType expert_type[3] = {DType::kF32, DType::kF32, DType::kF32};
+  // kExperts with channel records (kPackLayoutExpertColumns): expert_part[0] = 0 (channel 0's
+  // gate^T row), expert_part[1] = its up^T row, expert_part[2] = W_down at d_model *
+  // channel_bytes; channel i's record at i * channel_bytes; W_down spans down_records records.
+  bool expert_columns = false;
+  uint64_t channel_bytes = 0;
+  int64_t down_records = 0;
   // kExperts with an expert order (kPackExpertOrderPrefix): record -> expert, and the inverse;
   // empty for the natural order.
   std::vector<int32_t> expert_order, expert_record;
@@ -277,9 +301,13 @@ struct PackGroup {
 // kExperts: sets expert_part and expert_stride from n_expert, d_ff, d_model and expert_type, and
 // nbytes = n_expert * stride; InvalidArgument when a row is not whole blocks or sizes overflow.
 Status FinishExpertGroup(PackGroup* g);
-// Layer `layer`'s group of an experts pack of model `c` whose stacks have `types` (gate, up,
-// down), finished; what FinishExpertGroup refuses.
-Result<PackGroup> ExpertGroup(const LlamaConfig& c, int layer, const DType types[3]);
+// With g->expert_columns the channel-record geometry (above); InvalidArgument unless gate and
+// up share a type of F32, F16, BF16, Q8_0 or Q4_0 and d_ff is whole blocks of it.
+// Layer `layer`'s group of an experts pack of model `c` whose records hold `types` (gate, up,
+// down; with `columns`, the channel records' type twice, then down's), finished; what
+// FinishExpertGroup refuses.
+Result<PackGroup> ExpertGroup(const LlamaConfig& c, int layer, const DType types[3],
+                              bool columns = false);
 
 // Whether a bundle group of a pack written with weir.pack.tiled_bundles = 1 has tiled chunks:
 // Q8_0 / Q4_0 with d_model a multiple of 16 (then every chunk is 32 neurons wide).

@@ -80,7 +80,7 @@ Status PackFile::ParseExperts(const std::vector<int64_t>& firsts,
                                        p, l, static_cast<long long>(firsts[static_cast<size_t>(l)]),
                                        static_cast<long long>(counts[static_cast<size_t>(l)]), l));
     }
-    Result<PackGroup> made = ExpertGroup(config_, l, types);
+    Result<PackGroup> made = ExpertGroup(config_, l, types, expert_columns_);
     if (!made.ok()) return Status::Corrupt(StrFormat("%s: %s", p, made.status().message().c_str()));
     PackGroup g = std::move(made).value();
     const std::string name = PackExpertTensorName(l);
@@ -171,13 +171,14 @@ Status PackFile::Parse() {
       return Status::Corrupt(StrFormat("%s: %s is '%s', not a type weir computes with", p,
                                        kPackSparseTypeKey, t.substr(0, 32).c_str()));
     }
-  } else if (layout == kPackLayoutExperts) {
+  } else if (layout == kPackLayoutExperts || layout == kPackLayoutExpertColumns) {
     layout_ = PackLayout::kExperts;
+    expert_columns_ = layout == kPackLayoutExpertColumns;
   } else if (layout != kPackLayout) {
-    return Status::Unsupported(StrFormat("%s: %s is '%s'; this weir reads '%s', '%s', '%s' and '%s'",
-                                         p, kPackLayoutKey, layout.substr(0, 64).c_str(),
-                                         kPackLayout, kPackLayoutColumns, kPackLayoutSparseColumns,
-                                         kPackLayoutExperts));
+    return Status::Unsupported(StrFormat(
+        "%s: %s is '%s'; this weir reads '%s', '%s', '%s', '%s' and '%s'", p, kPackLayoutKey,
+        layout.substr(0, 64).c_str(), kPackLayout, kPackLayoutColumns, kPackLayoutSparseColumns,
+        kPackLayoutExperts, kPackLayoutExpertColumns));
   }
   if (f.alignment() != kPackAlignment) {
     return Status::Corrupt(StrFormat("%s: general.alignment is %u; a weir pack needs %u", p,

@@ -61,6 +61,9 @@ class PackFile {
   }
   int group_size() const { return group_size_; }         // --group as asked
   PackLayout layout() const { return layout_; }
+  // kExperts with channel records (kPackLayoutExpertColumns, `weir pack --layout
+  // experts-columns`).
+  bool expert_columns() const { return expert_columns_; }
   const std::string& down_t() const { return down_t_; }  // "exact" or "requantized"
   const std::string& source() const { return source_; }
   // (key, value as text) for every metadata entry, for `weir inspect --metadata`.
@@ -85,6 +88,7 @@ class PackFile {
   std::vector<int> group_of_;  // per layer
   int group_size_ = 0;
   PackLayout layout_ = PackLayout::kBundles;
+  bool expert_columns_ = false;
   std::string down_t_, source_;
 };
 

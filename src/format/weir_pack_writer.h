@@ -37,6 +37,10 @@ struct PackOptions {
   // When given, each layer's records are stored highest score first (ties: lower id;
   // weir.pack.expert_order.<l>), so that --policy hot keeps the hottest experts. Empty: natural.
   std::vector<std::vector<double>> expert_score;
+  // Experts layout: store each expert's gate and up as channel records (gate^T and up^T rows of
+  // each input channel) followed by W_down (kPackLayoutExpertColumns, weir_pack_format.h), for
+  // sparsity inside streamed experts (`weir pack --layout experts-columns`).
+  bool expert_columns = false;
 };
 
 // Errors: the model's own validation, a bad group size, MLP tensors of one group in different

@@ -73,8 +73,11 @@ TensorView ExpertSlice(const TensorView& stacked, int e) {
 
 Result<ExpertWeights> ResidentExperts::Acquire(int layer, int e) {
   const LayerWeights& w = weights_.layers[static_cast<size_t>(layer)];
-  return ExpertWeights{ExpertSlice(w.w_gate_exps, e), ExpertSlice(w.w_up_exps, e),
-                       ExpertSlice(w.w_down_exps, e)};
+  ExpertWeights x;
+  x.w_gate = ExpertSlice(w.w_gate_exps, e);
+  x.w_up = ExpertSlice(w.w_up_exps, e);
+  x.w_down = ExpertSlice(w.w_down_exps, e);
+  return x;
 }
 
 Result<std::unique_ptr<MoeMlp>> MoeMlp::Create(const format::LlamaConfig& c, int n_batch) {
@@ -241,6 +244,123 @@ Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, f
   return Status::Ok();
 }
 
+Status MoeMlp::ForwardChannels(int layer, const float* x, float* y, ExpertSource* experts,
+                               ThreadPool* pool, uint64_t* bytes) {
+  const int d = d_model_, d_ff = d_ff_[static_cast<size_t>(layer)];
+  if (policy_ != nullptr && policy_->unit_predictor() != sparsity::UnitPredictor::kNone) {
+    return Status::Unsupported("--sparsity " + policy_->info().name +
+                               " predicts units from the whole gate or up product; experts "
+                               "stored as channel records are pruned by input channel and "
+                               "neuron only (dip, dip-ca, glu)");
+  }
+  if (rows_x_.size() == 0) {
+    idx_gate_.resize(static_cast<size_t>(d));
+    idx_up_.resize(static_cast<size_t>(d));
+    all_channels_.resize(static_cast<size_t>(d));
+    std::iota(all_channels_.begin(), all_channels_.end(), 0);
+    sel_in_.Reserve(std::max(d, *std::max_element(d_ff_.begin(), d_ff_.end())));
+    sel_down_.Reserve(*std::max_element(d_ff_.begin(), d_ff_.end()));
+    if (!rows_x_.Reset(2 * static_cast<size_t>(d) * sizeof(float))) {
+      return Status::OutOfMemory("cannot allocate the mixture-of-experts channel buffer");
+    }
+  }
+  float* yg = yg_.data<float>();  // [d] one token's expert output
+  for (int32_t e : active_) {
+    const int first = start_[e], m = start_[e + 1] - start_[e];
+    // Without a policy the whole expert serves all its tokens; with one, each token's kept
+    // channels are acquired (read) for it.
+    ExpertWeights whole;
+    if (policy_ == nullptr) {
+      WEIR_ASSIGN_OR_RETURN(whole, experts->Acquire(layer, e));
+    }
+    for (int i = 0; i < m; ++i) {
+      const int t = slot_token_[first + i];
+      const float* xt = x + static_cast<size_t>(t) * d;
+      ExpertWeights w = whole;
+      if (policy_ != nullptr) {
+        if (policy_->MayPrune(sparsity::Site::kMlpIn)) {
+          policy_->SelectInput(layer, sparsity::Site::kMlpIn,
+                               std::span<const float>(xt, static_cast<size_t>(d)), nullptr,
+                               &sel_in_);
+        } else {
+          sel_in_.SetAll(d);
+        }
+        WEIR_ASSIGN_OR_RETURN(
+            w, experts->AcquireChannels(layer, e,
+                                        sel_in_.all() ? std::span<const int32_t>(all_channels_)
+                                                      : sel_in_.indices()));
+      } else {
+        sel_in_.SetAll(d);
+      }
+      if (!w.channel_records() || w.w_in_t.cols() != d_ff) {
+        experts->Release(layer, e);
+        return Status::Internal(StrFormat("expert %d of layer %d has no channel records of %d "
+                                          "values",
+                                          e, layer, d_ff));
+      }
+      last_dense_bytes_ += 2 * static_cast<uint64_t>(d) * w.w_in_t.row_bytes() + w.w_down.nbytes();
+      const Status st = ChannelExpert(layer, w, xt, yg, pool, bytes);
+      if (policy_ != nullptr) experts->Release(layer, e);
+      if (!st.ok()) {
+        if (policy_ == nullptr) experts->Release(layer, e);
+        return st;
+      }
+      float* yt = y + static_cast<size_t>(t) * d;
+      const float wt = slot_weight_[first + i];
+      for (int c = 0; c < d; ++c) yt[c] += wt * yg[c];
+    }
+    if (policy_ == nullptr) experts->Release(layer, e);
+  }
+  return Status::Ok();
+}
+
+Status MoeMlp::ChannelExpert(int layer, const ExpertWeights& w, const float* x, float* y,
+                             ThreadPool* pool, uint64_t* bytes) {
+  using sparsity::Site;
+  const int d_ff = d_ff_[static_cast<size_t>(layer)];
+  float* g = gate_.data<float>();  // [d_ff]
+  float* u = up_.data<float>();    // [d_ff]
+  float* xr = rows_x_.data<float>();
+  const int64_t n = sel_in_.size();
+  for (int64_t k = 0; k < n; ++k) {
+    const int32_t i = sel_in_[k];
+    const int32_t r = 2 * static_cast<int32_t>(w.in_compact ? k : i);
+    idx_gate_[static_cast<size_t>(k)] = r;
+    idx_up_[static_cast<size_t>(k)] = r + 1;
+    xr[r] = x[i];
+    xr[r + 1] = x[i];
+  }
+  kernels::GatherMatVecCols(w.w_in_t, idx_gate_.data(), n, xr, g, pool);
+  kernels::GatherMatVecCols(w.w_in_t, idx_up_.data(), n, xr, u, pool);
+  *bytes += static_cast<uint64_t>(2 * n) * w.w_in_t.row_bytes();
+  ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
+  if (observer) observer->OnGate(layer, g, d_ff);
+  if (activation_ == format::Activation::kGeluTanh) {
+    kernels::GeluTanhMul(g, u, d_ff);
+  } else {
+    kernels::SiluMul(g, u, d_ff);
+  }
+  if (observer) observer->OnInput(layer, Site::kMlpDown, g, d_ff);
+  if (policy_ != nullptr && policy_->MayPrune(Site::kMlpDown)) {
+    sel_units_.SetAll(d_ff);
+    policy_->SelectDown(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), sel_units_,
+                        nullptr, &sel_down_);
+  } else {
+    sel_down_.SetAll(d_ff);
+  }
+  // Down columns: h with the unselected units zeroed (W_down is read whole either way).
+  if (!sel_down_.all()) {
+    std::memcpy(u, g, sizeof(float) * static_cast<size_t>(d_ff));
+    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
+    for (int32_t i : sel_down_.indices()) g[i] = u[i];
+  }
+  kernels::MatVec(w.w_down, g, y, pool);
+  const double down_share =
+      sel_down_.all() ? 1.0 : static_cast<double>(sel_down_.indices().size()) / d_ff;
+  *bytes += static_cast<uint64_t>(down_share * static_cast<double>(w.w_down.nbytes()));
+  return Status::Ok();
+}
+
 uint64_t MoeMlp::allocated_bytes() const {
   return logits_.size() + xg_.size() + yg_.size() + gate_.size() + up_.size() +
          choices_.size() * sizeof(ExpertChoice) +
@@ -249,7 +369,8 @@ uint64_t MoeMlp::allocated_bytes() const {
          slot_weight_.size() * sizeof(float) + next_logits_.size() +
          next_choices_.size() * sizeof(ExpertChoice) + predicted_.capacity() * sizeof(int32_t) +
          select_bias_.capacity() * sizeof(float) + unbiased_.capacity() * sizeof(ExpertChoice) +
-         xs_.size();
+         xs_.size() + rows_x_.size() +
+         (idx_gate_.capacity() + idx_up_.capacity() + all_channels_.capacity()) * sizeof(int32_t);
 }
 
 Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int n, float* y,
@@ -323,6 +444,13 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
 
   // Each chosen expert once, over its tokens; y[t] accumulates in ascending expert order.
   std::memset(y, 0, sizeof(float) * static_cast<size_t>(n) * d);
+  if (experts->channel_records()) {
+    uint64_t bytes = router.nbytes() * static_cast<uint64_t>(n);
+    last_dense_bytes_ = bytes;
+    WEIR_RETURN_IF_ERROR(ForwardChannels(layer, x, y, experts, pool, &bytes));
+    *bytes_per_token_sum += bytes;
+    return Status::Ok();
+  }
   float* xg = xg_.data<float>();   // [m, d]
   float* yg = yg_.data<float>();   // [m, d]
   float* g = gate_.data<float>();  // [m, d_ff]

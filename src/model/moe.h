@@ -58,7 +58,18 @@ struct ExpertWeights {
   TensorView w_gate;  // [d_ff, d_model]
   TensorView w_up;    // [d_ff, d_model]
   TensorView w_down;  // [d_model, d_ff]
-  uint64_t nbytes() const { return w_gate.nbytes() + w_up.nbytes() + w_down.nbytes(); }
+  // An experts pack with channel records (`weir pack --layout experts-columns`) gives, instead
+  // of w_gate and w_up, the channel records as rows of d_ff values: channel i's gate^T row
+  // (column i of W_gate) at row 2 k and its up^T row at 2 k + 1, where k = i (in_compact false:
+  // every channel is there) or k = i's position among the channels asked of
+  // ExpertSource::AcquireChannels (in_compact true: only those are there).
+  TensorView w_in_t;  // [2 * channels, d_ff]
+  bool in_compact = false;
+  bool channel_records() const { return w_in_t.data != nullptr; }
+  uint64_t nbytes() const {
+    return channel_records() ? w_in_t.nbytes() + w_down.nbytes()
+                             : w_gate.nbytes() + w_up.nbytes() + w_down.nbytes();
+  }
 };
 
 // Where the routed experts' weights come from (the seam the streaming half plugs into).
@@ -85,6 +96,16 @@ class ExpertSource {
   virtual void Predict(int layer, std::span<const int32_t> experts) {
     (void)layer;
     (void)experts;
+  }
+  // Channel records (ExpertWeights::w_in_t): Acquire then gives every channel's records, and
+  // AcquireChannels(layer, e, channels) at least those of `channels` (ascending, distinct) and
+  // W_down, reading only them from storage when the expert is not in memory. Release(layer, e)
+  // after either. MoeMlp takes each token's kept channels this way when a sparsity policy runs.
+  virtual bool channel_records() const { return false; }
+  virtual Result<ExpertWeights> AcquireChannels(int layer, int e,
+                                                std::span<const int32_t> channels) {
+    (void)channels;
+    return Acquire(layer, e);
   }
   // Which experts of `layer` are in memory now: bit e % 64 of word e / 64 is set when expert e
   // is cached, valid until the next call on this source; nullptr = every expert is (resident
@@ -203,6 +224,18 @@ class MoeMlp {
   // Sparsity inside experts (set_sparsity).
   Status SparseExpert(int layer, const ExpertWeights& w, const float* x, float* y, ThreadPool* pool,
                       uint64_t* bytes);
+  // y = expert(x) for one token over channel records (ExpertWeights::w_in_t), DIP's dataflow as
+  // the column streamer computes a dense layer (streaming_columns.h): g, u = the gathered
+  // product over the channels sel_in_ keeps (all without a policy), h = glu(g, u), down =
+  // SelectDown(h) (all without a policy) applied by zeroing h as SparseExpert does, y = W_down h.
+  Status ChannelExpert(int layer, const ExpertWeights& w, const float* x, float* y,
+                       ThreadPool* pool, uint64_t* bytes);
+  // Every (token, chosen expert) of the step over channel records (Forward's loop for them).
+  Status ForwardChannels(int layer, const float* x, float* y, ExpertSource* experts,
+                         ThreadPool* pool, uint64_t* bytes);
+  std::vector<int32_t> idx_gate_, idx_up_;  // [d_model] rows of the kept channels' records
+  std::vector<int32_t> all_channels_;       // [d_model] 0, 1, ... (every channel kept)
+  AlignedBuffer rows_x_;                    // [2 * d_model] their coefficients, by row
   sparsity::SparsityPolicy* policy_ = nullptr;
   ActivationObserver* const* observer_ = nullptr;
   sparsity::IndexList sel_in_, sel_units_, sel_down_;

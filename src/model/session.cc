@@ -98,15 +98,24 @@ Status Session::Allocate(const SessionOptions& options) {
                                  "; use a policy without the gate predictor (glu, up, teal, dip, dip-ca)");
     }
     if (prunes && moe_ != nullptr) {
-      // Pruning inside each chosen expert (moe.h, set_sparsity), resident experts only: a
-      // streamed experts pack reads whole experts (docs/moe.md).
-      if (expert_source_ != experts_.get()) {
+      // Pruning inside each chosen expert (moe.h, set_sparsity). A streamed experts pack reads
+      // whole experts, unless its experts are stored as channel records (weir pack --layout
+      // experts-columns): then a token's kept channels are read (docs/moe.md).
+      const bool channels = expert_source_ != experts_.get() && expert_source_->channel_records();
+      if (expert_source_ != experts_.get() && !channels) {
         return Status::Unsupported("--sparsity " + policy_->info().name + " on " + c.arch->name +
-                                   " (mixture of experts) needs the experts resident: sparsity "
-                                   "inside streamed experts is not built; run the GGUF, or the "
-                                   "pack without --sparsity");
+                                   " (mixture of experts) with a pack whose experts are read "
+                                   "whole: write the pack with `weir pack --layout "
+                                   "experts-columns` (or run the GGUF)");
       }
-      if (model_.file().TiledTensorCount() > 0) {
+      if (channels && policy_->unit_predictor() != sparsity::UnitPredictor::kNone) {
+        return Status::Unsupported("--sparsity " + policy_->info().name + " predicts MLP units "
+                                   "from the whole gate or up product; experts stored as channel "
+                                   "records are pruned by input channel and neuron (dip, dip-ca, "
+                                   "glu); run the GGUF for " + policy_->info().name);
+      }
+      if (channels && streamed_ != nullptr) streamed_->set_sparse(true);
+      if (!channels && model_.file().TiledTensorCount() > 0) {
         return Status::InvalidArgument(
             "--sparsity " + policy_->info().name + ": this model was loaded with its weights "
             "tiled for dense decoding, and sparse products need them row by row (load it without "

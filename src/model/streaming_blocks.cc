@@ -190,7 +190,8 @@ StreamStats BlockStreamer::stats() const {
 }
 
 Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
-                                        const int64_t* slots, int64_t n, int32_t* places) {
+                                        const int64_t* slots, int64_t n, int32_t* places,
+                                        uint64_t at) {
   if (plan_.record_buffer_bytes == 0) return false;
   if (records_ == nullptr) {
     const bool ahead = record_ahead_ && plan_.record_ahead_bytes > 0;
@@ -204,7 +205,7 @@ Result<bool> BlockStreamer::ReadRecords(const Extent& e, uint64_t record_bytes,
   const Clock::time_point t0 = Clock::now();
   // The compute waits for these records: the I/O thread starts no read ahead meanwhile.
   prefetcher_->Pause();
-  const Result<bool> read = records_->Read(e.offset, record_bytes, slots, n, places);
+  const Result<bool> read = records_->Read(e.offset + at, record_bytes, slots, n, places);
   prefetcher_->Resume();
   {
     std::lock_guard<std::mutex> lock(stats_mu_);

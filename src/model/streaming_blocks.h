@@ -149,8 +149,10 @@ class BlockStreamer {
   // record_buffer_bytes): slots[k]'s record at records() + places[k] * record_bytes, taken from
   // a read-ahead of e where one guessed it. False, reading nothing, when they do not fit it. The
   // wait counts as stall.
+  // `at`: the records start that many bytes into e (an expert's channel records: its record's
+  // offset in the layer's extent).
   Result<bool> ReadRecords(const Extent& e, uint64_t record_bytes, const int64_t* slots,
-                           int64_t n, int32_t* places);
+                           int64_t n, int32_t* places, uint64_t at = 0);
   // Starts reading the records `slots` (ascending) of e ahead, for the next ReadRecords of e
   // (storage::RecordBuffers::ReadAhead): false when that is off (StreamingOptions::
   // span_read_ahead, prefetch_layers < 0) or the buffer is not split.

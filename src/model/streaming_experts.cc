@@ -44,6 +44,8 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     if (streamer_->resident_mode() && !streamer_->held(g.extent))
       WEIR_RETURN_IF_ERROR(streamer_->LoadResident(g.extent));
     Settle(layer, experts);
+    // Sparse channel records count a use per read, in AcquireChannels (one per token).
+    if (SparseChannels(g)) return Status::Ok();
     uint64_t hits = experts.size();
     if (!streamer_->held(g.extent)) {
       hits = 0;
@@ -80,9 +82,57 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     }
     const std::byte* base = streamer_->base(g.extent) + Record(g, e) * pg.expert_stride;
     ExpertWeights x;
+    x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff}, base + pg.expert_part[2]};
+    if (pg.expert_columns) {
+      x.w_in_t = TensorView{pg.expert_type[0], Shape{2 * int64_t{pg.d_model}, pg.d_ff}, base};
+      return x;
+    }
     x.w_gate = TensorView{pg.expert_type[0], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[0]};
     x.w_up = TensorView{pg.expert_type[1], Shape{pg.d_ff, pg.d_model}, base + pg.expert_part[1]};
-    x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff}, base + pg.expert_part[2]};
+    return x;
+  }
+
+  bool channel_records() const override {
+    return plan_.n_layers > 0 && plan_.groups[0].pack.expert_columns;
+  }
+
+  // The kept channels' records and W_down of expert e, in one compact read (RecordReader: the
+  // channel records and W_down are records of one size from the expert's start); the whole
+  // expert from memory when it is resident.
+  Result<ExpertWeights> AcquireChannels(int layer, int e,
+                                        std::span<const int32_t> channels) override {
+    const Group& g = GroupOf(layer);
+    if (!SparseChannels(g)) return Acquire(layer, e);
+    const format::PackGroup& pg = g.pack;
+    WEIR_CHECK(e >= 0 && e < pg.n_expert);
+    slots_.assign(channels.begin(), channels.end());
+    const int64_t n_ch = static_cast<int64_t>(slots_.size());
+    for (int64_t r = 0; r < pg.down_records; ++r) slots_.push_back(pg.d_model + r);
+    places_.resize(slots_.size());
+    const uint64_t at = Record(g, e) * pg.expert_stride;
+    WEIR_ASSIGN_OR_RETURN(const bool read,
+                          streamer_->ReadRecords(g.extent, pg.channel_bytes, slots_.data(),
+                                                 static_cast<int64_t>(slots_.size()),
+                                                 places_.data(), at));
+    streamer_->UpdateStats([](StreamStats& s) { ++s.expert_uses; });  // never a hit
+    if (!read) {
+      return Status::OutOfMemory(StrFormat(
+          "streaming: the record buffer cannot hold %zu channel records of expert %d of layer %d",
+          slots_.size(), e, layer));
+    }
+    // Without a read-ahead the records land in ascending places: W_down's records follow the
+    // channels' back to back.
+    for (size_t k = 0; k < places_.size(); ++k) {
+      if (places_[k] != static_cast<int32_t>(k)) {
+        return Status::Internal("streaming: channel records out of place in the record buffer");
+      }
+    }
+    const std::byte* base = streamer_->records();
+    ExpertWeights x;
+    x.w_in_t = TensorView{pg.expert_type[0], Shape{2 * n_ch, pg.d_ff}, base};
+    x.in_compact = true;
+    x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff},
+                          base + static_cast<uint64_t>(n_ch) * pg.channel_bytes};
     return x;
   }
 
@@ -95,7 +145,9 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     QueuePredicted();
   }
 
-  bool predicts() const override { return plan_.options.prefetch_layers >= 0; }
+  bool predicts() const override {
+    return plan_.options.prefetch_layers >= 0 && !(channel_records() && streamer_->sparse_mlp());
+  }
 
   void Predict(int layer, std::span<const int32_t> experts) override {
     if (layer < 0 || layer >= plan_.n_layers) return;
@@ -141,6 +193,11 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     const Group& g = GroupOf(predicted_layer_);
     Records(g, predicted_, &blocks_);
     streamer_->QueueMissing(g.extent, blocks_, 0, nullptr);
+  }
+
+  // A sparsity policy runs over channel records that are not resident: they are read per use.
+  bool SparseChannels(const Group& g) const {
+    return g.pack.expert_columns && streamer_->sparse_mlp() && !streamer_->held(g.extent);
   }
 
   static uint64_t Record(const Group& g, int32_t e) {
@@ -193,6 +250,8 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
   BlockStreamer::Batch batch_;  // the pinned expert
   int batch_layer_ = -1;
   std::vector<uint64_t> blocks_;
+  std::vector<int64_t> slots_;   // AcquireChannels: the records read
+  std::vector<int32_t> places_;  // and where they landed
   std::vector<uint64_t> cached_words_;  // CachedExperts' answer
   std::vector<uint64_t> record_words_;  // its records' mask
   std::vector<int32_t> predicted_;

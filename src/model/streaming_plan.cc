@@ -227,6 +227,13 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.block_bytes);
+    // Channel records (sparsity inside streamed experts): an expert's kept records and W_down
+    // are read into the record buffer, which takes that reserve (the expert is then not pinned
+    // through the cache); each run widened to pages adds at most a page at either end.
+    if (g.experts && g.pack.expert_columns) {
+      p.record_buffer_bytes =
+          std::max<uint64_t>(p.record_buffer_bytes, g.pack.expert_stride + 2 * kPage);
+    }
     for (int k = 0; k < g.n_lanes; ++k) {
       const int64_t c0 = int64_t{k} * p.lane_channels;
       const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + p.lane_channels, g.pack.d_ff));
@@ -259,8 +266,13 @@ uint64_t StreamPlan::fixed_bytes() const {
   uint64_t tables = 0;
   for (const Group& g : groups)
     tables += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
+  // Experts with channel records: the record buffer stays once made, so a layer's attention
+  // read transiently (when the cache cannot pin it) needs its own room beside it.
+  const uint64_t records_and_attention =
+      experts() && groups[0].pack.expert_columns ? record_buffer_bytes + max_attention_bytes : 0;
   return scratch_bytes + tables +
-         std::max(max_lane_bytes + 2 * options.block_bytes, max_attention_bytes) +
+         std::max({max_lane_bytes + 2 * options.block_bytes, max_attention_bytes,
+                   records_and_attention}) +
          // Released cache blocks waiting to be given back in one batch (slab_placement.h).
          (options.block_bytes < (size_t{2} << 20) ? deferred_release_bytes : 0);
 }

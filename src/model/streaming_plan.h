@@ -130,8 +130,9 @@ struct StreamPlan {
   uint64_t StagingBytes(uint64_t budget) const { return PartitionWeights(budget).back(); }
   // Bytes outside the cache the streaming allocates: the MLP scratch (sized for the largest
   // group, scratch_bytes), the record offset tables, the transient reserve (one lane of blocks;
-  // column layout: one layer's columns of a matrix; or one layer's attention) and the released
-  // blocks waiting to be given back in one batch (slab_placement.h).
+  // column layout: one layer's columns of a matrix; or one layer's attention; experts stored as
+  // channel records: the record buffer and one layer's attention) and the released blocks
+  // waiting to be given back in one batch (slab_placement.h).
   uint64_t fixed_bytes() const;
   // Bytes of the pack streamed (bundles and, with stream_attention, attention).
   uint64_t streamed_bytes() const;

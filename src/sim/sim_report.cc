@@ -242,4 +242,68 @@ std::string PlanMarkdown(const Plan& p) {
   return o;
 }
 
+namespace {
+json ExpertStepToJson(const ExpertPlanStep& s) {
+  return {{"cached_experts", s.cached_experts},
+          {"memory_bytes", s.memory_bytes},
+          {"policy", s.policy},
+          {"hit_rate", s.hit_rate},
+          {"storage_bytes_per_token", s.storage_bytes_per_token},
+          {"reads_per_token", s.reads_per_token},
+          {"tokens_per_second", s.tokens_per_second}};
+}
+}  // namespace
+
+json ExpertPlanToJson(const ExpertPlan& p) {
+  json steps = json::array();
+  for (const ExpertPlanStep& s : p.steps) steps.push_back(ExpertStepToJson(s));
+  return {{"model", p.model},
+          {"device", p.device},
+          {"routing", p.routing},
+          {"memory_budget", p.memory_budget},
+          {"n_layers", p.n_layers},
+          {"n_experts", p.n_experts},
+          {"n_experts_active", p.n_experts_active},
+          {"expert_bytes", p.expert_bytes},
+          {"static_bytes", p.static_bytes},
+          {"all_cached_bytes", p.all_cached_bytes},
+          {"tokens_measured", p.tokens_measured},
+          {"slack", p.slack},
+          {"at_budget", ExpertStepToJson(p.at_budget)},
+          {"budget_pick", ExpertStepToJson(p.budget_pick)},
+          {"steps", steps}};
+}
+
+std::string ExpertPlanMarkdown(const ExpertPlan& p) {
+  auto B = [](double b) { return FormatDecimalBytes(b); };
+  std::string o = StrFormat(
+      "%s on %s with %s of memory, routing %s (%lld tokens measured)\n\n", p.model.c_str(),
+      p.device.c_str(), B(p.memory_budget).c_str(), p.routing.c_str(),
+      static_cast<long long>(p.tokens_measured));
+  o += StrFormat(
+      "%d layers of %d experts, %d per token; an expert %s; everything but the experts %s; "
+      "every expert cached at %s\n\n",
+      p.n_layers, p.n_experts, p.n_experts_active, B(p.expert_bytes).c_str(),
+      B(p.static_bytes).c_str(), B(p.all_cached_bytes).c_str());
+  o += "| choice | experts cached per layer | memory | policy | hit rate | read / token | "
+       "reads / token | tok/s |\n|---|---|---|---|---|---|---|---|\n";
+  auto row = [&](const char* what, const ExpertPlanStep& s) {
+    o += StrFormat("| %s | %d | %s | %s | %.3f | %s | %.1f | %.4g |\n", what, s.cached_experts,
+                   B(s.memory_bytes).c_str(), s.policy.c_str(), s.hit_rate,
+                   B(s.storage_bytes_per_token).c_str(), s.reads_per_token,
+                   s.tokens_per_second);
+  };
+  row("at the budget", p.at_budget);
+  row(StrFormat("budget pick (within %.0f%%)", 100 * p.slack).c_str(), p.budget_pick);
+  o += "\nevery cache size that fits:\n\n| experts cached per layer | memory | policy | hit rate | "
+       "read / token | reads / token | tok/s |\n|---|---|---|---|---|---|---|\n";
+  for (const ExpertPlanStep& s : p.steps) {
+    o += StrFormat("| %d | %s | %s | %.3f | %s | %.1f | %.4g |\n", s.cached_experts,
+                   B(s.memory_bytes).c_str(), s.policy.c_str(), s.hit_rate,
+                   B(s.storage_bytes_per_token).c_str(), s.reads_per_token,
+                   s.tokens_per_second);
+  }
+  return o;
+}
+
 }  // namespace weir::sim

@@ -4,6 +4,8 @@
 // and projects them onto Mixtral 8x7B's real shape (the trace's 2 layers cycled over 32).
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 #include <set>
 #include <string>
@@ -102,6 +104,34 @@ TEST(MoeTraceCliTest, RunRecordsRoutingAndSimReplaysItWithExpertUnits) {
   // A dense model cannot take a routing trace.
   auto dense = testing::RunCommand(w + " sim --model llama-2-7b --masks trace:" + trace);
   EXPECT_NE(dense.exit_code, 0);
+
+  // `weir plan --trace`: every cache size that fits is the simulator's replay at its budget (2
+  // experts cached per layer under LRU: the hits counted above), and the plan is the fastest.
+  const nlohmann::json plan = Json(testing::RunCommand(
+      w + " plan --model " + model + " --trace " + trace + " --device a18 --policy lru --json " +
+      "--memory " + std::to_string(static_cast<uint64_t>(budget))));
+  ASSERT_TRUE(plan.is_object());
+  ASSERT_EQ(plan["steps"].size(), 3u);  // 0, 1, 2 experts cached
+  EXPECT_EQ(plan["steps"][2]["cached_experts"].get<int>(), 2);
+  EXPECT_DOUBLE_EQ(plan["steps"][2]["hit_rate"].get<double>(), s["hit_rate"].get<double>());
+  EXPECT_DOUBLE_EQ(plan["steps"][0]["hit_rate"].get<double>(), 0.0);
+  double best = 0;
+  for (const auto& st : plan["steps"]) best = std::max(best, st["tokens_per_second"].get<double>());
+  EXPECT_DOUBLE_EQ(plan["at_budget"]["tokens_per_second"].get<double>(), best);
+  EXPECT_GE(plan["budget_pick"]["tokens_per_second"].get<double>(), 0.95 * best);
+  EXPECT_LE(plan["budget_pick"]["memory_bytes"].get<double>(),
+            plan["at_budget"]["memory_bytes"].get<double>());
+  // The trace projected onto Mixtral 8x7B plans its 32 layers; a dense model refuses it.
+  const nlohmann::json big = Json(testing::RunCommand(
+      w + " plan --model mixtral-8x7b --trace " + trace + " --device ufs4 --bits 4.5 --memory " +
+      "13.1e9 --json"));
+  ASSERT_TRUE(big.is_object());
+  EXPECT_EQ(big["n_layers"].get<int>(), 32);
+  EXPECT_NE(big["routing"].get<std::string>().find("cycled over 32"), std::string::npos);
+  auto dense_plan = testing::RunCommand(w + " plan --model llama-2-7b --memory 4e9 --trace " +
+                                        trace);
+  EXPECT_NE(dense_plan.exit_code, 0);
+  EXPECT_NE(dense_plan.err.find("routing trace"), std::string::npos) << dense_plan.err;
 }
 
 }  // namespace

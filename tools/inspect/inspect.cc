@@ -50,7 +50,9 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     const char* layout_name = p.layout() == format::PackLayout::kColumns ? format::kPackLayoutColumns
                               : p.layout() == format::PackLayout::kSparseColumns
                                   ? format::kPackLayoutSparseColumns
-                              : p.layout() == format::PackLayout::kExperts ? format::kPackLayoutExperts
+                              : p.layout() == format::PackLayout::kExperts
+                                  ? (p.expert_columns() ? format::kPackLayoutExpertColumns
+                                                        : format::kPackLayoutExperts)
                                                                             : format::kPackLayout;
     j["pack"] = {{"version", format::kPackVersion},
                  {"layout", layout_name},
@@ -80,7 +82,9 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
   const char* layout_name = p.layout() == format::PackLayout::kColumns ? format::kPackLayoutColumns
                             : p.layout() == format::PackLayout::kSparseColumns
                                 ? format::kPackLayoutSparseColumns
-                            : p.layout() == format::PackLayout::kExperts ? format::kPackLayoutExperts
+                            : p.layout() == format::PackLayout::kExperts
+                                  ? (p.expert_columns() ? format::kPackLayoutExpertColumns
+                                                        : format::kPackLayoutExperts)
                                                                           : format::kPackLayout;
   std::printf("\nlayout:     %s; layer groups of up to %d layers", layout_name, p.group_size());
   if (columns) std::printf("; ffn_down^T %s", p.down_t().c_str());
@@ -97,6 +101,12 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
                 DTypeName(g.expert_type[0]), static_cast<unsigned long long>(g.expert_part[0]),
                 DTypeName(g.expert_type[1]), static_cast<unsigned long long>(g.expert_part[1]),
                 DTypeName(g.expert_type[2]), static_cast<unsigned long long>(g.expert_part[2]));
+    if (g.expert_columns) {
+      std::printf("            channel records: gate^T and up^T rows of each input channel, %s "
+                  "each (%s), then W_down as %lld records (ffn_down^T %s)\n",
+                  FormatBytes(g.channel_bytes).c_str(), DTypeName(g.expert_type[0]),
+                  static_cast<long long>(g.down_records), p.down_t().c_str());
+    }
     if (!g.expert_order.empty()) {
       std::printf("            records ordered by calibration routing counts (weir.pack.expert_order."
                   "<l>), layer 0's first records: experts");

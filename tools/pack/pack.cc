@@ -39,8 +39,15 @@ int PackMain(int argc, char** argv) {
                  "3.7), or "
                  "sparse-columns (columns stored as bitmap + non-zero values: "
                  "for models pruned with `weir prune --mode unstructured`), or experts (a mixture "
-                 "of experts, its default and only layout: one page-aligned record per expert)")
-      ->check(CLI::IsMember({"bundles", "columns", "sparse-columns", "experts"}));
+                 "of experts, its default: one page-aligned record per expert, read and cached "
+                 "whole), or experts-columns (a mixture of experts for --sparsity dip|dip-ca|glu "
+                 "inside streamed experts: each expert's gate and up stored as channel records, "
+                 "gate^T and up^T rows of an input channel together, then W_down; a streamed "
+                 "expert reads only its kept channels' records and W_down, in one compact read, "
+                 "uncached; f32/f16/bf16/q8_0/q4_0 experts, transposes requantized as for "
+                 "columns; docs/moe.md)")
+      ->check(CLI::IsMember({"bundles", "columns", "sparse-columns", "experts",
+                             "experts-columns"}));
   std::string calib;
   app.add_option("--calib", calib,
                  "column layouts: a calibration file (weir calibrate) whose per-channel counts "
@@ -53,8 +60,10 @@ int PackMain(int argc, char** argv) {
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
   options.layout = layout == "columns"          ? format::PackLayout::kColumns
                    : layout == "sparse-columns" ? format::PackLayout::kSparseColumns
-                   : layout == "experts"        ? format::PackLayout::kExperts
-                                                : format::PackLayout::kBundles;
+                   : layout == "experts" || layout == "experts-columns"
+                       ? format::PackLayout::kExperts
+                       : format::PackLayout::kBundles;
+  options.expert_columns = layout == "experts-columns";
   if (!type.empty()) {
     options.type = DTypeFromName(type);
     if (!options.type) {
@@ -71,7 +80,7 @@ int PackMain(int argc, char** argv) {
     if (app.count("--layout") > 0 && options.layout != format::PackLayout::kExperts) {
       return Fail("pack", Status::InvalidArgument(
                               "--layout " + layout + ": " + in +
-                              " is a mixture of experts, packed with --layout experts"));
+                              " is a mixture of experts, packed with --layout experts or experts-columns"));
     }
     options.layout = format::PackLayout::kExperts;
   }
