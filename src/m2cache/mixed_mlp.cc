@@ -113,7 +113,8 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
   if (config.predictor != PredictorKind::kOracle && weights->predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");
   }
-  if (config.predictor == PredictorKind::kTrained && weights->bias.size() != layers) {
+  if (config.predictor == PredictorKind::kTrained && weights->bias.size() != layers &&
+      weights->up_scale.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights hold no trained predictor (predictor=trained:FILE)");
   }
   if (config.predictor == PredictorKind::kLowRankGlu && weights->up_predictors.size() != layers) {
@@ -135,10 +136,10 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
       }
       rank = std::max<int64_t>(rank, p.rank());
     }
-    if (config.predictor == PredictorKind::kTrained &&
-        static_cast<int64_t>(weights->bias[static_cast<size_t>(l)].size()) != ln.d_ff) {
+    const auto& v = weights->bias.empty() ? weights->up_scale : weights->bias;
+    if (config.predictor == PredictorKind::kTrained && static_cast<int64_t>(v[static_cast<size_t>(l)].size()) != ln.d_ff) {
       return Status::InvalidArgument("m2cache: layer " + std::to_string(l) + "'s trained predictor has " +
-                                     std::to_string(weights->bias[static_cast<size_t>(l)].size()) +
+                                     std::to_string(v[static_cast<size_t>(l)].size()) +
                                      " biases, the layer " + std::to_string(ln.d_ff) + " neurons");
     }
     int64_t n_high = std::llround(config.r_high * static_cast<double>(ln.d_ff));
@@ -175,7 +176,8 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
 // score_ = the importance of every neuron of the layer for input x.
 void MixedMlp::Score(int layer, const LayerNeurons& ln, const float* x) {
   const size_t l = static_cast<size_t>(layer);
-  if (config_.predictor == PredictorKind::kLowRank) {
+  // A trained predictor of the gated form is the low-rank score with trained factors and scale.
+  if (config_.predictor == PredictorKind::kLowRank || (config_.predictor == PredictorKind::kTrained && w_->bias.empty())) {
     w_->predictors[l].Score(glu_, x, t_.data(), score_.data(), pool_);
     stats_.bytes_predictor += w_->predictors[l].bytes();
     if (l < w_->up_scale.size() && !w_->up_scale[l].empty()) {
@@ -186,7 +188,7 @@ void MixedMlp::Score(int layer, const LayerNeurons& ln, const float* x) {
     return;
   }
   if (config_.predictor == PredictorKind::kTrained) {
-    TrainedScore(w_->predictors[l], w_->bias[l], x, t_.data(), score_.data(), pool_);
+    TrainedScore(PredictorForm::kLogit, glu_, w_->predictors[l], w_->bias[l], x, t_.data(), score_.data(), pool_);
     stats_.bytes_predictor += w_->predictors[l].bytes() + w_->bias[l].size() * sizeof(float);
     return;
   }

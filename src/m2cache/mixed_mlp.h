@@ -66,7 +66,8 @@ struct M2Weights {
   // C the input's second moment (‖w_upᵢ‖ without one); kLowRank scores |act(ĝᵢ)| · up_scaleᵢ.
   // Empty = 1 (the plain gate score).
   std::vector<std::vector<float>> up_scale;
-  // Per layer, the trained predictor's bias b [d_ff] (kTrained: predictors hold its U and A).
+  // Per layer, the trained predictor's bias b [d_ff] (kTrained of the logit form: predictors hold
+  // its U and A; the gated form keeps its scale in up_scale and scores as kLowRank does).
   std::vector<std::vector<float>> bias;
   int rank = 0;
   uint64_t predictor_bytes() const;

@@ -56,7 +56,7 @@ std::vector<uint8_t> SerializePredictorFile(const PredictorFile& file) {
   Put<uint32_t>(&out, kVersion);
   Put<uint32_t>(&out, static_cast<uint32_t>(file.layers.size()));
   Put<float>(&out, file.top_fraction);
-  Put<uint32_t>(&out, 0);
+  Put<uint32_t>(&out, static_cast<uint32_t>(file.form));
   Put<uint64_t>(&out, 0);  // the checksum, filled in below
   for (const TrainedLayer& l : file.layers) {
     const TensorView& a = l.factors.a();
@@ -84,18 +84,19 @@ Result<PredictorFile> ParsePredictorFile(std::span<const uint8_t> bytes, const s
   if (std::memcmp(p, kMagic, sizeof(kMagic)) != 0) {
     return corrupt("not a trained predictor file (magic is not WEIRM2P; write one with `weir m2fit`)");
   }
-  const uint32_t version = Get<uint32_t>(p + 8), n_layers = Get<uint32_t>(p + 12), reserved = Get<uint32_t>(p + 20);
+  const uint32_t version = Get<uint32_t>(p + 8), n_layers = Get<uint32_t>(p + 12), form = Get<uint32_t>(p + 20);
   const float top = Get<float>(p + 16);
   if (version != kVersion) {
     return corrupt("version " + std::to_string(version) + ", this build reads version " + std::to_string(kVersion));
   }
   if (n_layers < 1 || n_layers > kMaxLayers) return corrupt("n_layers " + std::to_string(n_layers) + " is not 1 to 65536");
   if (!(top > 0 && top < 1)) return corrupt("top_fraction " + std::to_string(top) + " is not in (0, 1)");
-  if (reserved != 0) return corrupt("reserved header field is " + std::to_string(reserved) + ", not 0");
+  if (form > 1) return corrupt("form " + std::to_string(form) + " is neither 0 (logit) nor 1 (gated)");
   const uint64_t want = Get<uint64_t>(p + 24);
   const uint64_t got = Fnv1a64(p + kHeaderBytes, bytes.size() - kHeaderBytes);
   PredictorFile out;
   out.top_fraction = top;
+  out.form = static_cast<PredictorForm>(form);
   size_t pos = kHeaderBytes;
   for (uint32_t l = 0; l < n_layers; ++l) {
     const std::string at = "layer " + std::to_string(l) + " (offset " + std::to_string(pos) + ")";
@@ -126,7 +127,7 @@ Result<PredictorFile> ParsePredictorFile(std::span<const uint8_t> bytes, const s
     layer.bias.resize(d_ff);
     std::memcpy(layer.bias.data(), b, b_bytes);
     for (float v : layer.bias) {
-      if (!std::isfinite(v)) return corrupt(at + ": a bias value is not finite");
+      if (!std::isfinite(v)) return corrupt(at + ": a bias or scale value is not finite");
     }
     WEIR_ASSIGN_OR_RETURN(layer.factors, LowRankPredictor::FromFactors(rank, d_model, d_ff, {a, a_bytes}, {u, u_bytes}));
     out.layers.push_back(std::move(layer));

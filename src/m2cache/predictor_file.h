@@ -5,13 +5,14 @@
 //          8   u32      version, 1
 //         12   u32      n_layers, 1 .. 65536
 //         16   f32      top_fraction the labels marked (0 < f < 1; what the logits were trained for)
-//         20   u32      reserved, 0
+//         20   u32      form: 0 = logit (score = U(A x) + v), 1 = gated (score = v ⊙ |act(U(A x))|)
+//                       (trained_predictor.h's PredictorForm)
 //         24   u64      FNV-1a (64-bit) of every byte from offset 32 to the end
 //         32   per layer, back to back:
 //                u32 d_model, u32 d_ff, u32 rank   each 1 .. 2^24, rank <= min(d_model, d_ff)
 //                u32 reserved, 0
 //                F16 A [rank, d_model] row-major, F16 U [d_ff, rank] row-major (finite values)
-//                F32 b [d_ff] (finite values)
+//                F32 v [d_ff] (finite values): the bias (logit) or the scale (gated)
 //   and nothing after the last layer.
 // Every field is checked before use (sizes with overflow-safe arithmetic against what is left of
 // the file); a bad file gives a Status that names the file, the field and the values.
@@ -30,6 +31,7 @@
 namespace weir::m2cache {
 
 struct PredictorFile {
+  PredictorForm form = PredictorForm::kGated;
   float top_fraction = 0.5f;
   std::vector<TrainedLayer> layers;
 };

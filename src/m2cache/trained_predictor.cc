@@ -44,15 +44,41 @@ void Axpy(float alpha, const float* x, float* y, int64_t n) {
 }
 
 // The predictor in F32 while it trains.
+// act(g) and its derivative, in double (the reference formulas of kernels/ops.h's GLUs).
+double Act(kernels::Glu glu, double g, double* slope) {
+  if (glu == kernels::Glu::kGeluTanh) {
+    const double k = 0.7978845608028654, c = 0.044715;
+    const double th = std::tanh(k * (g + c * g * g * g));
+    *slope = 0.5 * (1 + th) + 0.5 * g * (1 - th * th) * k * (1 + 3 * c * g * g);
+    return 0.5 * g * (1 + th);
+  }
+  const double sig = 1 / (1 + std::exp(-g));
+  *slope = sig * (1 + g * (1 - sig));
+  return g * sig;
+}
+
 struct Params {
+  PredictorForm form = PredictorForm::kGated;
+  kernels::Glu glu = kernels::Glu::kSilu;
   int64_t r = 0, d = 0, f = 0;
   std::vector<float> a;  // [r, d]
   std::vector<float> u;  // [f, r]
-  std::vector<float> b;  // [f]
+  std::vector<float> b;  // [f]: the bias (kLogit) or the scale (kGated)
+  float beta = 0;        // kGated: the loss's offset
 
-  void Forward(const float* x, float* t, float* z) const {
+  // z = the logits; g_hat = U t (kGated's backward needs it).
+  void Forward(const float* x, float* t, float* z, float* g_hat = nullptr) const {
     for (int64_t i = 0; i < r; ++i) t[i] = Dot(&a[static_cast<size_t>(i * d)], x, d);
-    for (int64_t j = 0; j < f; ++j) z[j] = b[static_cast<size_t>(j)] + Dot(&u[static_cast<size_t>(j * r)], t, r);
+    for (int64_t j = 0; j < f; ++j) {
+      const float g = Dot(&u[static_cast<size_t>(j * r)], t, r);
+      if (g_hat) g_hat[j] = g;
+      if (form == PredictorForm::kGated) {
+        double slope;
+        z[j] = static_cast<float>(b[static_cast<size_t>(j)] * std::fabs(Act(glu, g, &slope)) + beta);
+      } else {
+        z[j] = b[static_cast<size_t>(j)] + g;
+      }
+    }
   }
 };
 
@@ -77,8 +103,13 @@ double Recall(std::span<const float> score, const uint8_t* y, int64_t k, std::ve
 
 }  // namespace
 
-void TrainedScore(const LowRankPredictor& factors, std::span<const float> bias, const float* x, float* t, float* score,
-                  ThreadPool* pool) {
+void TrainedScore(PredictorForm form, kernels::Glu glu, const LowRankPredictor& factors, std::span<const float> bias,
+                  const float* x, float* t, float* score, ThreadPool* pool) {
+  if (form == PredictorForm::kGated) {
+    factors.Score(glu, x, t, score, pool);
+    for (size_t i = 0; i < bias.size(); ++i) score[i] *= bias[i];
+    return;
+  }
   factors.PredictGate(x, t, score, pool);
   for (size_t i = 0; i < bias.size(); ++i) score[i] += bias[i];
 }
@@ -159,13 +190,33 @@ Result<TrainedLayer> TrainPredictor(const TensorView& gate, const TensorView& up
     rep.lowrank_recall = sum / static_cast<double>(n_hold);
   }
   Params p;
+  p.form = options.form;
+  p.glu = glu;
   p.r = r, p.d = d, p.f = f;
   p.a.resize(static_cast<size_t>(r * d));
   p.u.resize(static_cast<size_t>(f * r));
   p.b.assign(static_cast<size_t>(f), static_cast<float>(std::log(options.top_fraction / (1 - options.top_fraction))));
   for (int64_t i = 0; i < r; ++i) DequantizeRow(init.a(), i, &p.a[static_cast<size_t>(i * d)]);
   for (int64_t j = 0; j < f; ++j) DequantizeRow(init.u(), j, &p.u[static_cast<size_t>(j * r)]);
-  {
+  if (options.form == PredictorForm::kGated) {
+    // s = c · up_scale, c = 1 / rms(|act(ĝ)| · up_scale); β = logit(f) − the mean of the scores.
+    double sq = 0, sum = 0;
+    for (int64_t s = 0; s < n_train; ++s) {
+      init.Score(glu, &x[static_cast<size_t>(s * d)], t.data(), z.data(), nullptr);
+      for (int64_t j = 0; j < f; ++j) {
+        const double v = z[static_cast<size_t>(j)] * (up_scale.empty() ? 1.0f : up_scale[static_cast<size_t>(j)]);
+        sq += v * v;
+        sum += v;
+      }
+    }
+    const double cnt = static_cast<double>(n_train * f);
+    const double rms = std::sqrt(sq / cnt);
+    const double c = rms > 0 && std::isfinite(rms) ? 1.0 / rms : 1.0;
+    for (int64_t j = 0; j < f; ++j) {
+      p.b[static_cast<size_t>(j)] = static_cast<float>(c * (up_scale.empty() ? 1.0f : up_scale[static_cast<size_t>(j)]));
+    }
+    p.beta = static_cast<float>(std::log(options.top_fraction / (1 - options.top_fraction)) - c * sum / cnt);
+  } else {
     // c = 1 / rms(ĝ · s) over the training samples: a unit spread for the logits.
     double sq = 0;
     for (int64_t s = 0; s < n_train; ++s) {
@@ -210,7 +261,8 @@ Result<TrainedLayer> TrainPredictor(const TensorView& gate, const TensorView& up
   std::vector<int64_t> perm(static_cast<size_t>(n_train));
   std::iota(perm.begin(), perm.end(), 0);
   Rng rng(options.seed);
-  std::vector<float> dz(static_cast<size_t>(f));
+  std::vector<float> dz(static_cast<size_t>(f)), g_hat(static_cast<size_t>(f));
+  float g_beta = 0, m_beta = 0, v_beta = 0;
   auto adam = [&](std::vector<float>& w, const std::vector<float>& grad, std::vector<float>& m, std::vector<float>& v,
                   double lr, double c1, double c2) {
     for (size_t i = 0; i < w.size(); ++i) {
@@ -230,19 +282,29 @@ Result<TrainedLayer> TrainPredictor(const TensorView& gate, const TensorView& up
       std::fill(ga.begin(), ga.end(), 0.0f);
       std::fill(gu.begin(), gu.end(), 0.0f);
       std::fill(gb.begin(), gb.end(), 0.0f);
+      g_beta = 0;
       for (int64_t q = begin; q < end; ++q) {
         const int64_t s = perm[static_cast<size_t>(q)];
         const float* xs = &x[static_cast<size_t>(s * d)];
         const uint8_t* ys = &labels[static_cast<size_t>(s * f)];
-        p.Forward(xs, t.data(), z.data());
+        p.Forward(xs, t.data(), z.data(), g_hat.data());
         epoch_loss += LogisticLoss(z.data(), ys, f);
         // d loss / d z_j = σ(z_j) − y_j (per sample; the batch mean via inv).
         std::fill(dt.begin(), dt.end(), 0.0f);
         for (int64_t j = 0; j < f; ++j) {
           const float sig = 1.0f / (1.0f + std::exp(-z[static_cast<size_t>(j)]));
-          const float dzj = (sig - static_cast<float>(ys[j])) * inv;
+          float dzj = (sig - static_cast<float>(ys[j])) * inv;
+          if (p.form == PredictorForm::kGated) {
+            // z = s |act(ĝ)| + β: ds = dz |act|, dβ = dz, dĝ = dz s sign(act) act'.
+            double slope;
+            const double act = Act(glu, g_hat[static_cast<size_t>(j)], &slope);
+            gb[static_cast<size_t>(j)] += static_cast<float>(dzj * std::fabs(act));
+            g_beta += dzj;
+            dzj = static_cast<float>(dzj * p.b[static_cast<size_t>(j)] * (act < 0 ? -slope : slope));
+          } else {
+            gb[static_cast<size_t>(j)] += dzj;
+          }
           dz[static_cast<size_t>(j)] = dzj;
-          gb[static_cast<size_t>(j)] += dzj;
           Axpy(dzj, &p.u[static_cast<size_t>(j * r)], dt.data(), r);   // dt = Uᵀ dz
           Axpy(dzj, t.data(), &gu[static_cast<size_t>(j * r)], r);     // dU += dz tᵀ
         }
@@ -254,6 +316,11 @@ Result<TrainedLayer> TrainPredictor(const TensorView& gate, const TensorView& up
       adam(p.a, ga, ma, va, lr, c1, c2);
       adam(p.u, gu, mu, vu, lr, c1, c2);
       adam(p.b, gb, mb, vb, lr, c1, c2);
+      if (p.form == PredictorForm::kGated) {
+        m_beta = static_cast<float>(beta1 * m_beta + (1 - beta1) * g_beta);
+        v_beta = static_cast<float>(beta2 * v_beta + (1 - beta2) * static_cast<double>(g_beta) * g_beta);
+        p.beta -= static_cast<float>(lr * (m_beta / c1) / (std::sqrt(v_beta / c2) + eps));
+      }
     }
     er.epoch = epoch;
     er.train_loss = epoch_loss / static_cast<double>(n_train * f);
@@ -272,7 +339,10 @@ Result<TrainedLayer> TrainPredictor(const TensorView& gate, const TensorView& up
   {  // The numbers of what will run: F16 factors.
     double l = 0, rc = 0;
     for (int64_t s = 0; s < n_hold; ++s) {
-      TrainedScore(out.factors, out.bias, xs_hold + s * d, t.data(), z.data(), nullptr);
+      TrainedScore(options.form, glu, out.factors, out.bias, xs_hold + s * d, t.data(), z.data(), nullptr);
+      if (options.form == PredictorForm::kGated) {
+        for (float& v : z) v += best.beta;
+      }
       l += LogisticLoss(z.data(), y_hold + s * f, f);
       rc += Recall(z, y_hold + s * f, k, &order, &top, &none);
     }

@@ -113,16 +113,20 @@ Result<std::unique_ptr<m2cache::M2Weights>> BuildM2Weights(const Model& model, c
       }
       weights->rank = std::max(weights->rank, t.factors.rank());
       weights->predictors.push_back(std::move(t.factors));
-      weights->bias.push_back(std::move(t.bias));
+      // The gated form scores as the low-rank predictor does, with its scale as the up scale.
+      (file.form == m2cache::PredictorForm::kGated ? weights->up_scale : weights->bias).push_back(std::move(t.bias));
     }
   }
   return weights;
 }
 
 Result<std::vector<std::vector<float>>> RecordMlpInputs(const Model& model, std::span<const int32_t> tokens,
-                                                        ThreadPool* pool) {
+                                                        ThreadPool* pool, const m2cache::M2Weights* m2,
+                                                        const m2cache::MixConfig& config) {
   const auto& c = model.config();
   SessionOptions so;
+  so.m2cache = m2;
+  so.m2cache_config = config;
   so.ctx = std::max(1, std::min<int>(512, static_cast<int>(tokens.size())));
   so.n_batch = std::min(so.ctx, 64);
   WEIR_ASSIGN_OR_RETURN(auto session, Session::Create(model, pool, so));

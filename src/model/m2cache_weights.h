@@ -32,8 +32,10 @@ Result<std::vector<std::vector<double>>> MlpInputSecondMoments(const Model& mode
                                                                ThreadPool* pool);
 
 // Every layer's MLP input over `tokens` (a dense run, chunks of up to 512 tokens), in token order:
-// [n_layers][n_tokens · d_model]: the samples `weir m2fit` trains on.
+// [n_layers][n_tokens · d_model]: the samples `weir m2fit` trains on. With `m2` the model runs its
+// MLPs M2Cache's way (`config`), so that each layer sees the inputs a sparse run gives it.
 Result<std::vector<std::vector<float>>> RecordMlpInputs(const Model& model, std::span<const int32_t> tokens,
-                                                        ThreadPool* pool);
+                                                        ThreadPool* pool, const m2cache::M2Weights* m2 = nullptr,
+                                                        const m2cache::MixConfig& config = {});
 
 }  // namespace weir::model

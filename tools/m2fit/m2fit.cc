@@ -19,7 +19,7 @@ namespace weir::tools {
 
 int M2fitMain(int argc, char** argv) {
   CLI::App app("Train M2Cache's neuron predictors (one per MLP layer, the cost of a rank-R low-rank one:\n"
-               "t = A x, score = U t + b) on the MLP inputs of a calibration text, starting from the\n"
+               "score = s * |act(U A x)| or U A x + b) on the MLP inputs of a calibration text, starting from the\n"
                "calibrated low-rank predictor, with Adam on a logistic loss whose labels mark each\n"
                "token's true top TOP fraction of neurons by |act(gate) * up|. Layers train in parallel;\n"
                "a seed gives the same file on every run.\n"
@@ -46,7 +46,18 @@ int M2fitMain(int argc, char** argv) {
   app.add_option("--holdout", to.holdout, "the last share of the samples, held out to pick the epoch (default 0.125)")
       ->check(CLI::Range(0.01, 0.9));
   app.add_option("--seed", to.seed, "the shuffling seed (default 1; layer l uses seed + l)");
+  std::string form = "gated";
+  app.add_option("--form", form,
+                 "gated (default): score = s * |act(U A x)|, the low-rank predictor's own score with A, U and s "
+                 "trained; logit: score = U A x + b, a linear logit (both read the same bytes)")
+      ->check(CLI::IsMember({"gated", "logit"}));
+  std::string inputs_from = "sparse";
+  app.add_option("--inputs", inputs_from,
+                 "sparse (default): record each layer's inputs from a run whose MLPs are M2Cache's with the starting "
+                 "low-rank predictor at high=0,low=TOP, the inputs a sparse run sees; dense: from the model as loaded")
+      ->check(CLI::IsMember({"sparse", "dense"}));
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
+  to.form = form == "logit" ? m2cache::PredictorForm::kLogit : m2cache::PredictorForm::kGated;
   if (out == mf.model) return Fail("m2fit", Status::InvalidArgument("-o " + out + " is the model file"));
 
   ThreadPool pool(ThreadCount(mf));
@@ -65,20 +76,26 @@ int M2fitMain(int argc, char** argv) {
   // `--m2cache calib=TEXT` fits it), with its up scale.
   auto spec = m2cache::ParseMixConfig("rank=" + std::to_string(rank));
   if (!spec.ok()) return Fail("m2fit", spec.status());
-  std::fprintf(stderr, "m2fit: %s, %zu tokens of %s, rank %d, top %.3g, %d epochs, batch %d, lr %g, seed %llu\n",
-               model.file().path.c_str(), ids->size(), calib.c_str(), rank, to.top_fraction, to.epochs, to.batch,
+  std::fprintf(stderr, "m2fit: %s, %zu tokens of %s, %s form, rank %d, top %.3g, %d epochs, batch %d, lr %g, seed %llu\n",
+               model.file().path.c_str(), ids->size(), calib.c_str(), form.c_str(), rank, to.top_fraction, to.epochs, to.batch,
                to.learning_rate, static_cast<unsigned long long>(to.seed));
   const std::span<const int32_t> fit_ids(ids->data(), std::min<size_t>(ids->size(), 2048));
   auto init = model::BuildM2Weights(model, *spec, &pool, nullptr, fit_ids);
   if (!init.ok()) return Fail("m2fit", init.status());
-  std::fprintf(stderr, "m2fit: fitted the starting low-rank predictors; recording the MLP inputs\n");
-  auto inputs = model::RecordMlpInputs(model, *ids, &pool);
+  std::fprintf(stderr, "m2fit: fitted the starting low-rank predictors; recording the MLP inputs (%s)\n",
+               inputs_from.c_str());
+  m2cache::MixConfig run = *spec;
+  run.r_high = 0;
+  run.r_low = to.top_fraction;
+  run.cache_units = false;
+  auto inputs = model::RecordMlpInputs(model, *ids, &pool, inputs_from == "sparse" ? init->get() : nullptr, run);
   if (!inputs.ok()) return Fail("m2fit", inputs.status());
 
   const kernels::Glu glu = model.config().arch->activation == format::Activation::kGeluTanh ? kernels::Glu::kGeluTanh
                                                                                               : kernels::Glu::kSilu;
   m2cache::PredictorFile file;
   file.top_fraction = static_cast<float>(to.top_fraction);
+  file.form = to.form;
   file.layers.resize(static_cast<size_t>(layers));
   std::vector<m2cache::TrainReport> reports(static_cast<size_t>(layers));
   std::vector<Status> errors(static_cast<size_t>(layers));
