@@ -60,8 +60,11 @@ Result<MixConfig> ParseMixConfig(const std::string& spec) {
         c.predictor = PredictorKind::kLowRankGlu;
       } else if (value == "oracle") {
         c.predictor = PredictorKind::kOracle;
+      } else if (value.rfind("trained:", 0) == 0 && value.size() > 8) {
+        c.predictor = PredictorKind::kTrained;
+        c.predictor_file = value.substr(8);
       } else {
-        return bad(part, "must be lowrank, glu or oracle");
+        return bad(part, "must be lowrank, glu, oracle or trained:FILE");
       }
     } else if (key == "units") {
       if (!ParseOnOff(value, &c.cache_units)) return bad(part, "must be on or off");

@@ -8,6 +8,7 @@
 //   predictor=lowrank|glu|oracle   lowrank: |act(ĝ)| from the low-rank gate; glu: |act(ĝ) · û|
 //              from low-rank gate and up (twice the bytes); oracle: the true top set from a
 //              dense pass (an upper bound; it reads every neuron, so it saves no bytes)
+//   predictor=trained:FILE   the logits of a predictor trained by `weir m2fit` (predictor_file.h)
 //   units=on|off   compute from the per-layer ATU cache units (on) or straight from the store
 //   tier=dram|cuda the top tier holding the units: dram (the CPU engine, default) or cuda (GPU
 //              memory and CUDA kernels; needs a build with -DWEIR_CUDA=ON and a GPU)

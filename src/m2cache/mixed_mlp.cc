@@ -7,6 +7,7 @@
 #include "kernels/gather.h"
 #include "kernels/matvec.h"
 #include "m2cache/precision_split.h"
+#include "m2cache/trained_predictor.h"
 #include "tensor/quantize.h"
 
 namespace weir::m2cache {
@@ -20,6 +21,10 @@ std::string MixConfig::ToString() const {
                     : ((predictor == PredictorKind::kLowRankGlu ? "predictor=glu,rank=" : "rank=") + std::to_string(rank)).c_str(),
                 cache_units ? "" : ",units=off");
   std::string s = buf;
+  if (predictor == PredictorKind::kTrained) {
+    const size_t at = s.find(",rank=");
+    s = s.substr(0, at) + ",predictor=trained:" + predictor_file + (cache_units ? "" : ",units=off");
+  }
   if (cache_units && tier != "dram") s += ",tier=" + tier;
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
@@ -59,6 +64,7 @@ uint64_t M2Weights::predictor_bytes() const {
   for (const auto& p : predictors) b += p.bytes();
   for (const auto& p : up_predictors) b += p.bytes();
   for (const auto& s : up_scale) b += s.size() * sizeof(float);
+  for (const auto& s : bias) b += s.size() * sizeof(float);
   return b;
 }
 
@@ -107,6 +113,10 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
   if (config.predictor != PredictorKind::kOracle && weights->predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without a low-rank predictor");
   }
+  if (config.predictor == PredictorKind::kTrained && weights->bias.size() != layers &&
+      weights->up_scale.size() != layers) {
+    return Status::InvalidArgument("m2cache: the weights hold no trained predictor (predictor=trained:FILE)");
+  }
   if (config.predictor == PredictorKind::kLowRankGlu && weights->up_predictors.size() != layers) {
     return Status::InvalidArgument("m2cache: the weights were built without the up projection's predictor");
   }
@@ -125,6 +135,12 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
                                        std::to_string(ln.d_model) + "]");
       }
       rank = std::max<int64_t>(rank, p.rank());
+    }
+    const auto& v = weights->bias.empty() ? weights->up_scale : weights->bias;
+    if (config.predictor == PredictorKind::kTrained && static_cast<int64_t>(v[static_cast<size_t>(l)].size()) != ln.d_ff) {
+      return Status::InvalidArgument("m2cache: layer " + std::to_string(l) + "'s trained predictor has " +
+                                     std::to_string(v[static_cast<size_t>(l)].size()) +
+                                     " biases, the layer " + std::to_string(ln.d_ff) + " neurons");
     }
     int64_t n_high = std::llround(config.r_high * static_cast<double>(ln.d_ff));
     int64_t n_low = std::llround(config.r_low * static_cast<double>(ln.d_ff));
@@ -160,7 +176,8 @@ Result<std::unique_ptr<MixedMlp>> MixedMlp::Create(const M2Weights* weights, con
 // score_ = the importance of every neuron of the layer for input x.
 void MixedMlp::Score(int layer, const LayerNeurons& ln, const float* x) {
   const size_t l = static_cast<size_t>(layer);
-  if (config_.predictor == PredictorKind::kLowRank) {
+  // A trained predictor of the gated form is the low-rank score with trained factors and scale.
+  if (config_.predictor == PredictorKind::kLowRank || (config_.predictor == PredictorKind::kTrained && w_->bias.empty())) {
     w_->predictors[l].Score(glu_, x, t_.data(), score_.data(), pool_);
     stats_.bytes_predictor += w_->predictors[l].bytes();
     if (l < w_->up_scale.size() && !w_->up_scale[l].empty()) {
@@ -168,6 +185,11 @@ void MixedMlp::Score(int layer, const LayerNeurons& ln, const float* x) {
       for (int64_t i = 0; i < ln.d_ff; ++i) score_[static_cast<size_t>(i)] *= s[i];
       stats_.bytes_predictor += static_cast<uint64_t>(ln.d_ff) * sizeof(float);
     }
+    return;
+  }
+  if (config_.predictor == PredictorKind::kTrained) {
+    TrainedScore(PredictorForm::kLogit, glu_, w_->predictors[l], w_->bias[l], x, t_.data(), score_.data(), pool_);
+    stats_.bytes_predictor += w_->predictors[l].bytes() + w_->bias[l].size() * sizeof(float);
     return;
   }
   if (config_.predictor == PredictorKind::kLowRankGlu) {

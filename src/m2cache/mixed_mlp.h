@@ -39,8 +39,10 @@
 namespace weir::m2cache {
 
 // kLowRank: score = |act(ĝ)| from a low-rank gate; kLowRankGlu: score = |act(ĝ) · û| from
-// low-rank gate and up (twice the predictor bytes); kOracle: the true |act(g) · u| (dense).
-enum class PredictorKind { kLowRank, kLowRankGlu, kOracle };
+// low-rank gate and up (twice the predictor bytes); kOracle: the true |act(g) · u| (dense);
+// kTrained: the logits U(A x) + b of a predictor trained offline (trained_predictor.h), read from
+// a `weir m2fit` file (predictor_file.h).
+enum class PredictorKind { kLowRank, kLowRankGlu, kOracle, kTrained };
 
 // What a run asks for; parsed from `--m2cache` (mix_config.h).
 struct MixConfig {
@@ -49,6 +51,7 @@ struct MixConfig {
   StoreTypes types;     // the two precisions (Q8_0 and Q4_0 by default)
   int rank = 64;        // the low-rank predictor's rank
   PredictorKind predictor = PredictorKind::kLowRank;
+  std::string predictor_file;   // kTrained: the `weir m2fit` file
   bool cache_units = true;      // compute from per-layer ATU cache units in the top tier
   std::string tier = "dram";    // where the units live: dram (CPU engine) or cuda
   bool measure_recall = false;  // also compute the true top set (dense) to count the recall
@@ -63,6 +66,9 @@ struct M2Weights {
   // C the input's second moment (‖w_upᵢ‖ without one); kLowRank scores |act(ĝᵢ)| · up_scaleᵢ.
   // Empty = 1 (the plain gate score).
   std::vector<std::vector<float>> up_scale;
+  // Per layer, the trained predictor's bias b [d_ff] (kTrained of the logit form: predictors hold
+  // its U and A; the gated form keeps its scale in up_scale and scores as kLowRank does).
+  std::vector<std::vector<float>> bias;
   int rank = 0;
   uint64_t predictor_bytes() const;
   // Builds the store and (rank > 0) the gate predictors, and with `up` those of W_up too;

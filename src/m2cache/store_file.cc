@@ -286,6 +286,10 @@ Status WriteStoreFile(const M2Weights& w, const std::string& path, const std::fu
     return Status::InvalidArgument(path + ": a plan's ratios must be fractions with r_high + r_low <= 1");
   }
   if (w.store == nullptr) return Status::InvalidArgument(path + ": the M2Cache weights hold no neuron store to write");
+  if (!w.bias.empty()) {
+    return Status::Unsupported(path + ": a store file does not hold a trained predictor (write the store with the "
+                               "lowrank predictor; runs of it cannot use predictor=trained yet)");
+  }
   const std::string tmp = path + ".tmp." + std::to_string(::getpid());
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) return Status::IoError(tmp + ": cannot create: " + std::strerror(errno));

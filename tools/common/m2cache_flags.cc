@@ -16,7 +16,7 @@ namespace weir::tools {
 void AddM2CacheFlags(CLI::App& app, M2CacheFlags* flags) {
   app.add_option("--m2cache", flags->spec,
                  "M2Cache's dynamic sparse mixed-precision MLP (docs/m2cache.md): "
-                 "high=F,low=F[,hi=TYPE,lo=TYPE,rank=R,predictor=lowrank|glu|oracle,units=on|off,"
+                 "high=F,low=F[,hi=TYPE,lo=TYPE,rank=R,predictor=lowrank|glu|oracle|trained:FILE,units=on|off,"
                  "tier=dram|cuda,recall=on|off,calib=TEXT] or plan=FILE from `weir m2search` (default "
                  "types q8_0/q4_0, rank 64; calib=TEXT fits the predictors to the MLP inputs of its "
                  "first 2048 tokens); store=FILE streams the neuron store from a file written by "

@@ -66,8 +66,11 @@ int M2searchMain(int argc, char** argv) {
       ->check(CLI::Range(0.0, 1.0));
   app.add_option("--step", step, "the search step s of r_high (default 0.05)")->check(CLI::Range(0.001, 1.0));
   app.add_option("--rank", rank, "the low-rank predictor's rank (default 64)")->check(CLI::Range(1, 4096));
-  app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default), glu (|act(gate) * up|, twice the bytes) or oracle (the true top neurons from a dense pass: isolates the precision mix from the predictor)")
-      ->check(CLI::IsMember({"lowrank", "glu", "oracle"}));
+  app.add_option("--predictor", predictor, "lowrank (|act(gate)|, default), glu (|act(gate) * up|, twice the bytes), oracle (the true top neurons from a dense pass: isolates the precision mix from the predictor) or trained:FILE (a `weir m2fit` file; --rank and --calib do not apply)")
+      ->check([](const std::string& v) -> std::string {
+        if (v == "lowrank" || v == "glu" || v == "oracle" || (v.rfind("trained:", 0) == 0 && v.size() > 8)) return "";
+        return "must be lowrank, glu, oracle or trained:FILE";
+      });
   app.add_option("--calib", calib, "fit the predictors to the MLP inputs of this text (its first --calib-tokens tokens; "
                  "use a text other than -f)");
   app.add_option("--calib-tokens", calib_tokens, "tokens of --calib (default 2048)")->check(CLI::Range(1, 1 << 24));
