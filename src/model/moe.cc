@@ -152,6 +152,22 @@ Status MoeMlp::set_sparsity(sparsity::SparsityPolicy* policy) {
 }
 
 // y = expert(x) for one token under policy_ (see set_sparsity). gate_/up_ hold g and u.
+// The down product of an expert after the policy's SelectDown: h (g) with the unselected units
+// zeroed (u is scratch), times W_down, whose bytes are counted in the share of the units kept
+// (a channel-record expert reads W_down whole either way; the count is the dense rule's).
+void MoeMlp::DownProduct(const ExpertWeights& w, int d_ff, float* g, float* u, float* y,
+                         ThreadPool* pool, uint64_t* bytes) const {
+  if (!sel_down_.all()) {
+    std::memcpy(u, g, sizeof(float) * static_cast<size_t>(d_ff));
+    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
+    for (int32_t i : sel_down_.indices()) g[i] = u[i];
+  }
+  kernels::MatVec(w.w_down, g, y, pool);
+  const double down_share =
+      sel_down_.all() ? 1.0 : static_cast<double>(sel_down_.indices().size()) / d_ff;
+  *bytes += static_cast<uint64_t>(down_share * static_cast<double>(w.w_down.nbytes()));
+}
+
 Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, float* y,
                             ThreadPool* pool, uint64_t* bytes) {
   using sparsity::Site;
@@ -231,16 +247,7 @@ Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, f
   if (observer) observer->OnInput(layer, Site::kMlpDown, g, d_ff);
   policy_->SelectDown(layer, std::span<const float>(g, static_cast<size_t>(d_ff)), sel_units_,
                       nullptr, &sel_down_);
-  // Down columns: h with the unselected units zeroed.
-  if (!sel_down_.all()) {
-    std::memcpy(u, g, sizeof(float) * static_cast<size_t>(d_ff));
-    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
-    for (int32_t i : sel_down_.indices()) g[i] = u[i];
-  }
-  kernels::MatVec(w.w_down, g, y, pool);
-  const double down_share =
-      sel_down_.all() ? 1.0 : static_cast<double>(sel_down_.indices().size()) / d_ff;
-  *bytes += static_cast<uint64_t>(down_share * static_cast<double>(w.w_down.nbytes()));
+  DownProduct(w, d_ff, g, u, y, pool, bytes);
   return Status::Ok();
 }
 
@@ -348,16 +355,7 @@ Status MoeMlp::ChannelExpert(int layer, const ExpertWeights& w, const float* x, 
   } else {
     sel_down_.SetAll(d_ff);
   }
-  // Down columns: h with the unselected units zeroed (W_down is read whole either way).
-  if (!sel_down_.all()) {
-    std::memcpy(u, g, sizeof(float) * static_cast<size_t>(d_ff));
-    std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
-    for (int32_t i : sel_down_.indices()) g[i] = u[i];
-  }
-  kernels::MatVec(w.w_down, g, y, pool);
-  const double down_share =
-      sel_down_.all() ? 1.0 : static_cast<double>(sel_down_.indices().size()) / d_ff;
-  *bytes += static_cast<uint64_t>(down_share * static_cast<double>(w.w_down.nbytes()));
+  DownProduct(w, d_ff, g, u, y, pool, bytes);
   return Status::Ok();
 }
 

@@ -233,6 +233,10 @@ class MoeMlp {
   // Every (token, chosen expert) of the step over channel records (Forward's loop for them).
   Status ForwardChannels(int layer, const float* x, float* y, ExpertSource* experts,
                          ThreadPool* pool, uint64_t* bytes);
+  // y = W_down h for h = g with the units SelectDown left out zeroed (u: scratch); adds the
+  // bytes of the kept units' share of W_down to *bytes. Both sparse expert paths end here.
+  void DownProduct(const ExpertWeights& w, int d_ff, float* g, float* u, float* y, ThreadPool* pool,
+                   uint64_t* bytes) const;
   std::vector<int32_t> idx_gate_, idx_up_;  // [d_model] rows of the kept channels' records
   std::vector<int32_t> all_channels_;       // [d_model] 0, 1, ... (every channel kept)
   AlignedBuffer rows_x_;                    // [2 * d_model] their coefficients, by row
