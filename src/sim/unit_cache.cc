@@ -197,6 +197,21 @@ Result<CachePolicy> ParseCachePolicy(const std::string& text) {
                 text.c_str()));
 }
 
+Result<std::vector<CachePolicy>> ParseCachePolicyList(const std::string& text) {
+  std::vector<CachePolicy> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const size_t comma = std::min(text.find(',', start), text.size());
+    if (comma > start) {
+      WEIR_ASSIGN_OR_RETURN(CachePolicy p, ParseCachePolicy(text.substr(start, comma - start)));
+      out.push_back(p);
+    }
+    start = comma + 1;
+  }
+  if (out.empty()) return Status::InvalidArgument("--policy is empty");
+  return out;
+}
+
 const char* CachePolicyName(CachePolicy p) {
   switch (p) {
     case CachePolicy::kLru:

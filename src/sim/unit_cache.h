@@ -31,6 +31,8 @@ namespace weir::sim {
 
 enum class CachePolicy { kLru, kLfu, kBelady, kStatic };
 Result<CachePolicy> ParseCachePolicy(const std::string& text);  // lru|lfu|belady|static|none
+// A comma-separated list of them ("lfu,lru"), in order; an empty list is an error.
+Result<std::vector<CachePolicy>> ParseCachePolicyList(const std::string& text);
 const char* CachePolicyName(CachePolicy policy);
 
 // For each unit, the tokens it is active in (a unit-major bitset), answering "next use after t".

@@ -199,5 +199,16 @@ TEST(UnitCacheTest, ParsePolicy) {
   EXPECT_FALSE(ParseCachePolicy("fifo").ok());
 }
 
+TEST(UnitCacheTest, ParsePolicyList) {
+  auto l = ParseCachePolicyList("lfu,lru,belady");
+  ASSERT_TRUE(l.ok()) << l.status().ToString();
+  EXPECT_EQ(*l, (std::vector<CachePolicy>{CachePolicy::kLfu, CachePolicy::kLru,
+                                          CachePolicy::kBelady}));
+  EXPECT_EQ(*ParseCachePolicyList("lru"), std::vector<CachePolicy>{CachePolicy::kLru});
+  EXPECT_FALSE(ParseCachePolicyList("lru,fifo").ok());
+  EXPECT_FALSE(ParseCachePolicyList("").ok());
+  EXPECT_FALSE(ParseCachePolicyList(",").ok());
+}
+
 }  // namespace
 }  // namespace weir::sim

@@ -3,7 +3,6 @@
 // mixture of experts, the expert cache and the budget from a routing trace or synthetic routing
 // (sim/expert_planner.h, docs/moe.md "Routing traces in the planner").
 #include <cstdio>
-#include <sstream>
 
 #include "base/units.h"
 #include "common/cli.h"
@@ -34,13 +33,9 @@ int PlanExpertsMain(const SimModel& m, const sim::DeviceProfile& dev, uint64_t m
   o.model_compute = po.model_compute;
   o.warmup_tokens = f.warmup;
   o.slack = f.slack;
-  o.policies.clear();
-  std::stringstream ss(f.policies);
-  for (std::string p; std::getline(ss, p, ',');) {
-    auto pol = sim::ParseCachePolicy(p);
-    if (!pol.ok()) return Fail("plan", pol.status().WithContext("--policy"));
-    o.policies.push_back(*pol);
-  }
+  auto policies = sim::ParseCachePolicyList(f.policies);
+  if (!policies.ok()) return Fail("plan", policies.status());
+  o.policies = std::move(policies).value();
   std::string spec;
   if (!f.trace.empty()) {
     spec = "trace:" + f.trace;

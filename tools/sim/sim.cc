@@ -175,16 +175,9 @@ int SimMain(int argc, char** argv) {
   if (!plot.empty() && sweep->param.empty()) {
     return Fail("sim", Status::InvalidArgument("--plot needs --sweep"));
   }
-  std::vector<sim::CachePolicy> policy_list;
-  {
-    std::stringstream ss(policies);
-    for (std::string p; std::getline(ss, p, ',');) {
-      auto pol = sim::ParseCachePolicy(p);
-      if (!pol.ok()) return Fail("sim", pol.status());
-      policy_list.push_back(*pol);
-    }
-    if (policy_list.empty()) return Fail("sim", Status::InvalidArgument("--policy is empty"));
-  }
+  auto parsed_policies = sim::ParseCachePolicyList(policies);
+  if (!parsed_policies.ok()) return Fail("sim", parsed_policies.status());
+  const std::vector<sim::CachePolicy> policy_list = std::move(parsed_policies).value();
   sim::SimConfig cfg;
   if (!dram_text.empty()) {
     auto b = ParseBytes(dram_text);
