@@ -51,14 +51,15 @@ float FitScale(const float* x) {
     for (int nudge = -8; nudge <= 8; ++nudge) {
       const float level = static_cast<float>(kIq4Levels[end] + nudge);
       const float d = big / level;
-      Codes(x, d, q);
+      const double se_d = Codes(x, d, q);
+      if (std::isfinite(d) && d != 0 && se_d < best_se) best_se = se_d, best_d = d;
       double xl = 0, ll = 0;
       for (int i = 0; i < kSub; ++i) {
         xl += static_cast<double>(x[i]) * kIq4Levels[q[i]];
         ll += static_cast<double>(kIq4Levels[q[i]]) * kIq4Levels[q[i]];
       }
-      for (const float c : {d, ll > 0 ? static_cast<float>(xl / ll) : d}) {
-        if (!std::isfinite(c) || c == 0) continue;
+      const float c = ll > 0 ? static_cast<float>(xl / ll) : 0.0f;  // least squares for q
+      if (std::isfinite(c) && c != 0) {
         const double se = Codes(x, c, q);
         if (se < best_se) best_se = se, best_d = c;
       }
