@@ -53,6 +53,13 @@ void MappedFile::DoneReading(const void* p, uint64_t n) {
   if (last > first) (void)::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
+void DropCachedPages(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::posix_fadvise(fd, 0, 0, POSIX_FADV_DONTNEED);
+  ::close(fd);
+}
+
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes) {
   int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return Status::IoError(StrFormat("%s: cannot open: %s", path.c_str(), std::strerror(errno)));

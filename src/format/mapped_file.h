@@ -35,6 +35,12 @@ class MappedFile : public Backing {
   uint64_t size_ = 0;
 };
 
+// Asks the kernel to drop the file's cached pages that no process maps (posix_fadvise
+// POSIX_FADV_DONTNEED): a file read once through the page cache (a pack's metadata, parsed)
+// then stops counting against a memory limit that counts the page cache. A hint: failures are
+// ignored, and the file is not changed.
+void DropCachedPages(const std::string& path);
+
 // Reads a whole (small) file such as config.json or tokenizer.json; refuses files over
 // max_bytes so a hostile path cannot make weir allocate without bound.
 Result<std::string> ReadSmallFile(const std::string& path, uint64_t max_bytes = 256ull << 20);

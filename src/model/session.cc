@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "sparsity/select.h"
+
 namespace weir::model {
 
 Result<std::unique_ptr<Session>> Session::Create(const Model& model, ThreadPool* pool,
@@ -59,6 +61,7 @@ Status Session::Allocate(const SessionOptions& options) {
   if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
     streamed_->set_sparse(false);  // until a pruning policy says otherwise (below)
+    streamed_->set_span_keep(0);
   }
   const size_t B = static_cast<size_t>(n_batch_), f = sizeof(float);
   const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
@@ -138,6 +141,12 @@ Status Session::Allocate(const SessionOptions& options) {
             "sparsity to MLP columns only (dense, glu, dip, dip-ca); run the GGUF for " + name);
       }
       streamed_->set_sparse(true);
+      // A span selection's records are read into a buffer of their own; how many a group keeps
+      // decides whether the memory plan may lend the rest of the reserve (streaming_weights.h).
+      const sparsity::PolicyInfo& info = policy_->info();
+      if (info.mlp_in_span > 1 && sites[static_cast<int>(sparsity::Site::kMlpIn)]) {
+        streamed_->set_span_keep(sparsity::KeepCount(info.mlp_in_keep, c.d_model));
+      }
     } else if (prunes) {
       if (model_.file().TiledTensorCount() > 0) {
         return Status::InvalidArgument(

@@ -5,6 +5,7 @@
 #include "base/anon_region.h"
 #include "base/memory_info.h"
 #include "base/units.h"
+#include "format/mapped_file.h"
 
 namespace weir::model {
 
@@ -31,14 +32,21 @@ std::string MemoryPlan::ToString() const {
       "process %s + static %s + session %s + streamer %s + io %s + policy %s%s + cache %s = %s "
       "(streamed %s)",
       FormatBytes(process_bytes).c_str(), FormatBytes(static_bytes).c_str(),
-      FormatBytes(session_bytes).c_str(), FormatBytes(streamer_bytes).c_str(),
+      FormatBytes(session_bytes).c_str(),
+      reserve_lent_bytes > 0
+          ? (FormatBytes(streamer_bytes - reserve_lent_bytes) + " (" +
+             FormatBytes(reserve_lent_bytes) + " of its reserve lent to the cache)")
+                .c_str()
+          : FormatBytes(streamer_bytes).c_str(),
       FormatBytes(io_bytes).c_str(), FormatBytes(policy_bytes).c_str(),
       record_ahead_bytes > 0
           ? (" + span read-ahead " + FormatBytes(record_ahead_bytes)).c_str()
           : "",
       unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
-      unlimited ? "no limit"
-                : FormatBytes(Add(Add(minimum(), record_ahead_bytes), cache_bytes)).c_str(),
+      unlimited
+          ? "no limit"
+          : FormatBytes(Add(Add(minimum(), record_ahead_bytes), cache_bytes) - reserve_lent_bytes)
+                .c_str(),
       FormatBytes(streamed_bytes).c_str());
 }
 
@@ -202,6 +210,9 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     WEIR_ASSIGN_OR_RETURN(m->model_, Model::FromFile(std::move(file)));
     m->plan_ = early;
   }
+  // The parse read the pack's metadata through the page cache; a limit that counts the page
+  // cache would charge it to the budget (8 MB on the 1.1B pack). The weights are read around it.
+  format::DropCachedPages(path);
   if (config.count_process) {
     // The process as it runs: the model's tokenizer and metadata built, the pack's parse freed
     // and the heap's free pages given back (copies made while loading would otherwise stay
@@ -265,6 +276,14 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
     p.record_ahead_bytes = ahead;
   }
   p.cache_bytes -= p.record_ahead_bytes;
+  // The reserve's loan: with the cache able to pin everything pinned at once, no read is
+  // transient, and the reserve beyond the record buffer holds nothing (StreamPlan).
+  p.reserve_lent_bytes = 0;
+  const uint64_t lend = p.record_ahead_bytes == 0 ? streamer_->lendable_reserve() : 0;
+  if (lend > 0 && budget != UINT64_MAX && p.cache_bytes + lend >= streamer_->span_pin_floor()) {
+    p.reserve_lent_bytes = lend;
+    p.cache_bytes += lend;
+  }
   *plan = p;
   return Status::Ok();
 }

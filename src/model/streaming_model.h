@@ -70,6 +70,9 @@ struct MemoryPlan {
   // Span mode's read-ahead buffer, given from what would be the cache when that leaves at least
   // as much again (0: none; see StreamingModel::Plan).
   uint64_t record_ahead_bytes = 0;
+  // Of streamer_bytes, the transient reserve lent to the cache (StreamingWeights::
+  // lendable_reserve): cache_bytes includes it.
+  uint64_t reserve_lent_bytes = 0;
   uint64_t streamed_bytes = 0;  // the streamed tensors, for scale
   // Everything but the cache: the smallest budget that runs at all.
   uint64_t minimum() const {

@@ -215,7 +215,15 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       // pinned through the cache, which pins one layer's columns or one group's W_down at a
       // time (staging is sized by that).
       const bool compact = g.pack.n_layers > 1 && !g.sparse && options.compact_span;
-      if (compact) p.record_buffer_bytes = std::max(p.record_buffer_bytes, in_bytes);
+      if (compact) {
+        p.record_buffer_bytes = std::max(p.record_buffer_bytes, in_bytes);
+        // What the cache must pin at once in span mode (a group's W_down, or outside span mode
+        // one layer's input columns), as it charges it.
+        const uint64_t pin =
+            std::max(MaxLayerBlocks(g, true) * entry_charge(g.in.block_bytes),
+                     MaxLayerBlocks(g, false) * entry_charge(g.extent.block_bytes));
+        p.span_pin_floor_bytes = std::max(p.span_pin_floor_bytes, pin);
+      }
       // A read-ahead of the next group's records needs a second buffer as large, beyond the
       // reserve (storage/record_buffers.h); the two swap roles, so both are the largest group's.
       if (compact && options.span_read_ahead != SpanAhead::kOff && options.prefetch_layers >= 0)
@@ -240,8 +248,20 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, (b1 - b0 + 1) * B);
     }
   }
-  for (Extent& e : p.attention) charge(e);
+  uint64_t attention_charge = 0;
+  for (Extent& e : p.attention) {
+    charge(e);
+    attention_charge = std::max(attention_charge, e.charge);
+  }
   p.staging_partition = static_cast<uint32_t>(n_parts);
+  // Span mode's reserve loan: everything of the reserve but the record buffer, when the plan
+  // has span groups (and no experts, whose record buffer is sized otherwise).
+  if (p.span_pin_floor_bytes > 0 && !p.experts() && p.reserve_bytes() > p.record_buffer_bytes) {
+    p.span_lendable_bytes = p.reserve_bytes() - p.record_buffer_bytes;
+    p.span_pin_floor_bytes += attention_charge + 2 * entry_charge(options.block_bytes);
+  } else {
+    p.span_pin_floor_bytes = 0;
+  }
 
   // The MLP scratch for the largest group: row outputs, gate/up/h, lane partial sums, tiled
   // records, row indices, and for columns the up rows, coefficients, block lists, masks and
@@ -266,15 +286,32 @@ uint64_t StreamPlan::fixed_bytes() const {
   uint64_t tables = 0;
   for (const Group& g : groups)
     tables += (g.in_offsets.capacity() + g.down_offsets.capacity()) * sizeof(uint64_t);
+  return scratch_bytes + tables + reserve_bytes() +
+         // Released cache blocks waiting to be given back in one batch (slab_placement.h).
+         (options.block_bytes < (size_t{2} << 20) ? deferred_release_bytes : 0);
+}
+
+bool StreamPlan::SpanRecordsFit(int64_t kept) const {
+  if (record_buffer_bytes == 0 || kept < 0) return false;
+  for (const Group& g : groups) {
+    if (!g.columns || g.sparse || g.pack.n_layers <= 1) continue;
+    const uint64_t record = static_cast<uint64_t>(g.pack.n_layers) * 2 * g.pack.in_row_bytes;
+    const uint64_t per_record = ((record + kPage - 1) / kPage + 1) * kPage;
+    const uint64_t need =
+        std::min(static_cast<uint64_t>(kept) * per_record,
+                 RoundUp(g.in.nbytes, kPage) + (g.in.offset % kPage == 0 ? 0 : kPage));
+    if (need > record_buffer_bytes) return false;
+  }
+  return true;
+}
+
+uint64_t StreamPlan::reserve_bytes() const {
   // Experts with channel records: the record buffer stays once made, so a layer's attention
   // read transiently (when the cache cannot pin it) needs its own room beside it.
   const uint64_t records_and_attention =
       experts() && groups[0].pack.expert_columns ? record_buffer_bytes + max_attention_bytes : 0;
-  return scratch_bytes + tables +
-         std::max({max_lane_bytes + 2 * options.block_bytes, max_attention_bytes,
-                   records_and_attention}) +
-         // Released cache blocks waiting to be given back in one batch (slab_placement.h).
-         (options.block_bytes < (size_t{2} << 20) ? deferred_release_bytes : 0);
+  return std::max(
+      {max_lane_bytes + 2 * options.block_bytes, max_attention_bytes, records_and_attention});
 }
 
 uint64_t StreamPlan::streamed_bytes() const {

@@ -134,6 +134,8 @@ struct StreamPlan {
   // channel records: the record buffer and one layer's attention) and the released blocks
   // waiting to be given back in one batch (slab_placement.h).
   uint64_t fixed_bytes() const;
+  // The transient reserve of fixed_bytes() alone.
+  uint64_t reserve_bytes() const;
   // Bytes of the pack streamed (bundles and, with stream_attention, attention).
   uint64_t streamed_bytes() const;
   // True when the pack has the column layout (sparsity can be applied).
@@ -169,18 +171,32 @@ struct StreamPlan {
   uint64_t all_blocks_charge = 0;                   // what the cache is charged to hold every block
   std::vector<uint64_t> partition_charge;           // per group partition: all blocks it may hold
   uint32_t staging_partition = 0;
-  uint64_t max_lane_bytes = 0;       // blocks pinned at once for one lane (or layer of columns)
+  uint64_t max_lane_bytes = 0;  // blocks pinned at once for one lane (or layer of columns)
   // Column packs: the most MLP bytes pinned in the cache at once (a compact span read's records
   // are not; staging is sized by this), and the compact span buffer (compact_span, grouped
   // packs: the input share of the transient reserve, which the records then do not use).
   uint64_t max_cache_pin_bytes = 0;
   uint64_t record_buffer_bytes = 0;
+  // Span mode's reserve loan (column packs grouped by layers, compact_span). The transient
+  // reserve of fixed_bytes() holds a group's records and its W_down at once, for a cache too
+  // small to pin W_down; the records have their own buffer. When every selection's records fit
+  // that buffer (SpanRecordsFit) and the cache can pin the most the compute pins at once
+  // (span_pin_floor_bytes: one layer's input columns or a group's W_down, one layer's
+  // attention, two blocks of slack, each as the cache charges it), no read is ever transient and
+  // the rest of the reserve (span_lendable_bytes) is lent to the cache (StreamingModel::Plan).
+  uint64_t span_lendable_bytes = 0;
+  uint64_t span_pin_floor_bytes = 0;
+  // True when a span selection of at most `kept` channels always fits the record buffer, in
+  // every group: the reads (storage::RecordReader) cover at most the pages of the kept records
+  // (a record of r bytes touches at most ceil(r / 4096) + 1 pages) and at most the group's input
+  // extent.
+  bool SpanRecordsFit(int64_t kept) const;
   // The second record buffer a read-ahead of the next group's records needs (StreamingOptions::
   // span_read_ahead): not in fixed_bytes(); StreamingModel gives it from what the budget leaves
   // the cache when that is large enough (BlockStreamer::set_record_ahead).
   uint64_t record_ahead_bytes = 0;
-  uint64_t max_group_bytes = 0;      // MLP bytes of the largest group (experts: chosen ones)
-  int max_group_layers = 1;          // layers of the largest group
+  uint64_t max_group_bytes = 0;  // MLP bytes of the largest group (experts: chosen ones)
+  int max_group_layers = 1;      // layers of the largest group
   // The token embedding table when streamed (stream_embedding): where it is in the pack and the
   // bytes of one row; embedding_row_bytes == 0 when it is static.
   uint64_t embedding_offset = 0, embedding_row_bytes = 0;

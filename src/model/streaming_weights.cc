@@ -60,6 +60,14 @@ Status StreamingWeights::Forward(int layer, const float* x, int n, float* out, T
 
 uint64_t StreamingWeights::fixed_bytes() const { return plan_.fixed_bytes(); }
 
+uint64_t StreamingWeights::lendable_reserve() const {
+  const StreamingOptions& o = plan_.options;
+  const bool safe = o.compact_span && o.span_read_ahead == SpanAhead::kOff && !o.record_trace &&
+                    o.partitions == "shared" &&
+                    (span_keep_ == 0 || plan_.SpanRecordsFit(span_keep_));
+  return safe ? plan_.span_lendable_bytes : 0;
+}
+
 uint64_t StreamingWeights::streamed_bytes() const { return plan_.streamed_bytes(); }
 
 const std::byte* StreamingWeights::TensorAddress(const std::string& name) const {

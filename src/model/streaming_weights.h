@@ -66,6 +66,15 @@ class StreamingWeights {
 
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
   void set_sparse(bool sparse) { streamer_->set_sparse_mlp(sparse); }
+  // The most input channels a span selection keeps per group (dip span=N: its KeepCount of
+  // d_model; 0 = no span selection), set by the session before the memory plan is fitted.
+  void set_span_keep(int64_t kept) { span_keep_ = kept; }
+  // The transient reserve that may be lent to the cache (StreamPlan::span_lendable_bytes), or 0:
+  // only when no read can be transient once the cache holds span_pin_floor() -- the span
+  // records read compactly and always fitting their buffer, no read-ahead buffer (whose misses
+  // may not fit), one shared cache pool.
+  uint64_t lendable_reserve() const;
+  uint64_t span_pin_floor() const { return plan_.span_pin_floor_bytes; }
 
   // Attention (stream_attention): pins every block of `layer`'s attention tensors, reading what
   // is missing, until ReleaseAttention(); meanwhile their bytes are at TensorAddress(name).
@@ -117,6 +126,7 @@ class StreamingWeights {
 
   StreamingOptions options_;
   StreamPlan plan_;
+  int64_t span_keep_ = 0;
   std::unique_ptr<BlockStreamer> streamer_;  // reads plan_
   std::unique_ptr<LayoutMlp> mlp_;           // pins through streamer_
 };

@@ -273,6 +273,52 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
   }
 }
 
+// Span mode's reserve loan (StreamPlan::span_lendable_bytes): the transient reserve beyond the
+// record buffer is lent to the cache when no read can be transient -- the cache can pin what is
+// pinned at once, and every selection's records fit their buffer. Lent or not, the logits are the
+// resident run's; when lent, nothing was read outside the cache and the plan still sums to the
+// budget.
+TEST(StreamingColumnsTest, SpanModeLendsTheReserveOnlyWhenNoReadCanBeTransient) {
+  ThreadPool pool(2);
+  const int steps = 4;
+  const Files f = MakeFiles(DType::kQ4_0, /*group=*/2, /*n_layers=*/4);
+  for (const char* spec : {"dip:0.5,span=2", "dip:0.6,down=1,span=2", ""}) {
+    SCOPED_TRACE(std::string("spec '") + spec + "'");
+    auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lru"), spec, &pool, steps);
+    ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+    StreamingConfig base = Config(UINT64_MAX, "mru");
+    base.stream.partitions = "shared";
+    auto probe = RunPack(f.pack, Memory(f.pack), base, spec, &pool, 0);
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    const uint64_t model_bytes = resident->plan.streamed_bytes + resident->plan.static_bytes;
+    for (uint64_t budget : {probe->plan.minimum(), probe->plan.minimum() + model_bytes / 8,
+                            probe->plan.minimum() + model_bytes / 2}) {
+      for (const char* way : {"default", "read-ahead", "uniform", "cached"}) {
+        SCOPED_TRACE("budget " + std::to_string(budget) + " " + way);
+        StreamingConfig c = base;
+        c.memory_budget = budget;
+        const std::string w = way;
+        if (w == "read-ahead") c.stream.span_read_ahead = SpanAhead::kBoth;
+        if (w == "uniform") c.stream.partitions = "uniform";
+        if (w == "cached") c.stream.compact_span = false;
+        auto got = RunPack(f.pack, Memory(f.pack), c, spec, &pool, steps);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_TRUE(Same(got->trace, resident->trace));
+        const MemoryPlan& p = got->plan;
+        EXPECT_EQ(p.minimum() + p.record_ahead_bytes + p.cache_bytes - p.reserve_lent_bytes,
+                  budget);
+        if (w != "default") {
+          EXPECT_EQ(p.reserve_lent_bytes, 0u);  // a read may be transient there
+          continue;
+        }
+        // Half the model above the minimum: the cache can pin everything, so the loan is made.
+        if (budget > probe->plan.minimum() + model_bytes / 4) EXPECT_GT(p.reserve_lent_bytes, 0u);
+        if (p.reserve_lent_bytes > 0) EXPECT_EQ(got->stats.transient_bytes, 0u);
+      }
+    }
+  }
+}
+
 // A pack whose channels and neurons are stored in an activation order (weir pack --calib) gives
 // the same logits bit for bit: the products still sum the kept columns in channel order, only
 // where each column lies in the file changes (and so which columns share a block).

@@ -307,7 +307,7 @@ nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
       {"budget", p.budget},         {"minimum", p.minimum()},       {"static", p.static_bytes},
       {"session", p.session_bytes}, {"streamer", p.streamer_bytes}, {"io", p.io_bytes},
       {"policy", p.policy_bytes},   {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}, {"process", p.process_bytes},
-      {"span_read_ahead", p.record_ahead_bytes}};
+      {"span_read_ahead", p.record_ahead_bytes}, {"reserve_lent", p.reserve_lent_bytes}};
 }
 
 uint64_t PeakRssBytes() {
