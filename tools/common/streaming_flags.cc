@@ -36,10 +36,12 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
       "throttle reads to a storage profile: a18-flash, ufs4, ufs3.1, ufs2.2, nvme-pcie3");
   app.add_option("--policy", f->policy,
                  "DRAM cache eviction policy: lru, lfu, belady, atu, window, mru, hot (default "
-                 "auto: mru for dense packs, where each token sweeps the layers in order and LRU "
-                 "and LFU evict what is needed next and hit nothing; lfu counted within the "
-                 "sequence for the experts of a mixture of experts; hot keeps the leading blocks "
-                 "of each extent, the hottest columns of a pack ordered with --calib)");
+                 "auto: hot for bundle and column packs, where each token sweeps the layers in "
+                 "order and LRU and LFU evict what is needed next and hit nothing: hot keeps the "
+                 "leading blocks of every extent (the hottest columns of a pack ordered with "
+                 "--calib), so every layer reads only its rest, in one run; mru keeps whatever "
+                 "came first; lfu counted within the sequence for the experts of a mixture of "
+                 "experts)");
   app.add_flag("--static-attention", f->static_attention,
                "keep the attention projections in memory (read once) instead of streaming them "
                "with the MLP; they count in the static share of the budget");
