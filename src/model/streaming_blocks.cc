@@ -93,8 +93,9 @@ Result<std::unique_ptr<BlockStreamer>> BlockStreamer::Create(const StreamPlan& p
     s->state_[i].base = s->slabs_->base(static_cast<uint32_t>(i));
 
   // Cache: group partitions and the staging partition, weighted in bytes.
-  WEIR_ASSIGN_OR_RETURN(auto policy,
-                        storage::MakeEvictionPolicy(options.policy, options.policy_options));
+  storage::PolicyOptions policy_options = options.policy_options;
+  policy_options.read_ahead_partition = plan.staging_partition;
+  WEIR_ASSIGN_OR_RETURN(auto policy, storage::MakeEvictionPolicy(options.policy, policy_options));
   storage::CacheOptions co = CacheOptionsOf(options);
   co.placement = s->slabs_.get();
   co.partition_weights = plan.PartitionWeights(options.cache_budget);

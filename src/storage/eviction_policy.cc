@@ -16,7 +16,9 @@ Result<std::unique_ptr<EvictionPolicy>> MakeEvictionPolicy(std::string_view name
                                                            PolicyOptions options) {
   if (name == "lru") return std::unique_ptr<EvictionPolicy>(new LruPolicy());
   if (name == "mru") return std::unique_ptr<EvictionPolicy>(new LruPolicy(/*most_recent=*/true));
-  if (name == "hot") return std::unique_ptr<EvictionPolicy>(new HotPrefixPolicy());
+  if (name == "hot") {
+    return std::unique_ptr<EvictionPolicy>(new HotPrefixPolicy(options.read_ahead_partition));
+  }
   if (name == "lfu") return std::unique_ptr<EvictionPolicy>(new LfuPolicy());
   if (name == "atu") return std::unique_ptr<EvictionPolicy>(new AtuPolicy());
   if (name == "window") {

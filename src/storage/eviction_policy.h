@@ -97,6 +97,10 @@ class EvictionPolicy {
 struct PolicyOptions {
   uint32_t window_tokens = 4;        // window: k, the tokens a unit stays after its last use
   std::vector<UnitId> belady_trace;  // belady: the accesses of the run to replay, in order
+  // hot: the partition that reads ahead land in (a staging partition), or -1. There a unit's
+  // rank says nothing about when it is needed, so the unit released last goes first (as with
+  // mru: the read furthest ahead, or a unit just used), never one read ahead for sooner.
+  int64_t read_ahead_partition = -1;
 };
 
 // "lru", "lfu", "belady", "atu", "window", "mru". InvalidArgument for an unknown name (listing the

@@ -7,8 +7,15 @@
 // stores each layer group's input channels and neurons hottest first, by how often calibration
 // text kept them. The leading blocks are then the columns DIP keeps most often: a hot set pinned
 // from calibration (PowerInfer-2's hot region), which DIP-CA's cache-aware masking then prefers.
-// On a pack without an order the prefix is just the first channels, and the policy is a static
-// pin of whatever comes first, as MRU is.
+// On a pack without an order the prefix is just the first channels: every extent keeps its
+// leading blocks, so a cache smaller than a token's sweep holds a share of every layer, and each
+// layer reads only its tail, in one run (MRU, in one shared pool, keeps the first layers whole).
+//
+// A partition that reads ahead land in (PolicyOptions::read_ahead_partition, the streaming
+// engine's staging) is ordered by release instead, the last released first: by rank, a block
+// read ahead for the next layer would be dropped to keep one of low index that was just used
+// and is needed again only next token (the 1.1B at 296 MiB: 380 -> 376 MB read a token with
+// dense bundles, 184 -> 181 in span mode).
 //
 // Thread safety: none; driven under the WeightCache mutex.
 #pragma once
@@ -19,10 +26,20 @@ namespace weir::storage {
 
 class HotPrefixPolicy : public OrderedPolicy {
  public:
+  explicit HotPrefixPolicy(int64_t read_ahead_partition = -1)
+      : read_ahead_partition_(read_ahead_partition) {}
   std::string_view name() const override { return "hot"; }
   void OnAccess(UnitId id, PolicyHook* resident) override { (void)id, (void)resident; }
   void OnInsert(PolicyHook* hook) override;
+  void MakeEvictable(PolicyHook* hook) override;
   bool Admit(const PolicyHook& incoming, const PolicyHook& victim) const override;
+
+ private:
+  bool read_ahead(const PolicyHook& hook) const {
+    return read_ahead_partition_ >= 0 && hook.partition == read_ahead_partition_;
+  }
+  int64_t read_ahead_partition_;
+  uint64_t releases_ = 0;  // read-ahead partition: release order
 };
 
 }  // namespace weir::storage

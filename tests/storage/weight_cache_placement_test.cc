@@ -290,6 +290,49 @@ TEST(WeightCacheMoveTest, HotKeepsTheLowestIndices) {
   EXPECT_EQ(three.partition(), 0u);
 }
 
+TEST(WeightCacheMoveTest, HotEvictsTheLastReleasedInTheReadAheadPartition) {
+  // In the partition that reads ahead land in, a unit's index says nothing about when it is
+  // needed: the unit released last goes first (the read furthest ahead), as with mru, so a read
+  // ahead for sooner is never dropped for one of lower index. Elsewhere the rank still rules.
+  PolicyOptions po;
+  po.read_ahead_partition = 1;
+  CacheOptions o;
+  o.alignment = 4096;
+  o.partition_weights = {1, 1};
+  auto made = WeightCache::Create(o, MakeEvictionPolicy("hot", po).value());
+  ASSERT_TRUE(made.ok()) << made.status().ToString();
+  std::unique_ptr<WeightCache> c = std::move(made).value();
+  const uint64_t charge = c->EntryCharge(4096);
+  ASSERT_TRUE(c->SetBudget(2 * 3 * charge).ok());
+  auto reserve = [&](uint32_t partition, uint64_t index) {
+    auto r = c->Reserve(MakeUnitId(0, 1, index), 4096, partition);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    r->Publish();
+  };
+  auto held = [&](uint32_t partition, uint64_t index) {
+    return static_cast<bool>(c->Lookup(MakeUnitId(0, 1, index))) &&
+           c->Lookup(MakeUnitId(0, 1, index)).partition() == partition;
+  };
+  // Read ahead: 50 and 60 (the next layer's); then 3 is read, used and released (this
+  // layer's, needed again only next token); then 70 is read ahead and needs room.
+  reserve(1, 50);
+  reserve(1, 60);
+  {
+    auto used = c->Acquire(MakeUnitId(0, 1, 3), 4096, 1);
+    ASSERT_TRUE(used.ok());
+    used->Publish();
+  }
+  reserve(1, 70);
+  EXPECT_FALSE(held(1, 3));  // released last: the victim (by rank it would have been 60)
+  EXPECT_TRUE(held(1, 50));
+  EXPECT_TRUE(held(1, 60));
+  EXPECT_TRUE(held(1, 70));
+  // The group partition keeps the lowest indices, as before.
+  for (uint64_t index : {40, 30, 20, 10}) reserve(0, index);
+  EXPECT_FALSE(held(0, 40));
+  EXPECT_TRUE(held(0, 10));
+}
+
 TEST(WeightCacheMoveTest, RefusedWhenTheTargetIsPinned) {
   auto c = MakeCache(0, nullptr, "lru", {1, 1});
   const uint64_t charge = c->EntryCharge(4096);
