@@ -58,7 +58,8 @@ Status Session::Allocate(const SessionOptions& options) {
   }
   if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
-    streamed_->set_sparse(false);  // until a pruning policy says otherwise (below)
+    // Until a pruning policy says otherwise (below).
+    WEIR_RETURN_IF_ERROR(streamed_->set_sparse(false));
   }
   const size_t B = static_cast<size_t>(n_batch_), f = sizeof(float);
   const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
@@ -114,7 +115,7 @@ Status Session::Allocate(const SessionOptions& options) {
                                    "records are pruned by input channel and neuron (dip, dip-ca, "
                                    "glu); run the GGUF for " + policy_->info().name);
       }
-      if (channels && streamed_ != nullptr) streamed_->set_sparse(true);
+      if (channels && streamed_ != nullptr) WEIR_RETURN_IF_ERROR(streamed_->set_sparse(true));
       if (!channels && model_.file().TiledTensorCount() > 0) {
         return Status::InvalidArgument(
             "--sparsity " + policy_->info().name + ": this model was loaded with its weights "
@@ -137,7 +138,7 @@ Status Session::Allocate(const SessionOptions& options) {
             "--sparsity " + name + " is not supported with a streamed pack: streaming applies "
             "sparsity to MLP columns only (dense, glu, dip, dip-ca); run the GGUF for " + name);
       }
-      streamed_->set_sparse(true);
+      WEIR_RETURN_IF_ERROR(streamed_->set_sparse(true));
     } else if (prunes) {
       if (model_.file().TiledTensorCount() > 0) {
         return Status::InvalidArgument(

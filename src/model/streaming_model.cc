@@ -27,6 +27,11 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 
 std::string MemoryPlan::ToString() const {
   const bool unlimited = budget == UINT64_MAX;
+  // The cache's split: staging, and with W_down copies (channel-record experts under a policy)
+  // what one is charged.
+  std::string cache = FormatBytes(cache_bytes) + " (staging " + FormatBytes(staging_bytes);
+  if (down_copy_bytes > 0) cache += ", W_down copies of " + FormatBytes(down_copy_bytes) + " each";
+  cache += ")";
   return StrFormat(
       "process %s + static %s + session %s + streamer %s + io %s + policy %s%s + cache %s = %s "
       "(streamed %s)",
@@ -36,7 +41,7 @@ std::string MemoryPlan::ToString() const {
       record_ahead_bytes > 0
           ? (" + span read-ahead " + FormatBytes(record_ahead_bytes)).c_str()
           : "",
-      unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
+      unlimited ? "unlimited" : cache.c_str(),
       unlimited ? "no limit"
                 : FormatBytes(Add(Add(minimum(), record_ahead_bytes), cache_bytes)).c_str(),
       FormatBytes(streamed_bytes).c_str());
@@ -106,6 +111,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     for (const format::PackGroup& g : pack.groups()) {
       m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes +
                           (g.in_nbytes + in_block - 1) / in_block;
+      if (g.expert_columns) m->total_blocks_ += static_cast<uint64_t>(g.n_expert);  // W_down copies
     }
     m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
     // Static: what is neither streamed in blocks nor read a row at a time (the embedding).
@@ -265,6 +271,9 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
     p.record_ahead_bytes = ahead;
   }
   p.cache_bytes -= p.record_ahead_bytes;
+  p.staging_bytes =
+      budget == UINT64_MAX ? 0 : std::min(p.cache_bytes, streamer_->staging_bytes(p.cache_bytes));
+  p.down_copy_bytes = streamer_->sparse_experts() ? streamer_->down_copy_charge() : 0;
   *plan = p;
   return Status::Ok();
 }

@@ -2,6 +2,8 @@
 // and wired together, and the calls passed on to them.
 #include "model/streaming_weights.h"
 
+#include <algorithm>
+
 #include "model/streaming_bundles.h"
 #include "model/streaming_columns.h"
 #include "model/streaming_experts.h"
@@ -75,6 +77,21 @@ void StreamingWeights::ResetSequence() {
 }
 
 void StreamingWeights::BeginToken() { streamer_->BeginToken(); }
+
+Status StreamingWeights::set_sparse(bool sparse) {
+  if (sparse == streamer_->sparse_mlp()) return Status::Ok();
+  mlp_->ReleaseHeld();  // the shares may change (BlockStreamer::set_sparse_mlp)
+  return streamer_->set_sparse_mlp(sparse);
+}
+
+uint64_t StreamingWeights::down_copy_charge() const {
+  if (!plan_.expert_records()) return 0;
+  uint64_t most = 0;
+  for (const StreamPlan::Group& g : plan_.groups) {
+    most = std::max<uint64_t>(most, streamer_->EntryCharge(g.down_bytes));
+  }
+  return most;
+}
 
 Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
   mlp_->ReleaseHeld();
