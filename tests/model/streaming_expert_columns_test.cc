@@ -267,7 +267,9 @@ TEST(StreamingExpertColumnsTest, WDownCopiesAreCachedWithinTheBudgetAndChangeNoL
           bytes_uncached = s.storage_bytes;
           continue;
         }
-        if (s.down_hits > 0) EXPECT_LT(s.storage_bytes, bytes_uncached);
+        if (s.down_hits > 0) {
+          EXPECT_LT(s.storage_bytes, bytes_uncached);
+        }
         if (s.down_hits > 0 && s.down_hits < s.down_uses) some_cached_some_not = true;
       }
       EXPECT_TRUE(some_cached_some_not);
