@@ -30,7 +30,12 @@ std::string MemoryPlan::ToString() const {
   // The cache's split: staging, and with W_down copies (channel-record experts under a policy)
   // what one is charged.
   std::string cache = FormatBytes(cache_bytes) + " (staging " + FormatBytes(staging_bytes);
-  if (down_copy_bytes > 0) cache += ", W_down copies of " + FormatBytes(down_copy_bytes) + " each";
+  if (down_copy_bytes > 0) {
+    cache += StrFormat(", room for %llu of %llu W_down copies of %s beside attention",
+                       static_cast<unsigned long long>(down_copies_fit),
+                       static_cast<unsigned long long>(down_copies_total),
+                       FormatBytes(down_copy_bytes).c_str());
+  }
   cache += ")";
   return StrFormat(
       "process %s + static %s + session %s + streamer %s + io %s + policy %s%s + cache %s = %s "
@@ -274,6 +279,9 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
   p.staging_bytes =
       budget == UINT64_MAX ? 0 : std::min(p.cache_bytes, streamer_->staging_bytes(p.cache_bytes));
   p.down_copy_bytes = streamer_->sparse_experts() ? streamer_->down_copy_charge() : 0;
+  p.down_copies_total = p.down_copy_bytes > 0 ? streamer_->down_copies_total() : 0;
+  p.down_copies_fit = budget == UINT64_MAX ? p.down_copies_total
+                                           : streamer_->down_copies_fit(p.cache_bytes);
   *plan = p;
   return Status::Ok();
 }

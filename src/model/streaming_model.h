@@ -73,6 +73,8 @@ struct MemoryPlan {
   // down_copy_bytes (0 for other packs).
   uint64_t staging_bytes = 0;
   uint64_t down_copy_bytes = 0;
+  // How many copies the groups' partitions hold beside attention, of how many experts in all.
+  uint64_t down_copies_fit = 0, down_copies_total = 0;
   // Span mode's read-ahead buffer, given from what would be the cache when that leaves at least
   // as much again (0: none; see StreamingModel::Plan).
   uint64_t record_ahead_bytes = 0;

@@ -84,6 +84,26 @@ Status StreamingWeights::set_sparse(bool sparse) {
   return streamer_->set_sparse_mlp(sparse);
 }
 
+uint64_t StreamingWeights::down_copies_total() const {
+  uint64_t n = 0;
+  for (const StreamPlan::Group& g : plan_.groups) n += g.down_copy.n_blocks;
+  return n;
+}
+
+uint64_t StreamingWeights::down_copies_fit(uint64_t cache_bytes) const {
+  if (!sparse_experts()) return 0;
+  const std::vector<uint64_t> shares = streamer_->PartitionWeights(cache_bytes);
+  std::vector<uint64_t> room(shares.begin(), shares.end() - 1);  // the group partitions
+  std::vector<uint64_t> experts(room.size(), 0);
+  for (const StreamPlan::Extent& a : plan_.attention)
+    room[a.partition] = room[a.partition] > a.charge ? room[a.partition] - a.charge : 0;
+  for (const StreamPlan::Group& g : plan_.groups) experts[g.down_copy.partition] += g.down_copy.n_blocks;
+  const uint64_t copy = down_copy_charge();
+  uint64_t n = 0;
+  for (size_t p = 0; p < room.size(); ++p) n += std::min(experts[p], copy > 0 ? room[p] / copy : 0);
+  return n;
+}
+
 uint64_t StreamingWeights::down_copy_charge() const {
   if (!plan_.expert_records()) return 0;
   uint64_t most = 0;

@@ -77,6 +77,12 @@ class StreamingWeights {
   // Experts stored as channel records: the bytes one W_down copy is charged in the cache (0 for
   // other packs).
   uint64_t down_copy_charge() const;
+  // How many W_down copies the cache's group partitions hold beside every layer's attention
+  // under a cache budget of `cache_bytes` (the current mode's shares), at most the experts' count;
+  // 0 unless sparse_experts().
+  uint64_t down_copies_fit(uint64_t cache_bytes) const;
+  // The experts' count over all layers (the W_down copies there can be).
+  uint64_t down_copies_total() const;
 
   // Attention (stream_attention): pins every block of `layer`'s attention tensors, reading what
   // is missing, until ReleaseAttention(); meanwhile their bytes are at TensorAddress(name).

@@ -315,7 +315,8 @@ nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
       {"budget", p.budget},         {"minimum", p.minimum()},       {"static", p.static_bytes},
       {"session", p.session_bytes}, {"streamer", p.streamer_bytes}, {"io", p.io_bytes},
       {"policy", p.policy_bytes},   {"cache", p.cache_bytes}, {"cache_staging", p.staging_bytes},
-      {"w_down_copy", p.down_copy_bytes},       {"streamed", p.streamed_bytes}, {"process", p.process_bytes},
+      {"w_down_copy", p.down_copy_bytes}, {"w_down_copies_fit", p.down_copies_fit},
+      {"w_down_copies", p.down_copies_total},       {"streamed", p.streamed_bytes}, {"process", p.process_bytes},
       {"span_read_ahead", p.record_ahead_bytes}};
 }
 
