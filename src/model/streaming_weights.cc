@@ -97,7 +97,8 @@ uint64_t StreamingWeights::down_copies_fit(uint64_t cache_bytes) const {
   std::vector<uint64_t> experts(room.size(), 0);
   for (const StreamPlan::Extent& a : plan_.attention)
     room[a.partition] = room[a.partition] > a.charge ? room[a.partition] - a.charge : 0;
-  for (const StreamPlan::Group& g : plan_.groups) experts[g.down_copy.partition] += g.down_copy.n_blocks;
+  for (const StreamPlan::Group& g : plan_.groups)
+    experts[g.down_copy.partition] += g.down_copy.n_blocks;
   const uint64_t copy = down_copy_charge();
   uint64_t n = 0;
   for (size_t p = 0; p < room.size(); ++p) n += std::min(experts[p], copy > 0 ? room[p] / copy : 0);

@@ -259,11 +259,12 @@ TEST(StreamingExpertColumnsTest, WDownCopiesAreCachedWithinTheBudgetAndChangeNoL
         EXPECT_EQ(s.expert_hits, 0u);  // no whole expert is cached: its channels are read
         EXPECT_LE(s.down_hits, s.down_uses);
         // Each use read its kept channels (at most d_model records) and, without a copy, W_down.
-        const uint64_t down_reads = (s.down_uses - s.down_hits) * static_cast<uint64_t>(g.down_records);
+        const uint64_t down_reads =
+            (s.down_uses - s.down_hits) * static_cast<uint64_t>(g.down_records);
         EXPECT_GE(s.records_read, down_reads);
         EXPECT_LE(s.records_read, down_reads + s.down_uses * static_cast<uint64_t>(g.d_model));
-        EXPECT_EQ(got->plan.down_copies_total,
-                  static_cast<uint64_t>(pack->config().n_layers) * static_cast<uint64_t>(g.n_expert));
+        EXPECT_EQ(got->plan.down_copies_total, static_cast<uint64_t>(pack->config().n_layers) *
+                                                   static_cast<uint64_t>(g.n_expert));
         EXPECT_LE(got->plan.down_copies_fit, got->plan.down_copies_total);
         if (budget == minimum) {
           EXPECT_EQ(got->plan.down_copies_fit, 0u);

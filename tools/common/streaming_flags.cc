@@ -311,13 +311,21 @@ nlohmann::json StreamTotalsJson(const model::StreamStats& s) {
 }
 
 nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
-  return {
-      {"budget", p.budget},         {"minimum", p.minimum()},       {"static", p.static_bytes},
-      {"session", p.session_bytes}, {"streamer", p.streamer_bytes}, {"io", p.io_bytes},
-      {"policy", p.policy_bytes},   {"cache", p.cache_bytes}, {"cache_staging", p.staging_bytes},
-      {"w_down_copy", p.down_copy_bytes}, {"w_down_copies_fit", p.down_copies_fit},
-      {"w_down_copies", p.down_copies_total},       {"streamed", p.streamed_bytes}, {"process", p.process_bytes},
-      {"span_read_ahead", p.record_ahead_bytes}};
+  return {{"budget", p.budget},
+          {"minimum", p.minimum()},
+          {"static", p.static_bytes},
+          {"session", p.session_bytes},
+          {"streamer", p.streamer_bytes},
+          {"io", p.io_bytes},
+          {"policy", p.policy_bytes},
+          {"cache", p.cache_bytes},
+          {"cache_staging", p.staging_bytes},
+          {"w_down_copy", p.down_copy_bytes},
+          {"w_down_copies_fit", p.down_copies_fit},
+          {"w_down_copies", p.down_copies_total},
+          {"streamed", p.streamed_bytes},
+          {"process", p.process_bytes},
+          {"span_read_ahead", p.record_ahead_bytes}};
 }
 
 uint64_t PeakRssBytes() {
