@@ -60,9 +60,11 @@ Status Session::Allocate(const SessionOptions& options) {
   }
   if (streamed_ != nullptr) {
     max_ff = std::max(max_ff, static_cast<size_t>(c.d_model));  // gate_ holds its output
-    streamed_->set_sparse(false);  // until a pruning policy says otherwise (below)
-    streamed_->set_span_keep(0);
+    streamed_->set_span_keep(0);  // until a span selection says otherwise (below)
   }
+  // The streamer's mode: dense until a pruning policy says otherwise (below). Set once, at the
+  // end: with experts stored as channel records the cache's shares change with it.
+  bool stream_sparse = false;
   const size_t B = static_cast<size_t>(n_batch_), f = sizeof(float);
   const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
   bool ok = x_.Reset(B * c.d_model * f) && xb_.Reset(B * c.d_model * f) && q_.Reset(B * max_q * f) &&
@@ -117,7 +119,7 @@ Status Session::Allocate(const SessionOptions& options) {
                                    "records are pruned by input channel and neuron (dip, dip-ca, "
                                    "glu); run the GGUF for " + policy_->info().name);
       }
-      if (channels && streamed_ != nullptr) streamed_->set_sparse(true);
+      if (channels && streamed_ != nullptr) stream_sparse = true;
       if (!channels && model_.file().TiledTensorCount() > 0) {
         return Status::InvalidArgument(
             "--sparsity " + policy_->info().name + ": this model was loaded with its weights "
@@ -140,7 +142,7 @@ Status Session::Allocate(const SessionOptions& options) {
             "--sparsity " + name + " is not supported with a streamed pack: streaming applies "
             "sparsity to MLP columns only (dense, glu, dip, dip-ca); run the GGUF for " + name);
       }
-      streamed_->set_sparse(true);
+      stream_sparse = true;
       // A span selection's records are read into a buffer of their own; how many a group keeps
       // decides whether the memory plan may lend the rest of the reserve (streaming_weights.h).
       const sparsity::PolicyInfo& info = policy_->info();
@@ -163,6 +165,7 @@ Status Session::Allocate(const SessionOptions& options) {
     sel_units_.Reserve(widest);
     sel_down_.Reserve(widest);
   }
+  if (streamed_ != nullptr) WEIR_RETURN_IF_ERROR(streamed_->set_sparse(stream_sparse));
 
   // The MLP provider, once for every layer (mlp_provider.h).
   MlpContext mc;

@@ -33,6 +33,8 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.records_ahead = records_ahead - o.records_ahead;
   d.records_ahead_used = records_ahead_used - o.records_ahead_used;
   d.expert_uses = expert_uses - o.expert_uses;
+  d.down_uses = down_uses - o.down_uses;
+  d.down_hits = down_hits - o.down_hits;
   d.expert_hits = expert_hits - o.expert_hits;
   d.experts_predicted = experts_predicted - o.experts_predicted;
   d.experts_predicted_used = experts_predicted_used - o.experts_predicted_used;
@@ -153,9 +155,34 @@ Status BlockStreamer::SetCacheBudget(uint64_t bytes) {
   // pinned when the cache shrinks does not depend on the I/O thread's timing.
   prefetcher_->CancelAll();
   prefetcher_->WaitIdle();
-  WEIR_RETURN_IF_ERROR(cache_->SetBudget(bytes, plan_.PartitionWeights(bytes)));
+  WEIR_RETURN_IF_ERROR(cache_->SetBudget(bytes, PartitionWeights(bytes)));
   resident_mode_ = CheckResidentMode();
   return Status::Ok();
+}
+
+Status BlockStreamer::set_sparse_mlp(bool sparse) {
+  if (sparse == sparse_mlp_) return Status::Ok();
+  sparse_mlp_ = sparse;
+  if (!plan_.expert_records()) return Status::Ok();
+  // The shares change with the mode: the budget is set again under them (which leaves and
+  // re-checks resident mode, and waits for reads in flight).
+  Status st = SetCacheBudget(cache_->stats().budget_bytes);
+  if (!st.ok()) sparse_mlp_ = !sparse;
+  return st;
+}
+
+Result<storage::CacheHandle> BlockStreamer::AcquireCopy(const Extent& e, uint64_t block,
+                                                        size_t bytes) {
+  Result<storage::CacheHandle> h =
+      cache_->Acquire(storage::MakeUnitId(e.slab, e.kind, block), bytes, e.partition);
+  if (!h.ok()) {
+    if (h.status().code() == Status::Code::kOutOfMemory) return storage::CacheHandle();
+    return h.status();
+  }
+  // Only this thread loads copies, and it publishes before it asks again: a present copy is
+  // ready (Wait returns at once).
+  if (!h->is_loader() && !h->ready()) WEIR_RETURN_IF_ERROR(h->Wait());
+  return std::move(h).value();
 }
 
 void BlockStreamer::UpdateStats(const std::function<void(StreamStats&)>& update) {

@@ -64,6 +64,9 @@ struct StreamStats {
   uint64_t expert_uses = 0, expert_hits = 0;
   uint64_t experts_predicted = 0, experts_predicted_used = 0, experts_chosen_predicted = 0;
   uint64_t experts_preloaded = 0;  // predicted experts handed to the I/O thread (recall high)
+  // Experts stored as channel records under a sparsity policy: the W_down each (token, expert)
+  // use computes with, and those found in the cache (so only the kept channels were read).
+  uint64_t down_uses = 0, down_hits = 0;
   double stall_seconds = 0;        // compute thread waiting for blocks (demand reads included)
   // ... split by what was waited for: attention blocks, MLP blocks (bundles, W_down columns,
   // experts), input-column blocks, and span records read compactly.
@@ -112,7 +115,14 @@ class BlockStreamer {
   bool resident_mode() const { return resident_mode_; }
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
   bool sparse_mlp() const { return sparse_mlp_; }
-  void set_sparse_mlp(bool sparse) { sparse_mlp_ = sparse; }
+  // With experts stored as channel records the staging partition shrinks (sparse) or grows back
+  // (StreamPlan::PartitionWeights): the budget is set again under the new shares, as
+  // SetCacheBudget does. OutOfMemory (the mode unchanged) when what is pinned does not fit.
+  Status set_sparse_mlp(bool sparse);
+  // The cache's shares under the current mode: staging's, and every partition's.
+  std::vector<uint64_t> PartitionWeights(uint64_t budget) const {
+    return plan_.PartitionWeights(budget, sparse_mlp_);
+  }
   // The streamed token embedding table (StreamPlan::embedding_row_bytes > 0): reads the rows of
   // `tokens` (at most StreamPlan::kEmbeddingBatchRows, all in flight at once) into a buffer of
   // this object and returns it, row k at k * embedding_row_bytes (valid until the next call);
@@ -163,6 +173,12 @@ class BlockStreamer {
   // The read-ahead buffer has been made (its bytes are in use from then on).
   bool record_ahead_made() const { return record_ahead_made_; }
   const std::byte* records() const { return records_->data(); }
+  // A copy of bytes the caller read (StreamPlan::Group::down_copy: an expert's W_down) as block
+  // `block` of `e`, `bytes` long, in e's partition. One cache access. A cached copy comes back
+  // ready; a missing one as a loader handle whose room is reserved (evicting by the policy): the
+  // caller fills mutable_data() and calls Publish(). An invalid handle when no room can be made
+  // (the caller computes from its own read, as without the cache).
+  Result<storage::CacheHandle> AcquireCopy(const Extent& e, uint64_t block, size_t bytes);
   // Cancels a queued read that has not started (what was read stays cached, evictable).
   void Cancel(storage::UnitId id) { prefetcher_->Cancel(id); }
   bool Contains(storage::UnitId id) const { return cache_->Contains(id); }
@@ -171,6 +187,10 @@ class BlockStreamer {
   // Bit b of words[b / 64]: block b of e is cached where a cache-aware mask may count it (with
   // read-ahead on, outside staging). `words` holds (e.n_blocks + 63) / 64 words.
   void ResidentBlocks(const Extent& e, uint64_t* words) const;
+  // What the cache charges an entry of `bytes` (WeightCache::EntryCharge).
+  uint64_t EntryCharge(uint64_t bytes) const {
+    return cache_->EntryCharge(static_cast<size_t>(bytes));
+  }
   // The budget of a cache partition.
   uint64_t partition_budget(uint32_t partition) const {
     return cache_->partition_stats(partition).budget_bytes;

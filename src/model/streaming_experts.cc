@@ -6,6 +6,7 @@
 #include "model/streaming_experts.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include "storage/unit_id.h"
 
@@ -96,8 +97,10 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     return plan_.n_layers > 0 && plan_.groups[0].pack.expert_columns;
   }
 
-  // The kept channels' records and W_down of expert e, in one compact read (RecordReader: the
-  // channel records and W_down are records of one size from the expert's start); the whole
+  // The kept channels' records and W_down of expert e: W_down from the cache when its copy is
+  // there (then only the kept channels' records are read), else in one compact read with them
+  // (RecordReader: the channel records and W_down are records of one size from the expert's
+  // start), and a copy of it admitted into the cache when the policy makes room. The whole
   // expert from memory when it is resident.
   Result<ExpertWeights> AcquireChannels(int layer, int e,
                                         std::span<const int32_t> channels) override {
@@ -105,17 +108,35 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     if (!SparseChannels(g)) return Acquire(layer, e);
     const format::PackGroup& pg = g.pack;
     WEIR_CHECK(e >= 0 && e < pg.n_expert);
+    down_pin_.Reset();  // a step that failed midway left one pinned
+    // One access of the copy (the policy counts it): ready on a hit, a loader on a miss that
+    // has room, invalid when the partition has none.
+    WEIR_ASSIGN_OR_RETURN(down_pin_, streamer_->AcquireCopy(g.down_copy, static_cast<uint64_t>(e),
+                                                            static_cast<size_t>(g.down_bytes)));
+    const bool down_cached = down_pin_.valid() && !down_pin_.is_loader();
     slots_.assign(channels.begin(), channels.end());
     const int64_t n_ch = static_cast<int64_t>(slots_.size());
-    for (int64_t r = 0; r < pg.down_records; ++r) slots_.push_back(pg.d_model + r);
+    if (!down_cached) {
+      for (int64_t r = 0; r < pg.down_records; ++r) slots_.push_back(pg.d_model + r);
+    }
     places_.resize(slots_.size());
     const uint64_t at = Record(g, e) * pg.expert_stride;
-    WEIR_ASSIGN_OR_RETURN(const bool read,
-                          streamer_->ReadRecords(g.extent, pg.channel_bytes, slots_.data(),
-                                                 static_cast<int64_t>(slots_.size()),
-                                                 places_.data(), at));
-    streamer_->UpdateStats([](StreamStats& s) { ++s.expert_uses; });  // never a hit
+    const Result<bool> read_or = streamer_->ReadRecords(g.extent, pg.channel_bytes, slots_.data(),
+                                                        static_cast<int64_t>(slots_.size()),
+                                                        places_.data(), at);
+    if (!read_or.ok()) {
+      down_pin_.Reset();  // a loader's reservation is given back
+      return read_or.status();
+    }
+    const bool read = *read_or;
+    streamer_->UpdateStats([&](StreamStats& s) {
+      ++s.expert_uses;  // never a hit: the channels are read
+      ++s.down_uses;
+      if (down_cached) ++s.down_hits;
+    });
+    if (down_cached) streamer_->CountAccess(g.down_bytes, false);  // the cache counts the hit
     if (!read) {
+      down_pin_.Reset();
       return Status::OutOfMemory(StrFormat(
           "streaming: the record buffer cannot hold %zu channel records of expert %d of layer %d",
           slots_.size(), e, layer));
@@ -124,19 +145,27 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     // channels' back to back.
     for (size_t k = 0; k < places_.size(); ++k) {
       if (places_[k] != static_cast<int32_t>(k)) {
+        down_pin_.Reset();
         return Status::Internal("streaming: channel records out of place in the record buffer");
       }
     }
     const std::byte* base = streamer_->records();
+    const std::byte* down = base + static_cast<uint64_t>(n_ch) * pg.channel_bytes;
+    if (down_pin_.is_loader()) {
+      // A miss with room: the copy is what was just read; the product uses it as a hit would.
+      std::memcpy(down_pin_.mutable_data(), down, static_cast<size_t>(g.down_bytes));
+      down_pin_.Publish();
+    }
+    if (down_pin_.valid()) down = down_pin_.data();
     ExpertWeights x;
     x.w_in_t = TensorView{pg.expert_type[0], Shape{2 * n_ch, pg.d_ff}, base};
     x.in_compact = true;
-    x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff},
-                          base + static_cast<uint64_t>(n_ch) * pg.channel_bytes};
+    x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff}, down};
     return x;
   }
 
   void Release(int layer, int e) override {
+    down_pin_.Reset();  // the W_down copy of a channel-record use stays cached, evictable
     const Group& g = GroupOf(layer);
     if (streamer_->held(g.extent) || batch_layer_ != layer) return;
     // Experts are acquired and released one by one: the batch holds e's record only.
@@ -181,7 +210,10 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     return cached_words_.data();
   }
 
+  void ReleaseHeld() override { ReleaseAll(); }
+
   void ReleaseAll() {
+    down_pin_.Reset();
     if (batch_layer_ >= 0) streamer_->Release(&batch_, UINT64_MAX, GroupOf(batch_layer_).extent);
     batch_layer_ = -1;
   }
@@ -248,6 +280,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
   const StreamPlan& plan_;
   BlockStreamer* streamer_;
   BlockStreamer::Batch batch_;  // the pinned expert
+  storage::CacheHandle down_pin_;  // AcquireChannels: the pinned W_down copy, if cached
   int batch_layer_ = -1;
   std::vector<uint64_t> blocks_;
   std::vector<int64_t> slots_;   // AcquireChannels: the records read

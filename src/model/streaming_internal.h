@@ -16,6 +16,9 @@ inline double Since(Clock::time_point t0) {
 inline constexpr uint32_t kBundleBlockKind = 1;
 inline constexpr uint32_t kAttentionBlockKind = 2;
 inline constexpr uint32_t kInputBlockKind = 3;  // column layout: the input columns
+// Experts stored as channel records: the cached copies of the experts' W_down (StreamPlan::
+// Group::down_copy). The largest kind.
+inline constexpr uint32_t kDownCopyKind = 4;
 inline constexpr uint64_t kPage = 4096;
 
 inline uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }

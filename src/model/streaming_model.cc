@@ -28,6 +28,16 @@ uint64_t Add(uint64_t a, uint64_t b) { return a > UINT64_MAX - b ? UINT64_MAX : 
 
 std::string MemoryPlan::ToString() const {
   const bool unlimited = budget == UINT64_MAX;
+  // The cache's split: staging, and with W_down copies (channel-record experts under a policy)
+  // what one is charged.
+  std::string cache = FormatBytes(cache_bytes) + " (staging " + FormatBytes(staging_bytes);
+  if (down_copy_bytes > 0) {
+    cache += StrFormat(", room for %llu of %llu W_down copies of %s beside attention",
+                       static_cast<unsigned long long>(down_copies_fit),
+                       static_cast<unsigned long long>(down_copies_total),
+                       FormatBytes(down_copy_bytes).c_str());
+  }
+  cache += ")";
   return StrFormat(
       "process %s + static %s + session %s + streamer %s + io %s + policy %s%s + cache %s = %s "
       "(streamed %s)",
@@ -42,7 +52,7 @@ std::string MemoryPlan::ToString() const {
       record_ahead_bytes > 0
           ? (" + span read-ahead " + FormatBytes(record_ahead_bytes)).c_str()
           : "",
-      unlimited ? "unlimited" : FormatBytes(cache_bytes).c_str(),
+      unlimited ? "unlimited" : cache.c_str(),
       unlimited
           ? "no limit"
           : FormatBytes(Add(Add(minimum(), record_ahead_bytes), cache_bytes) - reserve_lent_bytes)
@@ -120,6 +130,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     for (const format::PackGroup& g : pack.groups()) {
       m->total_blocks_ += (g.nbytes + mo.block_bytes - 1) / mo.block_bytes +
                           (g.in_nbytes + in_block - 1) / in_block;
+      if (g.expert_columns) m->total_blocks_ += static_cast<uint64_t>(g.n_expert);  // W_down copies
     }
     m->plan_.streamed_bytes = m->streamer_->streamed_bytes();
     // Static: what is neither streamed in blocks nor read a row at a time (the embedding).
@@ -290,6 +301,12 @@ Status StreamingModel::Plan(uint64_t budget, uint64_t session_bytes, MemoryPlan*
     p.reserve_lent_bytes = lend;
     p.cache_bytes += lend;
   }
+  p.staging_bytes =
+      budget == UINT64_MAX ? 0 : std::min(p.cache_bytes, streamer_->staging_bytes(p.cache_bytes));
+  p.down_copy_bytes = streamer_->sparse_experts() ? streamer_->down_copy_charge() : 0;
+  p.down_copies_total = p.down_copy_bytes > 0 ? streamer_->down_copies_total() : 0;
+  p.down_copies_fit = budget == UINT64_MAX ? p.down_copies_total
+                                           : streamer_->down_copies_fit(p.cache_bytes);
   *plan = p;
   return Status::Ok();
 }

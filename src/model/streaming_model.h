@@ -67,6 +67,14 @@ struct MemoryPlan {
   uint64_t policy_bytes = 0;
   uint64_t process_bytes = 0;  // StreamingConfig::count_process: the resident set at open
   uint64_t cache_bytes = 0;
+  // Of cache_bytes: the staging partition's share (what read-ahead lands in; the rest is the
+  // layer groups' partitions). With experts stored as channel records and a sparsity policy,
+  // the groups' partitions hold attention and copies of the experts' W_down, each charged
+  // down_copy_bytes (0 for other packs).
+  uint64_t staging_bytes = 0;
+  uint64_t down_copy_bytes = 0;
+  // How many copies the groups' partitions hold beside attention, of how many experts in all.
+  uint64_t down_copies_fit = 0, down_copies_total = 0;
   // Span mode's read-ahead buffer, given from what would be the cache when that leaves at least
   // as much again (0: none; see StreamingModel::Plan).
   uint64_t record_ahead_bytes = 0;

@@ -7,6 +7,7 @@
 #include "kernels/tiled.h"
 #include "model/streaming_internal.h"
 #include "storage/unit_id.h"
+#include "tensor/tensor_view.h"
 
 namespace weir::model {
 
@@ -108,6 +109,12 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     // An experts extent's block is one expert (its record, whole pages).
     add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes, g.experts ? pg.expert_stride : B);
     if (g.columns) add_extent(g.in, kInputBlockKind, pg.in_offset, pg.in_nbytes, B_in);
+    if (g.experts && pg.expert_columns) {
+      // The W_down copies: a slab of n_expert places of whole pages, no file range.
+      g.down_bytes = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff}, nullptr}.nbytes();
+      const uint64_t unit = RoundUp(std::max<uint64_t>(g.down_bytes, 1), kPage);
+      add_extent(g.down_copy, kDownCopyKind, 0, unit * static_cast<uint64_t>(pg.n_expert), unit);
+    }
     const int64_t rows = g.experts   ? 0
                          : g.columns ? std::max(pg.in_rows(), pg.down_rows())
                                      : pg.rows();
@@ -181,7 +188,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
   }
   for (size_t i = 0; i < slabs.size(); ++i) {
     const uint64_t unit = slabs[i].unit_bytes;
-    if (!storage::UnitIdFits(i, kInputBlockKind, (slabs[i].bytes + unit - 1) / unit)) {
+    if (!storage::UnitIdFits(i, kDownCopyKind, (slabs[i].bytes + unit - 1) / unit)) {
       return Status::Unsupported(
           StrFormat("streaming: %s has too many extents or blocks to stream", path.c_str()));
     }
@@ -321,7 +328,7 @@ uint64_t StreamPlan::streamed_bytes() const {
   return n;
 }
 
-std::vector<uint64_t> StreamPlan::PartitionWeights(uint64_t budget) const {
+std::vector<uint64_t> StreamPlan::PartitionWeights(uint64_t budget, bool expert_records) const {
   // Staging: what prefetches land in. A quarter of the budget, at least two lanes of blocks, at
   // most the layers being read ahead; everything beyond the blocks when the whole model fits.
   // (A column pack's compact span reads do not go through the cache: max_cache_pin_bytes.)
@@ -333,6 +340,17 @@ std::vector<uint64_t> StreamPlan::PartitionWeights(uint64_t budget) const {
   uint64_t staging =
       options.staging_bytes > 0 ? options.staging_bytes : std::clamp<uint64_t>(budget / 4, lo, hi);
   const bool fits = budget >= all_blocks_charge && budget - all_blocks_charge >= lo;
+  if (expert_records && this->expert_records() && options.staging_bytes == 0) {
+    // No expert is staged: two layers' attention at least (what their blocks are charged), the
+    // layers read ahead at most; the group partitions keep the rest for attention and the
+    // W_down copies.
+    uint64_t att = 0;
+    for (const Extent& e : attention) att = std::max(att, e.charge);
+    const uint64_t att_lo = 2 * att;
+    const uint64_t att_hi =
+        std::max<uint64_t>(att_lo, static_cast<uint64_t>(options.prefetch_layers + 1) * att);
+    staging = std::clamp<uint64_t>(budget / 4, att_lo, att_hi);
+  }
   if (fits) staging = budget - all_blocks_charge;
   staging = std::min(staging, budget);
   const uint64_t rest = budget - staging;

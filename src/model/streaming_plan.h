@@ -106,6 +106,13 @@ struct StreamPlan {
     bool columns = false;
     bool experts = false;  // experts layout: extent = the layer's experts, block = one expert
     bool sparse = false;   // sparse column layout: records located by the offset tables
+    // Experts stored as channel records (pack.expert_columns): the cache's copies of the
+    // experts' W_down, which a sparsity policy reads whole at every use. Not a range of the file
+    // (offset 0, charge 0: resident mode and the partitions' charges ignore it): block e, at
+    // e * block_bytes of its slab, holds expert e's W_down (down_bytes), copied there from the
+    // read of its records (streaming_experts.cc). n_blocks = 0 for other groups.
+    Extent down_copy;
+    uint64_t down_bytes = 0;  // one expert's W_down: d_model rows of d_ff values
     std::vector<uint64_t> in_offsets, down_offsets;
     int n_lanes = 0;
   };
@@ -124,10 +131,16 @@ struct StreamPlan {
                                   const EntryCharge& entry_charge,
                                   std::vector<RecordTables> tables = {});
 
-  // Cache partition weights (bytes) for a budget: groups, then staging.
-  std::vector<uint64_t> PartitionWeights(uint64_t budget) const;
+  // Cache partition weights (bytes) for a budget: groups, then staging. `expert_records`: a
+  // sparsity policy reads the experts' channel records (expert_records()), so no expert goes
+  // through staging, which then holds what the read-ahead brings, a layer's attention, and
+  // leaves the rest to the group partitions (the W_down copies). Resident mode's split (the
+  // whole pack fits) is the same either way.
+  std::vector<uint64_t> PartitionWeights(uint64_t budget, bool expert_records = false) const;
   // The staging partition's share of a budget.
-  uint64_t StagingBytes(uint64_t budget) const { return PartitionWeights(budget).back(); }
+  uint64_t StagingBytes(uint64_t budget, bool expert_records = false) const {
+    return PartitionWeights(budget, expert_records).back();
+  }
   // Bytes outside the cache the streaming allocates: the MLP scratch (sized for the largest
   // group, scratch_bytes), the record offset tables, the transient reserve (one lane of blocks;
   // column layout: one layer's columns of a matrix; or one layer's attention; experts stored as
@@ -141,6 +154,8 @@ struct StreamPlan {
   // True when the pack has the column layout (sparsity can be applied).
   bool columns() const { return !groups.empty() && groups[0].columns; }
   bool experts() const { return !groups.empty() && groups[0].experts; }
+  // Experts stored as channel records (weir pack --layout experts-columns).
+  bool expert_records() const { return experts() && groups[0].pack.expert_columns; }
   const Group& group_of_layer(int layer) const {
     return groups[static_cast<size_t>(group_of[static_cast<size_t>(layer)])];
   }

@@ -2,6 +2,8 @@
 // and wired together, and the calls passed on to them.
 #include "model/streaming_weights.h"
 
+#include <algorithm>
+
 #include "model/streaming_bundles.h"
 #include "model/streaming_columns.h"
 #include "model/streaming_experts.h"
@@ -83,6 +85,42 @@ void StreamingWeights::ResetSequence() {
 }
 
 void StreamingWeights::BeginToken() { streamer_->BeginToken(); }
+
+Status StreamingWeights::set_sparse(bool sparse) {
+  if (sparse == streamer_->sparse_mlp()) return Status::Ok();
+  mlp_->ReleaseHeld();  // the shares may change (BlockStreamer::set_sparse_mlp)
+  return streamer_->set_sparse_mlp(sparse);
+}
+
+uint64_t StreamingWeights::down_copies_total() const {
+  uint64_t n = 0;
+  for (const StreamPlan::Group& g : plan_.groups) n += g.down_copy.n_blocks;
+  return n;
+}
+
+uint64_t StreamingWeights::down_copies_fit(uint64_t cache_bytes) const {
+  if (!sparse_experts()) return 0;
+  const std::vector<uint64_t> shares = streamer_->PartitionWeights(cache_bytes);
+  std::vector<uint64_t> room(shares.begin(), shares.end() - 1);  // the group partitions
+  std::vector<uint64_t> experts(room.size(), 0);
+  for (const StreamPlan::Extent& a : plan_.attention)
+    room[a.partition] = room[a.partition] > a.charge ? room[a.partition] - a.charge : 0;
+  for (const StreamPlan::Group& g : plan_.groups)
+    experts[g.down_copy.partition] += g.down_copy.n_blocks;
+  const uint64_t copy = down_copy_charge();
+  uint64_t n = 0;
+  for (size_t p = 0; p < room.size(); ++p) n += std::min(experts[p], copy > 0 ? room[p] / copy : 0);
+  return n;
+}
+
+uint64_t StreamingWeights::down_copy_charge() const {
+  if (!plan_.expert_records()) return 0;
+  uint64_t most = 0;
+  for (const StreamPlan::Group& g : plan_.groups) {
+    most = std::max<uint64_t>(most, streamer_->EntryCharge(g.down_bytes));
+  }
+  return most;
+}
 
 Status StreamingWeights::SetCacheBudget(uint64_t bytes) {
   mlp_->ReleaseHeld();

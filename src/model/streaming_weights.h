@@ -65,7 +65,24 @@ class StreamingWeights {
   ExpertSource* experts() { return mlp_->experts(); }
 
   // Sparse mode: the MLP is read by prediction, not by the read-ahead cursor.
-  void set_sparse(bool sparse) { streamer_->set_sparse_mlp(sparse); }
+  // With experts stored as channel records the cache's shares change with it
+  // (BlockStreamer::set_sparse_mlp); OutOfMemory when what is pinned does not fit them.
+  Status set_sparse(bool sparse);
+  // The staging partition's share of a cache budget, under the current mode.
+  uint64_t staging_bytes(uint64_t cache_bytes) const {
+    return streamer_->PartitionWeights(cache_bytes).back();
+  }
+  // Experts stored as channel records read under a sparsity policy (W_down copies are cached).
+  bool sparse_experts() const { return plan_.expert_records() && streamer_->sparse_mlp(); }
+  // Experts stored as channel records: the bytes one W_down copy is charged in the cache (0 for
+  // other packs).
+  uint64_t down_copy_charge() const;
+  // How many W_down copies the cache's group partitions hold beside every layer's attention
+  // under a cache budget of `cache_bytes` (the current mode's shares), at most the experts' count;
+  // 0 unless sparse_experts().
+  uint64_t down_copies_fit(uint64_t cache_bytes) const;
+  // The experts' count over all layers (the W_down copies there can be).
+  uint64_t down_copies_total() const;
   // The most input channels a span selection keeps per group (dip span=N: its KeepCount of
   // d_model; 0 = no span selection), set by the session before the memory plan is fitted.
   void set_span_keep(int64_t kept) { span_keep_ = kept; }

@@ -210,12 +210,74 @@ TEST(StreamingExpertColumnsTest, SparseStreamedEqualsResidentAtEveryBudgetAndIsC
           EXPECT_GT(got->stats.storage_bytes, 0u);
           EXPECT_EQ(got->trace.traffic.mlp_used, resident->trace.traffic.mlp_used);
           if (std::string(spec).empty()) continue;
-          // Sparse: records only, read per use and never cached.
+          // Sparse: records read per use, no whole expert cached (W_down copies may be).
           EXPECT_GT(got->stats.records_read, 0u);
           EXPECT_EQ(got->stats.expert_hits, 0u);
+          EXPECT_EQ(got->stats.down_uses, got->stats.expert_uses);
           EXPECT_LT(got->trace.traffic.mlp_used, got->trace.traffic.mlp_dense);
         }
       }
+    }
+  }
+}
+
+// The experts' W_down copies (a sparsity policy reads W_down whole at every use): at the minimum
+// budget none is cached and every use reads W_down with its channels; with more memory some
+// are, and a use that finds its copy reads only the kept channels, so fewer bytes. The logits
+// equal the resident pack's at every budget, the cache stays within its budget and the plan
+// says what a copy is charged.
+TEST(StreamingExpertColumnsTest, WDownCopiesAreCachedWithinTheBudgetAndChangeNoLogit) {
+  ThreadPool pool(2);
+  const int steps = 12;
+  const char* spec = "dip:0.5,down=1";
+  for (const char* arch : {"mixtral", "qwen3moe"}) {
+    for (DType type : {DType::kF32, DType::kQ4_0}) {
+      SCOPED_TRACE(std::string(arch) + " " + DTypeName(type));
+      const Files f = MakeFiles(arch, type);
+      auto pack = format::PackFile::Open(f.pack);
+      ASSERT_TRUE(pack.ok());
+      const format::PackGroup& g = pack->groups()[0];
+      auto resident =
+          RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), spec, &pool, steps);
+      ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+      auto probe = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), spec, &pool, 0);
+      ASSERT_TRUE(probe.ok());
+      const uint64_t minimum = probe->plan.minimum(), streamed = probe->plan.streamed_bytes;
+      uint64_t bytes_uncached = 0;
+      bool some_cached_some_not = false;
+      for (uint64_t budget : {minimum, minimum + streamed / 8, minimum + streamed / 4,
+                              minimum + streamed / 3, minimum + streamed / 2}) {
+        SCOPED_TRACE("budget " + std::to_string(budget));
+        auto got = RunPack(f.pack, Memory(f.pack), Config(budget, "lfu"), spec, &pool, steps);
+        ASSERT_TRUE(got.ok()) << got.status().ToString();
+        EXPECT_TRUE(Same(got->trace, resident->trace));
+        const StreamStats& s = got->stats;
+        EXPECT_GE(got->plan.down_copy_bytes, 4096u);  // a W_down copy, whole pages
+        EXPECT_LE(got->plan.staging_bytes, got->plan.cache_bytes);
+        ASSERT_GT(s.down_uses, 0u);
+        EXPECT_EQ(s.down_uses, s.expert_uses);
+        EXPECT_EQ(s.expert_hits, 0u);  // no whole expert is cached: its channels are read
+        EXPECT_LE(s.down_hits, s.down_uses);
+        // Each use read its kept channels (at most d_model records) and, without a copy, W_down.
+        const uint64_t down_reads =
+            (s.down_uses - s.down_hits) * static_cast<uint64_t>(g.down_records);
+        EXPECT_GE(s.records_read, down_reads);
+        EXPECT_LE(s.records_read, down_reads + s.down_uses * static_cast<uint64_t>(g.d_model));
+        EXPECT_EQ(got->plan.down_copies_total, static_cast<uint64_t>(pack->config().n_layers) *
+                                                   static_cast<uint64_t>(g.n_expert));
+        EXPECT_LE(got->plan.down_copies_fit, got->plan.down_copies_total);
+        if (budget == minimum) {
+          EXPECT_EQ(got->plan.down_copies_fit, 0u);
+          EXPECT_EQ(s.down_hits, 0u);  // no room: read as before
+          bytes_uncached = s.storage_bytes;
+          continue;
+        }
+        if (s.down_hits > 0) {
+          EXPECT_LT(s.storage_bytes, bytes_uncached);
+        }
+        if (s.down_hits > 0 && s.down_hits < s.down_uses) some_cached_some_not = true;
+      }
+      EXPECT_TRUE(some_cached_some_not);
     }
   }
 }

@@ -248,6 +248,10 @@ std::string FormatStreamStats(const model::StreamStats& s) {
     out += StrFormat(", experts %llu used, %.1f%% cached or read ahead",
                      static_cast<unsigned long long>(s.expert_uses),
                      100.0 * static_cast<double>(s.expert_hits) / static_cast<double>(s.expert_uses));
+    if (s.down_uses > 0) {
+      out += StrFormat(", W_down cached for %.1f%% of them",
+                       100.0 * static_cast<double>(s.down_hits) / static_cast<double>(s.down_uses));
+    }
     if (s.experts_chosen_predicted > 0) {
       out += StrFormat(", prediction recall %.1f%%",
                        100.0 * static_cast<double>(s.experts_predicted_used) /
@@ -286,6 +290,10 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
           {"experts",
            {{"used_per_token", s.expert_uses / n},
             {"hit_rate", s.expert_uses ? static_cast<double>(s.expert_hits) / s.expert_uses : 0.0},
+            // Channel records under a sparsity policy: uses whose W_down was cached.
+            {"w_down_hit_rate",
+             s.down_uses ? static_cast<double>(s.down_hits) / s.down_uses : 0.0},
+            {"w_down_hits_per_token", s.down_hits / n},
             {"predicted_per_token", s.experts_predicted / n},
             {"preloaded_per_token", s.experts_preloaded / n},
             {"prediction_recall", s.experts_chosen_predicted
@@ -305,11 +313,22 @@ nlohmann::json StreamTotalsJson(const model::StreamStats& s) {
 }
 
 nlohmann::json MemoryPlanJson(const model::MemoryPlan& p) {
-  return {
-      {"budget", p.budget},         {"minimum", p.minimum()},       {"static", p.static_bytes},
-      {"session", p.session_bytes}, {"streamer", p.streamer_bytes}, {"io", p.io_bytes},
-      {"policy", p.policy_bytes},   {"cache", p.cache_bytes},       {"streamed", p.streamed_bytes}, {"process", p.process_bytes},
-      {"span_read_ahead", p.record_ahead_bytes}, {"reserve_lent", p.reserve_lent_bytes}};
+  return {{"budget", p.budget},
+          {"minimum", p.minimum()},
+          {"static", p.static_bytes},
+          {"session", p.session_bytes},
+          {"streamer", p.streamer_bytes},
+          {"io", p.io_bytes},
+          {"policy", p.policy_bytes},
+          {"cache", p.cache_bytes},
+          {"cache_staging", p.staging_bytes},
+          {"w_down_copy", p.down_copy_bytes},
+          {"w_down_copies_fit", p.down_copies_fit},
+          {"w_down_copies", p.down_copies_total},
+          {"streamed", p.streamed_bytes},
+          {"process", p.process_bytes},
+          {"span_read_ahead", p.record_ahead_bytes},
+          {"reserve_lent", p.reserve_lent_bytes}};
 }
 
 uint64_t PeakRssBytes() {
