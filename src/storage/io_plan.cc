@@ -11,19 +11,22 @@ uint64_t RoundDown(uint64_t x, uint64_t a) { return x / a * a; }
 uint64_t RoundUp(uint64_t x, uint64_t a) { return (x + a - 1) / a * a; }
 }  // namespace
 
-IoPlan::IoPlan(size_t alignment, size_t bounce_bytes)
+IoPlan::IoPlan(size_t alignment, size_t bounce_bytes, size_t max_op_bytes)
     : alignment_(alignment <= 1 ? 1 : alignment),
-      bounce_bytes_(std::max<size_t>(alignment_, RoundUp(bounce_bytes, alignment_))) {}
+      bounce_bytes_(std::max<size_t>(alignment_, RoundUp(bounce_bytes, alignment_))),
+      max_op_bytes_(std::max<size_t>(
+          alignment_, RoundDown(std::min(std::max<size_t>(max_op_bytes, 1), kMaxOpBytes),
+                                alignment_))) {}
 
 Status IoPlan::Add(size_t request_index, uint64_t offset, size_t length, void* dst) {
   auto* out = static_cast<std::byte*>(dst);
   if (alignment_ == 1) {
-    for (size_t pos = 0; pos < length; pos += kMaxOpBytes) {
+    for (size_t pos = 0; pos < length; pos += max_op_bytes_) {
       IoOp op;
       op.request = request_index;
       op.file_offset = offset + pos;
       op.buf = out + pos;
-      op.length = std::min(kMaxOpBytes, length - pos);
+      op.length = std::min(max_op_bytes_, length - pos);
       op.needed = op.length;
       ops_.push_back(op);
     }
@@ -34,7 +37,7 @@ Status IoPlan::Add(size_t request_index, uint64_t offset, size_t length, void* d
   // Zero-copy part: aligned offset and buffer, whole aligned blocks.
   if (offset % a == 0 && reinterpret_cast<uintptr_t>(out) % a == 0) {
     const size_t direct = static_cast<size_t>(RoundDown(length, a));
-    const size_t max_op = static_cast<size_t>(RoundDown(kMaxOpBytes, a));
+    const size_t max_op = max_op_bytes_;
     for (; pos < direct;) {
       IoOp op;
       op.request = request_index;

@@ -39,7 +39,9 @@ struct IoOp {
 class IoPlan {
  public:
   // alignment <= 1: buffered I/O. Otherwise a power of two; bounce_bytes is rounded up to it.
-  IoPlan(size_t alignment, size_t bounce_bytes);
+  // max_op_bytes caps each op (rounded down to the alignment, at most kMaxOpBytes): a large read
+  // cut into pieces that a queue keeps in flight together.
+  IoPlan(size_t alignment, size_t bounce_bytes, size_t max_op_bytes = kMaxOpBytes);
 
   // Adds the ops of one request (already checked to lie inside the file).
   Status Add(size_t request_index, uint64_t offset, size_t length, void* dst);
@@ -56,6 +58,7 @@ class IoPlan {
  private:
   size_t alignment_;
   size_t bounce_bytes_;
+  size_t max_op_bytes_;
   std::vector<IoOp> ops_;
   std::vector<AlignedBuffer> bounce_;
 };

@@ -46,6 +46,7 @@ Result<std::unique_ptr<BlockDevice>> OpenDevice(const std::string& path,
     o.alignment = options.direct_alignment;
     o.bounce_bytes = options.bounce_bytes;
     o.allow_unaligned = options.allow_unaligned;
+    o.piece_bytes = options.piece_bytes;
     WEIR_ASSIGN_OR_RETURN(dev, UringDevice::Open(path, o));
   } else if (kind == "mmap") {
     WEIR_ASSIGN_OR_RETURN(dev, MmapDevice::Open(path));

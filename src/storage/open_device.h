@@ -29,6 +29,7 @@ struct DeviceOptions {
   size_t direct_alignment = 0;            // O_DIRECT: 0 asks the kernel, else a power of two
   size_t bounce_bytes = size_t{1} << 20;  // O_DIRECT: largest bounce buffer per operation
   bool allow_unaligned = true;            // O_DIRECT: false refuses unaligned reads instead
+  size_t piece_bytes = size_t{1} << 20;   // io_uring: largest operation a read is cut into
   std::string profile;                    // "" or a storage profile name (storage_profile.h)
 };
 

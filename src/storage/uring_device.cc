@@ -48,6 +48,10 @@ Result<std::unique_ptr<UringDevice>> UringDevice::Open(const std::string& path,
   dev->size_ = file.size;
   dev->name_ = (options.direct ? "io_uring+direct:" : "io_uring:") + path;
   dev->bounce_bytes_ = options.bounce_bytes;
+  if (options.piece_bytes == 0) {
+    return Status::InvalidArgument(StrFormat("%s: piece_bytes must be > 0", path.c_str()));
+  }
+  dev->piece_bytes_ = options.piece_bytes;
   dev->allow_unaligned_ = options.allow_unaligned;
   dev->completion_fault_ = options.completion_fault;
   // Create the first ring now so that a kernel without io_uring is reported at open time.
@@ -112,7 +116,7 @@ Status UringDevice::ReadAt(uint64_t offset, size_t length, void* dst) {
 }
 
 Status UringDevice::Read(std::span<ReadRequest> requests) {
-  IoPlan plan(direct_ ? alignment_ : 1, bounce_bytes_);
+  IoPlan plan(direct_ ? alignment_ : 1, bounce_bytes_, piece_bytes_);
   for (size_t i = 0; i < requests.size(); ++i) {
     ReadRequest& r = requests[i];
     r.status = CheckRead(r.offset, r.length, r.dst);

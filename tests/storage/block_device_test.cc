@@ -48,6 +48,11 @@ std::vector<DeviceCase> AllFileDevices() {
   add("io_uring_qd32", "io_uring", 32, size_t{1} << 20);
   add("io_uring_direct_qd1", "io_uring+direct", 1, 8192);
   add("io_uring_direct_qd32", "io_uring+direct", 32, size_t{1} << 20);
+  // Reads cut into small pieces kept in flight together (UringDevice::Options::piece_bytes).
+  add("io_uring_pieces", "io_uring", 4, size_t{1} << 20);
+  cases.back().options.piece_bytes = 5000;
+  add("io_uring_direct_pieces", "io_uring+direct", 8, size_t{1} << 20);
+  cases.back().options.piece_bytes = 3 * 4096;
   add("mmap", "mmap", 32, 0);
   add("auto", "auto", 32, size_t{1} << 20);
   return cases;
