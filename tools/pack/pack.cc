@@ -34,18 +34,18 @@ int PackMain(int argc, char** argv) {
   app.add_option("--layout", layout,
                  "MLP layout: bundles (dense streaming: one read per neuron's gate, up and down) "
                  "or columns (sparse streaming with --sparsity dip/dip-ca/glu: input-channel and "
-                 "neuron columns; with --group N and --sparsity dip:D,span=N,down=1 faster than "
-                 "bundles at half a generated 1.1B's size, slower below that: docs/streaming.md "
-                 "3.7), or "
+                 "neuron columns; with --group N and --sparsity dip:D,span=N,down=1 1.35-1.5x "
+                 "bundles at half a generated 1.1B's size, about even at a quarter: "
+                 "docs/streaming.md 3.8), or "
                  "sparse-columns (columns stored as bitmap + non-zero values: "
                  "for models pruned with `weir prune --mode unstructured`), or experts (a mixture "
                  "of experts, its default: one page-aligned record per expert, read and cached "
                  "whole), or experts-columns (a mixture of experts for --sparsity dip|dip-ca|glu "
                  "inside streamed experts: each expert's gate and up stored as channel records, "
                  "gate^T and up^T rows of an input channel together, then W_down; a streamed "
-                 "expert reads only its kept channels' records and W_down, in one compact read, "
-                 "uncached; f32/f16/bf16/q8_0/q4_0 experts, transposes requantized as for "
-                 "columns; docs/moe.md)")
+                 "expert reads only its kept channels' records, and W_down unless the cache "
+                 "holds a copy of it, in one compact read; f32/f16/bf16/q8_0/q4_0 experts, "
+                 "transposes requantized as for columns; docs/moe.md)")
       ->check(CLI::IsMember({"bundles", "columns", "sparse-columns", "experts",
                              "experts-columns"}));
   std::string calib;
