@@ -33,6 +33,10 @@ namespace {
 using streaming_test::Config;
 using streaming_test::Generate;
 using streaming_test::Memory;
+using streaming_test::Policy;
+using streaming_test::Run;
+using streaming_test::RunGguf;
+using streaming_test::RunPack;
 using streaming_test::Same;
 using streaming_test::Trace;
 
@@ -78,50 +82,6 @@ std::string WriteOrderedPack(const std::string& gguf, int group, unsigned seed) 
   }
   const std::string path = testing::TempDir() + "/ordered.weir";
   return format::WritePack(*m, path, o).ok() ? path : "";
-}
-
-std::unique_ptr<sparsity::SparsityPolicy> Policy(const std::string& spec) {
-  if (spec.empty()) return nullptr;
-  auto p = sparsity::ParseSparsity(spec, nullptr);
-  EXPECT_TRUE(p.ok()) << p.status().ToString();
-  return std::move(p).value();
-}
-
-struct Run {
-  Trace trace;
-  MemoryPlan plan;
-  StreamStats stats;
-};
-
-Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
-                    const StreamingConfig& c, const std::string& spec, ThreadPool* pool,
-                    int steps) {
-  auto policy = Policy(spec);
-  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
-  {
-    SessionOptions so;
-    so.ctx = 64;
-    so.n_batch = 4;
-    so.streamed = &sm->streamer();
-    so.sparsity = policy.get();
-    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
-    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
-  }
-  Run r;
-  r.plan = sm->plan();
-  WEIR_ASSIGN_OR_RETURN(r.trace, Generate(sm->model(), &sm->streamer(), policy.get(), pool, steps));
-  r.stats = sm->streamer().stats();
-  const storage::CacheStats cs = sm->streamer().cache_stats();
-  EXPECT_LE(cs.current_bytes, cs.budget_bytes);
-  return r;
-}
-
-Result<Trace> RunGguf(const std::string& gguf, const std::string& spec, ThreadPool* pool,
-                      int steps) {
-  WEIR_ASSIGN_OR_RETURN(auto file, format::LoadModel(gguf));
-  WEIR_ASSIGN_OR_RETURN(auto model, Model::FromFile(std::move(file)));
-  auto policy = Policy(spec);
-  return Generate(*model, nullptr, policy.get(), pool, steps);
 }
 
 TEST(StreamingColumnsTest, SparseStreamedEqualsResidentAndTheGgufSparsePath) {

@@ -24,6 +24,8 @@ namespace {
 using streaming_test::Config;
 using streaming_test::Generate;
 using streaming_test::Memory;
+using streaming_test::Run;
+using streaming_test::RunPack;
 using streaming_test::Same;
 using streaming_test::Trace;
 
@@ -46,32 +48,6 @@ Files MakeFiles(const std::string& arch, DType type) {
   Status st = format::WritePack(*m, f.pack, o);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return f;
-}
-
-struct Run {
-  Trace trace;
-  MemoryPlan plan;
-  StreamStats stats;
-};
-
-Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
-                    const StreamingConfig& c, ThreadPool* pool, int steps) {
-  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
-  {
-    SessionOptions so;
-    so.ctx = 64;
-    so.n_batch = 4;
-    so.streamed = &sm->streamer();
-    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
-    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
-  }
-  Run r;
-  r.plan = sm->plan();
-  WEIR_ASSIGN_OR_RETURN(r.trace, Generate(sm->model(), &sm->streamer(), nullptr, pool, steps));
-  r.stats = sm->streamer().stats();
-  const storage::CacheStats cs = sm->streamer().cache_stats();
-  EXPECT_LE(cs.current_bytes, cs.budget_bytes);
-  return r;
 }
 
 TEST(StreamingExpertsTest, PackLaysEachExpertOutAsOnePageAlignedRecord) {

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "format/model_file.h"
 #include "format/synth_llama.h"
 #include "model/sampler.h"
 #include "model/session.h"
@@ -81,6 +82,61 @@ inline StreamingConfig Config(uint64_t budget, const std::string& policy) {
   c.stream.lane_channels = 32;
   c.stream.policy_options.window_tokens = 2;
   return c;
+}
+
+// A sparsity policy from its spec ("" = none, dense).
+inline std::unique_ptr<sparsity::SparsityPolicy> Policy(const std::string& spec) {
+  if (spec.empty()) return nullptr;
+  auto p = sparsity::ParseSparsity(spec, nullptr);
+  EXPECT_TRUE(p.ok()) << p.status().ToString();
+  return std::move(p).value();
+}
+
+// A streamed run: its greedy trace, the memory plan it ran under and its streaming counters.
+struct Run {
+  Trace trace;
+  MemoryPlan plan;
+  StreamStats stats;
+};
+
+// Runs `pack` under `c` (opened over `device`) with the policy of `spec`, the plan fitted to a
+// first session's bytes; checks that the cache stayed within its budget.
+inline Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
+                           const StreamingConfig& c, const std::string& spec, ThreadPool* pool,
+                           int steps) {
+  auto policy = Policy(spec);
+  WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
+  {
+    SessionOptions so;
+    so.ctx = 64;
+    so.n_batch = 4;
+    so.streamed = &sm->streamer();
+    so.sparsity = policy.get();
+    WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
+    WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
+  }
+  Run r;
+  r.plan = sm->plan();
+  WEIR_ASSIGN_OR_RETURN(r.trace, Generate(sm->model(), &sm->streamer(), policy.get(), pool, steps));
+  r.stats = sm->streamer().stats();
+  const storage::CacheStats cs = sm->streamer().cache_stats();
+  EXPECT_LE(cs.current_bytes, cs.budget_bytes);
+  return r;
+}
+
+// The same, dense.
+inline Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDevice> device,
+                           const StreamingConfig& c, ThreadPool* pool, int steps) {
+  return RunPack(pack, std::move(device), c, "", pool, steps);
+}
+
+// The GGUF itself, every weight in memory, with the policy of `spec`.
+inline Result<Trace> RunGguf(const std::string& gguf, const std::string& spec, ThreadPool* pool,
+                             int steps) {
+  WEIR_ASSIGN_OR_RETURN(auto file, format::LoadModel(gguf));
+  WEIR_ASSIGN_OR_RETURN(auto model, Model::FromFile(std::move(file)));
+  auto policy = Policy(spec);
+  return Generate(*model, nullptr, policy.get(), pool, steps);
 }
 
 }  // namespace weir::model::streaming_test

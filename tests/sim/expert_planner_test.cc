@@ -14,35 +14,6 @@
 namespace weir::sim {
 namespace {
 
-// One layer, d_model 64, 4 experts of d_ff 32, 2 per token: an expert is 6144 bytes at 8 bits.
-ModelShape OneLayerMoe() {
-  ModelShape s = UniformShape("moe", 64, 1, 4, 2, 16, 32, 100);
-  s.n_experts = 4;
-  s.n_experts_active = 2;
-  return s;
-}
-constexpr double kExpertBytes = 6144;
-
-DeviceProfile Flat() {
-  DeviceProfile d;
-  d.name = "flat";
-  d.memory_bandwidth = 10 * kGB;
-  d.storage_read = BandwidthCurve::Flat(1 * kGB);
-  return d;
-}
-
-std::unique_ptr<VectorSource> Routing(const MaskLayout& layout,
-                                      const std::vector<std::vector<uint32_t>>& chosen) {
-  std::vector<TokenMasks> tokens;
-  for (const auto& c : chosen) {
-    TokenMasks t;
-    t.masks.assign(1, UnitMask(4));
-    for (uint32_t e : c) t.masks[0].Set(e);
-    tokens.push_back(std::move(t));
-  }
-  return std::make_unique<VectorSource>(layout, std::move(tokens));
-}
-
 ExpertPlanOptions Options() {
   ExpertPlanOptions o;
   o.bits = WeightBits::Uniform(8);

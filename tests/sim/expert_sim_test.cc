@@ -12,36 +12,9 @@
 namespace weir::sim {
 namespace {
 
-
-// One layer, d_model 64, 4 experts of d_ff 32, 2 per token: an expert is 3 x 64 x 32 = 6144
-// weights, 6144 bytes at 8 bits.
-ModelShape OneLayerMoe() {
-  ModelShape s = UniformShape("moe", 64, 1, 4, 2, 16, 32, 100);
-  s.n_experts = 4;
-  s.n_experts_active = 2;
-  return s;
-}
-constexpr double kExpertBytes = 6144;
-
-DeviceProfile Flat() {
-  DeviceProfile d;
-  d.name = "flat";
-  d.memory_bandwidth = 10 * kGB;
-  d.storage_read = BandwidthCurve::Flat(1 * kGB);
-  return d;
-}
-
 // Tokens route to {0,1} {0,2} {0,1} {2,3} {0,1}; the cache holds 2 experts.
-std::unique_ptr<VectorSource> Routing(const MaskLayout& layout) {
-  const std::vector<std::vector<uint32_t>> chosen = {{0, 1}, {0, 2}, {0, 1}, {2, 3}, {0, 1}};
-  std::vector<TokenMasks> tokens;
-  for (const auto& c : chosen) {
-    TokenMasks t;
-    t.masks.assign(1, UnitMask(4));
-    for (uint32_t e : c) t.masks[0].Set(e);
-    tokens.push_back(std::move(t));
-  }
-  return std::make_unique<VectorSource>(layout, std::move(tokens));
+std::unique_ptr<VectorSource> FiveTokens(const MaskLayout& layout) {
+  return Routing(layout, {{0, 1}, {0, 2}, {0, 1}, {2, 3}, {0, 1}});
 }
 
 SimConfig Config(const ModelShape& shape, const MaskLayout& layout, CachePolicy policy) {
@@ -97,7 +70,7 @@ TEST(ExpertSimTest, HandCountedHitsBytesAndReadsForEveryPolicy) {
                {CachePolicy::kStatic, 5, 5, 3}};
   for (const Want& w : wants) {
     SCOPED_TRACE(CachePolicyName(w.policy));
-    auto src = Routing(*layout);
+    auto src = FiveTokens(*layout);
     const SimConfig c = Config(shape, *layout, w.policy);
     auto r = Simulate(shape, Flat(), c, src.get());
     ASSERT_TRUE(r.ok()) << r.status().ToString();
