@@ -92,7 +92,8 @@ Result<std::unique_ptr<MoeMlp>> MoeMlp::Create(const format::LlamaConfig& c, int
   m->k_ = c.n_expert_used;
   m->d_model_ = c.d_model;
   m->renormalize_ = c.expert_weights_norm;
-  m->activation_ = c.arch->activation;
+  m->glu_ = c.arch->activation == format::Activation::kGeluTanh ? kernels::Glu::kGeluTanh
+                                                                : kernels::Glu::kSilu;
   size_t max_ff = 0;
   for (const auto& L : c.layers) {
     m->d_ff_.push_back(L.d_ff);
@@ -226,19 +227,11 @@ Status MoeMlp::SparseExpert(int layer, const ExpertWeights& w, const float* x, f
   if (observer) observer->OnGate(layer, g, d_ff);
   // h = glu(g, u) on the computed units, 0 elsewhere (kept in g).
   if (sel_units_.all()) {
-    if (activation_ == format::Activation::kGeluTanh) {
-      kernels::GeluTanhMul(g, u, d_ff);
-    } else {
-      kernels::SiluMul(g, u, d_ff);
-    }
+    kernels::GatedActivation(glu_, g, u, d_ff);
   } else {
     auto idx = sel_units_.indices();
     for (int32_t i : idx) {
-      if (activation_ == format::Activation::kGeluTanh) {
-        kernels::GeluTanhMul(g + i, u + i, 1);
-      } else {
-        kernels::SiluMul(g + i, u + i, 1);
-      }
+      kernels::GatedActivation(glu_, g + i, u + i, 1);
       u[i] = g[i];
     }
     std::memset(g, 0, sizeof(float) * static_cast<size_t>(d_ff));
@@ -342,11 +335,7 @@ Status MoeMlp::ChannelExpert(int layer, const ExpertWeights& w, const float* x, 
   *bytes += static_cast<uint64_t>(2 * n) * w.w_in_t.row_bytes();
   ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
   if (observer) observer->OnGate(layer, g, d_ff);
-  if (activation_ == format::Activation::kGeluTanh) {
-    kernels::GeluTanhMul(g, u, d_ff);
-  } else {
-    kernels::SiluMul(g, u, d_ff);
-  }
+  kernels::GatedActivation(glu_, g, u, d_ff);
   if (observer) observer->OnInput(layer, Site::kMlpDown, g, d_ff);
   if (policy_ != nullptr && policy_->MayPrune(Site::kMlpDown)) {
     sel_units_.SetAll(d_ff);
@@ -476,11 +465,7 @@ Status MoeMlp::Forward(int layer, const TensorView& router, const float* x, int 
       ActivationObserver* observer = observer_ != nullptr ? *observer_ : nullptr;
       for (int i = 0; observer && i < m; ++i) observer->OnGate(layer, g + i * d_ff, d_ff);
       const int64_t h = static_cast<int64_t>(m) * d_ff;
-      if (activation_ == format::Activation::kGeluTanh) {
-        kernels::GeluTanhMul(g, u, h);
-      } else {
-        kernels::SiluMul(g, u, h);
-      }
+      kernels::GatedActivation(glu_, g, u, h);
       for (int i = 0; observer && i < m; ++i) {
         observer->OnInput(layer, sparsity::Site::kMlpDown, g + i * d_ff, d_ff);
       }

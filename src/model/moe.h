@@ -27,6 +27,7 @@
 #include "base/status.h"
 #include "base/thread_pool.h"
 #include "format/model_file.h"
+#include "kernels/ops.h"
 #include "model/activation_observer.h"
 #include "model/llama_weights.h"
 #include "sparsity/index_list.h"
@@ -198,7 +199,7 @@ class MoeMlp {
 
   int n_expert_ = 0, k_ = 0, d_model_ = 0;
   bool renormalize_ = true;
-  format::Activation activation_ = format::Activation::kSilu;
+  kernels::Glu glu_ = kernels::Glu::kSilu;  // the architecture's activation
   std::vector<int> d_ff_;  // per layer
   size_t last_n_ = 0;
   uint64_t last_dense_bytes_ = 0;
