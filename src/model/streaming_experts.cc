@@ -8,20 +8,11 @@
 #include <algorithm>
 #include <cstring>
 
+#include "model/recall_gate.h"
 #include "storage/unit_id.h"
 
 namespace weir::model {
 namespace {
-
-// Predicted experts are read only while predictions have been right often enough. A read-ahead
-// that is right moves a read the layer needs anyway off its critical path; one that is wrong adds
-// a whole expert of reading, and when the reads are the bottleneck (an expert is megabytes, the
-// products are short) that costs more than the overlap wins. Measured at 25 % of the pack with
-// recall 0.53: Mixtral small 1.16 tok/s reading the predictions against 1.46 reading nothing
-// ahead (Qwen3 MoE small, recall 0.54: no difference; docs/moe.md). The recall is measured on
-// every decode step whether or not the prediction is read, so preloading resumes when it pays.
-constexpr double kMinRecallToPreload = 0.75;
-constexpr double kRecallDecay = 0.9;  // the running recall's weight on the past
 
 class ExpertReader final : public LayoutMlp, public ExpertSource {
   using Group = StreamPlan::Group;
@@ -184,7 +175,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
     if (streamer_->held(g.extent)) return;
     predicted_layer_ = layer;
     predicted_.assign(experts.begin(), experts.end());
-    preload_ = recall_ >= kMinRecallToPreload;
+    preload_ = gate_.open();
     QueuePredicted();
   }
 
@@ -264,10 +255,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
         streamer_->Cancel(storage::MakeUnitId(g.extent.slab, g.extent.kind, Record(g, e)));
       }
     }
-    if (!chosen.empty()) {
-      recall_ = kRecallDecay * recall_ +
-                (1.0 - kRecallDecay) * static_cast<double>(used) / static_cast<double>(chosen.size());
-    }
+    gate_.Observe(used, chosen.size());
     streamer_->UpdateStats([&](StreamStats& s) {
       if (preload_) s.experts_preloaded += predicted_.size();
       s.experts_predicted += predicted_.size();
@@ -290,7 +278,10 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
   std::vector<int32_t> predicted_;
   int predicted_layer_ = -1;
   bool preload_ = false;  // the current prediction is being read
-  double recall_ = 1.0;   // running recall of the predictions (optimistic at the start)
+  // Predicted experts are read only while predictions have been right often enough (measured at
+  // 25 % of the pack with recall 0.53: Mixtral small 1.16 tok/s reading the predictions against
+  // 1.46 reading nothing ahead; Qwen3 MoE small, recall 0.54: no difference; docs/moe.md).
+  RecallGate gate_;
 };
 
 }  // namespace

@@ -127,11 +127,6 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     p.max_rows = std::max(p.max_rows, rows);
     p.max_ff = std::max<int64_t>(p.max_ff, std::max(pg.d_ff, pg.d_model));
     p.max_lanes = std::max<int64_t>(p.max_lanes, g.n_lanes);
-    // Staging holds what the next layers need: a layer's chosen experts, not all of them.
-    const uint64_t group_need =
-        g.experts ? pg.expert_stride * static_cast<uint64_t>(pack.config().n_expert_used)
-                  : pg.mlp_bytes();
-    p.max_group_bytes = std::max(p.max_group_bytes, group_need);
     p.max_group_layers = std::max(p.max_group_layers, pg.n_layers);
     if (g.sparse) {
       const size_t i = p.groups.size();
@@ -208,9 +203,15 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
   };
   for (Group& g : p.groups) {
     charge(g.extent);
+    // Staging holds what the next layers need: a layer's chosen experts, not all of them.
+    p.max_group_charge = std::max(
+        p.max_group_charge,
+        g.experts ? entry_charge(g.extent.block_bytes) * static_cast<uint64_t>(pack.config().n_expert_used)
+                  : g.extent.charge);
     if (g.columns) {
       // A layer's columns are pinned together: the transient reserve and staging hold them.
       charge(g.in);
+      p.max_group_charge = std::max(p.max_group_charge, g.extent.charge + g.in.charge);
       const uint64_t in_bytes = MaxLayerBlocks(g, true) * g.in.block_bytes;
       const uint64_t down_bytes = MaxLayerBlocks(g, false) * g.extent.block_bytes;
       // A group of several layers may be pinned whole in span mode: its records and its down
@@ -235,13 +236,18 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       // reserve (storage/record_buffers.h); the two swap roles, so both are the largest group's.
       if (compact && options.span_read_ahead != SpanAhead::kOff && options.prefetch_layers >= 0)
         p.record_ahead_bytes = std::max(p.record_ahead_bytes, in_bytes);
-      p.max_cache_pin_bytes = std::max(
-          p.max_cache_pin_bytes,
-          g.pack.n_layers > 1 && !compact ? in_bytes + down_bytes : std::max(in_bytes, down_bytes));
+      const uint64_t in_charge = MaxLayerBlocks(g, true) * entry_charge(g.in.block_bytes);
+      const uint64_t down_charge = MaxLayerBlocks(g, false) * entry_charge(g.extent.block_bytes);
+      p.max_pin_charge = std::max(p.max_pin_charge, g.pack.n_layers > 1 && !compact
+                                                        ? in_charge + down_charge
+                                                        : std::max(in_charge, down_charge));
       p.max_blocks = std::max({p.max_blocks, g.in.n_blocks, g.extent.n_blocks});
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
-    if (g.experts) p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.block_bytes);
+    if (g.experts) {
+      p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.block_bytes);
+      p.max_pin_charge = std::max(p.max_pin_charge, entry_charge(g.extent.block_bytes));
+    }
     // Channel records (sparsity inside streamed experts): an expert's kept records and W_down
     // are read into the record buffer, which takes that reserve (the expert is then not pinned
     // through the cache); each run widened to pages adds at most a page at either end.
@@ -253,19 +259,19 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       const int64_t c0 = int64_t{k} * p.lane_channels;
       const auto [b0, b1] = BlocksOf(g, c0, std::min<int64_t>(c0 + p.lane_channels, g.pack.d_ff));
       p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, (b1 - b0 + 1) * B);
+      p.max_pin_charge = std::max(p.max_pin_charge, (b1 - b0 + 1) * entry_charge(B));
     }
   }
-  uint64_t attention_charge = 0;
   for (Extent& e : p.attention) {
     charge(e);
-    attention_charge = std::max(attention_charge, e.charge);
+    p.max_attention_charge = std::max(p.max_attention_charge, e.charge);
   }
   p.staging_partition = static_cast<uint32_t>(n_parts);
   // Span mode's reserve loan: everything of the reserve but the record buffer, when the plan
   // has span groups (and no experts, whose record buffer is sized otherwise).
   if (p.span_pin_floor_bytes > 0 && !p.experts() && p.reserve_bytes() > p.record_buffer_bytes) {
     p.span_lendable_bytes = p.reserve_bytes() - p.record_buffer_bytes;
-    p.span_pin_floor_bytes += attention_charge + 2 * entry_charge(options.block_bytes);
+    p.span_pin_floor_bytes += p.max_attention_charge + 2 * entry_charge(options.block_bytes);
   } else {
     p.span_pin_floor_bytes = 0;
   }
@@ -331,10 +337,9 @@ uint64_t StreamPlan::streamed_bytes() const {
 std::vector<uint64_t> StreamPlan::PartitionWeights(uint64_t budget, bool expert_records) const {
   // Staging: what prefetches land in. A quarter of the budget, at least two lanes of blocks, at
   // most the layers being read ahead; everything beyond the blocks when the whole model fits.
-  // (A column pack's compact span reads do not go through the cache: max_cache_pin_bytes.)
-  const uint64_t pinned = columns() ? max_cache_pin_bytes : max_lane_bytes;
-  const uint64_t lo = 2 * std::max(pinned, max_attention_bytes);
-  const uint64_t layer = max_group_bytes + max_attention_bytes;
+  // All as the cache charges them (a column pack's compact span reads do not go through it).
+  const uint64_t lo = 2 * std::max(max_pin_charge, max_attention_charge);
+  const uint64_t layer = max_group_charge + max_attention_charge;
   const uint64_t hi =
       std::max<uint64_t>(lo, static_cast<uint64_t>(options.prefetch_layers + 1) * layer);
   uint64_t staging =
@@ -344,8 +349,7 @@ std::vector<uint64_t> StreamPlan::PartitionWeights(uint64_t budget, bool expert_
     // No expert is staged: two layers' attention at least (what their blocks are charged), the
     // layers read ahead at most; the group partitions keep the rest for attention and the
     // W_down copies.
-    uint64_t att = 0;
-    for (const Extent& e : attention) att = std::max(att, e.charge);
+    const uint64_t att = max_attention_charge;
     const uint64_t att_lo = 2 * att;
     const uint64_t att_hi =
         std::max<uint64_t>(att_lo, static_cast<uint64_t>(options.prefetch_layers + 1) * att);

@@ -187,10 +187,15 @@ struct StreamPlan {
   std::vector<uint64_t> partition_charge;           // per group partition: all blocks it may hold
   uint32_t staging_partition = 0;
   uint64_t max_lane_bytes = 0;  // blocks pinned at once for one lane (or layer of columns)
-  // Column packs: the most MLP bytes pinned in the cache at once (a compact span read's records
-  // are not; staging is sized by this), and the compact span buffer (compact_span, grouped
-  // packs: the input share of the transient reserve, which the records then do not use).
-  uint64_t max_cache_pin_bytes = 0;
+  // What staging must hold twice, as the cache charges it (every entry carries its header, index
+  // and policy bytes beside the payload: staging sized by payload bytes alone held one expert of
+  // two): the most MLP blocks pinned at once (a lane of bundle blocks, one expert, a layer of
+  // columns, or a group's records and W_down; a compact span read's records are not pinned), and
+  // the largest attention extent.
+  uint64_t max_pin_charge = 0;
+  uint64_t max_attention_charge = 0;
+  // Column packs: the compact span buffer (compact_span, grouped packs: the input share of the
+  // transient reserve, which the records then do not use).
   uint64_t record_buffer_bytes = 0;
   // Span mode's reserve loan (column packs grouped by layers, compact_span). The transient
   // reserve of fixed_bytes() holds a group's records and its W_down at once, for a cache too
@@ -210,7 +215,7 @@ struct StreamPlan {
   // span_read_ahead): not in fixed_bytes(); StreamingModel gives it from what the budget leaves
   // the cache when that is large enough (BlockStreamer::set_record_ahead).
   uint64_t record_ahead_bytes = 0;
-  uint64_t max_group_bytes = 0;  // MLP bytes of the largest group (experts: chosen ones)
+  uint64_t max_group_charge = 0;  // MLP blocks' charge of the largest group (experts: chosen ones)
   int max_group_layers = 1;      // layers of the largest group
   // The token embedding table when streamed (stream_embedding): where it is in the pack and the
   // bytes of one row; embedding_row_bytes == 0 when it is static.

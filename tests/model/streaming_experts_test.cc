@@ -150,6 +150,39 @@ TEST(StreamingExpertsTest, AnExpertIsOneReadAndPredictionsAreCounted) {
   EXPECT_TRUE(Same(none->trace, got->trace));
 }
 
+// Staging holds a layer's chosen experts as the cache charges them (payload plus the entry's
+// header, index and policy bytes), so with a small cache every expert that is not cached goes to
+// the I/O thread: it reads the second while the first is computed. Sized by payload bytes alone,
+// staging held one expert of two and the other was read on the compute thread.
+TEST(StreamingExpertsTest, StagingHoldsTheChosenExpertsAsCharged) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles("mixtral", DType::kQ8_0);
+  auto pack = format::PackFile::Open(f.pack);
+  ASSERT_TRUE(pack.ok());
+  ASSERT_EQ(pack->config().n_expert_used, 2);
+  const uint64_t stride = pack->groups()[0].expert_stride;
+  StreamingConfig c = Config(UINT64_MAX, "lfu");
+  c.stream.stream_attention = false;
+  c.stream.prefetch_layers = 0;  // an experts pack's default: nothing predicted is read
+  auto probe = RunPack(f.pack, Memory(f.pack), c, &pool, 0);
+  ASSERT_TRUE(probe.ok());
+  // A cache of four experts: a quarter of it is below two experts, so staging is its floor.
+  c.memory_budget = probe->plan.minimum() + 4 * stride;
+  // The decode steps' reads: eight steps less the prompt's (a prompt chooses more experts per
+  // layer than staging holds; the rest are read on demand, as they should be).
+  auto prompt = RunPack(f.pack, Memory(f.pack), c, &pool, 0);
+  auto got = RunPack(f.pack, Memory(f.pack), c, &pool, 8);
+  ASSERT_TRUE(prompt.ok()) << prompt.status().ToString();
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  EXPECT_GE(got->plan.staging_bytes, 2 * stride);
+  EXPECT_LT(got->plan.staging_bytes, 3 * stride);
+  const uint64_t read = got->stats.storage_bytes - prompt->stats.storage_bytes;
+  const uint64_t ahead = got->stats.prefetched_bytes - prompt->stats.prefetched_bytes;
+  EXPECT_GE(read, 8 * stride);  // nothing is cached: every decode step reads
+  EXPECT_EQ(ahead, read);
+  EXPECT_EQ(got->stats.transient_bytes, 0u);
+}
+
 TEST(StreamingExpertsTest, ReadFailureIsAnErrorNotWrongTokens) {
   ThreadPool pool(2);
   const Files f = MakeFiles("mixtral", DType::kQ8_0);

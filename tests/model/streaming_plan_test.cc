@@ -60,7 +60,7 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
   EXPECT_EQ(p.n_layers, 4);
   EXPECT_EQ(p.group_of, (std::vector<int>{0, 0, 1, 1}));
   EXPECT_FALSE(p.columns());
-  uint64_t all = 0, max_lane = 0;
+  uint64_t all = 0, max_lane = 0, max_lane_charge = 0;
   uint32_t slab = 0;
   for (size_t g = 0; g < 2; ++g) {
     const StreamPlan::Group& grp = p.groups[g];
@@ -80,11 +80,12 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
       const uint64_t b0 = uint64_t{64} * k * pg.bundle_bytes / 8192;
       const uint64_t b1 = (std::min<uint64_t>(64 * k + 64, 160) * pg.bundle_bytes - 1) / 8192;
       max_lane = std::max(max_lane, (b1 - b0 + 1) * 8192);
+      max_lane_charge = std::max(max_lane_charge, (b1 - b0 + 1) * Charge(8192));
     }
   }
   // Attention: one extent per layer from q's first byte to output's last, after the groups.
   ASSERT_EQ(p.attention.size(), 4u);
-  uint64_t max_attention = 0;
+  uint64_t max_attention = 0, max_attention_charge = 0;
   for (int l = 0; l < 4; ++l) {
     const StreamPlan::Extent& a = p.attention[static_cast<size_t>(l)];
     const format::PackTensor* q = pack.FindStatic("blk." + std::to_string(l) + ".attn_q.weight");
@@ -99,10 +100,13 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
               (std::pair<int, uint64_t>{l, out->offset - q->offset}));
     all += a.charge;
     max_attention = std::max(max_attention, a.n_blocks * 8192);
+    max_attention_charge = std::max(max_attention_charge, a.charge);
   }
   EXPECT_EQ(p.all_blocks_charge, all);
   EXPECT_EQ(p.max_lane_bytes, max_lane);
   EXPECT_EQ(p.max_attention_bytes, max_attention);
+  EXPECT_EQ(p.max_pin_charge, max_lane_charge);
+  EXPECT_EQ(p.max_attention_charge, max_attention_charge);
   EXPECT_EQ(p.slabs.size(), 6u);
   EXPECT_EQ(p.staging_partition, 2u);
   EXPECT_EQ(
@@ -126,7 +130,8 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
             p.scratch_bytes + std::max(max_lane + 2 * 8192, max_attention) + 16 * 8192);
 
   // Shares. A budget that holds every block: each group partition its charge, staging the rest.
-  const uint64_t lo = 2 * std::max(max_lane, max_attention);
+  // Staging holds at least two lanes or attention extents as charged.
+  const uint64_t lo = 2 * std::max(max_lane_charge, max_attention_charge);
   std::vector<uint64_t> w = p.PartitionWeights(all + lo + 5);
   ASSERT_EQ(w.size(), 3u);
   EXPECT_EQ(w[0], p.partition_charge[0]);
@@ -137,7 +142,8 @@ TEST(StreamPlanTest, BundleExtentsChargesAndShares) {
   const uint64_t small = all - 1;
   w = p.PartitionWeights(small);
   const uint64_t hi = std::max<uint64_t>(
-      lo, 2 * (pack.groups()[0].mlp_bytes() + max_attention));  // prefetch_layers 1
+      lo, 2 * (std::max(p.groups[0].extent.charge, p.groups[1].extent.charge) +
+               max_attention_charge));  // prefetch_layers 1
   const uint64_t staging = std::clamp<uint64_t>(small / 4, lo, hi);
   EXPECT_EQ(w[2], staging);
   EXPECT_EQ(p.StagingBytes(small), staging);
