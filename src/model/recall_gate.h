@@ -28,8 +28,9 @@ class RecallGate {
   // A step with nothing chosen changes nothing.
   void Observe(uint64_t used, uint64_t chosen) {
     if (chosen == 0) return;
-    const double r = static_cast<double>(used > chosen ? chosen : used) / static_cast<double>(chosen);
-    recall_ = decay_ * recall_ + (1.0 - decay_) * r;
+    const uint64_t hit = used > chosen ? chosen : used;
+    recall_ = decay_ * recall_ +
+              (1.0 - decay_) * static_cast<double>(hit) / static_cast<double>(chosen);
   }
 
   bool open() const { return recall_ >= threshold_; }

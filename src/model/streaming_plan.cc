@@ -204,10 +204,10 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
   for (Group& g : p.groups) {
     charge(g.extent);
     // Staging holds what the next layers need: a layer's chosen experts, not all of them.
-    p.max_group_charge = std::max(
-        p.max_group_charge,
-        g.experts ? entry_charge(g.extent.block_bytes) * static_cast<uint64_t>(pack.config().n_expert_used)
-                  : g.extent.charge);
+    const uint64_t n_used = static_cast<uint64_t>(pack.config().n_expert_used);
+    p.max_group_charge =
+        std::max(p.max_group_charge,
+                 g.experts ? entry_charge(g.extent.block_bytes) * n_used : g.extent.charge);
     if (g.columns) {
       // A layer's columns are pinned together: the transient reserve and staging hold them.
       charge(g.in);
