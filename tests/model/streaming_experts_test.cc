@@ -261,10 +261,7 @@ Result<BiasedRun> RunBiased(const std::string& pack, const StreamingConfig& c, f
                             const std::vector<std::vector<uint64_t>>* replay, ThreadPool* pool,
                             int steps) {
   WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, Memory(pack), c));
-  SessionOptions so;
-  so.ctx = 64;
-  so.n_batch = 4;
-  so.streamed = &sm->streamer();
+  SessionOptions so = streaming_test::SessionFor(&sm->streamer());
   so.expert_bias = gamma;
   {
     WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
@@ -372,10 +369,7 @@ TEST(StreamingExpertsTest, HotSetFromCalibrationRoutingIsKeptAndLogitsStayBitIde
       n_expert = c.n_expert;
       k = c.n_expert_used;
       n_layers = c.n_layers;
-      SessionOptions so;
-      so.ctx = 64;
-      so.n_batch = 4;
-      so.streamed = &(*sm)->streamer();
+      SessionOptions so = streaming_test::SessionFor(&(*sm)->streamer());
       auto s = Session::Create((*sm)->model(), &pool, so);
       ASSERT_TRUE(s.ok());
       ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
@@ -454,10 +448,7 @@ TEST(StreamingExpertsTest, HotSetFromCalibrationRoutingIsKeptAndLogitsStayBitIde
       c.stream.policy = policy;
       auto sm = StreamingModel::Open(ordered, Memory(ordered), c);
       ASSERT_TRUE(sm.ok());
-      SessionOptions so;
-      so.ctx = 64;
-      so.n_batch = 4;
-      so.streamed = &(*sm)->streamer();
+      SessionOptions so = streaming_test::SessionFor(&(*sm)->streamer());
       {
         auto s = Session::Create((*sm)->model(), &pool, so);
         ASSERT_TRUE(s.ok());

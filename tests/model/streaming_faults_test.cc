@@ -77,11 +77,7 @@ Result<Trace> Decode(const std::string& pack, std::unique_ptr<storage::BlockDevi
   StreamingConfig c = Config(UINT64_MAX, "lru");
   c.stream.prefetch_layers = prefetch_layers;
   WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
-  SessionOptions so;
-  so.ctx = 64;
-  so.n_batch = 4;
-  so.streamed = &sm->streamer();
-  so.sparsity = policy.get();
+  SessionOptions so = streaming_test::SessionFor(&sm->streamer(), policy.get());
   WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(sm->model(), pool, so));
   WEIR_RETURN_IF_ERROR(sm->Fit(s->allocated_bytes()));
   if (budget_fraction < 1.0) {

@@ -56,10 +56,7 @@ Result<Trace> RunPack(const std::string& pack, std::unique_ptr<storage::BlockDev
   WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
   // The plan needs the session's allocations; a first session measures them.
   {
-    SessionOptions so;
-    so.ctx = 64;
-    so.n_batch = 4;
-    so.streamed = &sm->streamer();
+    SessionOptions so = streaming_test::SessionFor(&sm->streamer());
     WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
     WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
   }
@@ -124,10 +121,7 @@ TEST(StreamingSessionTest, BudgetChangesWhileGenerating) {
   ASSERT_TRUE(resident.ok());
   auto sm = StreamingModel::Open(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"));
   ASSERT_TRUE(sm.ok()) << sm.status().ToString();
-  SessionOptions so;
-  so.ctx = 64;
-  so.n_batch = 4;
-  so.streamed = &(*sm)->streamer();
+  SessionOptions so = streaming_test::SessionFor(&(*sm)->streamer());
   auto s = Session::Create((*sm)->model(), &pool, so);
   ASSERT_TRUE(s.ok());
   ASSERT_TRUE((*sm)->Fit((*s)->allocated_bytes()).ok());
@@ -174,10 +168,7 @@ TEST(StreamingSessionTest, SessionsTakingTurnsOnOneStreamerEachGetTheirOwnResult
     auto sm = StreamingModel::Open(f.pack, Memory(f.pack), c);
     EXPECT_TRUE(sm.ok()) << sm.status().ToString();
     if (!sm.ok()) return {};
-    SessionOptions so;
-    so.ctx = 64;
-    so.n_batch = 4;
-    so.streamed = &(*sm)->streamer();
+    SessionOptions so = streaming_test::SessionFor(&(*sm)->streamer());
     std::vector<std::unique_ptr<Session>> ss;
     uint64_t bytes = 0;
     for (size_t i = 0; i < prompts.size(); ++i) {

@@ -40,14 +40,21 @@ struct Trace {
   WeightTraffic traffic;
 };
 
-inline Result<Trace> Generate(const Model& model, StreamingWeights* mlp,
-                              const sparsity::SparsityPolicy* policy, ThreadPool* pool,
-                              int steps) {
+// The session every streamed test decodes with: 64 positions, prompts in batches of 4.
+inline SessionOptions SessionFor(StreamingWeights* streamed,
+                                 const sparsity::SparsityPolicy* policy = nullptr) {
   SessionOptions so;
   so.ctx = 64;
   so.n_batch = 4;
-  so.streamed = mlp;
+  so.streamed = streamed;
   so.sparsity = policy;
+  return so;
+}
+
+inline Result<Trace> Generate(const Model& model, StreamingWeights* mlp,
+                              const sparsity::SparsityPolicy* policy, ThreadPool* pool,
+                              int steps) {
+  SessionOptions so = SessionFor(mlp, policy);
   WEIR_ASSIGN_OR_RETURN(auto s, Session::Create(model, pool, so));
   const int vocab = model.config().vocab_size;
   std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
@@ -107,11 +114,7 @@ inline Result<Run> RunPack(const std::string& pack, std::unique_ptr<storage::Blo
   auto policy = Policy(spec);
   WEIR_ASSIGN_OR_RETURN(auto sm, StreamingModel::Open(pack, std::move(device), c));
   {
-    SessionOptions so;
-    so.ctx = 64;
-    so.n_batch = 4;
-    so.streamed = &sm->streamer();
-    so.sparsity = policy.get();
+    SessionOptions so = SessionFor(&sm->streamer(), policy.get());
     WEIR_ASSIGN_OR_RETURN(auto probe, Session::Create(sm->model(), pool, so));
     WEIR_RETURN_IF_ERROR(sm->Fit(probe->allocated_bytes()));
   }
