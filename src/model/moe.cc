@@ -10,6 +10,7 @@
 #include "kernels/gather.h"
 #include "kernels/matvec.h"
 #include "kernels/ops.h"
+#include "model/glu_of.h"
 
 namespace weir::model {
 
@@ -92,8 +93,7 @@ Result<std::unique_ptr<MoeMlp>> MoeMlp::Create(const format::LlamaConfig& c, int
   m->k_ = c.n_expert_used;
   m->d_model_ = c.d_model;
   m->renormalize_ = c.expert_weights_norm;
-  m->glu_ = c.arch->activation == format::Activation::kGeluTanh ? kernels::Glu::kGeluTanh
-                                                                : kernels::Glu::kSilu;
+  m->glu_ = GluOf(c.arch);
   size_t max_ff = 0;
   for (const auto& L : c.layers) {
     m->d_ff_.push_back(L.d_ff);

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/glu_of.h"
 #include "sparsity/select.h"
 
 namespace weir::model {
@@ -171,8 +172,7 @@ Status Session::Allocate(const SessionOptions& options) {
   MlpContext mc;
   mc.model = &model_;
   mc.pool = pool_;
-  mc.glu = c.arch->activation == format::Activation::kGeluTanh ? kernels::Glu::kGeluTanh
-                                                                 : kernels::Glu::kSilu;
+  mc.glu = GluOf(c.arch);
   mc.gate = gate_.data<float>();
   mc.up = up_.data<float>();
   mc.observer = &observer_;

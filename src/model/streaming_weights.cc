@@ -7,6 +7,7 @@
 #include "model/streaming_bundles.h"
 #include "model/streaming_columns.h"
 #include "model/streaming_experts.h"
+#include "model/glu_of.h"
 
 namespace weir::model {
 
@@ -22,10 +23,7 @@ Result<std::unique_ptr<StreamingWeights>> StreamingWeights::Create(
   }
   std::unique_ptr<StreamingWeights> s(new StreamingWeights());
   s->options_ = options;
-  const kernels::Glu glu = pack.config().arch != nullptr &&
-                                   pack.config().arch->activation == format::Activation::kGeluTanh
-                               ? kernels::Glu::kGeluTanh
-                               : kernels::Glu::kSilu;
+  const kernels::Glu glu = GluOf(pack.config().arch);
   WEIR_ASSIGN_OR_RETURN(std::vector<StreamPlan::RecordTables> tables,
                         ColumnMlp::ReadRecordTables(pack, device));
   {
