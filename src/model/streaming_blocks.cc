@@ -32,6 +32,9 @@ StreamStats StreamStats::operator-(const StreamStats& o) const {
   d.records_read = records_read - o.records_read;
   d.records_ahead = records_ahead - o.records_ahead;
   d.records_ahead_used = records_ahead_used - o.records_ahead_used;
+  d.record_bytes = record_bytes - o.record_bytes;
+  d.record_reads = record_reads - o.record_reads;
+  d.record_io_seconds = record_io_seconds - o.record_io_seconds;
   d.expert_uses = expert_uses - o.expert_uses;
   d.down_uses = down_uses - o.down_uses;
   d.down_hits = down_hits - o.down_hits;
@@ -200,6 +203,9 @@ StreamStats BlockStreamer::stats() const {
       s.storage_bytes += r.reads.bytes_read;
       s.storage_reads += r.reads.reads;
       s.io_seconds += r.reads.seconds;
+      s.record_bytes = r.reads.bytes_read;
+      s.record_reads = r.reads.reads;
+      s.record_io_seconds = r.reads.seconds;
       s.records_read += r.reads.records;
       s.prefetched_bytes += r.ahead_bytes;
       s.records_ahead += r.ahead_records;

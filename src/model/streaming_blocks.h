@@ -58,6 +58,11 @@ struct StreamStats {
                                    // ahead by a guess, or kept and not guessed)
   uint64_t records_ahead = 0;      // of those: read ahead for the next group by a guess
   uint64_t records_ahead_used = 0;  // ... that the group then kept
+  // Of storage_bytes / storage_reads / io_seconds: the compact record reads (span records,
+  // experts' channel records; storage::RecordBuffers), read while the compute waits, apart from
+  // the cache's block reads, so that each kind's read rate shows (bytes / seconds).
+  uint64_t record_bytes = 0, record_reads = 0;
+  double record_io_seconds = 0;
   // Experts layout: experts the layers chose, those already in memory (cached, or read ahead by a
   // prediction) when the layer asked, and the predictions (experts predicted for a layer, and
   // how many of them it then chose: recall = predicted_used / chosen in predicted layers).

@@ -206,10 +206,18 @@ TEST(StreamingColumnsTest, SpanRecordsReadCompactlyEqualTheCachedWay) {
             auto got = RunPack(pack, std::move(*dev), c, spec, &pool, steps);
             ASSERT_TRUE(got.ok()) << got.status().ToString();
             EXPECT_TRUE(Same(got->trace, resident->trace));
+            const StreamStats& st = got->stats;
             if (compact) {
-              EXPECT_GT(got->stats.records_read, 0u);
+              EXPECT_GT(st.records_read, 0u);
+              // The record reads are a part of the device reads, counted apart.
+              EXPECT_GT(st.record_reads, 0u);
+              EXPECT_LE(st.record_reads, st.storage_reads);
+              EXPECT_LE(st.record_bytes, st.storage_bytes);
+              EXPECT_LE(st.record_io_seconds, st.io_seconds);
             } else {
-              EXPECT_EQ(got->stats.records_read, 0u);
+              EXPECT_EQ(st.records_read, 0u);
+              EXPECT_EQ(st.record_bytes, 0u);
+              EXPECT_EQ(st.record_reads, 0u);
             }
             // The read-ahead buffer is given when the cache keeps as much again: never at the
             // minimum, always with half the model above it (these packs' buffers are a tenth).

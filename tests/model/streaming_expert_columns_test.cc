@@ -267,6 +267,11 @@ TEST(StreamingExpertColumnsTest, ASparseExpertReadsItsKeptRecordsAndWDownOnly) {
             s.expert_uses * static_cast<uint64_t>(g.down_records + g.d_model / 10 + 1));
   EXPECT_LT(s.storage_bytes, s.expert_uses * g.expert_stride);
   EXPECT_GE(s.storage_bytes, s.records_read * g.channel_bytes);
+  // Those reads are the compact record reads, counted apart within the device reads.
+  EXPECT_GE(s.record_bytes, s.records_read * g.channel_bytes);
+  EXPECT_LE(s.record_bytes, s.storage_bytes);
+  EXPECT_GT(s.record_reads, 0u);
+  EXPECT_LE(s.record_reads, s.storage_reads);
 }
 
 TEST(StreamingExpertColumnsTest, ReadFailureIsAnErrorNotWrongTokens) {

@@ -280,6 +280,17 @@ nlohmann::json StreamStatsJson(const model::StreamStats& s, uint64_t tokens) {
             {"input_columns", s.stall_input_seconds / n},
             {"span_records", s.stall_records_seconds / n}}},
           {"io_seconds_per_token", s.io_seconds / n},
+          // The device reads split by kind: compact record reads (span records, experts'
+          // channel records), the rest (cache blocks: read-ahead, demand, transient).
+          {"io_split_per_token",
+           {{"records",
+             {{"bytes", s.record_bytes / n},
+              {"reads", s.record_reads / n},
+              {"seconds", s.record_io_seconds / n}}},
+            {"blocks",
+             {{"bytes", (s.storage_bytes - s.record_bytes) / n},
+              {"reads", (s.storage_reads - s.record_reads) / n},
+              {"seconds", (s.io_seconds - s.record_io_seconds) / n}}}}},
           {"overlap", s.overlap()},
           {"span",
            {{"records_read_per_token", s.records_read / n},
