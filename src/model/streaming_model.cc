@@ -90,23 +90,21 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     WEIR_ASSIGN_OR_RETURN(format::PackFile pack, format::PackFile::Open(path));
     StreamingOptions mo = config.stream;
     mo.cache_budget = 0;  // planned by Fit
-    if (mo.block_bytes == 0) {
-      // Dense bundles are read whole: large blocks. Columns: 64 KiB. A 4 KiB block lets the bytes
-      // read follow the kept columns, but each block is a cache entry with its own lookup, pin and
-      // bookkeeping, and on SmolLM2 that cost more than the bytes saved: its column pack at a
-      // budget of static + KV + 50 % of the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 /
-      // 18.8 / 23.8 with 16 / 64 / 256 KiB (dense, --policy mru, outside a cgroup;
-      // docs/streaming.md, 3.2). Inside a cgroup of the budget, 64 KiB blocks: 3.3.
-      mo.block_bytes = format::IsColumnLayout(pack.layout()) ? size_t{64} << 10 : size_t{2} << 20;
-    }
+    // Blocks asked for are kept; the input columns of a pack grouped by layers take 4 KiB blocks
+    // whatever the others' (a span selection keeps or skips a record of several pages whole).
+    // Each block is a cache entry with its own lookup, pin and bookkeeping, which is why no
+    // layout defaults to 4 KiB: on SmolLM2 its column pack at a budget of static + KV + 50 % of
+    // the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 / 18.8 / 23.8 with 16 / 64 / 256 KiB
+    // (dense, --policy mru, outside a cgroup; docs/streaming.md, 3.2).
+    Result<storage::StorageProfile> profile = Status::NotFound("no profile");
+    if (!config.device.profile.empty()) profile = storage::FindStorageProfile(config.device.profile);
+    const DefaultBlocks defaults =
+        DefaultBlockSizes(pack, mo.stream_attention, profile.ok() ? &*profile : nullptr);
     if (mo.input_block_bytes == 0 && format::IsColumnLayout(pack.layout()) &&
-        pack.group_size() > 1) {
-      // A column pack grouped by layers stores an input channel's rows for all layers of its
-      // group as one record of several pages (SmolLM2, --group 4: 7,680 bytes). With a span
-      // selection (dip span=N) whole records are kept or skipped, and 4 KiB blocks let the bytes
-      // read follow them; the I/O thread still merges neighbouring blocks into large reads.
-      mo.input_block_bytes = size_t{4} << 10;
+        (pack.group_size() > 1 || mo.block_bytes == 0)) {
+      mo.input_block_bytes = defaults.input_block_bytes;
     }
+    if (mo.block_bytes == 0) mo.block_bytes = defaults.block_bytes;
     if (mo.prefetch_layers == kPrefetchAuto) {
       mo.prefetch_layers = pack.layout() == format::PackLayout::kExperts ? 0 : 1;
     }

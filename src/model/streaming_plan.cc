@@ -393,6 +393,36 @@ StreamPlan::LayerBlocks StreamPlan::layer_blocks(int layer) const {
   return b;
 }
 
+DefaultBlocks DefaultBlockSizes(const format::PackFile& pack, bool stream_attention,
+                                const storage::StorageProfile* profile) {
+  constexpr size_t kLarge = size_t{2} << 20, kSmall = size_t{64} << 10;
+  DefaultBlocks d;
+  d.block_bytes = kLarge;
+  if (!format::IsColumnLayout(pack.layout())) return d;
+  d.input_block_bytes = pack.group_size() > 1 ? size_t{4} << 10 : kSmall;
+  if (profile != nullptr &&
+      storage::ModelThroughput(*profile, kSmall, profile->queue_depth) >=
+          0.9 * storage::ModelThroughput(*profile, kLarge, profile->queue_depth)) {
+    d.block_bytes = kSmall;  // a flat device: large reads gain nothing
+    return d;
+  }
+  // The smallest extent read whole: a group's down columns, a layer's attention.
+  uint64_t smallest = UINT64_MAX;
+  for (const format::PackGroup& pg : pack.groups()) smallest = std::min(smallest, pg.nbytes);
+  if (stream_attention) {
+    for (int l = 0; l < pack.config().n_layers; ++l) {
+      uint64_t bytes = 0;
+      for (const char* t : kAttentionTensors) {
+        const format::PackTensor* pt = pack.FindStatic(StrFormat("blk.%d.%s.weight", l, t));
+        if (pt != nullptr) bytes += pt->nbytes;
+      }
+      smallest = std::min(smallest, bytes);
+    }
+  }
+  if (smallest < 2 * kLarge) d.block_bytes = kSmall;
+  return d;
+}
+
 std::pair<uint64_t, uint64_t> BlocksOf(const StreamPlan::Group& g, int64_t c0, int64_t c1) {
   const uint64_t b = g.pack.bundle_bytes;
   const uint64_t B = g.extent.block_bytes;

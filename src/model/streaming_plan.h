@@ -33,6 +33,7 @@
 #include "format/weir_pack_reader.h"
 #include "storage/eviction_policy.h"
 #include "storage/slab_placement.h"
+#include "storage/storage_profile.h"
 
 namespace weir::model {
 
@@ -230,6 +231,33 @@ struct StreamPlan {
   uint64_t max_blocks = 0;
   uint64_t scratch_bytes = 0;  // MLP scratch any layout allocates at most (fixed_bytes)
 };
+
+// The cached units StreamingModel uses for a pack when none is asked for
+// (StreamingOptions::block_bytes and input_block_bytes of 0), from the pack's layout and the sizes
+// of its extents:
+// - bundle and experts packs: 2 MiB blocks (huge pages, large reads; an expert is one block);
+// - column packs: the W_down and attention extents are read whole by every layer except under
+//   down pruning, so they take 2 MiB blocks when the smallest of them holds at least two of
+//   them (one cache entry, one read and huge pages per 2 MiB, and the hot policy can still keep
+//   a share of each extent), 64 KiB when the extents are smaller (a 2 MiB block would be a
+//   whole extent: all or nothing in the cache). The input columns keep small blocks, so that a
+//   sparse read follows the kept channels: 64 KiB, or 4 KiB in a pack grouped by layers, whose
+//   records of several pages a span selection keeps or skips whole;
+// - except on a device throttled to a storage profile whose read rate hardly depends on the read
+//   size (64 KiB reads at 90 % or more of 2 MiB reads' rate, storage::ModelThroughput: a18-flash):
+//   there large blocks gain nothing and make the compute wait for more bytes before it can use
+//   any, so column packs keep 64 KiB. Without a profile the device is real storage, faster in
+//   large reads (ActiveFlow Fig. 7; this machine's disk, docs/storage.md).
+// Measured in docs/streaming.md 3.10 (1.1B column pack, extents of 5.3 and 26 MB, span mode):
+// 1.19x faster with 2 MiB blocks than with 64 KiB in a cgroup of 25 % of the pack, 1.04x at
+// 50 %; under a18-flash 0.93-0.98x; SmolLM2's column pack (extents under 1 MB) 0.91-0.92x.
+struct DefaultBlocks {
+  size_t block_bytes = 0;
+  size_t input_block_bytes = 0;  // 0: as block_bytes (packs without input columns)
+};
+// `profile`: the storage profile the device is throttled to (null: none).
+DefaultBlocks DefaultBlockSizes(const format::PackFile& pack, bool stream_attention,
+                                const storage::StorageProfile* profile = nullptr);
 
 // Geometry of a plan's groups (pure functions of the plan).
 // First and last block of a group's bundle tensor holding channels [c0, c1).

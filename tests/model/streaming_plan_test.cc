@@ -22,15 +22,20 @@ namespace {
 constexpr uint64_t kPage = 4096;
 uint64_t Charge(uint64_t bytes) { return (bytes + kPage - 1) / kPage * kPage + 100; }
 
-format::PackFile MakePack(format::PackLayout layout, int group) {
-  const std::string dir = testing::TempDir();
+format::SynthSpec Spec(int d_model, int n_layers, int n_head, int n_head_kv, int d_ff) {
   format::SynthSpec s;
-  s.d_model = 64;
-  s.n_layers = 4;
-  s.n_head = 4;
-  s.n_head_kv = 2;
-  s.d_ff = 160;
+  s.d_model = d_model;
+  s.n_layers = n_layers;
+  s.n_head = n_head;
+  s.n_head_kv = n_head_kv;
+  s.d_ff = d_ff;
   s.vocab_size = 270;
+  return s;
+}
+
+format::PackFile MakePack(format::PackLayout layout, int group,
+                          const format::SynthSpec& s = Spec(64, 4, 4, 2, 160)) {
+  const std::string dir = testing::TempDir();
   EXPECT_TRUE(format::WriteRandomLlamaGguf(s, DType::kQ8_0, 5, dir + "/m.gguf", nullptr).ok());
   const format::ModelFile src = format::LoadModel(dir + "/m.gguf").value();
   format::PackOptions o;
@@ -222,6 +227,42 @@ TEST(StreamPlanTest, BadOptionsAreRefused) {
   o = StreamingOptions();
   o.partitions = "halves";
   EXPECT_EQ(StreamPlan::Build(pack, o, Charge).status().code(), Status::Code::kInvalidArgument);
+}
+
+// The default blocks follow the layout and the extents' sizes: 2 MiB for W_down and attention
+// only where the smallest of them (Q8_0: 1.0625 bytes a weight) holds two 2 MiB blocks.
+TEST(StreamPlanTest, DefaultBlocksFollowTheLayoutAndTheExtents) {
+  constexpr size_t kKiB = 1024, kMiB = 1024 * 1024;
+  auto sizes = [](const format::PackFile& pack, bool attention) {
+    const DefaultBlocks d = DefaultBlockSizes(pack, attention);
+    return std::make_pair(d.block_bytes, d.input_block_bytes);
+  };
+  using P = std::pair<size_t, size_t>;
+  // Small extents: 64 KiB blocks; the input columns of a grouped pack 4 KiB.
+  EXPECT_EQ(sizes(MakePack(format::PackLayout::kBundles, 1), true), P(2 * kMiB, 0));
+  EXPECT_EQ(sizes(MakePack(format::PackLayout::kColumns, 1), true), P(64 * kKiB, 64 * kKiB));
+  EXPECT_EQ(sizes(MakePack(format::PackLayout::kColumns, 2), true), P(64 * kKiB, 4 * kKiB));
+  // d_model 1024, d_ff 2048: a layer's W_down is 2.2 MB, its attention (4 x 1024^2) 4.5 MB.
+  // Grouped by two layers every extent holds two 2 MiB blocks; a layer's W_down alone does not.
+  const format::SynthSpec wide = Spec(1024, 2, 8, 8, 2048);
+  EXPECT_EQ(sizes(MakePack(format::PackLayout::kColumns, 2, wide), true), P(2 * kMiB, 4 * kKiB));
+  EXPECT_EQ(sizes(MakePack(format::PackLayout::kColumns, 1, wide), true),
+            P(64 * kKiB, 64 * kKiB));
+  // On a device throttled to a profile, as the profile's read rates say: ufs4 is faster in large
+  // reads, a18-flash is not.
+  const format::PackFile large = MakePack(format::PackLayout::kColumns, 2, wide);
+  const storage::StorageProfile ufs4 = storage::FindStorageProfile("ufs4").value();
+  const storage::StorageProfile a18 = storage::FindStorageProfile("a18-flash").value();
+  EXPECT_EQ(DefaultBlockSizes(large, true, &ufs4).block_bytes, 2 * kMiB);
+  EXPECT_EQ(DefaultBlockSizes(large, true, &a18).block_bytes, 64 * kKiB);
+  EXPECT_EQ(DefaultBlockSizes(large, true, &a18).input_block_bytes, 4 * kKiB);
+  EXPECT_EQ(DefaultBlockSizes(MakePack(format::PackLayout::kBundles, 1), true, &a18).block_bytes,
+            2 * kMiB);
+  // With 2 of 8 heads for k and v a layer's attention is 2.8 MB: small unless it stays static.
+  const format::SynthSpec gqa = Spec(1024, 2, 8, 2, 2048);
+  const format::PackFile grouped = MakePack(format::PackLayout::kColumns, 2, gqa);
+  EXPECT_EQ(sizes(grouped, true), P(64 * kKiB, 4 * kKiB));
+  EXPECT_EQ(sizes(grouped, false), P(2 * kMiB, 4 * kKiB));
 }
 
 }  // namespace

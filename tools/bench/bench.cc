@@ -144,6 +144,8 @@ int BenchMain(int argc, char** argv) {
                                                        {"device", m->streaming->device().name()},
                                                        {"policy", m->streaming->streamer().options().policy},
                                                        {"prefetch_layers", m->streaming->streamer().options().prefetch_layers},
+                                                       {"block_bytes", m->streaming->streamer().options().block_bytes},
+                                                       {"input_block_bytes", m->streaming->streamer().options().input_block_bytes},
                                                        {"decode", StreamStatsJson(stream_decode, static_cast<uint64_t>(n_gen))}}
                                       : nlohmann::json()}});
   } else {
