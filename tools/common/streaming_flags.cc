@@ -54,8 +54,10 @@ void AddStreamingFlags(CLI::App& app, StreamingFlags* f) {
                  "cache split: shared (one pool), uniform (per layer group), proportional "
                  "(default shared: per-group shares smaller than a block cache nothing)");
   app.add_option("--block", f->block,
-                 "cached unit of the streamed MLP tensors, a multiple of 4 KiB (default 2MiB for bundle "
-                 "packs, 64KiB for column packs)");
+                 "cached unit of the streamed tensors, a multiple of 4 KiB (default 2MiB; for a "
+                 "column pack 2MiB for W_down and attention when each of those extents holds two, "
+                 "else 64KiB, and 64KiB under a profile whose reads are as fast at 64 KiB, "
+                 "a18-flash; a column pack's input columns 64KiB, 4KiB when grouped)");
   app.add_option("--expert-bias", f->expert_bias,
                  "a mixture of experts: before each top-k choice, scale the router probabilities "
                  "of the experts not in the cache by GAMMA in (0, 1] (DIP-CA's bias, applied to "
