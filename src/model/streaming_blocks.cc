@@ -359,7 +359,7 @@ void BlockStreamer::Prefetch(int layer) {
       for (; ahead_.block < e->n_blocks; ++ahead_.block) {
         storage::UnitRead r = BlockRead(*e, ahead_.block);
         if (cache_->Contains(r.id)) continue;
-        const uint64_t charge = cache_->EntryCharge(r.length);
+        const uint64_t charge = cache_->UnitCharge(r.id, r.length);
         if (charge > room) return;  // resume here when the compute has claimed some
         r.partition = plan_.staging_partition;
         if (!prefetcher_->Enqueue(r).ok()) return;
@@ -429,7 +429,7 @@ void BlockStreamer::ReleaseAttention() {
 Status BlockStreamer::AcquireBlock(const Extent& e, uint64_t block, Batch* batch,
                                    const std::function<bool()>& make_room, bool claim_queued) {
   storage::UnitRead r = BlockRead(e, block);
-  const uint64_t charge = cache_->EntryCharge(r.length);
+  const uint64_t charge = cache_->UnitCharge(r.id, r.length);
   CountAccess(r.length, false);
   const Clock::time_point t0 = Clock::now();
   auto stall = [&] {
@@ -479,9 +479,10 @@ Status BlockStreamer::AcquireBlock(const Extent& e, uint64_t block, Batch* batch
   }
   if (!oom(h)) return h.status();
   // Transient: read into the slab place without a cache entry; dropped after use.
-  std::byte* dst = base(e) + block * e.block_bytes;
-  const size_t len =
-      storage::RoundedReadLength(*device_, r.offset, r.length, dst, RoundUp(r.length, kPage));
+  std::byte* dst = base(e) + block * e.place_bytes;
+  // What the place takes once written (whole huge pages in their slabs): given back whole.
+  const size_t footprint = slabs_->Footprint(r.id, RoundUp(r.length, kPage));
+  const size_t len = storage::RoundedReadLength(*device_, r.offset, r.length, dst, footprint);
   slabs_->Reclaim(dst, len);  // a queued release of this place must not zero what is read now
   const Clock::time_point io0 = Clock::now();
   Status st = device_->ReadAt(r.offset, len, dst);
@@ -494,7 +495,7 @@ Status BlockStreamer::AcquireBlock(const Extent& e, uint64_t block, Batch* batch
     stats_.transient_bytes += len;
   }
   stall();
-  batch->transient.emplace_back(dst, RoundUp(r.length, kPage));
+  batch->transient.emplace_back(dst, footprint);
   batch->blocks.push_back(block);
   batch->handles.emplace_back();  // keeps blocks and handles index-aligned
   if (!st.ok()) {
@@ -509,7 +510,8 @@ void BlockStreamer::Release(Batch* batch, uint64_t keep_from_block, const Extent
   while (keep < batch->blocks.size() && batch->blocks[keep] < keep_from_block) ++keep;
   for (size_t i = 0; i < keep; ++i) {
     if (batch->handles[i].valid()) {
-      batch->pinned_bytes -= cache_->EntryCharge(batch->handles[i].size());
+      batch->pinned_bytes -= cache_->UnitCharge(
+          storage::MakeUnitId(e.slab, e.kind, batch->blocks[i]), batch->handles[i].size());
       batch->handles[i].Reset();
     }
   }
@@ -518,7 +520,7 @@ void BlockStreamer::Release(Batch* batch, uint64_t keep_from_block, const Extent
   // bytes. Reservations are made on this thread only, so the check cannot race with one.
   std::vector<std::pair<std::byte*, size_t>> still;
   for (const auto& [p, bytes] : batch->transient) {
-    const uint64_t block = static_cast<uint64_t>(p - base(e)) / e.block_bytes;
+    const uint64_t block = static_cast<uint64_t>(p - base(e)) / e.place_bytes;
     if (block < keep_from_block) {
       if (!cache_->Contains(storage::MakeUnitId(e.slab, e.kind, block))) slabs_->Discard(p, bytes);
     } else {

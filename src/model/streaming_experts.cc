@@ -72,7 +72,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
       }
       batch_layer_ = layer;
     }
-    const std::byte* base = streamer_->base(g.extent) + Record(g, e) * pg.expert_stride;
+    const std::byte* base = streamer_->base(g.extent) + Record(g, e) * g.extent.place_bytes;
     ExpertWeights x;
     x.w_down = TensorView{pg.expert_type[2], Shape{pg.d_model, pg.d_ff}, base + pg.expert_part[2]};
     if (pg.expert_columns) {
@@ -111,7 +111,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
       for (int64_t r = 0; r < pg.down_records; ++r) slots_.push_back(pg.d_model + r);
     }
     places_.resize(slots_.size());
-    const uint64_t at = Record(g, e) * pg.expert_stride;
+    const uint64_t at = Record(g, e) * g.extent.place_bytes;
     const Result<bool> read_or = streamer_->ReadRecords(g.extent, pg.channel_bytes, slots_.data(),
                                                         static_cast<int64_t>(slots_.size()),
                                                         places_.data(), at);

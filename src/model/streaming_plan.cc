@@ -104,7 +104,12 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       e.nbytes = nbytes;
       e.block_bytes = block;
       e.n_blocks = (nbytes + block - 1) / block;
-      slabs.push_back({nbytes, block});
+      e.place_bytes = block;
+      if (g.experts && kind == kBundleBlockKind && options.huge_expert_places_from > 0 &&
+          block >= options.huge_expert_places_from) {
+        e.place_bytes = RoundUp(block, kHugePage);
+      }
+      slabs.push_back({e.n_blocks * e.place_bytes, static_cast<size_t>(e.place_bytes)});
     };
     // An experts extent's block is one expert (its record, whole pages).
     add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes, g.experts ? pg.expert_stride : B);
@@ -158,8 +163,9 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       e.offset = begin;
       e.nbytes = end - begin;
       e.block_bytes = B;
+      e.place_bytes = B;
       e.n_blocks = (e.nbytes + B - 1) / B;
-      slabs.push_back({e.nbytes, B});
+      slabs.push_back({e.n_blocks * B, B});
       p.max_attention_bytes = std::max(p.max_attention_bytes, e.n_blocks * B);
       for (const char* t : kAttentionTensors) {
         const std::string name = StrFormat("blk.%d.%s.weight", l, t);
@@ -195,9 +201,14 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
   // Charges: what the cache is charged for each block (the policy's per-entry bytes included).
   const size_t n_parts = options.partitions == "shared" ? 1 : p.groups.size();
   p.partition_charge.assign(n_parts, 0);
+  // A block in a slab of huge pages takes whole ones (SlabPlacement::Footprint): the cache charges
+  // it that much.
+  auto BlockCharge = [&](const Extent& e, uint64_t len) {
+    return entry_charge(e.place_bytes % kHugePage == 0 ? RoundUp(len, kHugePage) : len);
+  };
   auto charge = [&](Extent& e) {
     for (uint64_t b = 0; b < e.n_blocks; ++b)
-      e.charge += entry_charge(std::min<uint64_t>(e.block_bytes, e.nbytes - b * e.block_bytes));
+      e.charge += BlockCharge(e, std::min<uint64_t>(e.block_bytes, e.nbytes - b * e.block_bytes));
     p.partition_charge[e.partition] += e.charge;
     p.all_blocks_charge += e.charge;
   };
@@ -207,7 +218,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     const uint64_t n_used = static_cast<uint64_t>(pack.config().n_expert_used);
     p.max_group_charge =
         std::max(p.max_group_charge,
-                 g.experts ? entry_charge(g.extent.block_bytes) * n_used : g.extent.charge);
+                 g.experts ? BlockCharge(g.extent, g.extent.block_bytes) * n_used : g.extent.charge);
     if (g.columns) {
       // A layer's columns are pinned together: the transient reserve and staging hold them.
       charge(g.in);
@@ -228,16 +239,16 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
         // What the cache must pin at once in span mode (a group's W_down, or outside span mode
         // one layer's input columns), as it charges it.
         const uint64_t pin =
-            std::max(MaxLayerBlocks(g, true) * entry_charge(g.in.block_bytes),
-                     MaxLayerBlocks(g, false) * entry_charge(g.extent.block_bytes));
+            std::max(MaxLayerBlocks(g, true) * BlockCharge(g.in, g.in.block_bytes),
+                     MaxLayerBlocks(g, false) * BlockCharge(g.extent, g.extent.block_bytes));
         p.span_pin_floor_bytes = std::max(p.span_pin_floor_bytes, pin);
       }
       // A read-ahead of the next group's records needs a second buffer as large, beyond the
       // reserve (storage/record_buffers.h); the two swap roles, so both are the largest group's.
       if (compact && options.span_read_ahead != SpanAhead::kOff && options.prefetch_layers >= 0)
         p.record_ahead_bytes = std::max(p.record_ahead_bytes, in_bytes);
-      const uint64_t in_charge = MaxLayerBlocks(g, true) * entry_charge(g.in.block_bytes);
-      const uint64_t down_charge = MaxLayerBlocks(g, false) * entry_charge(g.extent.block_bytes);
+      const uint64_t in_charge = MaxLayerBlocks(g, true) * BlockCharge(g.in, g.in.block_bytes);
+      const uint64_t down_charge = MaxLayerBlocks(g, false) * BlockCharge(g.extent, g.extent.block_bytes);
       p.max_pin_charge = std::max(p.max_pin_charge, g.pack.n_layers > 1 && !compact
                                                         ? in_charge + down_charge
                                                         : std::max(in_charge, down_charge));
@@ -245,8 +256,8 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) {
-      p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.block_bytes);
-      p.max_pin_charge = std::max(p.max_pin_charge, entry_charge(g.extent.block_bytes));
+      p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.place_bytes);
+      p.max_pin_charge = std::max(p.max_pin_charge, BlockCharge(g.extent, g.extent.block_bytes));
     }
     // Channel records (sparsity inside streamed experts): an expert's kept records and W_down
     // are read into the record buffer, which takes that reserve (the expert is then not pinned

@@ -76,6 +76,12 @@ std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
   return p;
 }
 
+size_t SlabPlacement::Footprint(UnitId id, size_t capacity) const {
+  const uint32_t s = UnitLayer(id);
+  if (s >= slabs_.size() || slabs_[s].unit_bytes % kHugePage != 0) return capacity;
+  return static_cast<size_t>((capacity + kHugePage - 1) / kHugePage * kHugePage);
+}
+
 void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {
   (void)id;
   const size_t page = PageSize();

@@ -67,6 +67,10 @@ class SlabPlacement : public UnitPlacement {
   // The unit's address when it fits inside its slab, else nullptr.
   std::byte* Place(UnitId id, size_t capacity) override;
   void Release(UnitId id, std::byte* data, size_t capacity) override;
+  // In a slab of huge pages (units of whole 2 MiB) a unit takes whole huge pages: capacity
+  // rounded up to 2 MiB; elsewhere capacity. (A huge page is faulted in whole by the first byte
+  // written to it, and giving back part of it splits it and keeps the rest resident.)
+  size_t Footprint(UnitId id, size_t capacity) const override;
   // Returns the pages of [p, p + bytes) (page-aligned) to the OS.
   void Discard(std::byte* p, size_t bytes);
   // Gives back every queued release now.

@@ -143,6 +143,11 @@ uint64_t WeightCache::EntryCharge(size_t bytes) const {
          kIndexBytesPerEntry + policy_->per_entry_bytes();
 }
 
+uint64_t WeightCache::UnitCharge(UnitId id, size_t bytes) const {
+  const size_t capacity = (bytes + alignment_ - 1) / alignment_ * alignment_;
+  return EntryCharge(placement_ != nullptr ? placement_->Footprint(id, capacity) : bytes);
+}
+
 void WeightCache::PinLocked(Entry* e) {
   if (e->pins++ == 0) {
     parts_[e->hook.partition].pinned += e->charge;
@@ -244,7 +249,7 @@ Result<CacheHandle> WeightCache::Reserve(UnitId id, size_t bytes, uint32_t parti
 Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t partition,
                                                bool prefetched) {
   Partition& part = parts_[partition];
-  const uint64_t charge = EntryCharge(bytes);
+  const uint64_t charge = UnitCharge(id, bytes);
   if (charge > part.budget) {
     ++counters_.reserve_failures;
     return Status::OutOfMemory(StrFormat(
@@ -287,8 +292,9 @@ Result<CacheHandle> WeightCache::ReserveLocked(UnitId id, size_t bytes, uint32_t
     }
   }
   auto e = std::make_unique<Entry>();
-  const size_t capacity = (bytes + alignment_ - 1) / alignment_ * alignment_;
+  size_t capacity = (bytes + alignment_ - 1) / alignment_ * alignment_;
   if (placement_ != nullptr) {
+    capacity = placement_->Footprint(id, capacity);  // what it takes: released whole
     e->data = placement_->Place(id, capacity);
     if (e->data == nullptr) {
       return Status::InvalidArgument(

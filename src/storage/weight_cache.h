@@ -72,6 +72,12 @@ class UnitPlacement {
   virtual std::byte* Place(UnitId id, size_t capacity) = 0;
   // The unit left the cache (evicted, aborted and unpinned, or the cache is destroyed).
   virtual void Release(UnitId id, std::byte* data, size_t capacity) = 0;
+  // The memory a unit of `capacity` bytes takes once written: capacity, or more where the
+  // placement's pages are larger (whole huge pages). The cache charges and releases this much.
+  virtual size_t Footprint(UnitId id, size_t capacity) const {
+    (void)id;
+    return capacity;
+  }
 };
 
 namespace detail {
@@ -243,6 +249,9 @@ class WeightCache {
 
   // Bytes an entry with `bytes` of payload is charged (see the header comment).
   uint64_t EntryCharge(size_t bytes) const;
+  // What unit `id` with `bytes` of payload is charged: EntryCharge of its placement's footprint
+  // (UnitPlacement::Footprint; the payload rounded to the alignment without a placement).
+  uint64_t UnitCharge(UnitId id, size_t bytes) const;
   uint32_t partition_count() const { return static_cast<uint32_t>(parts_.size()); }
   size_t alignment() const { return alignment_; }
   std::string_view policy_name() const { return policy_->name(); }

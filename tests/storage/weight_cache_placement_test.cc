@@ -185,6 +185,37 @@ TEST(WeightCachePlacementTest, EntriesLiveAtTheirPlaceAndAreReleased) {
   EXPECT_TRUE(rec.live.empty());
 }
 
+// A unit in a slab of huge pages takes whole ones: the cache charges it that footprint and gives
+// all of it back (a release of the payload alone would split the last huge page and keep the
+// rest resident). Elsewhere the footprint is the payload rounded to the alignment.
+TEST(WeightCachePlacementTest, UnitsInHugePagesAreChargedAndReleasedWhole) {
+  const size_t huge = 2 << 20, unit = 2 * huge;
+  auto slabs = SlabPlacement::Create({{4 * unit, unit}, {4 * kUnit, kUnit}}).value();
+  const UnitId big = MakeUnitId(0, 1, 1), small = MakeUnitId(1, 1, 1);
+  EXPECT_EQ(slabs->Footprint(big, huge + 4096), unit);
+  EXPECT_EQ(slabs->Footprint(big, 4096), huge);
+  EXPECT_EQ(slabs->Footprint(small, 4096), 4096u);
+  auto c = MakeCache(64 << 20, slabs.get());
+  const size_t payload = huge + 100;
+  EXPECT_EQ(c->UnitCharge(big, payload), c->EntryCharge(unit));
+  EXPECT_EQ(c->UnitCharge(small, 100), c->EntryCharge(4096));
+  {
+    auto r = c->Acquire(big, payload, 0);
+    ASSERT_TRUE(r.ok()) << r.status().ToString();
+    EXPECT_EQ(r->capacity(), unit);
+    EXPECT_EQ(c->stats().current_bytes, c->EntryCharge(unit));
+    // The read lands in the payload; the kernel commits the rest of the last huge page with it.
+    std::memset(r->mutable_data(), 0x11, unit);
+    r->Publish();
+  }
+  std::byte* place = slabs->base(0) + unit;
+  c->EvictAll();
+  EXPECT_EQ(c->stats().current_bytes, 0u);
+  // Given back whole: past the payload too, the pages read as zeros again.
+  EXPECT_EQ(place[payload + 4096], std::byte{0});
+  EXPECT_EQ(place[unit - 1], std::byte{0});
+}
+
 TEST(WeightCachePlacementTest, AbortedLoadStillPinnedBlocksItsPlace) {
   auto slabs = SlabPlacement::Create({{16 * kUnit, kUnit}}).value();
   auto c = MakeCache(1 << 20, slabs.get());
