@@ -109,7 +109,9 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
           block >= options.huge_expert_places_from) {
         e.place_bytes = RoundUp(block, kHugePage);
       }
-      slabs.push_back({e.n_blocks * e.place_bytes, static_cast<size_t>(e.place_bytes)});
+      // The slab's payload ends where the extent does (its last block may be short).
+      slabs.push_back({e.place_bytes == block ? nbytes : e.n_blocks * e.place_bytes,
+                       static_cast<size_t>(e.place_bytes), block});
     };
     // An experts extent's block is one expert (its record, whole pages).
     add_extent(g.extent, kBundleBlockKind, pg.offset, pg.nbytes, g.experts ? pg.expert_stride : B);
@@ -165,7 +167,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       e.block_bytes = B;
       e.place_bytes = B;
       e.n_blocks = (e.nbytes + B - 1) / B;
-      slabs.push_back({e.n_blocks * B, B});
+      slabs.push_back({e.nbytes, B});
       p.max_attention_bytes = std::max(p.max_attention_bytes, e.n_blocks * B);
       for (const char* t : kAttentionTensors) {
         const std::string name = StrFormat("blk.%d.%s.weight", l, t);
@@ -201,14 +203,15 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
   // Charges: what the cache is charged for each block (the policy's per-entry bytes included).
   const size_t n_parts = options.partitions == "shared" ? 1 : p.groups.size();
   p.partition_charge.assign(n_parts, 0);
-  // A block in a slab of huge pages takes whole ones (SlabPlacement::Footprint): the cache charges
-  // it that much.
-  auto BlockCharge = [&](const Extent& e, uint64_t len) {
-    return entry_charge(e.place_bytes % kHugePage == 0 ? RoundUp(len, kHugePage) : len);
+  // A block in a slab of huge pages takes whole ones up to its last (SlabPlacement::FootprintIn):
+  // the cache charges it that much.
+  auto BlockCharge = [&](const Extent& e, uint64_t len, uint64_t b = 0) {
+    return entry_charge(storage::SlabPlacement::FootprintIn(slabs[e.slab], b, len));
   };
   auto charge = [&](Extent& e) {
     for (uint64_t b = 0; b < e.n_blocks; ++b)
-      e.charge += BlockCharge(e, std::min<uint64_t>(e.block_bytes, e.nbytes - b * e.block_bytes));
+      e.charge +=
+          BlockCharge(e, std::min<uint64_t>(e.block_bytes, e.nbytes - b * e.block_bytes), b);
     p.partition_charge[e.partition] += e.charge;
     p.all_blocks_charge += e.charge;
   };
@@ -256,7 +259,9 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     }
     // One expert at a time is pinned (MoeMlp releases each after its product).
     if (g.experts) {
-      p.max_lane_bytes = std::max<uint64_t>(p.max_lane_bytes, g.extent.place_bytes);
+      p.max_lane_bytes = std::max<uint64_t>(
+          p.max_lane_bytes,
+          storage::SlabPlacement::FootprintIn(slabs[g.extent.slab], 0, g.extent.block_bytes));
       p.max_pin_charge = std::max(p.max_pin_charge, BlockCharge(g.extent, g.extent.block_bytes));
     }
     // Channel records (sparsity inside streamed experts): an expert's kept records and W_down

@@ -14,6 +14,17 @@ namespace weir::storage {
 
 namespace {
 constexpr uint64_t kHugePage = AnonRegion::kHugePage;
+
+// Where unit `index`'s huge pages end: its last whole huge page of payload (0 in a slab of small
+// pages). Its payload: payload_bytes (or the whole unit), cut at the slab's end.
+uint64_t HugeEnd(const SlabPlacement::Slab& s, uint64_t index) {
+  if (s.unit_bytes % kHugePage != 0) return 0;
+  uint64_t payload = s.payload_bytes > 0 ? std::min<uint64_t>(s.payload_bytes, s.unit_bytes)
+                                         : s.unit_bytes;
+  const uint64_t start = index * s.unit_bytes;
+  payload = start < s.bytes ? std::min(payload, s.bytes - start) : 0;
+  return payload / kHugePage * kHugePage;
+}
 }  // namespace
 
 size_t SlabPlacement::PageSize() {
@@ -43,9 +54,21 @@ Result<std::unique_ptr<SlabPlacement>> SlabPlacement::Create(const std::vector<S
     // Units of whole huge pages get huge pages (one fault and one zeroing per 2 MiB instead of
     // 512: reading into freshly released memory is otherwise limited by page faults); smaller
     // units get none, so that a unit commits only its own pages.
-    auto memory = AnonRegion::Create(static_cast<size_t>(mapped), in.unit_bytes % kHugePage == 0);
+    const bool huge = in.unit_bytes % kHugePage == 0;
+    if (huge) mapped = (mapped + in.unit_bytes - 1) / in.unit_bytes * in.unit_bytes;  // whole units
+    auto memory = AnonRegion::Create(static_cast<size_t>(mapped), huge);
     if (!memory.ok()) return memory.status().WithContext(StrFormat("slab placement: slab %zu", s));
-    p->slabs_.push_back(Region{std::move(memory).value(), in.unit_bytes});
+    if (huge) {
+      // Past each unit's last whole huge page of payload: small pages (best effort, as
+      // MADV_HUGEPAGE), so that the unit commits its payload and no more.
+      for (uint64_t u = 0; u * in.unit_bytes < mapped; ++u) {
+        const uint64_t end = HugeEnd(in, u);
+        if (end == in.unit_bytes) continue;
+        (void)madvise(memory->data() + u * in.unit_bytes + end,
+                      static_cast<size_t>(in.unit_bytes - end), MADV_NOHUGEPAGE);
+      }
+    }
+    p->slabs_.push_back(Region{std::move(memory).value(), in.unit_bytes, in});
   }
   return p;
 }
@@ -76,10 +99,17 @@ std::byte* SlabPlacement::Place(UnitId id, size_t capacity) {
   return p;
 }
 
+uint64_t SlabPlacement::FootprintIn(const Slab& s, uint64_t index, uint64_t capacity) {
+  const uint64_t page = PageSize();
+  const uint64_t huge_end = HugeEnd(s, index);
+  if (capacity > huge_end) return huge_end + (capacity - huge_end + page - 1) / page * page;
+  return (capacity + kHugePage - 1) / kHugePage * kHugePage;
+}
+
 size_t SlabPlacement::Footprint(UnitId id, size_t capacity) const {
   const uint32_t s = UnitLayer(id);
-  if (s >= slabs_.size() || slabs_[s].unit_bytes % kHugePage != 0) return capacity;
-  return static_cast<size_t>((capacity + kHugePage - 1) / kHugePage * kHugePage);
+  if (s >= slabs_.size()) return capacity;
+  return static_cast<size_t>(FootprintIn(slabs_[s].spec, UnitIndex(id), capacity));
 }
 
 void SlabPlacement::Release(UnitId id, std::byte* data, size_t capacity) {

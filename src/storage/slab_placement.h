@@ -47,7 +47,15 @@ class SlabPlacement : public UnitPlacement {
   struct Slab {
     uint64_t bytes = 0;     // bytes the slab must hold (rounded up to whole pages)
     size_t unit_bytes = 0;  // distance between units; a multiple of the page size
+    // Bytes of each unit that are ever written (0: unit_bytes). In a slab of huge pages, a
+    // unit's bytes past its last whole huge page get small pages (MADV_NOHUGEPAGE), so a unit
+    // rounded up to whole huge pages for its alignment commits no more than its payload.
+    uint64_t payload_bytes = 0;
   };
+  // The memory unit `index` of slab `s` takes with `capacity` bytes written: whole huge pages up
+  // to the last whole one of its payload (payload_bytes, or less for the slab's last unit, which
+  // ends at `bytes`), small pages past it, or small pages everywhere in a slab of small pages.
+  static uint64_t FootprintIn(const Slab& s, uint64_t index, uint64_t capacity);
   // InvalidArgument for a unit size that is not whole pages or an empty list; OutOfMemory when
   // the address space cannot be reserved.
   // deferred_release_bytes: how much released memory may wait to be given back in one batch
@@ -67,9 +75,9 @@ class SlabPlacement : public UnitPlacement {
   // The unit's address when it fits inside its slab, else nullptr.
   std::byte* Place(UnitId id, size_t capacity) override;
   void Release(UnitId id, std::byte* data, size_t capacity) override;
-  // In a slab of huge pages (units of whole 2 MiB) a unit takes whole huge pages: capacity
-  // rounded up to 2 MiB; elsewhere capacity. (A huge page is faulted in whole by the first byte
-  // written to it, and giving back part of it splits it and keeps the rest resident.)
+  // FootprintIn of the unit's slab: the cache charges and gives back this much. (A huge page is
+  // faulted in whole by the first byte written to it, and giving back part of it splits it and
+  // keeps the rest resident.)
   size_t Footprint(UnitId id, size_t capacity) const override;
   // Returns the pages of [p, p + bytes) (page-aligned) to the OS.
   void Discard(std::byte* p, size_t bytes);
@@ -87,6 +95,7 @@ class SlabPlacement : public UnitPlacement {
   struct Region {
     AnonRegion memory;  // the slab's reserved range (page-rounded size)
     size_t unit_bytes = 0;
+    Slab spec;
   };
   SlabPlacement() = default;
   void FlushLocked();

@@ -183,12 +183,11 @@ TEST(StreamingExpertsTest, StagingHoldsTheChosenExpertsAsCharged) {
   EXPECT_EQ(got->stats.transient_bytes, 0u);
 }
 
-// Experts placed in whole 2 MiB huge pages (StreamingOptions::huge_expert_places_from; here
-// every expert, however small) are charged their places, not their records, and the logits stay
-// those of the resident run with plain places.
-TEST(StreamingExpertsTest, ExpertsInWholeHugePagesAreChargedSoAndEqualTheResidentRun) {
+// Experts at places rounded up to whole 2 MiB (StreamingOptions::huge_expert_places_from; here
+// every expert, however small): the logits stay those of the resident run, and an expert smaller
+// than a huge page is charged its record alone (its place gets small pages), as with plain places.
+TEST(StreamingExpertsTest, ExpertsAtHugePagePlacesEqualTheResidentRun) {
   ThreadPool pool(2);
-  constexpr uint64_t kHuge = 2 << 20;
   for (const char* arch : {"mixtral", "qwen3moe"}) {
     SCOPED_TRACE(arch);
     const Files f = MakeFiles(arch, DType::kQ4_0);
@@ -200,20 +199,15 @@ TEST(StreamingExpertsTest, ExpertsInWholeHugePagesAreChargedSoAndEqualTheResiden
     ASSERT_TRUE(probe.ok()) << probe.status().ToString();
     auto plain = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), &pool, 0);
     ASSERT_TRUE(plain.ok());
-    // The transient reserve (one expert read outside the cache) is now a huge page.
-    EXPECT_GE(probe->plan.streamer_bytes, plain->plan.streamer_bytes + kHuge - 65536);
+    EXPECT_EQ(probe->plan.streamer_bytes, plain->plan.streamer_bytes);
     const uint64_t minimum = probe->plan.minimum();
-    for (uint64_t budget : {minimum, minimum + 8 * kHuge}) {
+    for (uint64_t budget : {minimum, minimum + probe->plan.streamed_bytes / 4}) {
       SCOPED_TRACE(budget);
       c.memory_budget = budget;
       auto got = RunPack(f.pack, Memory(f.pack), c, &pool, 6);  // checks the cache's budget
       ASSERT_TRUE(got.ok()) << got.status().ToString();
       EXPECT_TRUE(Same(got->trace, resident->trace));
       EXPECT_GT(got->stats.storage_bytes, 0u);
-      // With room, staging holds two chosen experts' huge pages (what the cache charges them).
-      if (budget > minimum) {
-        EXPECT_GE(got->plan.staging_bytes, 2 * kHuge);
-      }
     }
   }
 }

@@ -195,6 +195,18 @@ TEST(WeightCachePlacementTest, UnitsInHugePagesAreChargedAndReleasedWhole) {
   EXPECT_EQ(slabs->Footprint(big, huge + 4096), unit);
   EXPECT_EQ(slabs->Footprint(big, 4096), huge);
   EXPECT_EQ(slabs->Footprint(small, 4096), 4096u);
+  // A unit rounded up to whole huge pages for its alignment: huge pages up to its payload's last
+  // whole one, small pages past it.
+  const SlabPlacement::Slab rounded{4 * unit, unit, huge + 8192};
+  EXPECT_EQ(SlabPlacement::FootprintIn(rounded, 1, huge + 8192), huge + 8192);
+  EXPECT_EQ(SlabPlacement::FootprintIn(rounded, 1, huge + 100), huge + 4096);
+  EXPECT_EQ(SlabPlacement::FootprintIn(rounded, 1, 4096), huge);
+  EXPECT_EQ(SlabPlacement::FootprintIn({4 * unit, 8192, 0}, 1, 100), 4096u);
+  // The last unit of a slab ends where the slab does: a short tail gets small pages.
+  const SlabPlacement::Slab tail{3 * unit + huge + 8192, unit, 0};
+  EXPECT_EQ(SlabPlacement::FootprintIn(tail, 2, unit), unit);
+  EXPECT_EQ(SlabPlacement::FootprintIn(tail, 3, huge + 8192), huge + 8192);
+  EXPECT_EQ(SlabPlacement::FootprintIn({3 * unit + 8192, unit, 0}, 3, 8192), 8192u);
   auto c = MakeCache(64 << 20, slabs.get());
   const size_t payload = huge + 100;
   EXPECT_EQ(c->UnitCharge(big, payload), c->EntryCharge(unit));
