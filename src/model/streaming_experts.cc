@@ -111,7 +111,7 @@ class ExpertReader final : public LayoutMlp, public ExpertSource {
       for (int64_t r = 0; r < pg.down_records; ++r) slots_.push_back(pg.d_model + r);
     }
     places_.resize(slots_.size());
-    const uint64_t at = Record(g, e) * g.extent.place_bytes;
+    const uint64_t at = Record(g, e) * pg.expert_stride;  // in the file
     const Result<bool> read_or = streamer_->ReadRecords(g.extent, pg.channel_bytes, slots_.data(),
                                                         static_cast<int64_t>(slots_.size()),
                                                         places_.data(), at);

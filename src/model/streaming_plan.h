@@ -76,10 +76,11 @@ struct StreamingOptions {
   // union. Off with prefetch_layers < 0. The memory plan gives it a second record buffer when
   // on. Off by default: on the 1.1B it read more than it hid (docs/streaming.md 3.6).
   SpanAhead span_read_ahead = SpanAhead::kOff;
-  // Experts of at least this many bytes get places of whole 2 MiB huge pages (one page fault
-  // per 2 MiB instead of 512 when an expert is read into memory the cache just gave back; the
-  // rounding costs at most 1/32 of the expert, counted in its charge). 0: never. Mixtral 8x7B's
-  // 99 MB experts: docs/moe.md, "Session 20".
+  // Experts of at least this many bytes are placed at 2 MiB boundaries, so that they get huge
+  // pages (one page fault per 2 MiB instead of 512 when an expert is read into memory the cache
+  // just gave back). Past an expert's last whole huge page its place takes small pages, so the
+  // rounding costs address space, not memory. 0: never. Mixtral 8x7B's 99 MB experts:
+  // docs/moe.md, "Session 20".
   uint64_t huge_expert_places_from = uint64_t{64} << 20;
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.

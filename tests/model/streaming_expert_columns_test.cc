@@ -186,6 +186,28 @@ TEST(StreamingExpertColumnsTest, SparseStreamedEqualsResidentAtEveryBudgetAndIsC
 // are, and a use that finds its copy reads only the kept channels, so fewer bytes. The logits
 // equal the resident pack's at every budget, the cache stays within its budget and the plan
 // says what a copy is charged.
+// Experts at places rounded up to 2 MiB (StreamingOptions::huge_expert_places_from; here every
+// expert): the channel records are still read from the expert's place in the file, and whole
+// experts from their places in memory.
+TEST(StreamingExpertColumnsTest, ExpertsAtHugePagePlacesEqualTheResidentRun) {
+  ThreadPool pool(2);
+  const Files f = MakeFiles("mixtral", DType::kQ4_0);
+  for (const char* spec : {"", "dip:0.5,down=1"}) {
+    SCOPED_TRACE(spec);
+    auto resident = RunPack(f.pack, Memory(f.pack), Config(UINT64_MAX, "lfu"), spec, &pool, 5);
+    ASSERT_TRUE(resident.ok()) << resident.status().ToString();
+    StreamingConfig c = Config(UINT64_MAX, "lfu");
+    c.stream.huge_expert_places_from = 4096;
+    auto probe = RunPack(f.pack, Memory(f.pack), c, spec, &pool, 0);
+    ASSERT_TRUE(probe.ok()) << probe.status().ToString();
+    c.memory_budget = probe->plan.minimum() + resident->plan.streamed_bytes / 3;
+    auto got = RunPack(f.pack, Memory(f.pack), c, spec, &pool, 5);
+    ASSERT_TRUE(got.ok()) << got.status().ToString();
+    EXPECT_TRUE(Same(got->trace, resident->trace));
+    EXPECT_GT(got->stats.storage_bytes, 0u);
+  }
+}
+
 TEST(StreamingExpertColumnsTest, WDownCopiesAreCachedWithinTheBudgetAndChangeNoLogit) {
   ThreadPool pool(2);
   const int steps = 12;
