@@ -20,7 +20,6 @@ inline constexpr uint32_t kInputBlockKind = 3;  // column layout: the input colu
 // Group::down_copy). The largest kind.
 inline constexpr uint32_t kDownCopyKind = 4;
 inline constexpr uint64_t kPage = 4096;
-inline constexpr uint64_t kHugePage = uint64_t{2} << 20;  // storage::SlabPlacement's huge pages
 
 inline uint64_t RoundUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
 

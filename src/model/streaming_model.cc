@@ -1,6 +1,7 @@
 #include "model/streaming_model.h"
 
 #include <algorithm>
+#include <optional>
 
 #include "base/anon_region.h"
 #include "base/memory_info.h"
@@ -96,10 +97,11 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
     // layout defaults to 4 KiB: on SmolLM2 its column pack at a budget of static + KV + 50 % of
     // the MLP decoded 8.8 tok/s with 4 KiB blocks and 16.7 / 18.8 / 23.8 with 16 / 64 / 256 KiB
     // (dense, --policy mru, outside a cgroup; docs/streaming.md, 3.2).
-    Result<storage::StorageProfile> profile = Status::NotFound("no profile");
-    if (!config.device.profile.empty()) profile = storage::FindStorageProfile(config.device.profile);
+    std::optional<storage::StorageProfile> profile;  // the device's throttle (OpenDevice checked it)
+    if (Result<storage::StorageProfile> p = storage::FindStorageProfile(config.device.profile); p.ok())
+      profile = *p;
     const DefaultBlocks defaults =
-        DefaultBlockSizes(pack, mo.stream_attention, profile.ok() ? &*profile : nullptr);
+        DefaultBlockSizes(pack, mo.stream_attention, profile ? &*profile : nullptr);
     if (mo.input_block_bytes == 0 && format::IsColumnLayout(pack.layout()) &&
         (pack.group_size() > 1 || mo.block_bytes == 0)) {
       mo.input_block_bytes = defaults.input_block_bytes;

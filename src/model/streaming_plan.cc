@@ -33,6 +33,22 @@ uint64_t MaxLayerBlocks(const StreamPlan::Group& g, bool input) {
   return most;
 }
 
+// A layer's attention tensors are consecutive in the pack (q, k, v, output, each page-aligned):
+// the byte range from the first byte of q to the last of output. Corrupt when one is missing.
+Result<std::pair<uint64_t, uint64_t>> AttentionRange(const format::PackFile& pack, int layer) {
+  uint64_t begin = UINT64_MAX, end = 0;
+  for (const char* t : kAttentionTensors) {
+    const format::PackTensor* pt = pack.FindStatic(StrFormat("blk.%d.%s.weight", layer, t));
+    if (pt == nullptr) {
+      return Status::Corrupt(
+          StrFormat("%s: layer %d has no %s", pack.path().c_str(), layer, t));
+    }
+    begin = std::min(begin, pt->offset);
+    end = std::max(end, pt->offset + pt->nbytes);
+  }
+  return std::make_pair(begin, end);
+}
+
 }  // namespace
 
 std::optional<SpanAhead> ParseSpanAhead(const std::string& name) {
@@ -107,7 +123,7 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
       e.place_bytes = block;
       if (g.experts && kind == kBundleBlockKind && options.huge_expert_places_from > 0 &&
           block >= options.huge_expert_places_from) {
-        e.place_bytes = RoundUp(block, kHugePage);
+        e.place_bytes = RoundUp(block, AnonRegion::kHugePage);
       }
       // The slab's payload ends where the extent does (its last block may be short).
       slabs.push_back({e.place_bytes == block ? nbytes : e.n_blocks * e.place_bytes,
@@ -150,14 +166,8 @@ Result<StreamPlan> StreamPlan::Build(const format::PackFile& pack, const Streami
     // A layer's attention tensors are consecutive in the pack (q, k, v, output, each
     // page-aligned): one extent from the first byte of q to the last of output.
     for (int l = 0; l < p.n_layers; ++l) {
-      uint64_t begin = UINT64_MAX, end = 0;
-      for (const char* t : kAttentionTensors) {
-        const format::PackTensor* pt = pack.FindStatic(StrFormat("blk.%d.%s.weight", l, t));
-        if (pt == nullptr)
-          return Status::Corrupt(StrFormat("%s: layer %d has no %s", path.c_str(), l, t));
-        begin = std::min(begin, pt->offset);
-        end = std::max(end, pt->offset + pt->nbytes);
-      }
+      WEIR_ASSIGN_OR_RETURN(const auto range, AttentionRange(pack, l));
+      const auto [begin, end] = range;
       Extent e;
       e.slab = static_cast<uint32_t>(slabs.size());
       e.kind = kAttentionBlockKind;
@@ -427,12 +437,9 @@ DefaultBlocks DefaultBlockSizes(const format::PackFile& pack, bool stream_attent
   for (const format::PackGroup& pg : pack.groups()) smallest = std::min(smallest, pg.nbytes);
   if (stream_attention) {
     for (int l = 0; l < pack.config().n_layers; ++l) {
-      uint64_t bytes = 0;
-      for (const char* t : kAttentionTensors) {
-        const format::PackTensor* pt = pack.FindStatic(StrFormat("blk.%d.%s.weight", l, t));
-        if (pt != nullptr) bytes += pt->nbytes;
-      }
-      smallest = std::min(smallest, bytes);
+      // A pack without them is refused by StreamPlan::Build, with this error.
+      const Result<std::pair<uint64_t, uint64_t>> range = AttentionRange(pack, l);
+      if (range.ok()) smallest = std::min(smallest, range->second - range->first);
     }
   }
   if (smallest < 2 * kLarge) d.block_bytes = kSmall;
