@@ -76,8 +76,7 @@ Result<OutlierStats> ComputeOutlierStats(const format::ModelFile& model,
         return Status::InvalidArgument(StrFormat(
             "%s: activation norms of layer %zu site %s have %lld channels, %s has %lld columns",
             model.path.c_str(), l, std::string(sparsity::SiteName(site)).c_str(),
-            static_cast<long long>(norms.width(static_cast<int>(l), site)),
-            ProjectionTensorName(static_cast<int>(l), p).c_str(),
+            static_cast<long long>(norms.width(static_cast<int>(l), site)), L.name(p).c_str(),
             static_cast<long long>(L[p].cols())));
       }
       norm[static_cast<size_t>(p)] = norms.Norms(static_cast<int>(l), site);

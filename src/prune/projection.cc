@@ -2,6 +2,49 @@
 
 namespace weir::prune {
 
+namespace {
+
+using format::Dim;
+using format::TensorRole;
+
+// Per-layer roles pruning edits: the projections and the q/k/v biases.
+bool EditedRole(TensorRole r) {
+  for (Projection p : kAllProjections) {
+    TensorRole b;
+    if (r == ProjectionRole(p) || (ProjectionBiasRole(p, &b) && r == b)) return true;
+  }
+  return false;
+}
+
+bool PrunedDim(Dim d) { return d == Dim::kQDim || d == Dim::kKvDim || d == Dim::kDff; }
+
+// Why `arch` cannot be pruned, or empty: a mixture-of-experts row, a projection missing from its
+// table, or a per-layer tensor with a dimension pruning changes that pruning does not edit.
+std::string Unprunable(const format::ArchSpec& arch) {
+  if (arch.moe) {
+    return StrFormat(
+        "the mixture-of-experts architecture %s (its MLP is stacked experts and a "
+        "router)",
+        arch.name);
+  }
+  for (Projection p : kAllProjections) {
+    if (format::FindTensorSpec(arch, ProjectionRole(p)) == nullptr) {
+      return StrFormat("architecture %s, which has no %.*s projection", arch.name,
+                       static_cast<int>(ProjectionName(p).size()), ProjectionName(p).data());
+    }
+  }
+  for (const format::TensorSpec& t : arch.tensors) {
+    if (!t.per_layer || EditedRole(t.role)) continue;
+    if (PrunedDim(t.outer) || PrunedDim(t.inner) || PrunedDim(t.stack)) {
+      return StrFormat("architecture %s, whose %s (%s) pruning would not resize", arch.name, t.name,
+                       format::ShapeDerivation(t).c_str());
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
 std::string_view ProjectionName(Projection p) {
   switch (p) {
     case Projection::kQ:
@@ -22,10 +65,45 @@ std::string_view ProjectionName(Projection p) {
   return "?";
 }
 
-std::string ProjectionTensorName(int layer, Projection p) {
-  static constexpr const char* kTensor[kNumProjections] = {
-      "attn_q", "attn_k", "attn_v", "attn_output", "ffn_gate", "ffn_up", "ffn_down"};
-  return "blk." + std::to_string(layer) + "." + kTensor[static_cast<int>(p)] + ".weight";
+format::TensorRole ProjectionRole(Projection p) {
+  switch (p) {
+    case Projection::kQ:
+      return TensorRole::kAttnQ;
+    case Projection::kK:
+      return TensorRole::kAttnK;
+    case Projection::kV:
+      return TensorRole::kAttnV;
+    case Projection::kO:
+      return TensorRole::kAttnOutput;
+    case Projection::kGate:
+      return TensorRole::kFfnGate;
+    case Projection::kUp:
+      return TensorRole::kFfnUp;
+    case Projection::kDown:
+      return TensorRole::kFfnDown;
+  }
+  return TensorRole::kAttnQ;
+}
+
+bool ProjectionBiasRole(Projection p, format::TensorRole* role) {
+  switch (p) {
+    case Projection::kQ:
+      *role = TensorRole::kAttnQBias;
+      return true;
+    case Projection::kK:
+      *role = TensorRole::kAttnKBias;
+      return true;
+    case Projection::kV:
+      *role = TensorRole::kAttnVBias;
+      return true;
+    default:
+      return false;
+  }
+}
+
+std::string ProjectionTensorName(const format::ArchSpec& arch, int layer, Projection p) {
+  const format::TensorSpec* t = format::FindTensorSpec(arch, ProjectionRole(p));
+  return t != nullptr ? format::TensorName(*t, layer) : std::string();
 }
 
 sparsity::Site ProjectionSite(Projection p) {
@@ -45,9 +123,23 @@ sparsity::Site ProjectionSite(Projection p) {
   return sparsity::Site::kAttnIn;
 }
 
+std::string PrunableArchList() {
+  std::string s;
+  for (const format::ArchSpec* a : format::AllArchs()) {
+    if (Unprunable(*a).empty()) s += (s.empty() ? "" : ", ") + std::string(a->name);
+  }
+  return s;
+}
+
 Result<std::vector<LayerProjections>> BindProjections(const format::ModelFile& model) {
   const format::LlamaConfig& c = model.config;
+  const format::ArchSpec& arch = ArchOf(c);
   const char* path = model.path.c_str();
+  if (const std::string why = Unprunable(arch); !why.empty()) {
+    return Status::Unsupported(
+        StrFormat("%s: pruning supports the dense architectures (%s), not %s", path,
+                  PrunableArchList().c_str(), why.c_str()));
+  }
   if (c.n_layers <= 0 || c.d_model <= 0 || c.head_dim <= 0) {
     return Status::InvalidArgument(
         StrFormat("%s: config has n_layers %d, d_model %d, head_dim %d; "
@@ -73,13 +165,9 @@ Result<std::vector<LayerProjections>> BindProjections(const format::ModelFile& m
     L.head_dim = c.head_dim;
     L.d_ff = d.d_ff;
     L.d_model = c.d_model;
-    const int64_t q = int64_t{d.n_head} * c.head_dim, kv = int64_t{d.n_head_kv} * c.head_dim;
-    const int64_t dm = c.d_model, ff = d.d_ff;
-    const std::array<Shape, kNumProjections> want = {Shape{q, dm}, Shape{kv, dm}, Shape{kv, dm},
-                                                     Shape{dm, q}, Shape{ff, dm}, Shape{ff, dm},
-                                                     Shape{dm, ff}};
     for (Projection p : kAllProjections) {
-      const std::string name = ProjectionTensorName(l, p);
+      const format::TensorSpec& spec = *format::FindTensorSpec(arch, ProjectionRole(p));
+      const std::string name = format::TensorName(spec, l);
       const TensorView* v = model.Find(name);
       if (v == nullptr || !v->valid()) {
         return Status::NotFound(
@@ -87,13 +175,32 @@ Result<std::vector<LayerProjections>> BindProjections(const format::ModelFile& m
                       "q, k, v, o, gate, up and down in every layer)",
                       path, name.c_str()));
       }
-      const Shape& s = want[static_cast<size_t>(p)];
-      if (!(v->shape == s)) {
+      const Shape want = format::ExpectedShape(spec, c, l);
+      if (!(v->shape == want)) {
         return Status::InvalidArgument(StrFormat("%s: %s has shape %s, expected %s", path,
                                                  name.c_str(), v->shape.ToString().c_str(),
-                                                 s.ToString().c_str()));
+                                                 want.ToString().c_str()));
+      }
+      if (v->layout != Layout::kRowMajor) {
+        return Status::Unsupported(
+            StrFormat("%s: %s is held tiled; pruning edits row-major rows", path, name.c_str()));
       }
       L.w[static_cast<size_t>(p)] = *v;
+      L.names[static_cast<size_t>(p)] = name;
+      format::TensorRole bias_role;
+      if (!ProjectionBiasRole(p, &bias_role)) continue;
+      const format::TensorSpec* bias_spec = format::FindTensorSpec(arch, bias_role);
+      if (bias_spec == nullptr) continue;
+      const std::string bias_name = format::TensorName(*bias_spec, l);
+      const TensorView* b = model.Find(bias_name);
+      if (b == nullptr || !b->valid()) continue;
+      if (b->shape.ndim != 1 || b->shape[0] != v->rows() || b->dtype != DType::kF32) {
+        return Status::InvalidArgument(StrFormat(
+            "%s: bias %s is %s %s, expected F32 [%lld]", path, bias_name.c_str(),
+            DTypeName(b->dtype), b->shape.ToString().c_str(), static_cast<long long>(v->rows())));
+      }
+      L.bias[static_cast<size_t>(p)] = *b;
+      L.bias_names[static_cast<size_t>(p)] = bias_name;
     }
   }
   return out;

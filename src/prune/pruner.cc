@@ -4,6 +4,7 @@
 #include <cmath>
 #include <memory>
 
+#include "format/llama_gguf_writer.h"
 #include "prune/structured.h"
 #include "prune/tensor_edit.h"
 #include "prune/unstructured.h"
@@ -33,14 +34,35 @@ Result<PruneMode> ParsePruneMode(std::string_view name) {
 
 namespace {
 
+// llama.cpp infers the query scale of Gemma 2 27B and Gemma 3 27B from layer 0's head count
+// (format::InferredAttnScale): a file with fewer heads would be read with another scale.
+Status CheckHeadCountFixed(const format::ModelFile& model, const PruneOptions& options,
+                           bool any_target) {
+  const format::ArchSpec& arch = ArchOf(model.config);
+  if (options.mode == PruneMode::kUnstructured || !any_target ||
+      (options.mode == PruneMode::kComposite && options.structured_share <= 0) ||
+      format::InferredAttnScale(arch.gguf_name, model.config) == 0) {
+    return Status::Ok();
+  }
+  return Status::Unsupported(StrFormat(
+      "%s: %s pruning would remove attention heads, but llama.cpp infers this %s model's query "
+      "scale 1/sqrt(d_model / n_head) from its head count (%d layers); prune it unstructured",
+      model.path.c_str(), std::string(PruneModeName(options.mode)).c_str(), arch.name,
+      model.config.n_layers));
+}
+
+Status CheckShare(const PruneOptions& options) {
+  if (!(options.structured_share >= 0 && options.structured_share <= 1)) {
+    return Status::InvalidArgument(
+        StrFormat("composite structured share %g is outside [0, 1]", options.structured_share));
+  }
+  return Status::Ok();
+}
+
 Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjections>& layers,
                    const ActivationNorms& norms, const PruneTargets& targets,
                    const PruneOptions& options) {
   const char* path = model.path.c_str();
-  if (!model.config.IsLlama()) {  // verified on Llama's block only (no QK-norm, post-norms, GeGLU)
-    return Status::Unsupported(StrFormat("%s: pruning supports the llama architecture only, not %s",
-                                         path, model.config.arch->name));
-  }
   if (targets.n_layers() != static_cast<int>(layers.size()) ||
       targets.params.size() != targets.sparsity.size()) {
     return Status::InvalidArgument(
@@ -52,10 +74,8 @@ Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjec
         StrFormat("%s: activation norms cover %d layers, the model has %zu", path, norms.n_layers(),
                   layers.size()));
   }
-  if (!(options.structured_share >= 0 && options.structured_share <= 1)) {
-    return Status::InvalidArgument(
-        StrFormat("composite structured share %g is outside [0, 1]", options.structured_share));
-  }
+  WEIR_RETURN_IF_ERROR(CheckShare(options));
+  bool any_target = false;
   for (size_t l = 0; l < layers.size(); ++l) {
     for (Projection p : kAllProjections) {
       const double s = targets.at(static_cast<int>(l), p);
@@ -64,12 +84,12 @@ Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjec
             StrFormat("%s: target of layer %zu projection %s is %g, outside [0, 1)", path, l,
                       std::string(ProjectionName(p)).c_str(), s));
       }
+      any_target = any_target || s > 0;
       if (targets.params[l][static_cast<size_t>(p)] != layers[l].params(p)) {
         return Status::InvalidArgument(
             StrFormat("%s: targets were computed for %lld parameters in %s, it has %lld", path,
                       static_cast<long long>(targets.params[l][static_cast<size_t>(p)]),
-                      ProjectionTensorName(static_cast<int>(l), p).c_str(),
-                      static_cast<long long>(layers[l].params(p))));
+                      layers[l].name(p).c_str(), static_cast<long long>(layers[l].params(p))));
       }
       const sparsity::Site site = ProjectionSite(p);
       if (norms.width(static_cast<int>(l), site) != layers[l][p].cols()) {
@@ -77,15 +97,29 @@ Status CheckInputs(const format::ModelFile& model, const std::vector<LayerProjec
             "%s: activation norms of layer %zu site %s have %lld channels, %s has %lld columns",
             path, l, std::string(sparsity::SiteName(site)).c_str(),
             static_cast<long long>(norms.width(static_cast<int>(l), site)),
-            ProjectionTensorName(static_cast<int>(l), p).c_str(),
-            static_cast<long long>(layers[l][p].cols())));
+            layers[l].name(p).c_str(), static_cast<long long>(layers[l][p].cols())));
       }
     }
   }
-  return Status::Ok();
+  return CheckHeadCountFixed(model, options, any_target);
 }
 
 }  // namespace
+
+Status CheckPrunable(const format::ModelFile& model, const PruneOptions& options, double target) {
+  WEIR_RETURN_IF_ERROR(CheckTargetFraction(target));
+  WEIR_RETURN_IF_ERROR(CheckShare(options));
+  WEIR_RETURN_IF_ERROR(BindProjections(model).status());
+  WEIR_RETURN_IF_ERROR(CheckHeadCountFixed(model, options, target > 0));
+  // What the GGUF writer refuses of this model (a sliding window GGUF cannot state for the row,
+  // a query scale without a key, ...) it refuses of the pruned one too: ask it now. Pruning
+  // changes only per-layer dims, which the writer always states.
+  WEIR_RETURN_IF_ERROR(format::ValidateLlama(model));
+  format::GgufWriter scratch;
+  return format::AddLlamaGgufMetadata(model.config, model.tokenizer, model.path,
+                                      format::LlamaFileType(DType::kF32), &scratch)
+      .WithContext(model.path + ": the pruned model could not be written as GGUF");
+}
 
 Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms& norms,
                           const PruneTargets& targets, const PruneOptions& options,
@@ -136,6 +170,7 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
 
     // 2. Unstructured: zero the lowest-omega weights of each row.
     std::array<std::unique_ptr<OwnedTensor>, kNumProjections> edited;
+    std::array<std::unique_ptr<OwnedTensor>, 3> edited_bias;  // q, k, v
     for (Projection p : kAllProjections) {
       if (share >= 1) break;
       const double u = std::max(0.0, 1.0 - (1.0 - targets.at(l, p)) / kept_fraction(p));
@@ -149,7 +184,7 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
 
     // 3. Structured: remove the least important heads / groups and neurons.
     auto replace = [&](Projection p, Result<OwnedTensor> r) -> Status {
-      if (!r.ok()) return r.status().WithContext(ProjectionTensorName(l, p));
+      if (!r.ok()) return r.status().WithContext(L.name(p));
       edited[static_cast<size_t>(p)] = std::make_unique<OwnedTensor>(std::move(r).value());
       L.w[static_cast<size_t>(p)] = edited[static_cast<size_t>(p)]->view;
       return Status::Ok();
@@ -164,6 +199,15 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
       WEIR_RETURN_IF_ERROR(replace(Projection::kK, SelectRows(L[Projection::kK], kv_rows)));
       WEIR_RETURN_IF_ERROR(replace(Projection::kV, SelectRows(L[Projection::kV], kv_rows)));
       WEIR_RETURN_IF_ERROR(replace(Projection::kO, SelectColumns(L[Projection::kO], q_rows, pool)));
+      // The q/k/v biases (qwen2; optional on every row) lose the entries of the removed rows.
+      for (Projection p : {Projection::kQ, Projection::kK, Projection::kV}) {
+        const size_t i = static_cast<size_t>(p);
+        if (!L.bias[i].valid()) continue;
+        auto r = SelectEntries(L.bias[i], p == Projection::kQ ? q_rows : kv_rows);
+        if (!r.ok()) return r.status().WithContext(L.bias_names[i]);
+        edited_bias[i] = std::make_unique<OwnedTensor>(std::move(r).value());
+        L.bias[i] = edited_bias[i]->view;
+      }
       L.n_head = heads.n_head();
       L.n_head_kv = heads.n_head_kv;
     }
@@ -205,9 +249,14 @@ Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms&
       rep.params_after += r.params_after;
       rep.nonzero_after += r.nonzero_after;
       if (edited[static_cast<size_t>(p)]) {
-        out.file.tensors[ProjectionTensorName(l, p)] = L[p];
+        out.file.tensors[L.name(p)] = L[p];
         backing->tensors.push_back(std::move(edited[static_cast<size_t>(p)]));
       }
+    }
+    for (size_t i = 0; i < edited_bias.size(); ++i) {
+      if (!edited_bias[i]) continue;
+      out.file.tensors[L.bias_names[i]] = L.bias[i];
+      backing->tensors.push_back(std::move(edited_bias[i]));
     }
     rep.dims_after.push_back({L.n_head, L.n_head_kv, L.d_ff});
   }

@@ -18,6 +18,13 @@
 //                 their share of the zeros, so their rows are finally topped up (lowest omega)
 //                 to round((1 - p_{n,m}) * original width) non-zeros.
 //
+// Architectures: every dense row of format/arch_spec.h (projection.h names the projections
+// from the row's roles). Removing a query head or key-value group also removes its entries of
+// the q/k/v biases; QK-norm weights ([head_dim], shared by the heads), post-norms, soft-caps and
+// sliding layers are untouched by construction; the activation that feeds down's metric is the
+// model's own (SwiGLU or GeGLU, observed in the forward pass). Phi-3's fused attn_qkv and ffn_up
+// are pruned as their parts and fused again by the GGUF writer.
+//
 // Projections that end up unchanged (target 0) keep pointing at the input's bytes; edited ones
 // live in an OwnedTensors backing of the returned ModelFile. Element types are kept (see
 // tensor_edit.h for how quantized rows are edited). Everything else (embeddings, norms, output
@@ -82,6 +89,14 @@ struct PrunedModel {
   format::ModelFile file;
   PruneReport report;
 };
+
+// Everything Prune (and the GGUF writer of its result) would refuse that is known before
+// calibration: P outside [0, 1), a composite share outside [0, 1], an architecture or model
+// pruning does not support (BindProjections: mixture-of-experts rows by name, missing or
+// misshapen projections), head removal on a model whose query scale llama.cpp infers from the
+// head count (Gemma 2/3 27B), and what format::WriteLlamaGguf refuses of the model's config. `weir
+// prune` calls it before it calibrates.
+Status CheckPrunable(const format::ModelFile& model, const PruneOptions& options, double target);
 
 // `norms` must come from the same model (widths are checked); `targets` must cover its layers.
 Result<PrunedModel> Prune(const format::ModelFile& model, const ActivationNorms& norms,

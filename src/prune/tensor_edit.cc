@@ -90,6 +90,33 @@ Result<OwnedTensor> SelectRows(const TensorView& w, std::span<const int64_t> row
   return t;
 }
 
+Result<OwnedTensor> SelectEntries(const TensorView& v, std::span<const int64_t> idx) {
+  if (v.shape.ndim != 1 || v.dtype != DType::kF32 || idx.empty()) {
+    return Status::InvalidArgument(StrFormat("cannot select %zu entries of a %s tensor %s",
+                                             idx.size(), DTypeName(v.dtype),
+                                             v.shape.ToString().c_str()));
+  }
+  const int64_t n = v.shape[0];
+  OwnedTensor t;
+  t.view.dtype = DType::kF32;
+  t.view.shape = Shape{static_cast<int64_t>(idx.size())};
+  if (!t.bytes.Reset(t.view.nbytes())) {
+    return Status::OutOfMemory(
+        StrFormat("cannot allocate %zu bytes for a pruned tensor", t.view.nbytes()));
+  }
+  t.view.data = t.bytes.data();
+  float* dst = t.bytes.data<float>();
+  for (size_t i = 0; i < idx.size(); ++i) {
+    if (idx[i] < 0 || idx[i] >= n) {
+      return Status::InvalidArgument(StrFormat("entry %lld outside [0, %lld)",
+                                               static_cast<long long>(idx[i]),
+                                               static_cast<long long>(n)));
+    }
+    dst[i] = v.f32()[idx[i]];
+  }
+  return t;
+}
+
 Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> cols,
                                   ThreadPool* pool) {
   const int64_t n_in = w.cols(), n_out = static_cast<int64_t>(cols.size());

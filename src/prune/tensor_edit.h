@@ -44,6 +44,8 @@ void ZeroElements(DType dtype, uint8_t* row, std::span<const int32_t> cols);
 
 // Rows `rows` (each in [0, w.rows())) of w: [rows.size(), cols].
 Result<OwnedTensor> SelectRows(const TensorView& w, std::span<const int64_t> rows);
+// Entries `idx` (each in [0, n)) of a 1-D F32 tensor [n] (a bias): [idx.size()].
+Result<OwnedTensor> SelectEntries(const TensorView& v, std::span<const int64_t> idx);
 // Columns `cols` (strictly ascending, in [0, w.cols())) of w: [rows, cols.size()].
 // cols.size() must be a whole number of the type's blocks.
 Result<OwnedTensor> SelectColumns(const TensorView& w, std::span<const int64_t> cols,

@@ -37,7 +37,7 @@ void CheckAgainstReference(DType type, ThreadPool* pool, int64_t tolerance) {
     double layer_sum = 0;
     int64_t layer_n = 0;
     for (Projection p : kAllProjections) {
-      const TensorView& w = *model->file().Find(ProjectionTensorName(l, p));
+      const TensorView& w = *model->file().Find(ProjectionTensorName(format::LlamaArch(), l, p));
       const std::vector<float> norm = norms.Norms(l, ProjectionSite(p));
       std::vector<float> row(static_cast<size_t>(w.cols()));
       for (int64_t r = 0; r < w.rows(); ++r) {

@@ -1,7 +1,8 @@
 // `weir prune` and `weir prune-eval` as a user runs them: a pruned model with per-layer dims that
-// `weir inspect` describes, the JSON report, and clear errors for bad arguments (P outside
-// [0, 1), unknown method or mode, missing or empty calibration text, a model without the
-// projections). Skips when the weir binary has not been built.
+// `weir inspect` describes, the JSON report, Gemma 3 and Phi-3 models, and clear errors for bad
+// arguments (P outside [0, 1), unknown method or mode, missing or empty calibration text, a model
+// without the projections), refusals before calibration. Skips when the weir binary has not been
+// built.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -109,6 +110,63 @@ TEST(PruneCliTest, BadArgumentsAreClearErrors) {
                                 f.text + " --target 0.2 -o " + out);
   EXPECT_EQ(ng.exit_code, 1);
   EXPECT_NE(ng.err.find("blk.1.ffn_gate.weight"), std::string::npos) << ng.err;
+}
+
+// Gemma 3 (QK-norm, post-norms, GeGLU, sliding layers) and Phi-3 (fused tensors) through the
+// command: a structured model that `weir inspect` and `weir ppl` read.
+TEST(PruneCliTest, OtherArchitecturesPruneAndRun) {
+  if (!HaveWeir()) GTEST_SKIP() << "no weir binary at " << testing::WeirBin();
+  Files f = MakeFiles();
+  for (const char* arch : {"gemma3", "phi3"}) {
+    f.model = testutil::WriteTinyArchModel(arch);
+    const std::string out = f.dir + "/out-" + arch + ".gguf";
+    auto r = testing::RunCommand(
+        Prune(f, "--target 0.4 --method projection --mode composite --json -o " + out));
+    ASSERT_EQ(r.exit_code, 0) << arch << ": " << r.err;
+    const auto j = nlohmann::json::parse(r.out);
+    EXPECT_LT(j["params_after"].get<int64_t>(), j["params_before"].get<int64_t>()) << arch;
+    auto ins = testing::RunCommand(testing::WeirBin() + " inspect --json -m " + out);
+    ASSERT_EQ(ins.exit_code, 0) << ins.err;
+    EXPECT_NE(ins.out.find(arch), std::string::npos) << ins.out;
+    auto ppl = testing::RunCommand(testing::WeirBin() + " ppl --no-progress -c 64 -m " + out +
+                                   " -f " + f.text);
+    EXPECT_EQ(ppl.exit_code, 0) << arch << ": " << ppl.err;
+  }
+}
+
+// Refusals come before calibration: with an empty calibration text (which calibration would
+// reject, naming the file) the error is the model's, not the text's.
+TEST(PruneCliTest, RefusalsComeBeforeCalibration) {
+  if (!HaveWeir()) GTEST_SKIP() << "no weir binary at " << testing::WeirBin();
+  const Files f = MakeFiles();
+  const std::string empty = f.dir + "/empty-calib.txt", out = f.dir + "/refused.gguf";
+  testing::WriteFile(empty, "");
+  auto run = [&](const std::string& model, const std::string& args) {
+    return testing::RunCommand(testing::WeirBin() + " prune --no-progress -m " + model + " -f " +
+                               empty + " " + args + " -o " + out);
+  };
+  for (const char* arch : {"mixtral", "qwen3moe"}) {
+    auto r = run(testutil::WriteTinyArchModel(arch), "--target 0.3");
+    EXPECT_EQ(r.exit_code, 1) << arch;
+    EXPECT_NE(r.err.find(std::string("mixture-of-experts architecture ") + arch), std::string::npos)
+        << r.err;
+    EXPECT_EQ(r.err.find("empty-calib.txt"), std::string::npos) << r.err;
+  }
+  // Gemma 3 27B's query scale follows its head count: no structured pruning.
+  const std::string g62 = testutil::WriteTinyArchModel(
+      "gemma3", [](format::SynthSpec& s) { s.n_layers = 62; }, "-62");
+  auto r = run(g62, "--target 0.3 --mode structured");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.err.find("query scale"), std::string::npos) << r.err;
+  EXPECT_EQ(r.err.find("empty-calib.txt"), std::string::npos) << r.err;
+  // An output directory that does not exist.
+  auto d = testing::RunCommand(testing::WeirBin() + " prune --no-progress -m " +
+                               testutil::WriteTinyArchModel("gemma3") + " -f " + empty +
+                               " --target 0.3 -o " + f.dir + "/no/such/dir/x.gguf");
+  EXPECT_EQ(d.exit_code, 1);
+  EXPECT_NE(d.err.find("no/such/dir"), std::string::npos) << d.err;
+  EXPECT_EQ(d.err.find("empty-calib.txt"), std::string::npos) << d.err;
+  EXPECT_FALSE(testing::FileExists(out));
 }
 
 TEST(PruneEvalCliTest, SmallGridAsJson) {

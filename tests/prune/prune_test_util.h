@@ -1,6 +1,6 @@
-// Helpers for the pruning tests: a generated tiny Llama (format/synth_llama.h preset "tiny":
-// d_model 64, 2 layers, 4 heads / 2 kv heads of 16 dims, d_ff 192, vocab 320), its logits for a
-// token sequence, random activation norms, a calibration text.
+// Helpers for the pruning tests: a generated tiny model of any architecture, a tiny Llama
+// (format/synth_llama.h preset "tiny": d_model 64, 2 layers, 4 heads / 2 kv heads of 16 dims, d_ff
+// 192, vocab 320), its logits for a token sequence, random activation norms, a calibration text.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -25,6 +25,25 @@ inline std::string WriteTinyModel(DType type = DType::kF32, uint64_t seed = 7) {
   Status st = format::WriteRandomLlamaGguf(*spec, type, seed, path, nullptr);
   EXPECT_TRUE(st.ok()) << st.ToString();
   return path;
+}
+
+// A generated tiny model of architecture `arch` (the row's "tiny" preset, format/synth_llama.h),
+// written to <TempDir>/tiny-<arch><suffix>.gguf. `edit` may change the spec first.
+template <typename Edit>
+inline std::string WriteTinyArchModel(const std::string& arch, Edit edit,
+                                      const std::string& suffix = "", DType type = DType::kF32,
+                                      uint64_t seed = 7) {
+  auto spec = format::SynthPreset("tiny", arch);
+  EXPECT_TRUE(spec.ok()) << arch;
+  if (!spec.ok()) return "";
+  edit(*spec);
+  const std::string path = testing::TempDir() + "/tiny-" + arch + suffix + ".gguf";
+  Status st = format::WriteRandomLlamaGguf(*spec, type, seed, path, nullptr);
+  EXPECT_TRUE(st.ok()) << st.ToString();
+  return path;
+}
+inline std::string WriteTinyArchModel(const std::string& arch) {
+  return WriteTinyArchModel(arch, [](format::SynthSpec&) {});
 }
 
 inline std::unique_ptr<model::Model> LoadOrDie(const std::string& path) {

@@ -171,12 +171,13 @@ TEST(PruneTest, UnstructuredPrunesTheTargetPerRowAndOverall) {
       EXPECT_EQ(r->report.params_after, r->report.params_before);
       for (int l = 0; l < 2; ++l) {
         for (Projection pr : kAllProjections) {
-          const TensorView& w = *r->file.Find(ProjectionTensorName(l, pr));
+          const TensorView& w = *r->file.Find(ProjectionTensorName(format::LlamaArch(), l, pr));
           const int64_t k = PrunedPerRow(t->at(l, pr), w.cols());
           for (int64_t row = 0; row < w.rows(); ++row) {
             int64_t zeros = 0;
             for (int64_t j = 0; j < w.cols(); ++j) zeros += w.f32()[row * w.cols() + j] == 0.0f;
-            ASSERT_EQ(zeros, k) << ProjectionTensorName(l, pr) << " row " << row;
+            ASSERT_EQ(zeros, k) << ProjectionTensorName(format::LlamaArch(), l, pr) << " row "
+                                << row;
           }
         }
       }
@@ -308,7 +309,7 @@ TEST(PruneTest, QuantizedModelsKeepTheirTypeAndBlockAlignedWidths) {
       }
       for (int l = 0; l < 2; ++l) {
         for (Projection p : kAllProjections)
-          EXPECT_EQ(r->file.Find(ProjectionTensorName(l, p))->dtype, type);
+          EXPECT_EQ(r->file.Find(ProjectionTensorName(format::LlamaArch(), l, p))->dtype, type);
       }
       if (mode != PruneMode::kUnstructured) {
         EXPECT_LT(r->report.params_after, r->report.params_before);

@@ -3,9 +3,12 @@
 // Mosaic projection), prunes (unstructured / structured / composite) and writes a GGUF whose
 // weir.prune.* metadata records the targets. See docs/pruning.md.
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 
@@ -35,13 +38,26 @@ std::string BaseName(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// The writer creates OUT.tmp next to OUT and renames it: the directory must take new files.
+Status CheckWritableDir(const std::string& out) {
+  const size_t slash = out.find_last_of('/');
+  const std::string dir = slash == std::string::npos ? "." : out.substr(0, slash + 1);
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    return Status::IoError(StrFormat("%s: cannot write to the directory %s: %s", out.c_str(),
+                                     dir.c_str(), std::strerror(errno)));
+  }
+  return Status::Ok();
+}
+
 }  // namespace
 
 int PruneMain(int argc, char** argv) {
   CLI::App app(
       "Prune a model (Mosaic: projection outlier distribution, composite pruning).\n"
       "Calibrates on a text file, derives a target per (layer, projection) averaging P\n"
-      "(weighted by parameters), prunes and writes a GGUF. See docs/pruning.md.",
+      "(weighted by parameters), prunes and writes a GGUF. Architectures: " +
+          prune::PrunableArchList() +
+          "\n(mixture-of-experts models are refused). See docs/pruning.md.",
       "prune");
   ModelFlags mf;
   std::string text_path, out, method_name = "projection", mode_name = "unstructured",
@@ -102,8 +118,18 @@ int PruneMain(int argc, char** argv) {
   auto m = LoadModel(mf);
   if (!m.ok()) return Fail("prune", m.status());
   const model::Model& model = **m;
+  // Every refusal comes before calibration, which takes minutes on a real model: the
+  // architecture and the model's shapes, the flags against the model, what the GGUF writer
+  // would refuse, and the output's directory.
+  prune::PruneOptions po;
+  po.mode = *mode;
+  po.structured_share = share;
+  if (Status st = prune::CheckPrunable(model.file(), po, target); !st.ok()) {
+    return Fail("prune", st);
+  }
   auto layers = prune::BindProjections(model.file());
   if (!layers.ok()) return Fail("prune", layers.status());
+  if (Status st = CheckWritableDir(out); !st.ok()) return Fail("prune", st);
   ThreadPool pool(ThreadCount(mf));
 
   // 1. Calibration.
@@ -135,9 +161,6 @@ int PruneMain(int argc, char** argv) {
 
   // 3. Prune.
   t0 = std::chrono::steady_clock::now();
-  prune::PruneOptions po;
-  po.mode = *mode;
-  po.structured_share = share;
   auto pruned = prune::Prune(model.file(), cal->norms, *targets, po, &pool);
   if (!pruned.ok()) return Fail("prune", pruned.status());
   const double prune_s = SecondsSince(t0);
