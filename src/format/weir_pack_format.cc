@@ -223,15 +223,63 @@ Status FinishPackGroup(PackGroup* g) {
   return Status::Ok();
 }
 
-std::vector<std::string> PackStaticTensorNames(const LlamaConfig& c, bool rope_freqs) {
-  std::vector<std::string> names = {"token_embd.weight", "output_norm.weight"};
-  if (!c.tied_output) names.push_back("output.weight");
-  static const char* kPerLayer[] = {"attn_norm", "attn_q",      "attn_k",
-                                    "attn_v",    "attn_output", "ffn_norm"};
-  for (int l = 0; l < c.n_layers; ++l) {
-    for (const char* t : kPerLayer) names.push_back(StrFormat("blk.%d.%s.weight", l, t));
+DType PackMlpType(const std::vector<DType>& sources, std::optional<DType> forced) {
+  if (forced) return *forced;
+  if (sources.empty()) return DType::kQ8_0;
+  const DType t = sources.front();
+  const bool same = std::all_of(sources.begin(), sources.end(), [&](DType s) { return s == t; });
+  if (same && kBundleChunk % BlockSize(t) == 0) return t;
+  auto is_float = [](DType s) { return s == DType::kF32 || s == DType::kF16 || s == DType::kBF16; };
+  if (std::all_of(sources.begin(), sources.end(), is_float)) return DType::kF32;
+  return DType::kQ8_0;
+}
+
+bool IsPackedMlpRole(TensorRole role) {
+  return role == TensorRole::kFfnGate || role == TensorRole::kFfnUp ||
+         role == TensorRole::kFfnDown;
+}
+
+std::vector<std::string> PackStaticTensorNames(
+    const LlamaConfig& c, const std::function<bool(const std::string&)>& present) {
+  const ArchSpec& arch = *c.arch;
+  auto wanted = [&](const TensorSpec& t, const std::string& name) {
+    if (IsPackedMlpRole(t.role)) return false;
+    if (t.role == TensorRole::kOutput && c.tied_output) return false;
+    return t.required || present(name);
+  };
+  auto attention = [](TensorRole r) {
+    return r == TensorRole::kAttnQ || r == TensorRole::kAttnK || r == TensorRole::kAttnV ||
+           r == TensorRole::kAttnOutput;
+  };
+  std::vector<std::string> names;
+  // Global tensors but the RoPE factors, in table order with the embedding first.
+  for (const TensorSpec& t : arch.tensors) {
+    if (t.per_layer || t.role == TensorRole::kRopeFreqs) continue;
+    if (t.role == TensorRole::kTokenEmbd) {
+      names.insert(names.begin(), t.name);
+    } else if (wanted(t, t.name)) {
+      names.push_back(t.name);
+    }
   }
-  if (rope_freqs) names.push_back("rope_freqs.weight");
+  for (int l = 0; l < c.n_layers; ++l) {
+    // The attention matrices back to back where q is (streamed attention reads them as one
+    // extent), the layer's small tensors around them in table order.
+    for (const TensorSpec& t : arch.tensors) {
+      if (!t.per_layer) continue;
+      const std::string name = TensorName(t, l);
+      if (t.role == TensorRole::kAttnQ) {
+        for (const TensorSpec& a : arch.tensors) {
+          if (a.per_layer && attention(a.role)) names.push_back(TensorName(a, l));
+        }
+        continue;
+      }
+      if (attention(t.role) || !wanted(t, name)) continue;
+      names.push_back(name);
+    }
+  }
+  for (const TensorSpec& t : arch.tensors) {
+    if (t.role == TensorRole::kRopeFreqs && present(t.name)) names.push_back(t.name);
+  }
   return names;
 }
 

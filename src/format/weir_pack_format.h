@@ -6,7 +6,7 @@
 // so every tensor starts on a 4 KiB boundary and O_DIRECT can read any page-aligned range of it
 // straight into page-aligned memory. Standard GGUF tools read the header and the tensor table.
 //
-// Metadata: every llama.* and tokenizer.ggml.* key of a normal weir GGUF
+// Metadata: every <arch>.* and tokenizer.ggml.* key of a normal weir GGUF of the architecture
 // (AddLlamaGgufMetadata), then
 //   weir.pack.version            u32        2
 //   weir.pack.layout             string     "ffn_bundles:gate,up,down" or
@@ -22,12 +22,19 @@
 //   weir.pack.tiled_static       u32        1 (bundle packs): the static projections that
 //                                           TiledStatic accepts (attention, output head) are
 //                                           stored tiled by 16 rows (kernels/tiled.h); absent = 0
+//   weir.pack.sliding_window     u32        a window the row's GGUF keys cannot state (a Hugging
+//   weir.pack.sliding_layers     u32[L]     Face Mistral's), its layers (1 = sliding) and their
+//   weir.pack.rope_freq_base_swa f32        RoPE base; absent: the GGUF keys decide
 //
 // Tensors, in this order:
-//   token_embd.weight, output_norm.weight, output.weight (absent when tied), then per layer
-//   attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, then rope_freqs.weight when the
-//   model has it -- the static tensors, whole, under their canonical names
-//   (format/model_file.h) and shapes;
+//   the static tensors, whole, under their canonical names (format/model_file.h) and shapes:
+//   every tensor of the architecture's table (format/arch_spec.h) but the MLP's gate, up and
+//   down, in PackStaticTensorNames' order -- token_embd.weight, output_norm.weight,
+//   output.weight (absent when tied), then per layer the row's tensors (attn_norm, the four
+//   attention matrices attn_q, attn_k, attn_v, attn_output back to back, q/k/v biases, QK-norm,
+//   post-norms, ffn_norm: what the row has), then rope_freqs.weight when the model has it.
+//   Fused tensors (Phi-3's attn_qkv) are stored as their parts. The metadata are the row's GGUF
+//   keys, so the streamed model computes the row's block;
 //   then one bundle tensor per layer group g:
 //     weir.ffn_bundles.<g>   type T   shape [d_ff * n * 3, d_model]    (n = layers in group)
 //   made of chunks of kBundleChunk (32) consecutive neurons -- one Q8_0/Q4_0 block of
@@ -131,6 +138,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -167,6 +176,13 @@ inline constexpr char kPackTiledStaticKey[] = "weir.pack.tiled_static";
 inline constexpr char kPackInOrderPrefix[] = "weir.pack.in_order.";
 inline constexpr char kPackDownOrderPrefix[] = "weir.pack.down_order.";
 inline constexpr char kPackExpertOrderPrefix[] = "weir.pack.expert_order.";
+
+// A sliding window that the architecture's GGUF keys cannot state (a Hugging Face Mistral's: the
+// llama row has no sliding layers): the window, one flag per layer (1 = sliding) and the RoPE base
+// of sliding layers, applied by the pack reader. Absent: the GGUF keys alone decide.
+inline constexpr char kPackSlidingWindowKey[] = "weir.pack.sliding_window";
+inline constexpr char kPackSlidingLayersKey[] = "weir.pack.sliding_layers";
+inline constexpr char kPackRopeThetaSlidingKey[] = "weir.pack.rope_freq_base_swa";
 
 // Largest --group accepted (a bundle of more layers is never useful and keeps sizes small).
 inline constexpr int kMaxPackGroupSize = 64;
@@ -338,8 +354,26 @@ std::vector<int32_t> OrderByScore(const std::vector<double>& score);
 // blocks of dtype or the sizes overflow.
 Status FinishPackGroup(PackGroup* group);
 
-// The canonical static tensor names in pack order (see above).
-// `rope_freqs`: the model has rope_freqs.weight (Llama 3.1's RoPE factors), written last.
-std::vector<std::string> PackStaticTensorNames(const LlamaConfig& config, bool rope_freqs = false);
+// The type of a dense pack's MLP tensors for a layer group whose gate, up and down tensors have
+// the types `sources`: `forced` when given (--type); else the sources' one type when they agree
+// and its blocks divide a bundle chunk (32 values: the float types and the 32-value quantized
+// types); else F32 when they are all float types, and otherwise Q8_0, the 32-value type that
+// loses least (a Gemma 3 Q4_K_M file mixes Q5_0 gate and up with Q6_K or Q4_K down, whose
+// 256-value blocks a 32-neuron chunk cannot hold).
+DType PackMlpType(const std::vector<DType>& sources, std::optional<DType> forced);
+
+// Whether a tensor of this role is held by a dense pack's MLP tensors (gate, up, down) rather
+// than stored as a static tensor.
+bool IsPackedMlpRole(TensorRole role);
+
+// The static tensors of a dense pack in pack order, from the architecture's tensor table: every
+// tensor of the row but the MLP's gate, up and down (fused tensors under their parts' names, as
+// the loader splits them); the embedding, the other global tensors, then layer by layer the
+// row's tensors in table order with the four attention matrices (q, k, v, output) back to back,
+// and the RoPE factors (Llama 3.1's rope_freqs.weight) last. An optional tensor is listed when
+// `present(name)`; a required one always (the reader reports it missing); output.weight not
+// when the head is tied.
+std::vector<std::string> PackStaticTensorNames(
+    const LlamaConfig& config, const std::function<bool(const std::string&)>& present);
 
 }  // namespace weir::format

@@ -2,10 +2,12 @@
 
 #include <tuple>
 
+#include <cmath>
 #include <cstring>
 #include <optional>
 
 #include "base/checked_math.h"
+#include "format/llama_limits.h"
 #include "kernels/sparse_column.h"
 
 namespace weir::format {
@@ -41,6 +43,48 @@ uint64_t PackFile::bundle_bytes() const {
   for (const PackGroup& g : groups_) n += g.mlp_bytes();
   return n;
 }
+
+namespace {
+
+// The pack's own sliding-window keys (kPackSlidingWindowKey, weir_pack_format.h), for a row whose
+// GGUF keys have no sliding layers.
+Status ReadPackSlidingWindow(const GgufFile& f, LlamaConfig* c) {
+  const char* p = f.path().c_str();
+  if (!f.Has(kPackSlidingWindowKey)) return Status::Ok();
+  if (c->arch->sliding_window_period > 0) {
+    return Status::Corrupt(StrFormat("%s: %s is set on %s, whose GGUF keys state its sliding "
+                                     "layers",
+                                     p, kPackSlidingWindowKey, c->arch->name));
+  }
+  WEIR_ASSIGN_OR_RETURN(uint32_t window, f.GetU32(kPackSlidingWindowKey));
+  WEIR_ASSIGN_OR_RETURN(std::vector<int64_t> flags, f.GetI64Array(kPackSlidingLayersKey));
+  WEIR_ASSIGN_OR_RETURN(float theta, f.GetF32(kPackRopeThetaSlidingKey));
+  if (window < 1 || window > static_cast<uint32_t>(limits::kMaxContext)) {
+    return Status::Corrupt(StrFormat("%s: %s = %u is outside 1..%lld", p, kPackSlidingWindowKey,
+                                     window, static_cast<long long>(limits::kMaxContext)));
+  }
+  if (static_cast<int64_t>(flags.size()) != c->n_layers) {
+    return Status::Corrupt(StrFormat("%s: %s has %zu entries for %d layers", p,
+                                     kPackSlidingLayersKey, flags.size(), c->n_layers));
+  }
+  if (!std::isfinite(theta) || theta <= 0) {
+    return Status::Corrupt(StrFormat("%s: %s = %g must be positive and finite", p,
+                                     kPackRopeThetaSlidingKey, static_cast<double>(theta)));
+  }
+  c->sliding_window = static_cast<int>(window);
+  c->layer_sliding.clear();
+  for (int64_t v : flags) {
+    if (v != 0 && v != 1) {
+      return Status::Corrupt(StrFormat("%s: %s holds %lld, not 0 or 1", p, kPackSlidingLayersKey,
+                                       static_cast<long long>(v)));
+    }
+    c->layer_sliding.push_back(static_cast<uint8_t>(v));
+  }
+  c->rope_theta_sliding = theta;
+  return Status::Ok();
+}
+
+}  // namespace
 
 Status PackFile::ParseExperts(const std::vector<int64_t>& firsts,
                               const std::vector<int64_t>& counts) {
@@ -185,6 +229,7 @@ Status PackFile::Parse() {
                                      f.alignment(), kPackAlignment));
   }
   WEIR_ASSIGN_OR_RETURN(config_, ReadGgufLlamaConfig(f));
+  WEIR_RETURN_IF_ERROR(ReadPackSlidingWindow(f, &config_));
   WEIR_ASSIGN_OR_RETURN(tokenizer_, ReadGgufTokenizer(f));
   if (f.Has(kPackDownTKey)) {
     WEIR_ASSIGN_OR_RETURN(down_t_, f.GetString(kPackDownTKey));
@@ -375,8 +420,8 @@ Status PackFile::Parse() {
   m.path = f.path();
   m.config = config_;
   m.tokenizer = tokenizer_;
-  for (const std::string& name :
-       PackStaticTensorNames(config_, f.FindTensor("rope_freqs.weight") != nullptr)) {
+  const auto present = [&](const std::string& n) { return f.FindTensor(n) != nullptr; };
+  for (const std::string& name : PackStaticTensorNames(config_, present)) {
     const GgufTensorInfo* info = f.FindTensor(name);
     if (info == nullptr) {
       return Status::Corrupt(StrFormat("%s: static tensor %s is missing", p, name.c_str()));

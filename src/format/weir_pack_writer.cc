@@ -26,6 +26,22 @@ int64_t AdjacentPairSourceRow(int64_t r, int head_dim, int rope_dim) {
   return head * head_dim + src;
 }
 
+// Values [c0, c0 + width) of row `row` of w as floats, for any type: the blocks that cover the
+// range are dequantized and the range cut out of them (a K-quant's 256-value blocks do not start
+// at every multiple of 32).
+void DequantizeRange(const TensorView& w, int64_t row, int64_t c0, int64_t width, float* out,
+                     std::vector<float>* scratch) {
+  const int64_t bs = BlockSize(w.dtype);
+  const int64_t b0 = c0 / bs * bs, b1 = (c0 + width + bs - 1) / bs * bs;
+  if (b0 == c0 && b1 == c0 + width) {
+    DequantizeRow(w.dtype, w.row(row) + RowBytes(w.dtype, c0), out, width);
+    return;
+  }
+  scratch->resize(static_cast<size_t>(b1 - b0));
+  DequantizeRow(w.dtype, w.row(row) + RowBytes(w.dtype, b0), scratch->data(), b1 - b0);
+  std::memcpy(out, scratch->data() + (c0 - b0), static_cast<size_t>(width) * sizeof(float));
+}
+
 // Copies row `src_row` of `src` into dst as type `out` (bit for bit when the types agree).
 void ConvertRow(const TensorView& src, int64_t src_row, DType out, uint8_t* dst,
                 std::vector<float>* tmp) {
@@ -159,7 +175,7 @@ struct SparseTensor {
 Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
   const PackGroup& g = s->group;
   const int64_t n = g.n_layers;
-  std::vector<float> tmp;
+  std::vector<float> tmp, scratch;
   std::vector<uint8_t> piece;  // one chunk's piece of one operator (w rows' bytes), when needed
   std::vector<uint8_t> tiled;  // the same, tiled (TiledBundles)
   int64_t r = begin;
@@ -183,12 +199,11 @@ Status FillBundles(GroupSource* s, int64_t begin, int64_t end, uint8_t* dst) {
       const size_t piece_bytes = RowBytes(g.dtype, w);
       tmp.resize(static_cast<size_t>(w));
       for (int64_t o = 0; o < g.d_model; ++o) {
-        const uint8_t* src = down.row(o) + RowBytes(down.dtype, c0);
         uint8_t* out = piece.data() + static_cast<size_t>(o) * piece_bytes;
         if (down.dtype == g.dtype) {
-          std::memcpy(out, src, piece_bytes);
+          std::memcpy(out, down.row(o) + RowBytes(down.dtype, c0), piece_bytes);
         } else {
-          DequantizeRow(down.dtype, src, tmp.data(), w);
+          DequantizeRange(down, o, c0, w, tmp.data(), &scratch);
           QuantizeRow(g.dtype, tmp.data(), out, w);
         }
       }
@@ -239,12 +254,12 @@ Status TransposeWeight(const TensorView& w, DType out, uint8_t* dst) {
   constexpr int64_t kTile = 32;
   const size_t out_row = RowBytes(out, rows);
   std::vector<float> tile(static_cast<size_t>(kTile * rows));
-  std::vector<float> piece(kTile);
+  std::vector<float> piece(kTile), scratch;
   for (int64_t c0 = 0; c0 < cols; c0 += kTile) {
     const int64_t width = std::min(kTile, cols - c0);
     for (int64_t r = 0; r < rows; ++r) {
-      // c0 is a multiple of 32, so for Q8_0/Q4_0 this is one whole block.
-      DequantizeRow(w.dtype, w.row(r) + RowBytes(w.dtype, c0), piece.data(), width);
+      // c0 is a multiple of 32: one whole block of Q8_0/Q4_0, a part of a K-quant's block.
+      DequantizeRange(w, r, c0, width, piece.data(), &scratch);
       for (int64_t k = 0; k < width; ++k)
         tile[static_cast<size_t>(k * rows + r)] = piece[static_cast<size_t>(k)];
     }
@@ -293,14 +308,6 @@ Status OrderGroup(const PackOptions& options, const std::string& path, PackGroup
 Status WritePack(const ModelFile& model, const std::string& path, const PackOptions& options,
                  const std::function<void(double)>& progress) {
   WEIR_RETURN_IF_ERROR(ValidateLlama(model).WithContext(path));
-  // A sliding window on a row without sliding layers (a Hugging Face Mistral's sliding_window)
-  // has no place in a pack: refused rather than dropped.
-  if (model.config.sliding_window > 0 && model.config.arch->sliding_window_period == 0) {
-    return Status::Unsupported(StrFormat("%s: %s has a sliding window of %d, which weir packs do "
-                                         "not hold",
-                                         path.c_str(), model.path.c_str(),
-                                         model.config.sliding_window));
-  }
   if (model.config.IsMoe()) return WriteExpertPack(model, path, options, progress);
   if (options.layout == PackLayout::kExperts) {
     return Status::InvalidArgument(path + ": --layout experts is for mixtures of experts; " +
@@ -310,10 +317,6 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     return Status::InvalidArgument(path + ": an expert order is for mixtures of experts; " +
                                    model.path + " is a dense model");
   }
-  if (!model.config.IsLlama()) {  // the pack layout holds Llama's tensors only
-    return Status::Unsupported(StrFormat("%s: weir packs support the llama architecture only; %s is %s",
-                                         path.c_str(), model.path.c_str(), model.config.arch->name));
-  }
   if (options.group_size < 1 || options.group_size > kMaxPackGroupSize) {
     return Status::InvalidArgument(StrFormat("%s: group size %d is outside 1..%d", path.c_str(),
                                              options.group_size, kMaxPackGroupSize));
@@ -321,7 +324,8 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   const LlamaConfig& c = model.config;
   auto tensor = [&](const std::string& name) { return *model.Find(name); };  // validated above
 
-  // Static tensors: type and RoPE permutation as WriteLlamaGguf would write them.
+  // Static tensors: every tensor of the architecture's table but the MLP's, with the type and
+  // RoPE permutation WriteLlamaGguf would write them with.
   struct StaticPlan {
     std::string name;
     TensorView src;
@@ -330,14 +334,18 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   };
   std::vector<StaticPlan> statics;
   std::map<DType, uint64_t> bytes_by_type;
-  for (const std::string& n : PackStaticTensorNames(c, model.Find("rope_freqs.weight") != nullptr)) {
+  const auto present = [&](const std::string& n) { return model.Find(n) != nullptr; };
+  for (const std::string& n : PackStaticTensorNames(c, present)) {
     StaticPlan p{n, tensor(n), tensor(n).dtype, false};
     if (p.src.shape.ndim == 1) {
       p.out = DType::kF32;
     } else if (options.type && p.src.cols() % BlockSize(*options.type) == 0) {
       p.out = *options.type;
     }
+    // Only where the source pairs RoPE otherwise than the architecture's GGUF files do (a
+    // Hugging Face Llama).
     p.permute = c.rope_style == RopeStyle::kRotateHalf &&
+                c.arch->rope_style == RopeStyle::kAdjacentPairs &&
                 (n.ends_with(".attn_q.weight") || n.ends_with(".attn_k.weight"));
     if (p.permute && p.src.rows() % c.head_dim != 0) {
       return Status::InvalidArgument(StrFormat("%s: %s has shape %s, not whole heads of %d rows",
@@ -367,22 +375,13 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
       s->up.push_back(tensor(b + "ffn_up.weight"));
       s->down.push_back(tensor(b + "ffn_down.weight"));
     }
-    g.dtype = options.type ? *options.type : s->gate[0].dtype;
-    if (!options.type) {
-      for (int j = 0; j < g.n_layers; ++j) {
-        for (const TensorView* v :
-             {&s->gate[static_cast<size_t>(j)], &s->up[static_cast<size_t>(j)],
-              &s->down[static_cast<size_t>(j)]}) {
-          if (v->dtype != g.dtype) {
-            return Status::InvalidArgument(StrFormat(
-                "%s: layer group %d mixes MLP weight types (%s in blk.%d.ffn_gate, %s in another "
-                "MLP tensor of blk.%d); pass --type to convert them to one type",
-                path.c_str(), g.index, DTypeName(g.dtype), g.first_layer, DTypeName(v->dtype),
-                g.first_layer + j));
-          }
-        }
+    std::vector<DType> sources;
+    for (int j = 0; j < g.n_layers; ++j) {
+      for (const auto* ws : {&s->gate, &s->up, &s->down}) {
+        sources.push_back((*ws)[static_cast<size_t>(j)].dtype);
       }
     }
+    g.dtype = PackMlpType(sources, options.type);
     if (g.d_ff % BlockSize(g.dtype) != 0) {
       return Status::InvalidArgument(StrFormat("%s: d_ff %d of layer %d is not whole %s blocks",
                                                path.c_str(), g.d_ff, g.first_layer,
@@ -439,7 +438,14 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
   if (name.empty()) name = BaseName(model.path);
   if (name.empty()) name = "llama";
   LlamaConfig written = c;
-  written.rope_style = RopeStyle::kAdjacentPairs;
+  written.rope_style = c.arch->rope_style;
+  // A sliding window on a row whose GGUF files have none (a Hugging Face Mistral's, on every
+  // layer) goes into the pack's own keys, which the pack reader applies.
+  const bool pack_window = c.sliding_window > 0 && c.arch->sliding_window_period == 0;
+  if (pack_window) {
+    written.sliding_window = 0;
+    written.layer_sliding.clear();
+  }
   WEIR_RETURN_IF_ERROR(
       AddLlamaGgufMetadata(written, model.tokenizer, name, LlamaFileType(main_type), &w)
           .WithContext(path));
@@ -451,6 +457,13 @@ Status WritePack(const ModelFile& model, const std::string& path, const PackOpti
     requantized = requantized || IsQuantized(s->group.dtype);
   }
   w.AddU32(kPackVersionKey, kPackVersion);
+  if (pack_window) {
+    w.AddU32(kPackSlidingWindowKey, static_cast<uint32_t>(c.sliding_window));
+    std::vector<uint32_t> flags;
+    for (int l = 0; l < c.n_layers; ++l) flags.push_back(c.IsSliding(l) ? 1 : 0);
+    w.Add(kPackSlidingLayersKey, GgufValue::U32Array(flags));
+    w.AddF32(kPackRopeThetaSlidingKey, c.rope_theta_sliding);
+  }
   if (options.layout == PackLayout::kBundles && options.tile_bundles) w.AddU32(kPackTiledKey, 1);
   // Column packs keep their statics row-major: a sparse streamed run then gives the resident
   // GGUF's sparse run's logits bit for bit (the GGUF's sparse sessions are not tiled either).

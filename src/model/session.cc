@@ -32,13 +32,6 @@ Status Session::Allocate(const SessionOptions& options) {
     max_ff = std::max(max_ff, static_cast<size_t>(L.d_ff));
   }
   streamed_ = options.streamed;
-  if (streamed_ != nullptr && !c.IsLlama() && !c.IsMoe()) {
-    // weir packs hold Llama's tensors only (format/weir_pack_format.h): no QK-norm or
-    // post-norms, and the streamed MLP computes SwiGLU.
-    return Status::Unsupported(StrFormat("%s: streamed weir packs support the llama architecture only, "
-                                         "not %s",
-                                         model_.file().path.c_str(), c.arch->name));
-  }
   if (!c.IsMoe() && options.expert_bias != 1.0f) {
     return Status::InvalidArgument(StrFormat(
         "%s: a routing bias toward cached experts (gamma %g) needs a mixture of experts; %s has "

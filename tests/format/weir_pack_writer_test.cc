@@ -169,7 +169,8 @@ TEST_P(PackTypes, BundlesStaticsAlignmentForGroupSizes) {
     EXPECT_EQ(pack->tokenizer().tokens.size(), src.tokenizer.tokens.size());
     // Every tensor page-aligned; static tensors bit for bit.
     for (const GgufTensorInfo& t : pack->gguf().tensors()) EXPECT_EQ(t.offset % 4096, 0u) << t.name;
-    ASSERT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src.config).size());
+    const auto present = [&](const std::string& n) { return src.Find(n) != nullptr; };
+    ASSERT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src.config, present).size());
     int n_tiled = 0;
     for (const PackTensor& t : pack->static_tensors()) n_tiled += t.layout == Layout::kTiled16;
     // Every layer's four attention projections, and the output head when it has its own tensor
@@ -238,12 +239,13 @@ TEST(WeirPack, KeepsRopeScaling) {
   auto pack = PackFile::Open(dir + "/m.weir");
   ASSERT_TRUE(pack.ok()) << pack.status().ToString();
   EXPECT_EQ(pack->config().rope_scaling_factor, 4.0f);
-  EXPECT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src->config, true).size());
+  const auto present = [&](const std::string& n) { return src->Find(n) != nullptr; };
+  EXPECT_EQ(pack->static_tensors().size(), PackStaticTensorNames(src->config, present).size());
   const PackTensor* f = pack->FindStatic("rope_freqs.weight");
   ASSERT_NE(f, nullptr);
   ASSERT_EQ(f->nbytes, 32u);
   EXPECT_EQ(std::memcmp(pack->gguf().data() + f->offset, spec.rope_freqs.data(), 32), 0);
-  EXPECT_EQ(PackStaticTensorNames(src->config, true).back(), "rope_freqs.weight");
+  EXPECT_EQ(PackStaticTensorNames(src->config, present).back(), "rope_freqs.weight");
 }
 
 TEST(WeirPack, ConvertsTypeFirst) {
@@ -318,16 +320,86 @@ TEST(WeirPack, RefusesBadOptionsAndMixedTypes) {
   o.group_size = kMaxPackGroupSize + 1;
   EXPECT_FALSE(WritePack(src, dir + "/x.weir", o).ok());
 
-  // Mixed MLP types without --type: down in F32, gate/up in F16.
+  // Mixed MLP types without --type: down in F32, gate/up in F16: the group is stored in F32
+  // (PackMlpType), the values the source's.
   std::vector<float> down(static_cast<size_t>(64 * 96), 0.5f);
   src.tensors["blk.1.ffn_down.weight"] = TensorView{DType::kF32, Shape{64, 96}, down.data()};
   o.group_size = 2;
-  st = WritePack(src, dir + "/x.weir", o);
-  ASSERT_FALSE(st.ok());
-  EXPECT_NE(st.message().find("--type"), std::string::npos) << st.ToString();
-  EXPECT_FALSE(testing::FileExists(dir + "/x.weir"));
-  o.type = DType::kF16;  // converting makes it packable
-  EXPECT_TRUE(WritePack(src, dir + "/x.weir", o).ok());
+  ASSERT_TRUE(WritePack(src, dir + "/x.weir", o).ok());
+  auto mixed = PackFile::Open(dir + "/x.weir");
+  ASSERT_TRUE(mixed.ok()) << mixed.status().ToString();
+  EXPECT_EQ(mixed->groups()[0].dtype, DType::kF32);
+  o.type = DType::kF16;  // --type decides
+  ASSERT_TRUE(WritePack(src, dir + "/x.weir", o).ok());
+  EXPECT_EQ(PackFile::Open(dir + "/x.weir")->groups()[0].dtype, DType::kF16);
+}
+
+TEST(WeirPack, MlpTypeOfMixedOrWideBlockSources) {
+  using T = DType;
+  EXPECT_EQ(PackMlpType({T::kQ4_0, T::kQ4_0, T::kQ4_0}, std::nullopt), T::kQ4_0);
+  EXPECT_EQ(PackMlpType({T::kQ4_1, T::kQ4_1, T::kQ4_1}, std::nullopt), T::kQ4_1);
+  // Gemma 3 270M Q4_K_M: Q5_0 gate and up, Q6_K down; and a whole Q4_K group (256-value blocks).
+  EXPECT_EQ(PackMlpType({T::kQ5_0, T::kQ5_0, T::kQ6_K}, std::nullopt), T::kQ8_0);
+  EXPECT_EQ(PackMlpType({T::kQ4_K, T::kQ4_K, T::kQ4_K}, std::nullopt), T::kQ8_0);
+  EXPECT_EQ(PackMlpType({T::kF16, T::kBF16, T::kF16}, std::nullopt), T::kF32);
+  EXPECT_EQ(PackMlpType({T::kQ5_0, T::kQ5_0, T::kQ6_K}, T::kQ4_0), T::kQ4_0);
+}
+
+// A source whose down blocks (256 values, Q6_K) do not start at every 32-neuron chunk: the
+// bundles' down pieces are cut out of the covering blocks, so the Q8_0 pack holds the source's
+// values to Q8_0's rounding.
+TEST(WeirPack, KQuantSourcesArePackedAsQ8_0) {
+  const std::string dir = testing::TempDir();
+  SynthSpec spec;
+  spec.d_model = 256;
+  spec.n_layers = 2;
+  spec.n_head = 4;
+  spec.n_head_kv = 2;
+  spec.d_ff = 512;
+  spec.vocab_size = 300;
+  spec.ctx_len = 64;
+  ASSERT_TRUE(WriteRandomLlamaGguf(spec, DType::kQ6_K, 9, dir + "/k.gguf", nullptr).ok());
+  auto src = LoadModel(dir + "/k.gguf");
+  ASSERT_TRUE(src.ok()) << src.status().ToString();
+  ASSERT_EQ(src->Find("blk.0.ffn_down.weight")->dtype, DType::kQ6_K);
+  for (PackLayout layout : {PackLayout::kBundles, PackLayout::kColumns}) {
+    PackOptions o;
+    o.layout = layout;
+    o.tile_bundles = false;
+    ASSERT_TRUE(WritePack(*src, dir + "/k.weir", o).ok());
+    auto pack = PackFile::Open(dir + "/k.weir");
+    ASSERT_TRUE(pack.ok()) << pack.status().ToString();
+    const PackGroup& g = pack->groups()[0];
+    ASSERT_EQ(g.dtype, DType::kQ8_0);
+    // Neuron 37's down column (d_model values): from the pack, against the source dequantized.
+    const TensorView down = *src->Find("blk.0.ffn_down.weight");
+    std::vector<float> row(static_cast<size_t>(spec.d_ff)), got(static_cast<size_t>(spec.d_model));
+    const int64_t c = 37;
+    if (layout == PackLayout::kBundles) {
+      const int64_t c0 = c / kBundleChunk * kBundleChunk;
+      const uint8_t* base = pack->gguf().data() + g.offset +
+                            static_cast<size_t>(g.ChunkRow(c0, 0, BundleOp::kDown)) * g.row_bytes;
+      const size_t piece = RowBytes(g.dtype, g.chunk_width(c0));
+      std::vector<float> vals(static_cast<size_t>(g.chunk_width(c0)));
+      for (int64_t o2 = 0; o2 < spec.d_model; ++o2) {
+        DequantizeRow(g.dtype, base + static_cast<size_t>(o2) * piece, vals.data(),
+                      g.chunk_width(c0));
+        got[static_cast<size_t>(o2)] = vals[static_cast<size_t>(c - c0)];
+      }
+    } else {
+      DequantizeRow(g.dtype,
+                    pack->gguf().data() + g.offset + static_cast<size_t>(g.DownRow(c, 0)) * g.row_bytes,
+                    got.data(), spec.d_model);
+    }
+    double max_err = 0, max_abs = 0;
+    for (int64_t o2 = 0; o2 < spec.d_model; ++o2) {
+      DequantizeRow(down, o2, row.data());
+      max_abs = std::max(max_abs, std::fabs(static_cast<double>(row[static_cast<size_t>(c)])));
+      max_err = std::max(max_err, std::fabs(static_cast<double>(row[static_cast<size_t>(c)]) -
+                                            got[static_cast<size_t>(o2)]));
+    }
+    EXPECT_LT(max_err, 0.01 * max_abs) << PackLayoutName(layout);
+  }
 }
 
 TEST(WeirPack, RealModels) {

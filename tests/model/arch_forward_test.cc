@@ -249,20 +249,6 @@ TEST(SlidingWindowTest, GatePredictorIsRefusedOnGeglu) {
   EXPECT_NE(s.status().message().find("gelu-tanh"), std::string::npos) << s.status().message();
 }
 
-TEST(SlidingWindowTest, PacksAreRefusedForOtherArchitectures) {
-  for (const char* arch : {"gemma3", "phi3"}) {
-    std::unique_ptr<Model> m = TinyModel(arch);
-    ASSERT_NE(m, nullptr);
-    const std::string out = testing::TempDir() + "/g.weirpack";
-    Status st = format::WritePack(m->file(), out, {});
-    ASSERT_FALSE(st.ok()) << arch;
-    EXPECT_EQ(st.code(), Status::Code::kUnsupported);
-    EXPECT_NE(st.message().find("weir packs support the llama architecture only"),
-              std::string::npos)
-        << st.message();
-  }
-}
-
 // Phi-3's q, k, v and gate, up are views into its fused tensors; copied into memory (each part
 // its own copy) and tiled for the dense kernels (each part tiled on its own), they give the
 // mapped file's logits.

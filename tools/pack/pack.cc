@@ -3,6 +3,10 @@
 // layer groups, every tensor 4 KiB-aligned. The source is only read.
 #include <cstdio>
 #include <filesystem>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
 
 #include "base/units.h"
 #include "common/cli.h"
@@ -128,6 +132,31 @@ int PackMain(int argc, char** argv) {
     return Fail("pack", Status::InvalidArgument("output " + out +
                                                 " is the input file; refusing to overwrite it"));
   }
+  // Say when the MLP weights are stored in another type than the source's (PackMlpType: a
+  // bundle holds one type of 32-value blocks).
+  std::string converted;
+  if (!mf->config.IsMoe() && !options.type) {
+    std::set<std::string> from;
+    DType to = DType::kF32;
+    for (int l = 0; l < mf->config.n_layers; ++l) {
+      std::vector<DType> sources;
+      for (const char* t : {"ffn_gate", "ffn_up", "ffn_down"}) {
+        const TensorView* v = mf->Find(StrFormat("blk.%d.%s.weight", l, t));
+        if (v != nullptr) sources.push_back(v->dtype);
+      }
+      to = format::PackMlpType(sources, std::nullopt);
+      for (DType s : sources) {
+        if (s != to) from.insert(DTypeName(s));
+      }
+    }
+    for (const std::string& f : from) converted += (converted.empty() ? "" : ", ") + f;
+    if (!converted.empty() && !json) {
+      std::fprintf(stderr,
+                   "weir pack: MLP weights of type %s stored as %s (a bundle holds one type of "
+                   "32-value blocks; --type chooses another)\n",
+                   converted.c_str(), DTypeName(to));
+    }
+  }
   ProgressBar bar("pack", 1000, !json && !no_progress);
   Status st = format::WritePack(*mf, out, options,
                                 [&](double f) { bar.Update(static_cast<uint64_t>(f * 1000)); });
@@ -144,7 +173,8 @@ int PackMain(int argc, char** argv) {
                {"static_bytes", pack->static_bytes()},
                {"bundle_bytes", pack->bundle_bytes()},
                {"file_bytes", pack->file_size()},
-               {"down_t", pack->down_t()}});
+               {"down_t", pack->down_t()},
+               {"mlp_converted_from", converted}});
   } else {
     std::printf(
         "wrote %s: %zu layer groups of up to %d layers, %s static + %s MLP %s (%s file)%s\n",
