@@ -127,7 +127,7 @@ void Prefetcher::Loop() {
         Job job = std::move(queue_.front());
         queue_.pop_front();
         queued_.erase(job.read.id);
-        in_flight_[job.read.id] = job.claimed;
+        in_flight_[job.read.id] = InFlight{job.read.partition, job.claimed};
         batch.push_back(std::move(job));
       }
       ++stats_.batches;
@@ -175,7 +175,7 @@ void Prefetcher::Loop() {
     for (size_t i = 0; i < batch.size(); ++i) {
       Job& job = batch[i];
       const UnitId id = job.read.id;
-      const bool drop = in_flight_[id];
+      const bool drop = in_flight_[id].drop;
       in_flight_.erase(id);
       if (requests[i].status.ok()) {
         job.handle.Publish();
@@ -211,7 +211,7 @@ Result<CacheHandle> Prefetcher::Wait(UnitId id) {
     } else if (auto q = queued_.find(id); q != queued_.end()) {
       q->second->claimed = true;
     } else if (auto f = in_flight_.find(id); f != in_flight_.end()) {
-      f->second = true;
+      f->second.drop = true;
     }
   }
   CacheHandle h = cache_->Lookup(id);  // the access; pins before the held pin goes
@@ -241,7 +241,7 @@ Result<CacheHandle> Prefetcher::Get(const UnitRead& read) {
       queued_.erase(q);
       ++stats_.stolen;
     } else if (auto f = in_flight_.find(read.id); f != in_flight_.end()) {
-      f->second = true;
+      f->second.drop = true;
     }
   }
   if (stolen) {
@@ -253,7 +253,17 @@ Result<CacheHandle> Prefetcher::Get(const UnitRead& read) {
     if (!st.ok()) return st;
     held = std::move(stolen->handle);  // now a reader pin, dropped after the access below
   }
-  WEIR_ASSIGN_OR_RETURN(CacheHandle h, cache_->Acquire(read.id, read.length, read.partition));
+  Result<CacheHandle> acquired = cache_->Acquire(read.id, read.length, read.partition);
+  // A cancelled read in flight keeps its entry pinned until its batch ends (the device writes
+  // into it until then), so a compute thread that runs ahead of a descheduled I/O thread can
+  // find its partition pinned by reads nobody wants. That room is only late, not taken: wait
+  // for it rather than report OutOfMemory. Each round waits for a batch to end, and rounds
+  // continue only while new cancelled reads pin the partition.
+  while (!acquired.ok() && acquired.status().code() == Status::Code::kOutOfMemory &&
+         WaitForDroppedReads(read.partition)) {
+    acquired = cache_->Acquire(read.id, read.length, read.partition);
+  }
+  WEIR_ASSIGN_OR_RETURN(CacheHandle h, std::move(acquired));
   held.Reset();
   if (h.is_loader()) {
     {
@@ -278,7 +288,7 @@ bool Prefetcher::Cancel(UnitId id) {
     return true;
   }
   if (auto f = in_flight_.find(id); f != in_flight_.end()) {
-    f->second = true;
+    f->second.drop = true;  // released when its batch ends; Get waits for that if it must
     return true;
   }
   const bool dropped_failure = failed_.erase(id) != 0;
@@ -296,12 +306,26 @@ size_t Prefetcher::CancelAll() {
   stats_.cancelled += queue_.size();
   queue_.clear();
   queued_.clear();
-  for (auto& [id, drop] : in_flight_) {
-    if (!drop) ++n;
-    drop = true;
+  for (auto& [id, f] : in_flight_) {
+    if (!f.drop) ++n;
+    f.drop = true;
   }
   held_.clear();
   return n;
+}
+
+bool Prefetcher::WaitForDroppedReads(uint32_t partition) {
+  std::unique_lock<std::mutex> lock(mu_);
+  auto pinned_by_dropped = [&] {
+    for (const auto& [id, f] : in_flight_) {
+      if (f.drop && f.partition == partition) return true;
+    }
+    return false;
+  };
+  if (!pinned_by_dropped()) return false;
+  // The batch ends (and its dropped entries are unpinned) under mu_, before idle_cv_ fires.
+  idle_cv_.wait(lock, [&] { return !pinned_by_dropped(); });
+  return true;
 }
 
 void Prefetcher::WaitIdle() {

@@ -19,15 +19,21 @@
 //   Get(read) the on-demand path: a cached unit is returned, a queued one is taken off the
 //             queue and read on the calling thread, an in-flight one is waited for, and a
 //             missing one (or one whose prefetch failed: one retry) is read on the calling
-//             thread. One cache access either way.
+//             thread. One cache access either way, except when the cache has no room because
+//             cancelled reads still in flight pin the partition: Get then waits for those
+//             reads to end (their entries unpinned) and tries again, a second access, rather
+//             than fail with OutOfMemory while the I/O thread lags behind the compute thread.
 //   Cancel    stale jobs (mispredicted units, a layer that is done): a queued job is dropped and
-//             its reservation released; an in-flight read completes but is not held; a held
-//             unit is released (it stays cached, evictable).
+//             its reservation released; an in-flight read completes but is not held (its entry
+//             stays pinned until its batch ends: the device is writing into it); a held unit
+//             is released (it stays cached, evictable).
 //   Shutdown  cancels the queue, lets the in-flight batch finish, joins the thread (also done by
 //             the destructor). The cache must outlive the prefetcher.
 //
 // Thread safety: every method may be called from any thread. Lock order: the prefetcher's
-// mutex, then the cache's; the cache never calls back.
+// mutex, then the cache's; the cache never calls back. Get and Wait may block until the I/O
+// thread's batch in flight ends (for an in-flight unit, or for the room of cancelled reads);
+// they hold no lock while blocked, and a batch ends without any call from the compute thread.
 #pragma once
 
 #include <condition_variable>
@@ -116,6 +122,10 @@ class Prefetcher {
     CacheHandle handle;  // the loader handle of the reservation
     bool claimed = false;
   };
+  struct InFlight {
+    uint32_t partition = 0;
+    bool drop = false;  // do not hold when done (claimed or cancelled)
+  };
 
   Prefetcher(WeightCache* cache, const Options& options);
   void Loop();
@@ -123,18 +133,23 @@ class Prefetcher {
   // alignment when the entry has room) and publishes or aborts it. Returns the read's Status.
   Status Load(const UnitRead& read, CacheHandle& h, bool count_bytes);
   static Status CheckRead(const UnitRead& read);
+  // After an OutOfMemory from the cache: when reads in flight that will not be held (cancelled
+  // or claimed) pin entries of `partition`, waits until their batch has ended and returns true
+  // (their room is back unless someone else pins them); false at once when there are none, so
+  // that a full cache is still reported promptly. Takes mu_; call without it.
+  bool WaitForDroppedReads(uint32_t partition);
 
   WeightCache* cache_;
   Options options_;
   std::mutex shutdown_mu_;  // serializes Shutdown calls (the join)
   mutable std::mutex mu_;
   std::condition_variable work_cv_;
-  std::condition_variable idle_cv_;  // signalled when in_flight_ becomes empty
+  std::condition_variable idle_cv_;  // signalled when a batch ends (in_flight_ becomes empty)
   std::list<Job> queue_;
   std::unordered_map<UnitId, std::list<Job>::iterator> queued_;
-  std::unordered_map<UnitId, bool> in_flight_;    // id -> do not hold when done (claimed/cancelled)
-  std::unordered_map<UnitId, CacheHandle> held_;  // completed, not yet claimed
-  std::unordered_map<UnitId, Status> failed_;     // failed, not yet claimed
+  std::unordered_map<UnitId, InFlight> in_flight_;  // the I/O thread's batch
+  std::unordered_map<UnitId, CacheHandle> held_;    // completed, not yet claimed
+  std::unordered_map<UnitId, Status> failed_;       // failed, not yet claimed
   bool stop_ = false;
   int paused_ = 0;  // Pause() calls not yet resumed
   Stats stats_;

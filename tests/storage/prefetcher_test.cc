@@ -9,7 +9,9 @@
 #include <cstring>
 #include <mutex>
 #include <random>
+#include <span>
 #include <thread>
+#include <vector>
 
 #include "storage/fault_injecting_device.h"
 #include "storage/memory_device.h"
@@ -42,7 +44,8 @@ UnitRead ReadOf(BlockDevice* dev, UnitId i) {
 }
 
 // Blocks reads that start at `gated_offset` until Open(): keeps the I/O thread busy on one job
-// so that the jobs behind it are deterministically still queued.
+// so that the jobs behind it are deterministically still queued (or, with the batch taken
+// whole, that every job of the batch is deterministically still in flight).
 class GateDevice : public BlockDevice {
  public:
   GateDevice(const std::string& bytes, uint64_t gated_offset)
@@ -50,6 +53,8 @@ class GateDevice : public BlockDevice {
   Status ReadAt(uint64_t offset, size_t length, void* dst) override {
     if (offset == gated_) {
       std::unique_lock<std::mutex> lock(mu_);
+      reading_ = true;
+      cv_.notify_all();
       cv_.wait(lock, [this] { return open_; });
     }
     return inner_.ReadAt(offset, length, dst);
@@ -63,6 +68,11 @@ class GateDevice : public BlockDevice {
     }
     cv_.notify_all();
   }
+  // Blocks until a read of the gated offset has started.
+  void WaitUntilReading() {
+    std::unique_lock<std::mutex> lock(mu_);
+    cv_.wait(lock, [this] { return reading_; });
+  }
 
  private:
   MemoryDevice inner_;
@@ -70,7 +80,45 @@ class GateDevice : public BlockDevice {
   std::mutex mu_;
   std::condition_variable cv_;
   bool open_ = false;
+  bool reading_ = false;
 };
+
+// Stalls every batch read (the I/O thread's path; Get reads with ReadAt) by `stall` before
+// passing it on: the I/O thread descheduled in the middle of a batch, which a loaded machine
+// does now and then.
+class StallingDevice : public BlockDevice {
+ public:
+  StallingDevice(BlockDevice* inner, std::chrono::microseconds stall)
+      : inner_(inner), stall_(stall) {}
+  Status ReadAt(uint64_t offset, size_t length, void* dst) override {
+    return inner_->ReadAt(offset, length, dst);
+  }
+  Status Read(std::span<ReadRequest> requests) override {
+    std::this_thread::sleep_for(stall_);
+    return inner_->Read(requests);
+  }
+  uint64_t size() const override { return inner_->size(); }
+  const std::string& name() const override { return inner_->name(); }
+  size_t required_alignment() const override { return inner_->required_alignment(); }
+  size_t preferred_alignment() const override { return inner_->preferred_alignment(); }
+
+ private:
+  BlockDevice* inner_;
+  std::chrono::microseconds stall_;
+};
+
+// Waits until `done()` holds, polling (the condition lives inside the code under test, which
+// has no hook to signal it). The bound only turns a hang into a failure; it never decides
+// pass or fail on a machine that is merely slow.
+template <typename Pred>
+bool EventuallyTrue(Pred done) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+  while (!done()) {
+    if (std::chrono::steady_clock::now() > deadline) return false;
+    std::this_thread::sleep_for(std::chrono::microseconds(200));
+  }
+  return true;
+}
 
 void ExpectBytes(const CacheHandle& h, const std::string& file, uint64_t offset) {
   ASSERT_TRUE(h.ready());
@@ -344,19 +392,71 @@ TEST(PrefetcherTest, FullCacheRefusesPrefetchButNotOnDemandCorrectness) {
   ExpectBytes(*h4, bytes, 4 * kUnitBytes);
 }
 
-TEST(PrefetcherTest, ComputeAndIoThreadsTogether) {
-  // The compute thread prefetches the next "layer" while consuming the current one, with
-  // on-demand loads for units it did not predict. Every unit it consumes has the right bytes.
-  test::RandomFile f = test::MakeRandomFile(64 * 32 * kUnitBytes, 8);
-  DeviceOptions o;
-  o.kind = "io_uring";
-  auto opened = OpenDevice(f.path, o);
-  if (!opened.ok()) {
-    o.kind = "pread";
-    opened = OpenDevice(f.path, o);
+TEST(PrefetcherTest, GetWaitsForCancelledReadsToGiveTheirRoomBack) {
+  // Four prefetches fill the cache and are in flight together, blocked in the device; all four
+  // are cancelled. Their reads cannot be taken back (the device is writing into their entries),
+  // but their room must come back: a Get that needs it waits for the reads to end instead of
+  // failing with OutOfMemory while the compute thread is ahead of the I/O thread.
+  const std::string bytes = RandomBytes(20 * kUnitBytes, 13);
+  GateDevice dev(bytes, 0);  // unit 0's read blocks until the gate opens
+  auto cache = MakeCache(4);
+  auto pf = Prefetcher::Create(cache.get(), {.max_batch = 64}).value();
+  pf->Pause();  // the four jobs are queued before the I/O thread takes any: one batch
+  for (UnitId i = 0; i < 4; ++i) ASSERT_TRUE(pf->Enqueue(ReadOf(&dev, i)).ok());
+  pf->Resume();
+  dev.WaitUntilReading();
+  EXPECT_EQ(pf->stats().batches, 1u);
+  for (UnitId i = 0; i < 4; ++i) EXPECT_TRUE(pf->Cancel(i));
+  EXPECT_EQ(cache->stats().pinned_bytes, 4 * cache->EntryCharge(kUnitBytes));
+
+  Result<CacheHandle> got = Status::Internal("Get did not return");
+  std::thread compute([&] { got = pf->Get(ReadOf(&dev, 10)); });
+  // The gate opens only after Get found the cache full, so Get certainly ran into the pinned
+  // room (before the fix it returned OutOfMemory here).
+  const bool get_found_it_full =
+      EventuallyTrue([&] { return cache->stats().reserve_failures >= 1; });
+  dev.Open();
+  compute.join();
+  ASSERT_TRUE(get_found_it_full);
+  ASSERT_TRUE(got.ok()) << got.status().ToString();
+  ExpectBytes(*got, bytes, 10 * kUnitBytes);
+  got->Reset();
+  // The cancelled units were not held; nothing is overcommitted.
+  CacheStats s = cache->stats();
+  EXPECT_EQ(s.pinned_bytes, 0u);
+  EXPECT_LE(s.current_bytes, s.budget_bytes);
+  EXPECT_EQ(pf->stats().completed, 4u);  // Get returned after the cancelled reads had ended
+  EXPECT_EQ(pf->stats().on_demand, 1u);
+}
+
+TEST(PrefetcherTest, GetDoesNotWaitForPrefetchesStillWanted) {
+  // The same full cache, but the prefetches in flight are still wanted (they will be held
+  // for Wait/Get when done): waiting would not free their room, so Get reports OutOfMemory at
+  // once, with the reads still blocked (it would hang here if it waited).
+  const std::string bytes = RandomBytes(20 * kUnitBytes, 14);
+  GateDevice dev(bytes, 0);
+  auto cache = MakeCache(4);
+  auto pf = Prefetcher::Create(cache.get(), {.max_batch = 64}).value();
+  pf->Pause();
+  for (UnitId i = 0; i < 4; ++i) ASSERT_TRUE(pf->Enqueue(ReadOf(&dev, i)).ok());
+  pf->Resume();
+  dev.WaitUntilReading();
+  auto full = pf->Get(ReadOf(&dev, 10));
+  EXPECT_EQ(full.status().code(), Status::Code::kOutOfMemory) << full.status().ToString();
+  dev.Open();
+  for (UnitId i = 0; i < 4; ++i) {
+    auto h = pf->Wait(i);
+    ASSERT_TRUE(h.ok()) << h.status().ToString();
+    ExpectBytes(*h, bytes, i * kUnitBytes);
   }
-  ASSERT_TRUE(opened.ok());
-  BlockDevice* dev = opened->get();
+  pf->WaitIdle();
+  EXPECT_EQ(cache->stats().pinned_bytes, 0u);
+}
+
+// The compute thread prefetches the next "layer" while consuming the current one, with
+// on-demand loads for units it did not predict. Every unit it consumes has the right bytes, and
+// no Get fails for lack of room: a partition holds 24 units, a layer prefetches at most 16.
+void RunComputeAndIoThreads(BlockDevice* dev, const std::string& bytes, int tokens) {
   CacheOptions co;
   co.partition_weights.assign(8, 1);
   auto cache = WeightCache::Create(co, MakeEvictionPolicy("lfu").value()).value();
@@ -367,7 +467,7 @@ TEST(PrefetcherTest, ComputeAndIoThreadsTogether) {
     UnitId id = MakeUnitId(layer, 0, idx);
     return UnitRead{id, layer % 8, dev, (uint64_t(layer) * 64 + idx) * kUnitBytes, kUnitBytes};
   };
-  for (int token = 0; token < 6; ++token) {
+  for (int token = 0; token < tokens; ++token) {
     cache->BeginToken();
     std::vector<uint64_t> active(16);
     for (uint32_t layer = 0; layer < 32; ++layer) {
@@ -382,7 +482,7 @@ TEST(PrefetcherTest, ComputeAndIoThreadsTogether) {
         UnitRead r = unit(layer, a);
         auto h = pf->Get(r);
         ASSERT_TRUE(h.ok()) << h.status().ToString();
-        ASSERT_EQ(0, std::memcmp(h->data(), f.bytes.data() + r.offset, kUnitBytes));
+        ASSERT_EQ(0, std::memcmp(h->data(), bytes.data() + r.offset, kUnitBytes));
       }
       // Mispredicted units of this layer are stale now.
       for (uint64_t idx = 0; idx < 64; ++idx) pf->Cancel(MakeUnitId(layer, 0, idx));
@@ -394,6 +494,28 @@ TEST(PrefetcherTest, ComputeAndIoThreadsTogether) {
   EXPECT_LE(s.current_bytes, s.budget_bytes);
   EXPECT_GT(s.prefetch_hits, 0u);
   EXPECT_GT(s.misses, 0u);
+}
+
+TEST(PrefetcherTest, ComputeAndIoThreadsTogether) {
+  test::RandomFile f = test::MakeRandomFile(64 * 32 * kUnitBytes, 8);
+  DeviceOptions o;
+  o.kind = "io_uring";
+  auto opened = OpenDevice(f.path, o);
+  if (!opened.ok()) {
+    o.kind = "pread";
+    opened = OpenDevice(f.path, o);
+  }
+  ASSERT_TRUE(opened.ok());
+  RunComputeAndIoThreads(opened->get(), f.bytes, 6);
+}
+
+TEST(PrefetcherTest, ComputeAndIoThreadsTogetherWithAStalledIoThread) {
+  // The same with every batch of the I/O thread stalled: the compute thread then runs layers
+  // ahead while cancelled reads are still in flight.
+  const std::string bytes = RandomBytes(64 * 32 * kUnitBytes, 8);
+  MemoryDevice mem("w", bytes);
+  StallingDevice dev(&mem, std::chrono::milliseconds(1));
+  RunComputeAndIoThreads(&dev, bytes, 2);
 }
 
 }  // namespace
