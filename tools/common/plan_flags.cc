@@ -40,22 +40,7 @@ Status ApplyPlan(const PlanFlags& pf, const ModelFlags& mf, SparsityFlags* spf,
     }
     WEIR_ASSIGN_OR_RETURN(uint64_t b, ParseBytes(stf->memory));
     budget = static_cast<double>(b);
-    // The shape and bits from the pack: its static tensors, and its bundles for the MLP.
-    WEIR_ASSIGN_OR_RETURN(format::PackFile p, format::PackFile::Open(mf.model));
-    format::ModelFile file;
-    file.path = mf.model;
-    file.config = p.config();
-    for (const format::PackTensor& t : p.static_tensors()) {
-      file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, nullptr});
-    }
-    for (int l = 0; l < p.config().n_layers; ++l) {
-      const format::PackGroup& g = p.GroupOf(l);
-      const std::string b = StrFormat("blk.%d.", l);
-      file.tensors.emplace(b + "ffn_gate.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-      file.tensors.emplace(b + "ffn_up.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-      file.tensors.emplace(b + "ffn_down.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-    }
-    WEIR_ASSIGN_OR_RETURN(m, ModelFromFile(file));
+    WEIR_ASSIGN_OR_RETURN(m, ModelFromPack(mf.model));
     o.max_sparsity = 0;  // the engine streams a pack dense
   } else {
     WEIR_ASSIGN_OR_RETURN(format::ModelFile file, format::LoadModel(mf.model));

@@ -7,7 +7,9 @@
 #include <cstdlib>
 #include <sstream>
 
+#include "format/gguf_reader.h"
 #include "format/model_file.h"
+#include "format/weir_pack_reader.h"
 #include "sim/synthetic_masks.h"
 #include "sim/trace_source.h"
 
@@ -61,8 +63,36 @@ Result<SimModel> ResolveModel(const std::string& spec) {
     return Status::NotFound(StrFormat("--model '%s' is neither a preset nor a file (%s)",
                                       spec.c_str(), preset.status().message().c_str()));
   }
+  if (IsFile(spec)) {
+    if (auto gguf = format::GgufFile::Open(spec); gguf.ok() && format::PackFile::IsPack(*gguf)) {
+      return ModelFromPack(spec);
+    }
+  }
   WEIR_ASSIGN_OR_RETURN(format::ModelFile mf, format::LoadModel(spec));
   return ModelFromFile(mf);
+}
+
+Result<SimModel> ModelFromPack(const std::string& path) {
+  // The shape and bits from the pack: its static tensors, and its groups' type for the MLP
+  // (views by shape only: nothing is read).
+  WEIR_ASSIGN_OR_RETURN(format::PackFile p, format::PackFile::Open(path));
+  format::ModelFile file;
+  file.path = path;
+  file.config = p.config();
+  for (const format::PackTensor& t : p.static_tensors()) {
+    file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, nullptr});
+  }
+  for (int l = 0; l < p.config().n_layers; ++l) {
+    const format::PackGroup& g = p.GroupOf(l);
+    const std::string b = StrFormat("blk.%d.", l);
+    file.tensors.emplace(b + "ffn_gate.weight",
+                         TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+    file.tensors.emplace(b + "ffn_up.weight",
+                         TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+    file.tensors.emplace(b + "ffn_down.weight",
+                         TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
+  }
+  return ModelFromFile(file);
 }
 
 Result<SimModel> ModelFromFile(const format::ModelFile& mf) {

@@ -23,8 +23,10 @@ struct SimModel {
   std::string origin;                        // "preset" or the path
 };
 
-// A preset name (sim::ModelPresetNames) or a path that format::LoadModel opens.
+// A preset name (sim::ModelPresetNames), a weir pack, or a path that format::LoadModel opens.
 Result<SimModel> ResolveModel(const std::string& spec);
+// The shape and bits of a weir pack (its static tensors and its MLP groups' type).
+Result<SimModel> ModelFromPack(const std::string& path);
 // The shape and bits of a loaded model (for `weir run --plan auto` and ResolveModel).
 Result<SimModel> ModelFromFile(const format::ModelFile& model);
 
