@@ -91,6 +91,18 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
       s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
       return s;
     }
+    if (arch == "gemma3" && name == "gemma3-1b") {
+      s.d_model = 1152, s.n_layers = 26, s.n_head = 4, s.n_head_kv = 1, s.head_dim = 256;
+      s.d_ff = 6912, s.vocab_size = 262144, s.ctx_len = 32768, s.sliding_window = 512;
+      s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
+      return s;
+    }
+    if (arch == "qwen3" && name == "qwen3-1.7b") {
+      s.d_model = 2048, s.n_layers = 28, s.n_head = 16, s.n_head_kv = 8, s.head_dim = 128;
+      s.d_ff = 6144, s.vocab_size = 151936, s.ctx_len = 40960;
+      s.rope_theta = 1e6f, s.rms_eps = 1e-6f;
+      return s;
+    }
     std::string known;
     for (const std::string& n : SynthPresetNames(arch)) known += (known.empty() ? "" : ", ") + n;
     return Status::InvalidArgument(StrFormat("unknown synthetic %s preset '%s' (known: %s)",
@@ -113,7 +125,8 @@ Result<SynthSpec> SynthPreset(const std::string& name, const std::string& arch) 
 }
 
 std::vector<std::string> SynthPresetNames(const std::string& arch) {
-  if (arch == "gemma3") return {"tiny", "gemma3-270m"};
+  if (arch == "gemma3") return {"tiny", "gemma3-270m", "gemma3-1b"};
+  if (arch == "qwen3") return {"tiny", "qwen3-1.7b"};
   if (arch == "mixtral" || arch == "qwen3moe") return {"tiny", "small"};
   if (arch != "llama") return {"tiny"};
   return {"tiny", "llama-1b", "llama-7b"};

@@ -96,6 +96,11 @@ struct SynthSpec {
 //     test's relative error of Q8 activations.
 //   gemma3 "gemma3-270m": Gemma 3 270M's shapes (640, 18 layers, 4 heads, 1 kv head, head_dim
 //     256, d_ff 2048, vocab 262144, window 512).
+//   gemma3 "gemma3-1b": Gemma 3 1B's shapes (1152, 26 layers, 4 heads, 1 kv head, head_dim 256,
+//     d_ff 6912, vocab 262144, window 512); about 0.6 GB as Q4_0.
+//   qwen3 "qwen3-1.7b": Qwen3-1.7B's shapes (2048, 28 layers, 16 heads, 8 kv heads, head_dim
+//     128, d_ff 6144, vocab 151936, RoPE base 1e6) with an output head of its own (the real
+//     model ties it); about 1.2 GB as Q4_0.
 //   mixtral "tiny": llama's tiny with 8 experts of d_ff 64, 2 per token, RoPE base 1e6.
 //   mixtral "small": Mixtral 8x7B's layer shapes with 4 layers (4096, 32 heads, 8 kv heads, 8
 //     experts of d_ff 14336, 2 per token, vocab 32000); about 3.3 GB as Q4_0.

@@ -25,7 +25,7 @@ int GenMain(int argc, char** argv) {
   app.add_option("--arch", arch, "architecture: " + format::ArchNameList() + " (default llama)");
   auto* p = app.add_option("--preset", preset,
                            "shape preset: tiny, llama-1b, llama-7b (llama); tiny (others); "
-                           "gemma3-270m (gemma3); small (mixtral, qwen3moe)");
+                           "gemma3-270m, gemma3-1b (gemma3); qwen3-1.7b (qwen3); small (mixtral, qwen3moe)");
   auto* d = app.add_option("--dims", dims, "explicit shape d_model,n_layers,n_head,n_head_kv,d_ff,vocab")->excludes(p);
   std::string experts;
   app.add_option("--experts", experts, "with --dims on mixtral/qwen3moe: n_expert,n_expert_used (d_ff is each expert's)")
