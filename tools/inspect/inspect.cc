@@ -30,7 +30,8 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     nlohmann::json j;
     j["path"] = p.path();
     j["format"] = "weir-pack";
-    j["config"] = {{"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_head", c.n_head},
+    j["architecture"] = c.arch->name;
+    j["config"] = {{"sliding_window", c.sliding_window}, {"d_model", c.d_model}, {"n_layers", c.n_layers}, {"n_head", c.n_head},
                    {"n_head_kv", c.n_head_kv}, {"head_dim", c.head_dim}, {"d_ff", c.d_ff},
                    {"vocab_size", c.vocab_size}, {"ctx_len", c.ctx_len}, {"tied_output", c.tied_output}};
     j["tokenizer"] = {{"kind", TokenizerKindName(p.tokenizer().kind)}, {"tokens", p.tokenizer().tokens.size()}};
@@ -68,9 +69,16 @@ int InspectPack(const format::PackFile& p, bool json, bool metadata) {
     PrintJson(j);
     return kExitOk;
   }
-  std::printf("model:      %s\nformat:     weir pack v%u (GGUF container, %u-byte alignment), from %s\n",
-              p.path().c_str(), format::kPackVersion, format::kPackAlignment,
+  std::printf("model:      %s\nformat:     weir pack v%u (GGUF container, %u-byte alignment), "
+              "architecture %s, from %s\n",
+              p.path().c_str(), format::kPackVersion, format::kPackAlignment, c.arch->name,
               p.source().empty() ? "?" : p.source().c_str());
+  if (c.sliding_window > 0) {
+    int sliding = 0;
+    for (int l = 0; l < c.n_layers; ++l) sliding += c.IsSliding(l) ? 1 : 0;
+    std::printf("sliding:    window %d on %d of %d layers\n", c.sliding_window, sliding,
+                c.n_layers);
+  }
   std::printf("d_model %d | layers %d | heads %d (kv %d, head_dim %d) | d_ff %d | vocab %d | ctx %d\n",
               c.d_model, c.n_layers, c.n_head, c.n_head_kv, c.head_dim, c.d_ff, c.vocab_size, c.ctx_len);
   std::printf("tokenizer:  %s, %zu tokens\n", TokenizerKindName(p.tokenizer().kind), p.tokenizer().tokens.size());
