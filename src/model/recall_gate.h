@@ -11,7 +11,7 @@
 // It starts below the threshold (prior 0.5): nothing is read ahead before the predictions have
 // shown they are right. Starting optimistic (1.0) read the first tokens' mispredictions: Mixtral
 // small at 25 % of its pack, 16 tokens from a cold cache, recall 0.53, read 793-805 MB a token;
-// starting at 0.5, 773 MB (docs/moe.md, "Session 19").
+// starting at 0.5, 773 MB (docs/moe.md, "Staging held one expert of two").
 #pragma once
 
 #include <cstdint>

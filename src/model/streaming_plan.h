@@ -80,7 +80,7 @@ struct StreamingOptions {
   // pages (one page fault per 2 MiB instead of 512 when an expert is read into memory the cache
   // just gave back). Past an expert's last whole huge page its place takes small pages, so the
   // rounding costs address space, not memory. 0: never. Mixtral 8x7B's 99 MB experts:
-  // docs/moe.md, "Session 20".
+  // docs/moe.md, "Experts in huge pages".
   uint64_t huge_expert_places_from = uint64_t{64} << 20;
   // Stream each layer's attention projections too (whole layers, pinned while attention runs);
   // false keeps them static, read into memory once by StreamingModel.

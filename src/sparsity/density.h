@@ -16,8 +16,8 @@
 namespace weir::sparsity {
 
 // DIP's fitted density allocation (DIP paper, Appendix B.1: a linear model in logit space of the
-// pareto-optimal up/gate density as a function of the target MLP density; the coefficients are
-// those of issue 5):
+// pareto-optimal up/gate density as a function of the target MLP density; the paper gives no
+// coefficients, these are the ones weir uses):
 //   up_keep   = sigmoid(0.985 * logit(keep) + 0.300)       (columns of W_up and of W_gate)
 //   down_keep = 3 * (keep - (2/3) * up_keep)               (columns of W_down)
 // both clamped to [0, 1], so that (2 * up_keep + down_keep) / 3 == keep whenever no clamp bites.

@@ -47,7 +47,7 @@ class RecordReader {
   // zero capacity; OutOfMemory when the buffer cannot be allocated.
   static Result<std::unique_ptr<RecordReader>> Create(BlockDevice* device, uint64_t capacity,
                                                       uint64_t merge_gap = kDefaultMergeGap);
-  // 0: only records that touch (or share a page) are read together. Session 14 measured a 64 KiB
+  // 0: only records that touch (or share a page) are read together. Earlier runs had a 64 KiB
   // gap faster than 16 KiB (while the records shared the disk with the reads ahead); since the
   // reads ahead pause for the records (storage/prefetcher.h Pause), gaps only add bytes: 1.1B
   // Q4_0, dip:0.5 span=4 (25 KiB records, a quarter kept), 296 MiB cgroup, quiet, two rounds:

@@ -1,4 +1,4 @@
-// Faults while a streamed pack decodes (issue 25): the real streaming path -- a pack file on disk
+// Faults while a streamed pack decodes: the real streaming path -- a pack file on disk
 // read by the pread or io_uring device, a budget that makes every token read from storage, dense
 // bundles and DIP-CA over columns -- with the storage breaking under it. Each fault must end in a
 // clean IoError or, where the fault is transient (a slow read, an -EAGAIN completion, a short read

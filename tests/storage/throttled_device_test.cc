@@ -77,7 +77,7 @@ TEST(StorageProfileTest, ServiceModelSharesTheBus) {
   // Two requests at t=0 share the latency but not the bus; the third waits for a slot.
   EXPECT_DOUBLE_EQ(m.Schedule(0, 1000), 2.0);
   EXPECT_DOUBLE_EQ(m.Schedule(0, 1000), 3.0);
-  // The first slot frees at 2.0: issue 2.0, out of the flash at 3.0, bus free at 3.0 -> 3.5.
+  // The first slot frees at 2.0: issued at 2.0, out of the flash at 3.0, bus free at 3.0 -> 3.5.
   EXPECT_DOUBLE_EQ(m.Schedule(0, 500), 3.5);
   // An idle device later: latency + transfer from the arrival.
   EXPECT_DOUBLE_EQ(m.Schedule(10, 1000), 12.0);

@@ -1,4 +1,4 @@
-// weir prune-eval: the pruning evaluation grid of issue 7 -- for each target P, target method and
+// weir prune-eval: the pruning evaluation grid -- for each target P, target method and
 // pruning mode: prune in memory, write the GGUF (file size), load it back, perplexity on each
 // evaluation text and greedy decode speed. Calibration and outlier statistics are computed once
 // per model and reused for every cell (Mosaic profiles a model once, §3.3). Prints Markdown or
@@ -133,7 +133,7 @@ bool Increasing(const std::vector<double>& v) {
 int PruneEvalMain(int argc, char** argv) {
   CLI::App app(
       "Pruning evaluation grid: perplexity, file size and decode speed for each target P,\n"
-      "target method and pruning mode (issue 7). Calibrates once per model.",
+      "target method and pruning mode. Calibrates once per model.",
       "prune-eval");
   ModelFlags mf;
   mf.ctx = 256;

@@ -1,5 +1,5 @@
 // weir sweep: perplexity and *achieved* density of sparsity methods over a range of densities --
-// the accuracy harness of issue 5. Markdown (default), CSV or JSON, plus an SVG plot.
+// the accuracy harness. Markdown (default), CSV or JSON, plus an SVG plot.
 #include <cmath>
 #include <cstdio>
 #include <fstream>
