@@ -17,7 +17,7 @@
 //   weir.pack.down_t             string     column layouts: "exact" (float types) or
 //                                           "requantized" (Q8_0/Q4_0); bundles: "none"
 //   weir.pack.source             string     file name (no directory) of the packed model
-//   weir.pack.tiled_bundles      u32        1 (bundles, written since session 4): the chunks of
+//   weir.pack.tiled_bundles      u32        1 (bundles): the chunks of
 //                                           Q8_0/Q4_0 groups are tiled, see below; absent = 0
 //   weir.pack.tiled_static       u32        1 (bundle packs): the static projections that
 //                                           TiledStatic accepts (attention, output head) are
