@@ -31,6 +31,10 @@ void PruneUnstructured(OwnedTensor* w, const float* norm, double sparsity, Threa
       return ka < kb || (ka == kb && a < b);
     };
     if (k < cols) std::nth_element(idx.begin(), idx.begin() + (k - 1), idx.end(), less);
+    // Ascending, so that ZeroElements re-encodes each block of a type without an exact zero
+    // code path (K-quants, Q5_0, ...) once, not once per pruned element (Gemma 3 270M Q4_K_M:
+    // minutes instead of seconds).
+    std::sort(idx.begin(), idx.begin() + k);
     // Each row is written by the one thread scanning it.
     ZeroElements(w->view.dtype, w->mutable_row(r),
                  std::span<const int32_t>(idx.data(), static_cast<size_t>(k)));
