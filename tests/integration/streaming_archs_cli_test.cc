@@ -3,8 +3,6 @@
 // the same pack run with no limit, and its `--trace` replays exactly in `weir sim`.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <regex>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -34,18 +32,8 @@ TEST_P(StreamingArchCliTest, GreedyTextUnderABudgetIsTheUnlimitedText) {
   ASSERT_EQ(unlimited.exit_code, 0) << unlimited.err;
   const nlohmann::json u = nlohmann::json::parse(unlimited.out, nullptr, false);
   ASSERT_TRUE(u.is_object()) << unlimited.out;
-  // The minimum, from the refusals (the first names it without the session, the second with).
-  uint64_t minimum = 1024;
-  for (int tries = 0;; ++tries) {
-    ASSERT_LT(tries, 4) << "no budget found that the pack runs at";
-    auto r = testing::RunCommand(w + " run -m " + pack + " -p x -n 1 -c 64 --memory " +
-                                 std::to_string(minimum) +
-                                 " --memory-scope weights --block 4KiB --prefetch -1");
-    if (r.exit_code == 0) break;
-    std::smatch mm;
-    ASSERT_TRUE(std::regex_search(r.err, mm, std::regex("minimum ([0-9.]+) KiB"))) << r.err;
-    minimum = static_cast<uint64_t>(std::ceil((std::stod(mm[1].str()) + 0.005) * 1024));
-  }
+  const uint64_t minimum = testing::WeirMinimumBudget(pack);
+  ASSERT_GT(minimum, 0u) << "no budget found that the pack runs at";
   const std::string trace = dir + "/cli_" + arch + ".wtrace";
   auto streamed = testing::RunCommand(run + " --memory " + std::to_string(minimum + (16u << 10)) +
                                       " --json --trace " + trace);

@@ -5,8 +5,6 @@
 // run with --sparsity records neuron masks that `weir sim` replays, and `weir run --plan auto`.
 #include <gtest/gtest.h>
 
-#include <cmath>
-#include <regex>
 
 #include <nlohmann/json.hpp>
 #include <string>
@@ -48,18 +46,8 @@ TEST(TraceReplayCliTest, ReplayOfARealStreamedRunMatchesItsCountsExactly) {
   // buffers) + 16 and + 48 KiB, so that part of the model is cached. The minimum comes from
   // refusals: the first, before the session is sized, names the minimum without it; a budget of
   // that is refused again with the whole minimum.
-  uint64_t minimum = 1024;
-  for (int tries = 0;; ++tries) {
-    ASSERT_LT(tries, 4) << "no budget found that the pack runs at";
-    auto r = testing::RunCommand(w + " run -m " + f.pack + " -p x -n 1 -c 64 --memory " +
-                                 std::to_string(minimum) +
-                                 " --memory-scope weights --block 4KiB --prefetch -1");
-    if (r.exit_code == 0) break;
-    std::smatch mm;
-    ASSERT_TRUE(std::regex_search(r.err, mm, std::regex("minimum ([0-9.]+) KiB"))) << r.err;
-    // The message rounds to 0.01 KiB: the exact minimum may be up to 0.005 KiB above it.
-    minimum = static_cast<uint64_t>(std::ceil((std::stod(mm[1].str()) + 0.005) * 1024));
-  }
+  const uint64_t minimum = testing::WeirMinimumBudget(f.pack);
+  ASSERT_GT(minimum, 0u) << "no budget found that the pack runs at";
   for (const char* policy : {"lru", "mru"}) {
     SCOPED_TRACE(policy);
     for (uint64_t extra : {16u << 10, 48u << 10}) {

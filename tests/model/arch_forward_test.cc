@@ -62,15 +62,7 @@ std::vector<float> AllLogits(const Model& m, const std::vector<int32_t>& ids, in
   return out;
 }
 
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double max_abs = 0, max_diff = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    max_abs = std::max(max_abs, std::fabs(static_cast<double>(b[i])));
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return max_abs > 0 ? max_diff / max_abs : 0;
-}
+using testing::MaxRelDiff;
 
 class ArchForwardTest : public ::testing::TestWithParam<const char*> {};
 

@@ -61,15 +61,7 @@ std::string Pack(const format::ModelFile& src, const std::string& arch, format::
   return path;
 }
 
-double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
-  EXPECT_EQ(a.size(), b.size());
-  double max_abs = 0, max_diff = 0;
-  for (size_t i = 0; i < std::min(a.size(), b.size()); ++i) {
-    max_abs = std::max(max_abs, std::fabs(static_cast<double>(b[i])));
-    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
-  }
-  return max_abs > 0 ? max_diff / max_abs : 0;
-}
+using testing::MaxRelDiff;
 
 // The logits of a's steps before its tokens first differ from b's (at least the prompt's).
 std::vector<float> SharedPrefix(const Trace& a, const Trace& b) {

@@ -4,12 +4,16 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <mutex>
+#include <regex>
 #include <sstream>
 #include <vector>
 
@@ -89,6 +93,31 @@ std::string ReadFile(const std::string& path) {
 void WriteFile(const std::string& path, const std::string& bytes) {
   std::ofstream f(path, std::ios::binary);
   f.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b) {
+  if (a.size() != b.size()) return std::numeric_limits<double>::infinity();
+  double max_abs = 0, max_diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    max_abs = std::max(max_abs, std::fabs(static_cast<double>(b[i])));
+    max_diff = std::max(max_diff, std::fabs(static_cast<double>(a[i]) - b[i]));
+  }
+  return max_abs > 0 ? max_diff / max_abs : 0;
+}
+
+uint64_t WeirMinimumBudget(const std::string& pack) {
+  uint64_t minimum = 1024;
+  for (int tries = 0; tries < 4; ++tries) {
+    const CommandResult r = RunCommand(WeirBin() + " run -m " + pack + " -p x -n 1 -c 64 --memory " +
+                                       std::to_string(minimum) +
+                                       " --memory-scope weights --block 4KiB --prefetch -1");
+    if (r.exit_code == 0) return minimum;
+    std::smatch m;
+    if (!std::regex_search(r.err, m, std::regex("minimum ([0-9.]+) KiB"))) return 0;
+    // The message rounds to 0.01 KiB: the exact minimum may be up to 0.005 KiB above it.
+    minimum = static_cast<uint64_t>(std::ceil((std::stod(m[1].str()) + 0.005) * 1024));
+  }
+  return 0;
 }
 
 }  // namespace weir::testing

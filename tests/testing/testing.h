@@ -2,7 +2,9 @@
 // the weir binary, reading small files.
 #pragma once
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace weir::testing {
 
@@ -28,5 +30,14 @@ CommandResult RunCommand(const std::string& cmd);
 
 std::string ReadFile(const std::string& path);
 void WriteFile(const std::string& path, const std::string& bytes);
+
+// max |a - b| over max |b|: the error of a relative to the range of b; infinity when the sizes
+// differ.
+double MaxRelDiff(const std::vector<float>& a, const std::vector<float>& b);
+
+// The smallest --memory at which `weir run -m PACK -p x -n 1 -c 64 --memory-scope weights --block
+// 4KiB --prefetch -1` runs, found from its refusals (the first names the minimum without the
+// session, the second with it); 0 when no budget was found in four tries.
+uint64_t WeirMinimumBudget(const std::string& pack);
 
 }  // namespace weir::testing
