@@ -32,6 +32,27 @@ const PackTensor* PackFile::FindStatic(const std::string& name) const {
   return nullptr;
 }
 
+void PackFile::AddMlpStandIns(ModelFile* file) const {
+  for (const PackGroup& g : groups_) {
+    if (g.layout == PackLayout::kExperts) {
+      const std::string b = StrFormat("blk.%d.", g.first_layer);
+      file->tensors.emplace(b + "ffn_gate_exps.weight",
+                            TensorView{g.expert_type[0], Shape{g.n_expert, g.d_ff, g.d_model}, nullptr});
+      file->tensors.emplace(b + "ffn_up_exps.weight",
+                            TensorView{g.expert_type[1], Shape{g.n_expert, g.d_ff, g.d_model}, nullptr});
+      file->tensors.emplace(b + "ffn_down_exps.weight",
+                            TensorView{g.expert_type[2], Shape{g.n_expert, g.d_model, g.d_ff}, nullptr});
+      continue;
+    }
+    for (int j = 0; j < g.n_layers; ++j) {
+      const std::string b = StrFormat("blk.%d.", g.first_layer + j);
+      file->tensors.emplace(b + "ffn_gate.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+      file->tensors.emplace(b + "ffn_up.weight", TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
+      file->tensors.emplace(b + "ffn_down.weight", TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
+    }
+  }
+}
+
 uint64_t PackFile::static_bytes() const {
   uint64_t n = 0;
   for (const PackTensor& t : statics_) n += t.nbytes;

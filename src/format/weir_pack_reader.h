@@ -71,6 +71,11 @@ class PackFile {
     return gguf_.RenderMetadata();
   }
 
+  // Adds to `file` the MLP tensors the pack's groups replace (ffn_gate/up/down, or an experts
+  // pack's stacks) as views with their shapes and types and no data, for what needs the model's
+  // shape but computes the MLP elsewhere (the streaming engine, `weir plan`, `weir sim`).
+  void AddMlpStandIns(ModelFile* file) const;
+
   uint64_t static_bytes() const;  // sum of the static tensors' bytes
   uint64_t bundle_bytes() const;  // sum of the MLP tensors' bytes (bundles, or in + down)
   const GgufFile& gguf() const { return gguf_; }

@@ -198,31 +198,7 @@ Result<std::unique_ptr<StreamingModel>> StreamingModel::Open(
       file.tensor_order.push_back(t.name);
     }
     // The MLP tensors stand in by shape only: StreamingWeights computes them.
-    for (const format::PackGroup& g : pack.groups()) {
-      if (g.layout == format::PackLayout::kExperts) {
-        // The expert stacks, by shape: the streamer's ExpertSource hands out each expert.
-        const std::string b = StrFormat("blk.%d.", g.first_layer);
-        file.tensors.emplace(
-            b + "ffn_gate_exps.weight",
-            TensorView{g.expert_type[0], Shape{g.n_expert, g.d_ff, g.d_model}, nullptr});
-        file.tensors.emplace(
-            b + "ffn_up_exps.weight",
-            TensorView{g.expert_type[1], Shape{g.n_expert, g.d_ff, g.d_model}, nullptr});
-        file.tensors.emplace(
-            b + "ffn_down_exps.weight",
-            TensorView{g.expert_type[2], Shape{g.n_expert, g.d_model, g.d_ff}, nullptr});
-        continue;
-      }
-      for (int j = 0; j < g.n_layers; ++j) {
-        const std::string b = StrFormat("blk.%d.", g.first_layer + j);
-        file.tensors.emplace(b + "ffn_gate.weight",
-                             TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-        file.tensors.emplace(b + "ffn_up.weight",
-                             TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-        file.tensors.emplace(b + "ffn_down.weight",
-                             TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
-      }
-    }
+    pack.AddMlpStandIns(&file);
     file.backing.push_back(std::move(statics));
     WEIR_ASSIGN_OR_RETURN(m->model_, Model::FromFile(std::move(file)));
     m->plan_ = early;

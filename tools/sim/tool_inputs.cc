@@ -73,8 +73,8 @@ Result<SimModel> ResolveModel(const std::string& spec) {
 }
 
 Result<SimModel> ModelFromPack(const std::string& path) {
-  // The shape and bits from the pack: its static tensors, and its groups' type for the MLP
-  // (views by shape only: nothing is read).
+  // The shape and bits from the pack: its static tensors and its MLP's stand-ins (views by
+  // shape only: nothing is read).
   WEIR_ASSIGN_OR_RETURN(format::PackFile p, format::PackFile::Open(path));
   format::ModelFile file;
   file.path = path;
@@ -82,16 +82,7 @@ Result<SimModel> ModelFromPack(const std::string& path) {
   for (const format::PackTensor& t : p.static_tensors()) {
     file.tensors.emplace(t.name, TensorView{t.dtype, t.shape, nullptr});
   }
-  for (int l = 0; l < p.config().n_layers; ++l) {
-    const format::PackGroup& g = p.GroupOf(l);
-    const std::string b = StrFormat("blk.%d.", l);
-    file.tensors.emplace(b + "ffn_gate.weight",
-                         TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-    file.tensors.emplace(b + "ffn_up.weight",
-                         TensorView{g.dtype, Shape{g.d_ff, g.d_model}, nullptr});
-    file.tensors.emplace(b + "ffn_down.weight",
-                         TensorView{g.dtype, Shape{g.d_model, g.d_ff}, nullptr});
-  }
+  p.AddMlpStandIns(&file);
   return ModelFromFile(file);
 }
 
