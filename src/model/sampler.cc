@@ -20,20 +20,46 @@ int32_t Sampler::Argmax(const float* logits, int n) {
   return best;
 }
 
-int32_t Sampler::Sample(const float* logits) {
-  if (count_.empty()) return Pick(logits);
+int32_t Sampler::Sample(const float* logits) { return Verify(logits, -1); }
+
+int32_t Sampler::Verify(const float* logits, int32_t draft) {
+  const int32_t tok = Pick(Penalized(logits), draft);
+  Count(tok);
+  return tok;
+}
+
+const float* Sampler::Penalized(const float* logits) {
+  if (count_.empty()) return logits;
   std::copy(logits, logits + vocab_, penalized_.begin());
   for (int32_t j : seen_) {
     const int32_t c = count_[static_cast<size_t>(j)];
     penalized_[static_cast<size_t>(j)] -= opt_.presence_penalty + opt_.frequency_penalty * static_cast<float>(c);
   }
-  const int32_t tok = Pick(penalized_.data());
-  if (count_[static_cast<size_t>(tok)]++ == 0) seen_.push_back(tok);
-  return tok;
+  return penalized_.data();
 }
 
-int32_t Sampler::Pick(const float* logits) {
+void Sampler::Count(int32_t token) {
+  if (count_.empty()) return;
+  if (count_[static_cast<size_t>(token)]++ == 0) seen_.push_back(token);
+}
+
+int32_t Sampler::Pick(const float* logits, int32_t draft) {
   if (opt_.temp <= 0) return Argmax(logits, vocab_);
+  Distribution(logits);
+  if (draft < 0) return Draw(1.0f);
+  // Accept the draft with its probability p; otherwise draw from the rest, whose probabilities
+  // sum to 1 - p: token j != draft then comes with probability (1 - p) * p_j / (1 - p) = p_j.
+  auto it = std::find_if(cand_.begin(), cand_.end(), [&](const auto& c) { return c.second == draft; });
+  const float p = it == cand_.end() ? 0.0f : it->first;
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  if (u(rng_) < p) return draft;
+  if (it == cand_.end()) return Draw(1.0f);
+  cand_.erase(it);
+  if (cand_.empty()) return draft;  // p was 1 within rounding
+  return Draw(1.0f - p);
+}
+
+void Sampler::Distribution(const float* logits) {
   cand_.clear();
   for (int i = 0; i < vocab_; ++i) cand_.emplace_back(logits[i] / opt_.temp, i);
   auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
@@ -65,7 +91,10 @@ int32_t Sampler::Pick(const float* logits) {
     for (auto& c : cand_) s += c.first;
     for (auto& c : cand_) c.first /= s;
   }
-  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+}
+
+int32_t Sampler::Draw(float total) {
+  std::uniform_real_distribution<float> u(0.0f, total);
   float r = u(rng_), cum = 0;
   for (const auto& c : cand_) {
     cum += c.first;

@@ -27,10 +27,22 @@ class Sampler {
   Sampler(int vocab_size, const SamplerOptions& options);
   // The next token from logits [vocab]; counts it for the penalties.
   int32_t Sample(const float* logits);
+  // Speculative decoding's acceptance rule for a token proposed by a deterministic draft: the
+  // next token from logits [vocab], drawn so that it is distributed exactly as Sample's, and
+  // equal to `draft` as often as that distribution allows. Greedy: Sample. Temperature: `draft`
+  // with its probability p(draft) under Sample's distribution, else a token drawn from that
+  // distribution with `draft` removed (renormalized). Counts the token for the penalties.
+  int32_t Verify(const float* logits, int32_t draft);
   static int32_t Argmax(const float* logits, int n);
 
  private:
-  int32_t Pick(const float* logits);  // greedy or temperature / top-k / top-p
+  int32_t Pick(const float* logits, int32_t draft = -1);  // greedy or temperature / top-k / top-p
+  // Fills cand_ with Sample's distribution over logits (temperature > 0): (probability, token),
+  // most probable first, summing to 1.
+  void Distribution(const float* logits);
+  int32_t Draw(float total);  // a token from cand_, whose probabilities sum to `total`
+  const float* Penalized(const float* logits);  // logits with the penalties applied
+  void Count(int32_t token);
 
   SamplerOptions opt_;
   int vocab_;

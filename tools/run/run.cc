@@ -7,6 +7,7 @@
 #include "common/chat_flags.h"
 #include "common/m2cache_flags.h"
 #include "common/cli.h"
+#include "common/draft_flags.h"
 #include "common/commands.h"
 #include "common/model_flags.h"
 #include "common/plan_flags.h"
@@ -38,6 +39,8 @@ int RunMain(int argc, char** argv) {
   AddPlanFlags(app, &pf);
   M2CacheFlags m2f;
   AddM2CacheFlags(app, &m2f);
+  DraftFlags df;
+  AddDraftFlags(app, &df);
   bool stats_flag = false;
   app.add_flag("--stats", stats_flag,
                "print weight traffic per token (bytes, densities) on stderr; for a streamed pack also "
@@ -68,9 +71,15 @@ int RunMain(int argc, char** argv) {
     return Fail("run", st);
   }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("run", st);
+  if (Status st = ParseDraftFlags(&df); !st.ok()) {
+    std::fprintf(stderr, "weir run: error: %s\n", st.ToString().c_str());
+    return kExitUsage;
+  }
   if (Status st = ParseM2CacheFlags(&m2f); !st.ok()) return Fail("run", st);
   ClaimM2CacheMemory(&m2f, &stf.memory, stf.storage);  // --memory bounds a store=FILE
-  mf.tile = spf.policy == nullptr && !m2f.enabled();  // a dense run: tiled weights (kernels/tiled.h)
+  // A dense run: tiled weights (kernels/tiled.h); a self draft computes sparse products, which
+  // need the rows as stored.
+  mf.tile = spf.policy == nullptr && !m2f.enabled() && !HasSelfDraft(df);
   // A streamed M2Cache store computes the MLP from the store file: the model's own MLP tensors are
   // never read, so they stay in the mapped file instead of being copied into memory.
   if (!m2f.store_path.empty()) mf.mmap = true;
@@ -110,6 +119,13 @@ int RunMain(int argc, char** argv) {
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
   if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
   if (!m2f.store_line.empty() && !json) std::fprintf(stderr, "%s\n", m2f.store_line.c_str());
+  std::unique_ptr<speculative::Draft> draft;
+  if (df.enabled()) {
+    speculative::DraftTarget target{&model, so, &pool, spf.calibration.get(), DraftLoadOptions(mf)};
+    auto d = BuildDraft(df, target);
+    if (!d.ok()) return Fail("run", d.status());
+    draft = std::move(*d);
+  }
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("run", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
@@ -144,7 +160,8 @@ int RunMain(int argc, char** argv) {
   }
   int sampled = 0;
   const int32_t stop_id = ignore_eos ? -1 : tok->eos_id();
-  auto stats = model::Generate(**session, sampler, ids, n_predict, stop_id, [&](int32_t id) {
+  speculative::SpeculativeStats spec;
+  auto on_token = [&](int32_t id) {
     // The logits of this token came from the prompt (first call) or the previous token's step.
     stream_step(sampled == 0 ? "prompt" : "token", sampled);
     ++sampled;
@@ -158,7 +175,10 @@ int RunMain(int argc, char** argv) {
       std::fflush(stdout);
     }
     return true;
-  }, shift);
+  };
+  auto stats = draft ? speculative::GenerateSpeculative(**session, *draft, sampler, ids, n_predict, stop_id,
+                                                        on_token, shift, df.options, &spec)
+                     : model::Generate(**session, sampler, ids, n_predict, stop_id, on_token, shift);
   if (*trace) {
     if (Status st = (*trace)->Finish(); !st.ok() && stats.ok()) return Fail("run", st);
   }
@@ -187,6 +207,7 @@ int RunMain(int argc, char** argv) {
                {"prompt_tok_s", stats->prompt_tok_s()},
                {"decode_tok_s", stats->decode_tok_s()},
                {"threads", pool.size()},
+               {"speculative", draft ? SpeculativeStatsJson(*draft, spec) : nlohmann::json()},
                {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"per_token", stream_tokens},
                                                        {"total", StreamTotalsJson(streamed->stats())},
@@ -207,6 +228,7 @@ int RunMain(int argc, char** argv) {
     std::fprintf(stderr, "prompt: %d tokens, %.2f tok/s | generation: %d tokens, %.2f tok/s | %d threads\n",
                  stats->prompt_tokens, stats->prompt_tok_s(), stats->generated_tokens, stats->decode_tok_s(),
                  pool.size());
+    if (draft) std::fprintf(stderr, "%s\n", FormatSpeculativeStats(*draft, spec).c_str());
     if (stats_flag) {
       std::fprintf(stderr, "weights: %.0f bytes/token | achieved density: mlp %.3f, attention %.3f, linear %.3f\n",
                    static_cast<double>(tr.bytes_per_token()), tr.mlp_density(), tr.attn_density(),

@@ -1,0 +1,39 @@
+// Speculative decoding's flags (weir run, bench): --draft KIND (several allowed), --draft-max,
+// --draft-min, --draft-fixed; the draft built for a target session, and its stats printed.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "speculative/draft_spec.h"
+#include "speculative/speculative.h"
+
+namespace weir::tools {
+
+struct DraftFlags {
+  std::vector<std::string> specs;
+  speculative::SpeculativeOptions options;
+  bool fixed = false;
+  std::vector<speculative::DraftSpec> parsed;  // ParseDraftFlags
+  bool enabled() const { return !specs.empty(); }
+};
+
+void AddDraftFlags(CLI::App& app, DraftFlags* flags);
+// Whether a self draft is asked for (its sparse products need untiled weights).
+bool HasSelfDraft(const DraftFlags& flags);
+// How a draft model is loaded: the target's tokenizer, threads and mmap choice.
+format::LoadOptions DraftLoadOptions(const struct ModelFlags& model_flags);
+// Parses the specs (InvalidArgument / Unsupported on a bad one: a usage error).
+Status ParseDraftFlags(DraftFlags* flags);
+// The draft for a target; call after the target's session options are final.
+Result<std::unique_ptr<speculative::Draft>> BuildDraft(const DraftFlags& flags,
+                                                       const speculative::DraftTarget& target);
+// One line for stderr: drafted, accepted, tokens per pass, where the time went.
+std::string FormatSpeculativeStats(const speculative::Draft& draft, const speculative::SpeculativeStats& s);
+nlohmann::json SpeculativeStatsJson(const speculative::Draft& draft, const speculative::SpeculativeStats& s);
+
+}  // namespace weir::tools
