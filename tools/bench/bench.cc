@@ -4,21 +4,35 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
+#include <sstream>
 #include <vector>
 
 #include "base/memory_bandwidth.h"
 #include "base/units.h"
 #include "common/cli.h"
 #include "common/commands.h"
+#include "common/draft_flags.h"
 #include "common/model_flags.h"
 #include "common/streaming_flags.h"
 #include "common/trace_flags.h"
+#include "model/generate.h"
 #include "model/sampler.h"
 #include "model/session.h"
 
 namespace weir::tools {
 
 namespace {
+Status ReadTextFile(const std::string& path, std::string* out) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Status::IoError(path + ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) return Status::IoError(path + ": read failed");
+  *out = ss.str();
+  return Status::Ok();
+}
+
 double Median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   return v.empty() ? 0 : (v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]));
@@ -44,10 +58,30 @@ int BenchMain(int argc, char** argv) {
                "skip the STREAM bandwidth measurement (skipped anyway for a pack under a memory "
                "budget: its arrays would not fit)");
   app.add_flag("--json", json, "print as JSON");
+  std::string prompt_file;
+  app.add_option("--prompt-file", prompt_file,
+                 "a text file whose first -p tokens are the prompt; decode then continues it "
+                 "(greedy), instead of synthetic prompt tokens and a decode from an empty context "
+                 "(speculative drafts need real text)");
+  DraftFlags df;
+  AddDraftFlags(app, &df);
   if (int rc = Parse(app, argc, argv); rc >= 0) return rc;
 
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("bench", st);
-  mf.tile = spf.policy == nullptr;  // a dense run: tiled weights (kernels/tiled.h)
+  if (Status st = ParseDraftFlags(&df); !st.ok()) {
+    std::fprintf(stderr, "weir bench: error: %s\n", st.ToString().c_str());
+    return kExitUsage;
+  }
+  if (df.enabled() && prompt_file.empty()) {
+    std::fprintf(stderr, "weir bench: error: --draft needs --prompt-file (a draft is measured on real text)\n");
+    return kExitUsage;
+  }
+  if (!prompt_file.empty() && n_prompt == 0) {
+    std::fprintf(stderr, "weir bench: error: --prompt-file needs -p of at least 1 token\n");
+    return kExitUsage;
+  }
+  // A dense run: tiled weights (kernels/tiled.h); a self draft's sparse products need rows.
+  mf.tile = spf.policy == nullptr && !HasSelfDraft(df);
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;  // also copies the weights at load
   ConfigureTrace(tf, &stf);
@@ -77,9 +111,53 @@ int BenchMain(int argc, char** argv) {
 
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 1) % vocab;
+  if (!prompt_file.empty()) {
+    std::string text;
+    if (Status st = ReadTextFile(prompt_file, &text); !st.ok()) return Fail("bench", st);
+    if (model.tokenizer() == nullptr) {
+      return Fail("bench", Status::InvalidArgument(model.file().path + ": no tokenizer to read --prompt-file with"));
+    }
+    prompt = model.tokenizer()->Encode(text, model.tokenizer()->add_bos(), false);
+    if (prompt.size() < static_cast<size_t>(n_prompt)) {
+      return Fail("bench", Status::InvalidArgument(StrFormat("%s: %zu tokens, fewer than -p %d", prompt_file.c_str(),
+                                                             prompt.size(), n_prompt)));
+    }
+    prompt.resize(static_cast<size_t>(n_prompt));
+  }
+  std::unique_ptr<speculative::Draft> draft;
+  if (df.enabled()) {
+    speculative::DraftTarget target{&model, so, &pool, spf.calibration.get(), DraftLoadOptions(mf)};
+    auto d = BuildDraft(df, target);
+    if (!d.ok()) return Fail("bench", d.status());
+    draft = std::move(*d);
+  }
+  speculative::SpeculativeStats spec;  // of the last repetition
   using Clock = std::chrono::steady_clock;
   std::vector<double> pp, tg;
   for (int r = 0; r < reps; ++r) {
+    if (!prompt_file.empty()) {
+      // Prompt, then its greedy continuation; the counters start at the first sampled token.
+      s.Reset();
+      spec = {};
+      model::Sampler sampler(vocab, model::SamplerOptions{.temp = 0});
+      bool first = true;
+      auto on_token = [&](int32_t) {
+        if (first) {
+          first = false;
+          s.ResetTraffic();
+          if (streamed) stream_before = streamed->stats();
+        }
+        return true;
+      };
+      auto st = draft ? speculative::GenerateSpeculative(s, *draft, sampler, prompt, n_gen, -1, on_token, {},
+                                                         df.options, &spec)
+                      : model::Generate(s, sampler, prompt, n_gen, -1, on_token);
+      if (!st.ok()) return Fail("bench", st.status());
+      pp.push_back(st->prompt_tok_s());
+      tg.push_back(st->decode_tok_s());
+      if (streamed) stream_decode = streamed->stats() - stream_before;
+      continue;
+    }
     s.Reset();
     int32_t tok = 1 % vocab;
     if (n_prompt > 0) {
@@ -134,6 +212,8 @@ int BenchMain(int argc, char** argv) {
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
                {"stream_triad_gbs", bw.triad_gbs}, {"fraction_of_stream_read", frac},
                {"stream_measured", measure_stream},
+               {"prompt_file", prompt_file.empty() ? nlohmann::json() : nlohmann::json(prompt_file)},
+               {"speculative", draft ? SpeculativeStatsJson(*draft, spec) : nlohmann::json()},
                {"expert_bias",
                 s.moe() ? nlohmann::json{{"gamma", stf.expert_bias},
                                          {"choices", bias_decode.choices},
@@ -155,6 +235,7 @@ int BenchMain(int argc, char** argv) {
     std::printf("| %s | %s | %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(), weights,
                 spf.policy ? spf.policy->info().spec.c_str() : "dense", FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
                 FormatBytes(bytes_tok).c_str(), achieved, bw.read_gbs, frac * 100);
+    if (draft) std::printf("\n%s\n", FormatSpeculativeStats(*draft, spec).c_str());
     if (streamed) {
       const double n = n_gen;
       std::printf("\n| memory budget | device | policy | storage/token | cache/token | hit rate | stall/token | overlap | peak RSS |\n");

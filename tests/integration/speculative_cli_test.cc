@@ -1,0 +1,102 @@
+// `weir run --draft` as a user runs it: every draft kind prints the plain run's greedy text, on
+// SmolLM2 (when shared/ has it) and on a generated model's pack streamed just above its minimum;
+// and what it cannot take is a one-line error with the usage (2) or runtime (1) exit code, with
+// nothing printed as text.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "testing/testing.h"
+
+namespace weir {
+namespace {
+
+std::string Smol() {
+  return testing::SharedPath("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
+}
+
+nlohmann::json Json(const testing::CommandResult& r) { return nlohmann::json::parse(r.out, nullptr, false); }
+
+TEST(SpeculativeCliTest, EveryDraftPrintsThePlainGreedyText) {
+  const std::string w = testing::WeirBin();
+  if (!testing::FileExists(w)) GTEST_SKIP() << "weir binary not built";
+  if (!testing::FileExists(Smol())) GTEST_SKIP() << Smol() << " is absent";
+  const std::string run = w + " run -m " + Smol() +
+                          " -p 'The capital of France is Paris. The capital of Italy is' -n 40 --temp 0 --json";
+  auto plain = testing::RunCommand(run);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  const std::string want = Json(plain).value("text", std::string());
+  ASSERT_FALSE(want.empty());
+  for (const std::string& draft : std::vector<std::string>{"--draft ngram", "--draft ngram:1 --draft-max 4 --draft-fixed",
+                                  "--draft self", "--draft self:dip:0.75", "--draft ngram --draft " + Smol()}) {
+    SCOPED_TRACE(draft);
+    auto r = testing::RunCommand(run + " " + draft);
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    const nlohmann::json j = Json(r);
+    EXPECT_EQ(j.value("text", std::string()), want);
+    const nlohmann::json& sp = j["speculative"];
+    ASSERT_TRUE(sp.is_object()) << r.out;
+    EXPECT_LE(sp["accepted"].get<uint64_t>(), sp["drafted"].get<uint64_t>());
+    EXPECT_GE(sp["tokens_per_pass"].get<double>(), 1.0);
+  }
+}
+
+TEST(SpeculativeCliTest, StreamedPackJustAboveItsMinimum) {
+  const std::string w = testing::WeirBin();
+  if (!testing::FileExists(w)) GTEST_SKIP() << "weir binary not built";
+  const std::string dir = testing::TempDir();
+  const std::string gguf = dir + "/spec.gguf", pack = dir + "/spec.weir";
+  auto g = testing::RunCommand(w + " gen --arch gemma3 --preset tiny --type q8_0 --seed 5 -o " + gguf);
+  ASSERT_EQ(g.exit_code, 0) << g.err;
+  auto p = testing::RunCommand(w + " pack -m " + gguf + " -o " + pack + " --no-progress");
+  ASSERT_EQ(p.exit_code, 0) << p.err;
+  const uint64_t minimum = testing::WeirMinimumBudget(pack);
+  ASSERT_GT(minimum, 0u);
+  const std::string run = w + " run -m " + pack + " -p 'a b c a b c a b' -n 24 -c 64 --temp 0 --json" +
+                          " --memory-scope weights --block 4KiB --prefetch -1 --memory " +
+                          std::to_string(minimum + (16u << 10));
+  auto plain = testing::RunCommand(run);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto spec = testing::RunCommand(run + " --draft ngram:2");
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(Json(spec).value("text", std::string()), Json(plain).value("text", std::string()));
+  EXPECT_GT(Json(spec)["streaming"]["total"]["storage_bytes"].get<uint64_t>(), 0u);
+}
+
+TEST(SpeculativeCliTest, BadDraftsAreOneLineErrors) {
+  const std::string w = testing::WeirBin();
+  if (!testing::FileExists(w)) GTEST_SKIP() << "weir binary not built";
+  const std::string dir = testing::TempDir();
+  const std::string a = dir + "/a.gguf", b = dir + "/b.gguf";
+  ASSERT_EQ(testing::RunCommand(w + " gen --preset tiny --seed 1 -o " + a).exit_code, 0);
+  // Another vocabulary: SmolLM2 when present, else a generated model with a larger one.
+  std::string other = Smol();
+  if (!testing::FileExists(other)) {
+    ASSERT_EQ(testing::RunCommand(w + " gen --dims 64,2,4,2,128,777 --seed 2 -o " + b).exit_code, 0);
+    other = b;
+  }
+  const std::string run = w + " run -m " + a + " -p hello -n 4 --temp 0";
+  struct Case {
+    std::string flags;
+    int exit_code;
+    std::string says;
+  };
+  for (const Case& c : {Case{"--draft-max 0 --draft ngram", 2, "draft-max"},
+                        Case{"--draft ngram:99", 2, "1 to 16"},
+                        Case{"--draft mtp", 2, "multi-token"},
+                        Case{"--draft ngram --draft-min 9 --draft-max 4", 2, "draft-min"},
+                        Case{"--draft " + dir + "/missing.gguf", 1, "missing.gguf"},
+                        Case{"--draft " + other, 1, "vocabulary"}}) {
+    SCOPED_TRACE(c.flags);
+    auto r = testing::RunCommand(run + " " + c.flags);
+    EXPECT_EQ(r.exit_code, c.exit_code) << r.err;
+    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
+    EXPECT_TRUE(r.out.empty() || r.out == "hello") << r.out;
+  }
+}
+
+}  // namespace
+}  // namespace weir
