@@ -24,6 +24,7 @@ function(weir_test_suite name)
     return()
   endif()
   add_executable(weir_${name}_tests ${srcs})
+  set_target_properties(weir_${name}_tests PROPERTIES UNITY_BUILD ON UNITY_BUILD_BATCH_SIZE 8)
   target_link_libraries(weir_${name}_tests PRIVATE ${ARG_DEPS} weir_testing GTest::gtest_main)
   gtest_discover_tests(weir_${name}_tests
     PROPERTIES ENVIRONMENT "WEIR_SHARED=${WEIR_SHARED_DIR};WEIR_BIN=${WEIR_TEST_BIN}"

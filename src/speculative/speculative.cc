@@ -48,19 +48,34 @@ Result<model::GenerateStats> GenerateSpeculative(
     int n_predict, int32_t eos_id, const std::function<bool(int32_t)>& on_token,
     const model::ContextShift& shift, const SpeculativeOptions& options, SpeculativeStats* spec) {
   if (options.draft_max < 1) return Status::InvalidArgument("draft_max must be at least 1");
-  SpeculativeStats local;
-  SpeculativeStats& sp = spec ? *spec : local;
   model::GenerateStats st;
   st.prompt_tokens = static_cast<int>(prompt.size());
   const auto t0 = Clock::now();
   WEIR_ASSIGN_OR_RETURN(const float* logits, target.Prefill(prompt));
   const auto t1 = Clock::now();
   st.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
+  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  WEIR_RETURN_IF_ERROR(Continue(target, draft, sampler, &seq, logits, n_predict, eos_id, on_token,
+                                shift, options, spec, &st));
+  st.decode_seconds = Since(t1);
+  return st;
+}
+
+Status Continue(model::Session& target, Draft& draft, model::Sampler& sampler,
+                std::vector<int32_t>* sequence, const float* logits, int n_predict, int32_t eos_id,
+                const std::function<bool(int32_t)>& on_token, const model::ContextShift& shift,
+                const SpeculativeOptions& options, SpeculativeStats* spec, model::GenerateStats* stats) {
+  if (options.draft_max < 1) return Status::InvalidArgument("draft_max must be at least 1");
+  SpeculativeStats local_spec;
+  SpeculativeStats& sp = spec ? *spec : local_spec;
+  model::GenerateStats local_stats;
+  model::GenerateStats& st = stats ? *stats : local_stats;
   const int vocab = target.model().config().vocab_size;
 
   // seq: the prompt and every emitted token (after a shift, the cut sequence); all but its last
   // token are in the target's KV cache.
-  std::vector<int32_t> seq(prompt.begin(), prompt.end());
+  std::vector<int32_t>& seq = *sequence;
+  const int limit = st.generated_tokens + n_predict;
   auto emit = [&](int32_t t) {  // false: generation ends here
     ++st.generated_tokens;
     seq.push_back(t);
@@ -69,7 +84,7 @@ Result<model::GenerateStats> GenerateSpeculative(
       st.stopped_at_eos = true;
       return false;
     }
-    return st.generated_tokens < n_predict;
+    return st.generated_tokens < limit;
   };
 
   DraftLength length(std::min(options.draft_max, target.n_batch() - 1), options.adaptive);
@@ -90,7 +105,7 @@ Result<model::GenerateStats> GenerateSpeculative(
       continue;
     }
     // Propose.
-    const int k = std::min({length.Next(), room - 1, n_predict - st.generated_tokens});
+    const int k = std::min({length.Next(), room - 1, limit - st.generated_tokens});
     proposal.clear();
     if (k > 0) {
       const auto td = Clock::now();
@@ -135,8 +150,7 @@ Result<model::GenerateStats> GenerateSpeculative(
       WEIR_RETURN_IF_ERROR(target.Prefill(std::span<const int32_t>(seq).first(seq.size() - 1)).status());
     }
   }
-  st.decode_seconds = Since(t1);
-  return st;
+  return Status::Ok();
 }
 
 }  // namespace weir::speculative

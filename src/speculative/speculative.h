@@ -50,10 +50,20 @@ struct SpeculativeStats {
 
 // Generate (model/generate.h) with a draft: the same contract and stats (context shifts
 // included), the speculative counters added to `spec` (not reset). options.draft_max < 1 is
-// InvalidArgument.
+// InvalidArgument. It prefills `prompt`, then Continue()s.
 Result<model::GenerateStats> GenerateSpeculative(
     model::Session& target, Draft& draft, model::Sampler& sampler, std::span<const int32_t> prompt,
     int n_predict, int32_t eos_id, const std::function<bool(int32_t)>& on_token,
     const model::ContextShift& shift, const SpeculativeOptions& options, SpeculativeStats* spec);
+
+// The decoding half, for callers that prefill themselves (weir chat keeps its cache across
+// turns): `sequence` holds every token of the target's KV cache (target.pos() of them) and
+// `logits` are the last one's. Samples up to n_predict tokens as GenerateSpeculative does,
+// appending each to `sequence`; on return the cache holds all of `sequence` but its last token.
+// `stats` receives generated_tokens, the stop reasons and context_shifts.
+Status Continue(model::Session& target, Draft& draft, model::Sampler& sampler,
+                std::vector<int32_t>* sequence, const float* logits, int n_predict, int32_t eos_id,
+                const std::function<bool(int32_t)>& on_token, const model::ContextShift& shift,
+                const SpeculativeOptions& options, SpeculativeStats* spec, model::GenerateStats* stats);
 
 }  // namespace weir::speculative

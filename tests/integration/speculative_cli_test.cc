@@ -18,7 +18,7 @@ std::string Smol() {
   return testing::SharedPath("models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf");
 }
 
-nlohmann::json Json(const testing::CommandResult& r) { return nlohmann::json::parse(r.out, nullptr, false); }
+nlohmann::json ParseOut(const testing::CommandResult& r) { return nlohmann::json::parse(r.out, nullptr, false); }
 
 TEST(SpeculativeCliTest, EveryDraftPrintsThePlainGreedyText) {
   const std::string w = testing::WeirBin();
@@ -28,20 +28,50 @@ TEST(SpeculativeCliTest, EveryDraftPrintsThePlainGreedyText) {
                           " -p 'The capital of France is Paris. The capital of Italy is' -n 40 --temp 0 --json";
   auto plain = testing::RunCommand(run);
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
-  const std::string want = Json(plain).value("text", std::string());
+  const std::string want = ParseOut(plain).value("text", std::string());
   ASSERT_FALSE(want.empty());
   for (const std::string& draft : std::vector<std::string>{"--draft ngram", "--draft ngram:1 --draft-max 4 --draft-fixed",
                                   "--draft self", "--draft self:dip:0.75", "--draft ngram --draft " + Smol()}) {
     SCOPED_TRACE(draft);
     auto r = testing::RunCommand(run + " " + draft);
     ASSERT_EQ(r.exit_code, 0) << r.err;
-    const nlohmann::json j = Json(r);
+    const nlohmann::json j = ParseOut(r);
     EXPECT_EQ(j.value("text", std::string()), want);
     const nlohmann::json& sp = j["speculative"];
     ASSERT_TRUE(sp.is_object()) << r.out;
     EXPECT_LE(sp["accepted"].get<uint64_t>(), sp["drafted"].get<uint64_t>());
     EXPECT_GE(sp["tokens_per_pass"].get<double>(), 1.0);
   }
+}
+
+// weir chat keeps the KV cache across turns; with a draft the cache holds every token but the
+// last sampled one, and the next turn reuses the tokens it shares.
+TEST(SpeculativeCliTest, ChatTurnsAreThePlainReplies) {
+  const std::string w = testing::WeirBin();
+  if (!testing::FileExists(w)) GTEST_SKIP() << "weir binary not built";
+  if (!testing::FileExists(Smol())) GTEST_SKIP() << Smol() << " is absent";
+  const std::string dir = testing::TempDir();
+  testing::WriteFile(dir + "/turns.txt", "Name three colors.\nRepeat them in reverse order.\nAnd once more.\n");
+  const std::string chat = w + " chat -m " + Smol() + " --temp 0 -n 40 --json < " + dir + "/turns.txt";
+  auto plain = testing::RunCommand(chat);
+  ASSERT_EQ(plain.exit_code, 0) << plain.err;
+  auto replies = [](const std::string& out) {
+    std::vector<std::string> r;
+    size_t at = 0;
+    while (at < out.size()) {
+      const size_t end = out.find('\n', at);
+      const std::string line = out.substr(at, end == std::string::npos ? std::string::npos : end - at);
+      at = end == std::string::npos ? out.size() : end + 1;
+      const nlohmann::json j = nlohmann::json::parse(line, nullptr, false);
+      if (j.is_object()) r.push_back(j.value("reply", std::string()));
+    }
+    return r;
+  };
+  const std::vector<std::string> want = replies(plain.out);
+  ASSERT_EQ(want.size(), 3u) << plain.out;
+  auto spec = testing::RunCommand(chat + " --draft ngram --draft " + Smol());
+  ASSERT_EQ(spec.exit_code, 0) << spec.err;
+  EXPECT_EQ(replies(spec.out), want);
 }
 
 TEST(SpeculativeCliTest, StreamedPackJustAboveItsMinimum) {
@@ -62,8 +92,8 @@ TEST(SpeculativeCliTest, StreamedPackJustAboveItsMinimum) {
   ASSERT_EQ(plain.exit_code, 0) << plain.err;
   auto spec = testing::RunCommand(run + " --draft ngram:2");
   ASSERT_EQ(spec.exit_code, 0) << spec.err;
-  EXPECT_EQ(Json(spec).value("text", std::string()), Json(plain).value("text", std::string()));
-  EXPECT_GT(Json(spec)["streaming"]["total"]["storage_bytes"].get<uint64_t>(), 0u);
+  EXPECT_EQ(ParseOut(spec).value("text", std::string()), ParseOut(plain).value("text", std::string()));
+  EXPECT_GT(ParseOut(spec)["streaming"]["total"]["storage_bytes"].get<uint64_t>(), 0u);
 }
 
 TEST(SpeculativeCliTest, BadDraftsAreOneLineErrors) {

@@ -21,6 +21,7 @@
 #include "common/chat_flags.h"
 #include "common/cli.h"
 #include "common/commands.h"
+#include "common/draft_flags.h"
 #include "common/model_flags.h"
 #include "common/plan_flags.h"
 #include "common/streaming_flags.h"
@@ -87,8 +88,11 @@ struct TurnResult {
 class ChatLoop {
  public:
   ChatLoop(const ChatSetup& setup, model::Session* session, model::Sampler* sampler, int n_predict,
-           bool stream, bool reuse, const std::string& system)
-      : setup_(setup),
+           bool stream, bool reuse, const std::string& system,
+           speculative::Draft* draft = nullptr, speculative::SpeculativeOptions draft_options = {})
+      : draft_(draft),
+        draft_options_(draft_options),
+        setup_(setup),
         session_(*session),
         sampler_(*sampler),
         n_predict_(n_predict),
@@ -189,6 +193,52 @@ class ChatLoop {
     std::string pending;
     g_interrupted = 0;
     r.stop = "length";
+    auto show = [&](int32_t tok) {
+      std::string piece = setup_.tok->Decode(prev, tok);
+      prev = tok;
+      r.reply += piece;
+      ++r.generated_tokens;
+      if (stream_) {
+        pending += piece;
+        size_t n = CompleteUtf8Prefix(pending);
+        std::fwrite(pending.data(), 1, n, stdout);
+        std::fflush(stdout);
+        pending.erase(0, n);
+      }
+    };
+    if (draft_ != nullptr) {
+      // Speculative decoding: the reply is the same; the cache then holds every token but the
+      // last sampled one, so the next turn reuses the tokens it shares (not the text).
+      std::vector<int32_t> seq = kv_ids_;
+      model::GenerateStats gs;
+      Status st = speculative::Continue(session_, *draft_, sampler_, &seq, l, n_predict_, -1,
+                                        [&](int32_t tok) {
+                                          if (g_interrupted) {
+                                            r.stop = "interrupted";
+                                            return false;
+                                          }
+                                          if (setup_.IsStop(tok)) {
+                                            r.stop = "end_of_turn";
+                                            return false;
+                                          }
+                                          show(tok);
+                                          return true;
+                                        },
+                                        {}, draft_options_, &spec_, &gs);
+      if (!st.ok()) {
+        session_.Reset();
+        kv_text_.clear();
+        kv_ids_.clear();
+        return st;
+      }
+      if (gs.stopped_at_full_context) r.stop = "context";
+      if (stream_ && !pending.empty()) std::fwrite(pending.data(), 1, pending.size(), stdout);
+      r.decode_seconds = std::chrono::duration<double>(Clock::now() - t1).count();
+      kv_ids_.assign(seq.begin(), seq.end() - 1);
+      kv_text_.clear();
+      messages_.push_back({"assistant", r.reply});
+      return r;
+    }
     for (int i = 0; i < n_predict_; ++i) {
       if (g_interrupted) {
         r.stop = "interrupted";
@@ -203,17 +253,7 @@ class ChatLoop {
         r.stop = "end_of_turn";
         break;
       }
-      std::string piece = setup_.tok->Decode(prev, tok);
-      prev = tok;
-      r.reply += piece;
-      ++r.generated_tokens;
-      if (stream_) {
-        pending += piece;
-        size_t n = CompleteUtf8Prefix(pending);
-        std::fwrite(pending.data(), 1, n, stdout);
-        std::fflush(stdout);
-        pending.erase(0, n);
-      }
+      show(tok);
       auto next = session_.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
       if (!next.ok()) {
         session_.Reset();
@@ -238,6 +278,14 @@ class ChatLoop {
     return out;
   }
 
+  speculative::Draft* draft_;
+  speculative::SpeculativeOptions draft_options_;
+  speculative::SpeculativeStats spec_;  // over every turn
+
+ public:
+  const speculative::SpeculativeStats& speculative_stats() const { return spec_; }
+
+ private:
   const ChatSetup& setup_;
   model::Session& session_;
   model::Sampler& sampler_;
@@ -268,6 +316,8 @@ int ChatMain(int argc, char** argv) {
   AddStreamingFlags(app, &stf);
   AddPlanFlags(app, &pf);
   AddChatFlags(app, &cf);
+  DraftFlags df;
+  AddDraftFlags(app, &df);
   app.add_option("-n,--n-predict", n_predict, "most tokens per reply (default 512)")
       ->check(CLI::Range(1, 1 << 20));
   app.add_flag("--json", json,
@@ -283,7 +333,11 @@ int ChatMain(int argc, char** argv) {
     return Fail("chat", st);
   }
   if (Status st = ParseSparsityFlags(&spf); !st.ok()) return Fail("chat", st);
-  mf.tile = spf.policy == nullptr;
+  if (Status st = ParseDraftFlags(&df); !st.ok()) {
+    std::fprintf(stderr, "weir chat: error: %s\n", st.ToString().c_str());
+    return kExitUsage;
+  }
+  mf.tile = spf.policy == nullptr && !HasSelfDraft(df);
   ThreadPool pool(ThreadCount(mf));
   mf.pool = &pool;
   auto m = LoadRunModel(mf, stf);
@@ -302,10 +356,18 @@ int ChatMain(int argc, char** argv) {
   if (!session.ok()) return Fail("chat", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("chat", st);
   model::Sampler sampler(model.config().vocab_size, ToSamplerOptions(sf));
+  std::unique_ptr<speculative::Draft> draft;
+  if (df.enabled()) {
+    speculative::DraftTarget target{&model, so, &pool, spf.calibration.get(), DraftLoadOptions(mf)};
+    auto d = BuildDraft(df, target);
+    if (!d.ok()) return Fail("chat", d.status());
+    draft = std::move(*d);
+  }
 
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   InstallInterruptHandler();
-  ChatLoop loop(*setup, session->get(), &sampler, n_predict, !json, !no_reuse, cf.system);
+  ChatLoop loop(*setup, session->get(), &sampler, n_predict, !json, !no_reuse, cf.system, draft.get(),
+                df.options);
   if (tty && !json) {
     std::fprintf(
         stderr,
@@ -353,6 +415,7 @@ int ChatMain(int argc, char** argv) {
           {"generated_tokens", r->generated_tokens},
           {"prompt_tok_s", r->prompt_seconds > 0 ? r->prompt_tokens / r->prompt_seconds : 0.0},
           {"decode_tok_s", r->decode_seconds > 0 ? r->generated_tokens / r->decode_seconds : 0.0}};
+      if (draft) j["speculative"] = SpeculativeStatsJson(*draft, loop.speculative_stats());
       std::string s = j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
       std::fwrite(s.data(), 1, s.size(), stdout);
     }
@@ -361,6 +424,7 @@ int ChatMain(int argc, char** argv) {
     if (r->stop == "interrupted" && tty) std::fputs("[stopped]\n", stderr);
   }
   if (tty && !json) std::fputc('\n', stdout);
+  if (draft && !json) std::fprintf(stderr, "%s\n", FormatSpeculativeStats(*draft, loop.speculative_stats()).c_str());
   return kExitOk;
 }
 

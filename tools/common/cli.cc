@@ -26,6 +26,11 @@ int Fail(const std::string& command, const Status& status) {
   return kExitError;
 }
 
+std::string BaseName(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
 void PrintJson(const nlohmann::json& doc) {
   // Generated text may hold invalid UTF-8 (a random model, a piece cut mid-character): replace
   // such bytes with U+FFFD instead of throwing.

@@ -24,6 +24,9 @@ int Parse(CLI::App& app, int argc, char** argv);
 // Prints "weir <command>: error: <status>" on stderr and returns kExitError.
 int Fail(const std::string& command, const Status& status);
 
+// The last component of a path ("a/b/model.gguf" -> "model.gguf").
+std::string BaseName(const std::string& path);
+
 // Prints a JSON document on stdout (pretty, one trailing newline).
 void PrintJson(const nlohmann::json& doc);
 

@@ -33,11 +33,6 @@ double SecondsSince(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 // The writer creates OUT.tmp next to OUT and renames it: the directory must take new files.
 Status CheckWritableDir(const std::string& out) {
   const size_t slash = out.find_last_of('/');

@@ -50,11 +50,6 @@ struct Cell {
   std::string dims;         // per-layer n_head/d_ff after pruning, compact
 };
 
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 std::vector<std::string> SplitList(const std::string& s) {
   std::vector<std::string> out;
   std::stringstream ss(s);

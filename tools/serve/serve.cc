@@ -31,11 +31,6 @@ void OnSignal(int) {
   if (g_server != nullptr) g_server->Stop();
 }
 
-std::string BaseName(const std::string& path) {
-  const size_t slash = path.find_last_of('/');
-  return slash == std::string::npos ? path : path.substr(slash + 1);
-}
-
 }  // namespace
 
 int ServeMain(int argc, char** argv) {
