@@ -23,6 +23,11 @@ Status DraftChain::Propose(std::span<const int32_t> sequence, int max, std::vect
   return Status::Ok();
 }
 
+Status DraftChain::Prefill(std::span<const int32_t> prompt) {
+  for (const auto& d : drafts_) WEIR_RETURN_IF_ERROR(d->Prefill(prompt));
+  return Status::Ok();
+}
+
 uint64_t DraftChain::allocated_bytes() const {
   uint64_t b = 0;
   for (const auto& d : drafts_) b += d->allocated_bytes();

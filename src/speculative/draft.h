@@ -33,6 +33,12 @@ class Draft {
   // tokens, the last of which the target has not run yet) into `out` (cleared first).
   // An error is the draft model's (streamed weights that cannot be read); the decoder stops.
   virtual Status Propose(std::span<const int32_t> sequence, int max, std::vector<int32_t>* out) = 0;
+  // Takes in a prompt ahead of the first Propose (a draft model prefills it), so that its cost
+  // counts as the prompt's. Optional: Propose catches up on whatever is new anyway.
+  virtual Status Prefill(std::span<const int32_t> prompt) {
+    (void)prompt;
+    return Status::Ok();
+  }
   // Bytes the draft holds beyond the target (a draft model's weights, session and KV cache).
   virtual uint64_t allocated_bytes() const { return 0; }
 };
@@ -43,6 +49,7 @@ class DraftChain : public Draft {
   explicit DraftChain(std::vector<std::unique_ptr<Draft>> drafts) : drafts_(std::move(drafts)) {}
   std::string name() const override;
   Status Propose(std::span<const int32_t> sequence, int max, std::vector<int32_t>* out) override;
+  Status Prefill(std::span<const int32_t> prompt) override;
   uint64_t allocated_bytes() const override;
   // Proposals that came from each draft, in order.
   const std::vector<uint64_t>& proposals_by_draft() const { return used_; }

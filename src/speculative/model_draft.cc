@@ -21,12 +21,8 @@ uint64_t ModelDraft::allocated_bytes() const {
   return session_->allocated_bytes() + (owned_ ? owned_->weight_bytes() : 0);
 }
 
-Status ModelDraft::Propose(std::span<const int32_t> sequence, int max, std::vector<int32_t>* out) {
-  out->clear();
+Result<const float*> ModelDraft::CatchUp(std::span<const int32_t> sequence) {
   model::Session& s = *session_;
-  const int room = s.ctx() - static_cast<int>(sequence.size());
-  max = std::min(max, room);
-  if (max <= 0 || sequence.empty()) return Status::Ok();
   // Keep the cached prefix the sequence shares (at least one token is run anew, for its logits).
   size_t common = std::mismatch(cached_.begin(), cached_.end(), sequence.begin(), sequence.end()).first -
                   cached_.begin();
@@ -36,14 +32,39 @@ Status ModelDraft::Propose(std::span<const int32_t> sequence, int max, std::vect
     common = 0;
   }
   cached_.assign(sequence.begin(), sequence.begin() + static_cast<ptrdiff_t>(common));
-  WEIR_ASSIGN_OR_RETURN(const float* logits, s.Prefill(sequence.subspan(common)));
+  auto logits = s.Prefill(sequence.subspan(common));
+  if (!logits.ok()) {  // the cache holds an unknown part of the rest: start over next time
+    s.Reset();
+    cached_.clear();
+    return logits.status();
+  }
   cached_.insert(cached_.end(), sequence.begin() + static_cast<ptrdiff_t>(common), sequence.end());
+  return *logits;
+}
+
+Status ModelDraft::Prefill(std::span<const int32_t> prompt) {
+  if (prompt.empty() || static_cast<int>(prompt.size()) > session_->ctx()) return Status::Ok();
+  return CatchUp(prompt).status();
+}
+
+Status ModelDraft::Propose(std::span<const int32_t> sequence, int max, std::vector<int32_t>* out) {
+  out->clear();
+  model::Session& s = *session_;
+  max = std::min(max, s.ctx() - static_cast<int>(sequence.size()));
+  if (max <= 0 || sequence.empty()) return Status::Ok();
+  WEIR_ASSIGN_OR_RETURN(const float* logits, CatchUp(sequence));
   const int vocab = s.model().config().vocab_size;
   for (int i = 0; i < max; ++i) {
     const int32_t tok = model::Sampler::Argmax(logits, vocab);
     out->push_back(tok);
     if (i + 1 == max) break;
-    WEIR_ASSIGN_OR_RETURN(logits, s.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast));
+    auto next = s.Forward(std::span<const int32_t>(&tok, 1), model::LogitsFor::kLast);
+    if (!next.ok()) {
+      s.Reset();
+      cached_.clear();
+      return next.status();
+    }
+    logits = *next;
     cached_.push_back(tok);
   }
   return Status::Ok();

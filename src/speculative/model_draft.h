@@ -25,11 +25,15 @@ class ModelDraft : public Draft {
                                                     const model::SessionOptions& options);
   std::string name() const override { return name_; }
   Status Propose(std::span<const int32_t> sequence, int max, std::vector<int32_t>* out) override;
+  Status Prefill(std::span<const int32_t> prompt) override;
   uint64_t allocated_bytes() const override;
   const model::Session& session() const { return *session_; }
 
  private:
   ModelDraft() = default;
+  // Brings the session's cache to `sequence` (rewinding to the shared prefix, running the rest)
+  // and returns the last token's logits.
+  Result<const float*> CatchUp(std::span<const int32_t> sequence);
 
   std::string name_;
   std::unique_ptr<model::Model> owned_;

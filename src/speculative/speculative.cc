@@ -16,6 +16,7 @@ class DraftLength {
  public:
   DraftLength(int max, bool adaptive) : max_(max), k_(max), adaptive_(adaptive) {}
   int Next() {
+    if (off_) return 0;
     if (pause_ > 0) {
       --pause_;
       return 0;
@@ -27,18 +28,24 @@ class DraftLength {
     k_ = accepted == proposed ? std::min(max_, k_ + 2) : std::max(1, accepted + 1);
     if (accepted > 0) {
       misses_ = 0;
-      backoff_ = 1;
-    } else if (++misses_ >= 2) {
-      pause_ = backoff_;
-      backoff_ = std::min(backoff_ * 2, 64);
-      misses_ = 0;
+      pauses_ = 0;
+      return;
     }
+    if (++misses_ < 2) return;
+    misses_ = 0;
+    if (++pauses_ > kPauses) {
+      off_ = true;
+      return;
+    }
+    pause_ = kFirstPause << (pauses_ - 1);
   }
 
  private:
+  static constexpr int kFirstPause = 8, kPauses = 2;  // pauses of 8 and 16 tokens, then off
   int max_, k_;
   bool adaptive_;
-  int misses_ = 0, pause_ = 0, backoff_ = 1;
+  int misses_ = 0, pauses_ = 0, pause_ = 0;
+  bool off_ = false;
 };
 
 }  // namespace
@@ -52,6 +59,7 @@ Result<model::GenerateStats> GenerateSpeculative(
   st.prompt_tokens = static_cast<int>(prompt.size());
   const auto t0 = Clock::now();
   WEIR_ASSIGN_OR_RETURN(const float* logits, target.Prefill(prompt));
+  WEIR_RETURN_IF_ERROR(draft.Prefill(prompt));  // a draft model's own prompt
   const auto t1 = Clock::now();
   st.prompt_seconds = std::chrono::duration<double>(t1 - t0).count();
   std::vector<int32_t> seq(prompt.begin(), prompt.end());

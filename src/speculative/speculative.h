@@ -12,9 +12,11 @@
 // hold a batch beyond their window, so the rewind always succeeds there).
 //
 // K adapts to the draft: it grows by 2 after a pass that accepted everything and falls to one
-// more than the accepted count otherwise; after two passes in a row that accepted nothing the
-// decoder stops drafting for 1, 2, 4, ... 64 tokens (doubling while the draft keeps missing), so
-// a draft that never matches costs a verify pass of 2 tokens once per 64 plus its proposals.
+// more than the accepted count otherwise. Two passes in a row that accept nothing pause drafting
+// for 8 tokens; two more such passes pause it for 16, and the next two turn drafting off for the
+// rest of the call. A model draft must catch up on every token
+// it skipped before it proposes again (a prefill of its own), so a draft that never matches
+// costs its prompt, a handful of short verify passes and those catch-ups, and then nothing.
 #pragma once
 
 #include <cstdint>

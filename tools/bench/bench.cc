@@ -60,7 +60,8 @@ int BenchMain(int argc, char** argv) {
   app.add_flag("--json", json, "print as JSON");
   std::string prompt_file;
   app.add_option("--prompt-file", prompt_file,
-                 "a text file whose first -p tokens are the prompt; decode then continues it "
+                 "a text file whose first -p tokens are the prompt (special tokens such as <|im_start|> "
+                 "written out are parsed); decode then continues it "
                  "(greedy), instead of synthetic prompt tokens and a decode from an empty context "
                  "(speculative drafts need real text)");
   DraftFlags df;
@@ -117,7 +118,7 @@ int BenchMain(int argc, char** argv) {
     if (model.tokenizer() == nullptr) {
       return Fail("bench", Status::InvalidArgument(model.file().path + ": no tokenizer to read --prompt-file with"));
     }
-    prompt = model.tokenizer()->Encode(text, model.tokenizer()->add_bos(), false);
+    prompt = model.tokenizer()->Encode(text, model.tokenizer()->add_bos(), /*parse_special=*/true);
     if (prompt.size() < static_cast<size_t>(n_prompt)) {
       return Fail("bench", Status::InvalidArgument(StrFormat("%s: %zu tokens, fewer than -p %d", prompt_file.c_str(),
                                                              prompt.size(), n_prompt)));
