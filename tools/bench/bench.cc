@@ -125,13 +125,9 @@ int BenchMain(int argc, char** argv) {
     }
     prompt.resize(static_cast<size_t>(n_prompt));
   }
-  std::unique_ptr<speculative::Draft> draft;
-  if (df.enabled()) {
-    speculative::DraftTarget target{&model, so, &pool, spf.calibration.get(), DraftLoadOptions(mf)};
-    auto d = BuildDraft(df, target);
-    if (!d.ok()) return Fail("bench", d.status());
-    draft = std::move(*d);
-  }
+  auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
+  if (!built.ok()) return Fail("bench", built.status());
+  std::unique_ptr<speculative::Draft> draft = std::move(*built);
   speculative::SpeculativeStats spec;  // of the last repetition
   using Clock = std::chrono::steady_clock;
   std::vector<double> pp, tg;

@@ -356,13 +356,9 @@ int ChatMain(int argc, char** argv) {
   if (!session.ok()) return Fail("chat", session.status());
   if (Status st = m->Fit(**session); !st.ok()) return Fail("chat", st);
   model::Sampler sampler(model.config().vocab_size, ToSamplerOptions(sf));
-  std::unique_ptr<speculative::Draft> draft;
-  if (df.enabled()) {
-    speculative::DraftTarget target{&model, so, &pool, spf.calibration.get(), DraftLoadOptions(mf)};
-    auto d = BuildDraft(df, target);
-    if (!d.ok()) return Fail("chat", d.status());
-    draft = std::move(*d);
-  }
+  auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
+  if (!built.ok()) return Fail("chat", built.status());
+  std::unique_ptr<speculative::Draft> draft = std::move(*built);
 
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   InstallInterruptHandler();

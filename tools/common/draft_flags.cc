@@ -29,6 +29,7 @@ bool HasSelfDraft(const DraftFlags& f) {
   return false;
 }
 
+namespace {
 format::LoadOptions DraftLoadOptions(const ModelFlags& mf) {
   format::LoadOptions o;
   o.placement = mf.mmap ? format::WeightPlacement::kMapped : format::WeightPlacement::kAuto;
@@ -36,6 +37,7 @@ format::LoadOptions DraftLoadOptions(const ModelFlags& mf) {
   o.pool = mf.pool;
   return o;
 }
+}  // namespace
 
 Status ParseDraftFlags(DraftFlags* f) {
   f->options.adaptive = !f->fixed;
@@ -51,9 +53,13 @@ Status ParseDraftFlags(DraftFlags* f) {
   return Status::Ok();
 }
 
-Result<std::unique_ptr<speculative::Draft>> BuildDraft(const DraftFlags& f,
-                                                       const speculative::DraftTarget& target) {
-  return speculative::MakeDraft(f.parsed, target);
+Result<std::unique_ptr<speculative::Draft>> BuildDraft(const DraftFlags& f, const model::Model& target,
+                                                       const model::SessionOptions& session,
+                                                       ThreadPool* pool,
+                                                       const sparsity::Calibration* calibration,
+                                                       const ModelFlags& mf) {
+  if (!f.enabled()) return std::unique_ptr<speculative::Draft>();
+  return speculative::MakeDraft(f.parsed, {&target, session, pool, calibration, DraftLoadOptions(mf)});
 }
 
 std::string FormatSpeculativeStats(const speculative::Draft& draft, const speculative::SpeculativeStats& s) {

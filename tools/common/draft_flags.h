@@ -9,6 +9,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "common/model_flags.h"
 #include "speculative/draft_spec.h"
 #include "speculative/speculative.h"
 
@@ -25,13 +26,15 @@ struct DraftFlags {
 void AddDraftFlags(CLI::App& app, DraftFlags* flags);
 // Whether a self draft is asked for (its sparse products need untiled weights).
 bool HasSelfDraft(const DraftFlags& flags);
-// How a draft model is loaded: the target's tokenizer, threads and mmap choice.
-format::LoadOptions DraftLoadOptions(const struct ModelFlags& model_flags);
 // Parses the specs (InvalidArgument / Unsupported on a bad one: a usage error).
 Status ParseDraftFlags(DraftFlags* flags);
-// The draft for a target; call after the target's session options are final.
-Result<std::unique_ptr<speculative::Draft>> BuildDraft(const DraftFlags& flags,
-                                                       const speculative::DraftTarget& target);
+// The draft of the flags for a target whose session options are final (nullptr without
+// --draft); a draft model is loaded as the target was (model_flags: threads, --mmap).
+Result<std::unique_ptr<speculative::Draft>> BuildDraft(const DraftFlags& flags, const model::Model& target,
+                                                       const model::SessionOptions& session,
+                                                       ThreadPool* pool,
+                                                       const sparsity::Calibration* calibration,
+                                                       const ModelFlags& model_flags);
 // One line for stderr: drafted, accepted, tokens per pass, where the time went.
 std::string FormatSpeculativeStats(const speculative::Draft& draft, const speculative::SpeculativeStats& s);
 nlohmann::json SpeculativeStatsJson(const speculative::Draft& draft, const speculative::SpeculativeStats& s);

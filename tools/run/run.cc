@@ -119,13 +119,9 @@ int RunMain(int argc, char** argv) {
   if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
   if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
   if (!m2f.store_line.empty() && !json) std::fprintf(stderr, "%s\n", m2f.store_line.c_str());
-  std::unique_ptr<speculative::Draft> draft;
-  if (df.enabled()) {
-    speculative::DraftTarget target{&model, so, &pool, spf.calibration.get(), DraftLoadOptions(mf)};
-    auto d = BuildDraft(df, target);
-    if (!d.ok()) return Fail("run", d.status());
-    draft = std::move(*d);
-  }
+  auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
+  if (!built.ok()) return Fail("run", built.status());
+  std::unique_ptr<speculative::Draft> draft = std::move(*built);
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("run", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
