@@ -1,5 +1,6 @@
 // `weir run --draft` as a user runs it: every draft kind prints the plain run's greedy text, on
-// SmolLM2 (when shared/ has it) and on a generated model's pack streamed just above its minimum;
+// SmolLM2 (when shared/ has it) and on a generated model's pack streamed just above its minimum
+// (a draft model's memory counted inside the budget);
 // and what it cannot take is a one-line error with the usage (2) or runtime (1) exit code, with
 // nothing printed as text.
 #include <gtest/gtest.h>
@@ -94,6 +95,16 @@ TEST(SpeculativeCliTest, StreamedPackJustAboveItsMinimum) {
   ASSERT_EQ(spec.exit_code, 0) << spec.err;
   EXPECT_EQ(ParseOut(spec).value("text", std::string()), ParseOut(plain).value("text", std::string()));
   EXPECT_GT(ParseOut(spec)["streaming"]["total"]["storage_bytes"].get<uint64_t>(), 0u);
+  // A draft model's memory counts inside the budget: at the pack's own minimum it does not fit,
+  // with 16 MiB more it does, and the text is the same.
+  auto over = testing::RunCommand(run + " --draft " + gguf);
+  EXPECT_EQ(over.exit_code, 1) << over.err;
+  EXPECT_NE(over.err.find("minimum"), std::string::npos) << over.err;
+  auto roomy = testing::RunCommand(w + " run -m " + pack + " -p 'a b c a b c a b' -n 24 -c 64 --temp 0 --json" +
+                                   " --memory-scope weights --block 4KiB --prefetch -1 --memory " +
+                                   std::to_string(minimum + (16u << 20)) + " --draft " + gguf);
+  ASSERT_EQ(roomy.exit_code, 0) << roomy.err;
+  EXPECT_EQ(ParseOut(roomy).value("text", std::string()), ParseOut(plain).value("text", std::string()));
 }
 
 TEST(SpeculativeCliTest, BadDraftsAreOneLineErrors) {

@@ -101,7 +101,11 @@ int BenchMain(int argc, char** argv) {
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("bench", session.status());
   model::Session& s = **session;
-  if (Status st = m->Fit(s); !st.ok()) return Fail("bench", st);
+  // A draft's memory (a draft model, its session) is inside the budget.
+  auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
+  if (!built.ok()) return Fail("bench", built.status());
+  std::unique_ptr<speculative::Draft> draft = std::move(*built);
+  if (Status st = m->Fit(s, draft ? draft->allocated_bytes() : 0); !st.ok()) return Fail("bench", st);
   if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
   auto trace = StartTrace(tf, s, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("bench", trace.status());
@@ -125,9 +129,6 @@ int BenchMain(int argc, char** argv) {
     }
     prompt.resize(static_cast<size_t>(n_prompt));
   }
-  auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
-  if (!built.ok()) return Fail("bench", built.status());
-  std::unique_ptr<speculative::Draft> draft = std::move(*built);
   speculative::SpeculativeStats spec;  // of the last repetition
   using Clock = std::chrono::steady_clock;
   std::vector<double> pp, tg;

@@ -354,11 +354,12 @@ int ChatMain(int argc, char** argv) {
   m->Configure(&so);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("chat", session.status());
-  if (Status st = m->Fit(**session); !st.ok()) return Fail("chat", st);
-  model::Sampler sampler(model.config().vocab_size, ToSamplerOptions(sf));
+  // A draft's memory (a draft model, its session) is inside the budget.
   auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
   if (!built.ok()) return Fail("chat", built.status());
   std::unique_ptr<speculative::Draft> draft = std::move(*built);
+  if (Status st = m->Fit(**session, draft ? draft->allocated_bytes() : 0); !st.ok()) return Fail("chat", st);
+  model::Sampler sampler(model.config().vocab_size, ToSamplerOptions(sf));
 
   const bool tty = ::isatty(STDIN_FILENO) != 0;
   InstallInterruptHandler();

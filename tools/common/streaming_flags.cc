@@ -94,9 +94,9 @@ void RunModel::Configure(model::SessionOptions* options) const {
   options->expert_bias = expert_bias;
 }
 
-Status RunModel::Fit(const model::Session& session) const {
+Status RunModel::Fit(const model::Session& session, uint64_t extra_bytes) const {
   if (!streaming) return Status::Ok();
-  return streaming->Fit(session.allocated_bytes());
+  return streaming->Fit(session.allocated_bytes() + extra_bytes);
 }
 
 namespace {

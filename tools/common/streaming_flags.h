@@ -54,7 +54,9 @@ struct RunModel {
   // Points the session options at the streamed MLP, if any.
   void Configure(model::SessionOptions* options) const;
   // Streaming: plans the budget with the session's allocations (refusing one below the minimum).
-  Status Fit(const model::Session& session) const;
+  // `extra_bytes`: what else the run holds beside the session (a speculative draft model or
+  // session), counted inside the budget.
+  Status Fit(const model::Session& session, uint64_t extra_bytes = 0) const;
 };
 // A pack when the file is one (with the streaming flags), else the model resident; --memory
 // with a file that is not a pack is an error that says how to make one.

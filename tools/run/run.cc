@@ -116,12 +116,13 @@ int RunMain(int argc, char** argv) {
   if (Status st = BuildM2Cache(&m2f, model, &pool, !json, &so); !st.ok()) return Fail("run", st);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("run", session.status());
-  if (Status st = m->Fit(**session); !st.ok()) return Fail("run", st);
-  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
-  if (!m2f.store_line.empty() && !json) std::fprintf(stderr, "%s\n", m2f.store_line.c_str());
+  // A draft's memory (a draft model, its session) is inside the budget.
   auto built = BuildDraft(df, model, so, &pool, spf.calibration.get(), mf);
   if (!built.ok()) return Fail("run", built.status());
   std::unique_ptr<speculative::Draft> draft = std::move(*built);
+  if (Status st = m->Fit(**session, draft ? draft->allocated_bytes() : 0); !st.ok()) return Fail("run", st);
+  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
+  if (!m2f.store_line.empty() && !json) std::fprintf(stderr, "%s\n", m2f.store_line.c_str());
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("run", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
