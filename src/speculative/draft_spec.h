@@ -1,7 +1,8 @@
 // `--draft KIND` (weir run, bench, chat, serve), parsed and built:
 //   ngram[:N]       prompt lookup of the last N (1 to 16, default 3) tokens (ngram_draft.h)
 //   self[:POLICY]   the target's own weights under a sparsity policy (model/sparsity syntax,
-//                   default dip:0.5), with its own session (model_draft.h)
+//                   default dip:0.75, the best measured: docs/speculative.md), with its own
+//                   session (model_draft.h)
 //   PATH            a separate model with the target's vocabulary (model_draft.h)
 //   mtp             refused: no model weir loads carries multi-token-prediction layers
 // Several specs make a DraftChain, tried in the order given.
@@ -28,7 +29,7 @@ struct DraftSpec {
 };
 
 // The default policy of `self` on a resident model.
-inline constexpr const char* kDefaultSelfPolicy = "dip:0.5";
+inline constexpr const char* kDefaultSelfPolicy = "dip:0.75";
 
 // InvalidArgument naming the spec and what is wrong with it.
 Result<DraftSpec> ParseDraftSpec(const std::string& spec);

@@ -10,7 +10,7 @@ void AddDraftFlags(CLI::App& app, DraftFlags* f) {
                  "speculative decoding: a draft proposes tokens, the model verifies them in one pass "
                  "and the output stays the model's (docs/speculative.md). KIND: ngram[:N] (prompt "
                  "lookup, N = 1..16, default 3), self[:POLICY] (the model under a sparsity policy, "
-                 "default dip:0.5) or a draft model's path (same vocabulary); repeat the flag to try "
+                 "default dip:0.75) or a draft model's path (same vocabulary); repeat the flag to try "
                  "several in order")
       ->take_all();
   app.add_option("--draft-max", f->options.draft_max, "most tokens drafted per pass (default 8)")
