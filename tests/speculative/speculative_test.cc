@@ -2,10 +2,12 @@
 // every draft kind (n-gram, self under a sparsity policy, a separate model that always agrees,
 // one that mostly does not, and chains of them), on a generated tiny model of each architecture
 // family (sliding-window rings, QK-norm, a mixture of experts), with penalties, across context
-// shifts, resident and streamed from a pack; and the draft's proposals are what each kind
-// promises.
+// shifts, resident and streamed from a pack; sampled, the same distribution of tokens (a
+// two-sample chi-square that a broken acceptance rule fails); and the draft's proposals are what
+// each kind promises.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -234,6 +236,70 @@ TEST(SpeculativeStreamedTest, GreedyFromAPackUnderABudget) {
       EXPECT_EQ(spec, plain) << format::PackLayoutName(layout);
       EXPECT_GT(sp.drafted, 0u);
     }
+  }
+}
+
+// Sampling: the pairs of tokens (t1, t2) that speculative decoding samples after a fixed
+// prompt follow the plain sampler's distribution. t2 goes through Sampler::Verify against a
+// draft model of another seed (mostly rejected: the rejection branch) and against the target
+// itself (always accepted). Two-sample chi-square over 6,000 seeded runs of each, below the
+// 0.1 % critical value (normal approximation, df + 3.09 sqrt(2 df)).
+TEST(SpeculativeSamplingTest, TokenPairsFollowThePlainDistribution) {
+  format::SynthSpec spec = *format::SynthPreset("tiny", "llama");
+  const std::string path = testing::TempDir() + "/sample.gguf", other = testing::TempDir() + "/sample2.gguf";
+  ASSERT_TRUE(format::WriteRandomLlamaGguf(spec, DType::kF32, 31, path, nullptr).ok());
+  ASSERT_TRUE(format::WriteRandomLlamaGguf(spec, DType::kF32, 32, other, nullptr).ok());
+  auto m = Load(path);
+  ASSERT_NE(m, nullptr);
+  ThreadPool pool(1);
+  const model::SessionOptions so = Options(32);
+  auto s = model::Session::Create(*m, &pool, so);
+  ASSERT_TRUE(s.ok());
+  const std::vector<int32_t> prompt = {1, 17, 250, 3, 99};
+  const int vocab = m->config().vocab_size;
+  constexpr int kRuns = 6000;
+  auto sopt = [](uint64_t seed) {
+    model::SamplerOptions o;
+    o.temp = 0.7f;
+    o.top_k = 6;
+    o.top_p = 1.0f;
+    o.seed = seed;
+    return o;
+  };
+  auto histogram = [&](Draft* draft) {
+    std::vector<int> count(static_cast<size_t>(vocab) * vocab, 0);
+    for (int run = 0; run < kRuns; ++run) {
+      (*s)->Reset();
+      model::Sampler sampler(vocab, sopt(1000003ull * run + (draft ? 7 : 0)));
+      std::vector<int32_t> out;
+      auto on = [&](int32_t t) { out.push_back(t); return true; };
+      SpeculativeOptions opt;
+      opt.draft_max = 1;
+      opt.adaptive = false;
+      auto st = draft ? GenerateSpeculative(**s, *draft, sampler, prompt, 2, -1, on, {}, opt, nullptr)
+                      : model::Generate(**s, sampler, prompt, 2, -1, on);
+      EXPECT_TRUE(st.ok());
+      if (out.size() == 2) ++count[static_cast<size_t>(out[0]) * vocab + out[1]];
+    }
+    return count;
+  };
+  const std::vector<int> plain = histogram(nullptr);
+  for (const std::string& d : {other, path}) {
+    SCOPED_TRACE(d);
+    auto draft = Make({d}, *m, so, &pool);
+    ASSERT_NE(draft, nullptr);
+    const std::vector<int> spec_count = histogram(draft.get());
+    double chi = 0;
+    int cells = 0;
+    for (size_t i = 0; i < plain.size(); ++i) {
+      const double a = plain[i], b = spec_count[i];
+      if (a + b == 0) continue;
+      chi += (a - b) * (a - b) / (a + b);
+      ++cells;
+    }
+    const int dof = cells - 1;
+    ASSERT_GT(dof, 10);
+    EXPECT_LT(chi, dof + 3.09 * std::sqrt(2.0 * dof)) << "cells " << cells;
   }
 }
 
