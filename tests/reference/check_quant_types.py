@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """Checks weir's quantized types against gguf-py, the GGUF package of llama.cpp.
 
-  check_quant_types.py BUILD/bin/weir_tensor_tests
+  check_quant_types.py BUILD/bin/weir_tensor_tests [--shared DIR]   (DIR: ../shared by default)
 
 Needs numpy and gguf-py, written against gguf==0.19.0 (pip install --break-system-packages
 gguf==0.19.0 into the python3 that runs it). Without the gguf package the script prints
-"skipped: ..." and exits 0.
+"skipped: ..." and exits 77, ctest's skip code.
 
 weir's numbers come from the GoogleTest binary (tests/tensor/quant_types_test.cc), through files
 in a temporary directory (raw little-endian, no headers; NAME is the ggml spelling, e.g. Q4_K):
@@ -39,11 +39,14 @@ try:
     import gguf
     from gguf import GGMLQuantizationType as QT
 except ImportError:
+    # 77: ctest's skip code (SKIP_RETURN_CODE in tests/CMakeLists.txt), so the run shows Skipped.
     print("skipped: the gguf package is not installed "
           "(pip install --break-system-packages gguf==0.19.0)")
-    sys.exit(0)
+    sys.exit(77)
 
-SMOLLM = "/work/shared/models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
+# ../shared beside the repository, or --shared DIR (main).
+SHARED = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "..", "shared")
+SMOLLM_REL = "models/smollm2-135m-instruct/SmolLM2-135M-Instruct.Q4_1.gguf"
 GEMMA = os.path.expanduser("~/.cache/weir/models/gemma-3-270m-Q4_K_M.gguf")
 ROWS_PER_TENSOR = 256  # rows of each model tensor compared (the whole tensor when smaller)
 TENSORS_PER_TYPE = 4   # first, last and evenly spaced between
@@ -204,10 +207,15 @@ def check_model_file(binary, path, type_names):
 
 
 def main():
-    if len(sys.argv) != 2:
+    args = sys.argv[1:]
+    shared = SHARED
+    if len(args) == 3 and args[1] == "--shared":
+        shared = args[2]
+        args = args[:1]
+    if len(args) != 1:
         print(__doc__)
         return 2
-    binary = sys.argv[1]
+    binary = args[0]
     if not os.access(binary, os.X_OK):
         print(f"FAIL: {binary} is not an executable (build the weir_tensor_tests target)")
         return 1
@@ -217,7 +225,7 @@ def main():
         version = "?"
     print(f"gguf-py {version} from {os.path.dirname(gguf.__file__)}; numpy {np.__version__}")
     random_summary = check_random_rows(binary)
-    model_summary = check_model_file(binary, SMOLLM, ["Q4_1", "Q8_0"])
+    model_summary = check_model_file(binary, os.path.join(shared, SMOLLM_REL), ["Q4_1", "Q8_0"])
     model_summary += check_model_file(binary, GEMMA, ["Q5_0", "Q4_K", "Q6_K", "Q8_0"])
 
     print("\nsummary: weir-quantized random rows")
