@@ -137,6 +137,10 @@ TEST(SpeculativeCliTest, BadDraftsAreOneLineErrors) {
     EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
     EXPECT_TRUE(r.out.empty() || r.out == "hello") << r.out;
   }
+  // weir bench measures a draft on real text only.
+  auto bench = testing::RunCommand(w + " bench -m " + a + " -n 4 -r 1 --no-stream --draft ngram");
+  EXPECT_EQ(bench.exit_code, 2) << bench.err;
+  EXPECT_NE(bench.err.find("--prompt-file"), std::string::npos) << bench.err;
 }
 
 }  // namespace
