@@ -23,8 +23,8 @@ void AddDraftFlags(CLI::App& app, DraftFlags* f) {
 }
 
 bool HasSelfDraft(const DraftFlags& f) {
-  for (const std::string& s : f.specs) {
-    if (s == "self" || s.rfind("self:", 0) == 0) return true;
+  for (const speculative::DraftSpec& d : f.parsed) {
+    if (d.kind == speculative::DraftSpec::Kind::kSelf) return true;
   }
   return false;
 }

@@ -24,7 +24,8 @@ struct DraftFlags {
 };
 
 void AddDraftFlags(CLI::App& app, DraftFlags* flags);
-// Whether a self draft is asked for (its sparse products need untiled weights).
+// Whether a self draft is asked for (its sparse products need untiled weights); after
+// ParseDraftFlags.
 bool HasSelfDraft(const DraftFlags& flags);
 // Parses the specs (InvalidArgument / Unsupported on a bad one: a usage error).
 Status ParseDraftFlags(DraftFlags* flags);
