@@ -644,6 +644,25 @@ void Softmax(float* x, int64_t n) {
   for (; i < n; ++i) x[i] *= inv;
 }
 
+float ExpSum(float* x, int64_t n, float max) {
+  const hn::ScalableTag<float> df;
+  const int64_t nl = static_cast<int64_t>(hn::Lanes(df));
+  const auto vm = hn::Set(df, max);
+  auto sv = hn::Zero(df);
+  int64_t i = 0;
+  for (; i + nl <= n; i += nl) {
+    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vm));
+    sv = hn::Add(sv, e);
+    hn::StoreU(e, df, x + i);
+  }
+  float s = hn::GetLane(hn::SumOfLanes(df, sv));
+  for (; i < n; ++i) {
+    x[i] = Exp1(x[i] - max);
+    s += x[i];
+  }
+  return s;
+}
+
 void SiluMul(float* gate, const float* up, int64_t n) {
   const hn::ScalableTag<float> df;
   const int64_t nl = static_cast<int64_t>(hn::Lanes(df));
@@ -696,6 +715,7 @@ HWY_EXPORT(RmsNorm);
 HWY_EXPORT(Softmax);
 HWY_EXPORT(SiluMul);
 HWY_EXPORT(GeluMul);
+HWY_EXPORT(ExpSum);
 
 size_t DispatchPrepBytes(DType t, int64_t cols) { return HWY_DYNAMIC_DISPATCH(PrepBytes)(t, cols); }
 void DispatchPrep(DType t, const float* x, int64_t cols, void* out) {
@@ -724,12 +744,15 @@ void DispatchSiluMul(float* gate, const float* up, int64_t n) {
 void DispatchGeluMul(float* gate, const float* up, int64_t n) {
   HWY_DYNAMIC_DISPATCH(GeluMul)(gate, up, n);
 }
+float DispatchExpSum(float* x, int64_t n, float max) {
+  return HWY_DYNAMIC_DISPATCH(ExpSum)(x, n, max);
+}
 
 const IsaKernels kTable = {kFloatQ8Q4Q41Types, kFloatQ8Q4Types,
                            DispatchPrepBytes,  DispatchPrep,    DispatchDot,     DispatchDotGather,
                            DispatchAxpyGather, DispatchRmsNorm, DispatchSoftmax, DispatchSiluMul,
                            nullptr,            nullptr,         nullptr,         nullptr,
-                           DispatchGeluMul};
+                           DispatchGeluMul,    0,               DispatchExpSum};
 
 }  // namespace
 

@@ -372,12 +372,22 @@ const internal::IsaKernels kScalarTable = {
     ScalarPrepBytes, ScalarPrep,   ScalarDot,    nullptr, ScalarAxpyGather,
     ref::RmsNorm,    ref::Softmax, ref::SiluMul, nullptr, nullptr,
     nullptr,         nullptr,      ref::GeluTanhMul,
+    0,               internal::ScalarExpSum,
 };
 
 }  // namespace
 
 namespace internal {
 const IsaKernels* ScalarKernels() { return &kScalarTable; }
+
+float ScalarExpSum(float* x, int64_t n, float max) {
+  float sum = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    x[i] = std::exp(x[i] - max);
+    sum += x[i];
+  }
+  return sum;
+}
 }  // namespace internal
 
 namespace ref {

@@ -834,6 +834,23 @@ inline float Exp1(float x) {
   return buf[0];
 }
 
+float ExpSum(float* x, int64_t n, float max) {
+  const __m256 vmax = _mm256_set1_ps(max);
+  __m256 sum = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
+    sum = _mm256_add_ps(sum, e);
+    _mm256_storeu_ps(x + i, e);
+  }
+  float s = HSum(sum);
+  for (; i < n; ++i) {
+    x[i] = Exp1(x[i] - max);
+    s += x[i];
+  }
+  return s;
+}
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   __m256 mx = _mm256_set1_ps(-__builtin_inff());
@@ -1008,7 +1025,8 @@ constexpr uint64_t kDirectTypes = kFloatQ8Q4Q41Types | kAvx2Rows8Types;
 const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
-                           nullptr,   DotTiled, GeluMul};
+                           nullptr,   DotTiled, GeluMul,
+                           0,         ExpSum};
 
 }  // namespace
 

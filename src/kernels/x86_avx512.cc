@@ -1046,6 +1046,18 @@ void Softmax(float* x, int64_t n) {
   }
 }
 
+float ExpSum(float* x, int64_t n, float max) {
+  const __m512 vmax = _mm512_set1_ps(max);
+  __m512 sum = _mm512_setzero_ps();
+  for (int64_t i = 0; i < n; i += 16) {
+    const __mmask16 m = TailMask(n - i);
+    const __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax));
+    sum = _mm512_mask_add_ps(sum, m, sum, e);
+    _mm512_mask_storeu_ps(x + i, m, e);
+  }
+  return _mm512_reduce_add_ps(sum);
+}
+
 void SiluMul(float* gate, const float* up, int64_t n) {
   const __m512 one = _mm512_set1_ps(1.0f);
   for (int64_t i = 0; i < n; i += 16) {
@@ -1319,7 +1331,7 @@ const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Q41Types,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
                            PrepTiled, DotTiled, GeluMul,
                            // The 16-row kernels (Q8_0 keeps 16 tokens a call: 32 were ~5% slower).
-                           kAvx512Rows16Types & ~(uint64_t{1} << 8)};
+                           kAvx512Rows16Types & ~(uint64_t{1} << 8), ExpSum};
 
 }  // namespace
 

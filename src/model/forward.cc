@@ -108,42 +108,31 @@ Status Session::Attention(int layer, int n) {
     const int pos = seq_[static_cast<size_t>(t)].pos;
     kernels::Rope(qt, nh, hd, c.rope_dim, pos, theta, c.rope_style, rope_scale, rope_freqs);
     kernels::Rope(kt, nkv, hd, c.rope_dim, pos, theta, c.rope_style, rope_scale, rope_freqs);
-    std::memcpy(cache.k(layer, pos), kt, sizeof(float) * kv_dim);
-    std::memcpy(cache.v(layer, pos), vt, sizeof(float) * kv_dim);
+    cache.Store(layer, pos, kt, vt);
   }
 
-  // One (token, head) pair per work item; query head h reads key-value head h / (nh / nkv).
-  // Token t at position p sees positions [first, p]: all of them, or the window's.
-  const float scale = c.AttnScale();
+  // att = softmax(SoftCap(scale · q·Kᵀ)) · V for every (token, head), over the cache in its
+  // types (kernels/attention.h). Query head h reads key-value head h / (nh / nkv); token t at
+  // position p sees positions [first, p]: all of them, or the window's. Queries are ordered by
+  // key-value head, then token, then head of the group, so a prefill call's queries of one
+  // key-value head share each pass over its keys and values.
   const int group = nh / nkv;
   const int window = c.IsSliding(layer) ? c.sliding_window : 0;
-  ParallelFor(pool_, static_cast<size_t>(n * nh), [&](size_t begin, size_t end, int thread) {
-    float* scores = scores_.data<float>() + static_cast<size_t>(thread) * kv_.ctx();
-    for (size_t item = begin; item < end; ++item) {
-      const int t = static_cast<int>(item) / nh, h = static_cast<int>(item) % nh;
-      KVCache& cache = *seq_[static_cast<size_t>(t)].kv;  // this token's sequence
-      const int ring = cache.rows(layer);  // a sliding layer's positions wrap around its rows
-      const int kvh = h / group, n_pos = seq_[static_cast<size_t>(t)].pos + 1;  // causal: 0..pos
-      const int first = window > 0 ? std::max(0, n_pos - window) : 0;
-      const int count = n_pos - first;
-      const float* qh = q + t * q_dim + h * hd;
-      // The keys [first, n_pos) lie in at most two runs of consecutive rows.
-      const int run = std::min(count, ring - first % ring);
-      kernels::DotRowsF32(cache.k(layer, first) + kvh * hd, static_cast<size_t>(kv_dim), run, hd, qh, scores);
-      if (run < count) {
-        kernels::DotRowsF32(cache.k(layer, first + run) + kvh * hd, static_cast<size_t>(kv_dim), count - run, hd,
-                            qh, scores + run);
-      }
-      kernels::AttentionWeights(scores, count, scale, c.attn_logit_softcap);
-      float* out = att + t * q_dim + h * hd;
-      std::memset(out, 0, sizeof(float) * hd);
-      for (int p = 0; p < count; ++p) {
-        const float* vp = cache.v(layer, first + p) + kvh * hd;
-        const float a = scores[p];
-        for (int i = 0; i < hd; ++i) out[i] += a * vp[i];
+  size_t n_queries = 0;
+  for (int kvh = 0; kvh < nkv; ++kvh) {
+    for (int t = 0; t < n; ++t) {
+      const Seq& sq = seq_[static_cast<size_t>(t)];
+      const int first = window > 0 ? std::max(0, sq.pos + 1 - window) : 0;
+      for (int g = 0; g < group; ++g) {
+        const int h = kvh * group + g;
+        queries_[n_queries++] = kernels::AttnQuery{q + t * q_dim + h * hd, &sq.kv->keys(layer),
+                                                   &sq.kv->values(layer), kvh, first, sq.pos,
+                                                   att + t * q_dim + h * hd};
       }
     }
-  });
+  }
+  kernels::Attend(std::span<const kernels::AttnQuery>(queries_.data(), n_queries),
+                  kernels::AttnShape{hd, c.AttnScale(), c.attn_logit_softcap}, &attn_ws_, pool_);
 
   Observe(layer, Site::kAttnOut, att, q_dim, n);
   Project(layer, Site::kAttnOut, att, q_dim, n, {{&w.wo, wt ? &wt->wo_t : nullptr, xb}},

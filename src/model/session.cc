@@ -8,6 +8,11 @@
 #include "sparsity/select.h"
 
 namespace weir::model {
+namespace {
+// Queries that share one pass over a segment of keys and values (kernels/attention.h): a prefill
+// call's queries of one key-value head (32 tokens x a GQA group of up to 4).
+constexpr int kAttnBlock = 128;
+}  // namespace
 
 Result<std::unique_ptr<Session>> Session::Create(const Model& model, ThreadPool* pool,
                                                  const SessionOptions& options) {
@@ -22,7 +27,7 @@ Status Session::Allocate(const SessionOptions& options) {
   if (ctx > (1 << 20)) return Status::InvalidArgument(StrFormat("context size %d is too large (max 1048576)", ctx));
   if (options.n_batch <= 0) return Status::InvalidArgument(StrFormat("batch size %d must be positive", options.n_batch));
   n_batch_ = std::min(options.n_batch, ctx);
-  WEIR_RETURN_IF_ERROR(kv_.Init(c, ctx, n_batch_));
+  WEIR_RETURN_IF_ERROR(kv_.Init(c, ctx, n_batch_, options.kv_types));
   seq_.assign(static_cast<size_t>(n_batch_), Seq{&kv_, 0});
 
   size_t max_q = 0, max_kv = 0, max_ff = 0;
@@ -63,9 +68,13 @@ Status Session::Allocate(const SessionOptions& options) {
   const size_t threads = pool_ ? static_cast<size_t>(pool_->size()) : 1;
   bool ok = x_.Reset(B * c.d_model * f) && xb_.Reset(B * c.d_model * f) && q_.Reset(B * max_q * f) &&
             k_.Reset(B * max_kv * f) && v_.Reset(B * max_kv * f) && att_.Reset(B * max_q * f) &&
-            scores_.Reset(threads * static_cast<size_t>(ctx) * f) && gate_.Reset(B * max_ff * f) &&
+            gate_.Reset(B * max_ff * f) &&
             up_.Reset(B * max_ff * f) && logits_.Reset(B * static_cast<size_t>(c.vocab_size) * f);
   if (!ok) return Status::OutOfMemory("cannot allocate session activation buffers");
+  const size_t max_heads = max_q / static_cast<size_t>(c.head_dim);
+  queries_.resize(B * max_heads);
+  WEIR_RETURN_IF_ERROR(attn_ws_.Init(c.head_dim, ctx, static_cast<int>(B * max_heads),
+                                     kAttnBlock, static_cast<int>(threads)));
 
   if (options.sparsity != nullptr) {
     policy_ = options.sparsity->Clone();
@@ -218,7 +227,7 @@ Status Session::Allocate(const SessionOptions& options) {
 
 uint64_t Session::allocated_bytes() const {
   return (transposed_ ? transposed_->bytes() : 0) + (top_tier_ ? top_tier_->allocated() : 0) + (moe_ ? moe_->allocated_bytes() : 0) + kv_.bytes() + x_.size() + xb_.size() + q_.size() + k_.size() + v_.size() + att_.size() +
-         scores_.size() + gate_.size() + up_.size() + logits_.size();
+         attn_ws_.bytes() + queries_.size() * sizeof(kernels::AttnQuery) + gate_.size() + up_.size() + logits_.size();
 }
 
 Result<const float*> Session::Forward(std::span<const int32_t> tokens, LogitsFor which) {

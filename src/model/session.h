@@ -40,6 +40,7 @@ namespace weir::model {
 struct SessionOptions {
   int ctx = 0;       // context length; 0 = the model's (capped at 4096)
   int n_batch = 32;  // tokens per forward call during prefill
+  KvTypes kv_types;  // the KV cache's key and value types (kv_cache.h; default F32)
   // Dynamic activation sparsity (nullptr or a policy that never prunes = dense). The session
   // keeps its own Clone() and builds the transposed weight copies the policy's sites need.
   const sparsity::SparsityPolicy* sparsity = nullptr;
@@ -121,6 +122,8 @@ class Session {
   bool Rewind(int pos);
   int pos() const { return pos_; }
   int ctx() const { return kv_.ctx(); }
+  const KvTypes& kv_types() const { return kv_.types(); }
+  uint64_t kv_bytes() const { return kv_.bytes(); }
   int n_batch() const { return n_batch_; }
   const Model& model() const { return model_; }
   // Bytes this session allocated (KV cache + activations + transposed copies for sparsity).
@@ -192,7 +195,8 @@ class Session {
   AlignedBuffer k_;       // [n_batch, max kv_dim]
   AlignedBuffer v_;       // [n_batch, max kv_dim]
   AlignedBuffer att_;     // [n_batch, max q_dim] attention output (heads concatenated)
-  AlignedBuffer scores_;  // [pool size, ctx] attention scores, one row per thread
+  kernels::AttnWorkspace attn_ws_;             // attention's scratch (segments, scores)
+  std::vector<kernels::AttnQuery> queries_;    // [n_batch * max n_head] one layer's queries
   AlignedBuffer gate_;    // [n_batch, max(d_ff, d_model)] (also the streamed MLP's output)
   AlignedBuffer up_;      // [n_batch, max d_ff]
   AlignedBuffer logits_;  // [n_batch, vocab]

@@ -122,7 +122,9 @@ void RunBoth(const std::string& label, const std::string& model, const std::stri
   CommandResult ref = RunCommand(Oracle() + " logits " + Quote(oracle_model) + " --tokens " +
                                  tokens + " -o " + ref_path);
   ASSERT_EQ(ref.exit_code, 0) << Describe(ref);
-  CommandResult got = RunCommand(Quote(WeirBin()) + " logits -t 2 -m " + Quote(model) +
+  // The oracle's keys and values are exact: weir's F32 cache (the commands' default, F16, moves
+  // the logits by ~1e-3 relative: tests/model/kv_cache_types_test.cc bounds each type).
+  CommandResult got = RunCommand(Quote(WeirBin()) + " logits -t 2 -ctk f32 -ctv f32 -m " + Quote(model) +
                                  " --tokens " + tokens + " -o " + weir_path);
   ASSERT_EQ(got.exit_code, 0) << Describe(got);
 
@@ -337,7 +339,7 @@ TEST_P(HfCheckpointTest, LogitsMatchGgufAndOracle) {
     const std::string tokens = TokenList(vocab, bos);
     // Each program on both files: weir's two readers, and the oracle's two readers (which
     // checks gguf_to_hf.py and load_hf against load_gguf, apart from weir).
-    const std::string programs[2] = {Quote(WeirBin()) + " logits -t 2 -m ",
+    const std::string programs[2] = {Quote(WeirBin()) + " logits -t 2 -ctk f32 -ctv f32 -m ",
                                      Oracle() + " logits "};
     const char* program_names[2] = {"weir", "oracle"};
     for (int prog = 0; prog < 2; ++prog) {

@@ -110,11 +110,13 @@ TEST(SlidingWindowTest, RingsHoldTheWindowPlusABatch) {
   const uint64_t row = 2ull * c.n_head_kv * c.head_dim * sizeof(float);  // K and V
   EXPECT_EQ(KVCache::BytesFor(c, 64, 8), row * (5 * (4 + 8 - 1) + 64));
   EXPECT_EQ(KVCache::BytesFor(c, 6, 8), row * 6 * 6);  // never more rows than the context
+  EXPECT_EQ(KVCache::BytesFor(c, 64, 8, KvTypes{DType::kF16, DType::kF16}), row / 2 * (5 * 11 + 64));
+  EXPECT_EQ(KVCache::BytesPerPosition(c), row);  // only the global layer grows with the context
   KVCache kv;
   ASSERT_TRUE(kv.Init(c, 64, 8).ok());
   EXPECT_EQ(kv.rows(0), 11);
   EXPECT_EQ(kv.rows(5), 64);
-  EXPECT_EQ(kv.k(0, 11), kv.k(0, 0));  // position 11 reuses row 0
+  EXPECT_EQ(kv.keys(0).ring, 11);  // position 11 reuses row 0
   EXPECT_EQ(kv.bytes(), KVCache::BytesFor(c, 64, 8));
 }
 

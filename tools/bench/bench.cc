@@ -42,7 +42,7 @@ double Median(std::vector<double> v) {
 int BenchMain(int argc, char** argv) {
   CLI::App app("Prompt and decode speed, bytes of weights per token, achieved bandwidth vs STREAM.", "bench");
   ModelFlags mf;
-  int n_gen = 128, n_prompt = 128, reps = 3;
+  int n_gen = 128, n_prompt = 128, reps = 3, depth = 0;
   bool json = false, no_stream = false;
   AddModelFlags(app, &mf);
   SparsityFlags spf;
@@ -53,6 +53,10 @@ int BenchMain(int argc, char** argv) {
   AddTraceFlags(app, &tf);
   app.add_option("-n,--n-gen", n_gen, "tokens to decode per repetition (default 128)")->check(CLI::Range(1, 1 << 20));
   app.add_option("-p,--n-prompt", n_prompt, "prompt tokens per repetition; 0 = skip (default 128)")->check(CLI::Range(0, 1 << 20));
+  app.add_option("-d,--depth", depth,
+                 "tokens of context already in the KV cache when the prompt and decode are timed "
+                 "(llama-bench's -d; default 0: from an empty context)")
+      ->check(CLI::Range(0, 1 << 20));
   app.add_option("-r,--repetitions", reps, "repetitions; the median is reported (default 3)")->check(CLI::Range(1, 1000));
   app.add_flag("--no-stream", no_stream,
                "skip the STREAM bandwidth measurement (skipped anyway for a pack under a memory "
@@ -77,6 +81,10 @@ int BenchMain(int argc, char** argv) {
     std::fprintf(stderr, "weir bench: error: --draft needs --prompt-file (a draft is measured on real text)\n");
     return kExitUsage;
   }
+  if (!prompt_file.empty() && depth > 0) {
+    std::fprintf(stderr, "weir bench: error: --depth times synthetic tokens; it does not combine with --prompt-file\n");
+    return kExitUsage;
+  }
   if (!prompt_file.empty() && n_prompt == 0) {
     std::fprintf(stderr, "weir bench: error: --prompt-file needs -p of at least 1 token\n");
     return kExitUsage;
@@ -94,7 +102,8 @@ int BenchMain(int argc, char** argv) {
   // Where the weights were read from during the run (--mmap, docs/performance.md).
   const char* weights = m->streaming ? "streamed" : model.file().weights_in_memory ? "memory" : "mapped";
   model::SessionOptions so;
-  so.ctx = std::max(mf.ctx, n_prompt + n_gen + 1);
+  so.ctx = std::max(mf.ctx, depth + n_prompt + n_gen + 1);
+  so.kv_types = mf.kv_types;
   so.n_batch = std::max(1, std::min(n_prompt, 64));
   so.sparsity = spf.policy.get();
   m->Configure(&so);
@@ -106,7 +115,7 @@ int BenchMain(int argc, char** argv) {
   if (!built.ok()) return Fail("bench", built.status());
   std::unique_ptr<speculative::Draft> draft = std::move(*built);
   if (Status st = m->Fit(s, draft ? draft->allocated_bytes() : 0); !st.ok()) return Fail("bench", st);
-  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
+  if (m->streaming) std::fprintf(stderr, "%s | %s\n", MemoryLine(*m).c_str(), KvLine(*m, s).c_str());
   auto trace = StartTrace(tf, s, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("bench", trace.status());
   model::StreamingWeights* streamed = m->streaming ? &m->streaming->streamer() : nullptr;
@@ -114,6 +123,13 @@ int BenchMain(int argc, char** argv) {
   model::MoeMlp::BiasStats bias_before, bias_decode;  // the same, of the expert bias
   const int vocab = model.config().vocab_size;
 
+  std::vector<int32_t> context(static_cast<size_t>(depth));  // what -d puts in the cache first
+  for (int i = 0; i < depth; ++i) context[static_cast<size_t>(i)] = (i * 104729 + 3) % vocab;
+  auto fill_context = [&]() -> Status {
+    s.Reset();
+    if (depth > 0) WEIR_RETURN_IF_ERROR(s.Prefill(context).status());
+    return Status::Ok();
+  };
   std::vector<int32_t> prompt(static_cast<size_t>(n_prompt));
   for (int i = 0; i < n_prompt; ++i) prompt[static_cast<size_t>(i)] = (i * 7919 + 1) % vocab;
   if (!prompt_file.empty()) {
@@ -156,7 +172,7 @@ int BenchMain(int argc, char** argv) {
       if (streamed) stream_decode = streamed->stats() - stream_before;
       continue;
     }
-    s.Reset();
+    if (Status st = fill_context(); !st.ok()) return Fail("bench", st);
     int32_t tok = 1 % vocab;
     if (n_prompt > 0) {
       auto t0 = Clock::now();
@@ -164,7 +180,8 @@ int BenchMain(int argc, char** argv) {
       if (!l.ok()) return Fail("bench", l.status());
       pp.push_back(n_prompt / std::chrono::duration<double>(Clock::now() - t0).count());
       tok = model::Sampler::Argmax(*l, vocab);
-      s.Reset();  // decode is measured from an empty context, like llama-bench's tg
+      // Decode is measured from the -d context alone, like llama-bench's tg.
+      if (Status st = fill_context(); !st.ok()) return Fail("bench", st);
     }
     s.ResetTraffic();
     if (streamed) stream_before = streamed->stats();
@@ -204,7 +221,8 @@ int BenchMain(int argc, char** argv) {
                {"sparsity", spf.policy ? spf.policy->info().spec : "dense"},
                {"mlp_density", s.traffic().mlp_density()}, {"linear_density", s.traffic().linear_density()},
                {"dense_bytes_per_token", model.dense_bytes_per_token()}, {"threads", pool.size()},
-               {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"repetitions", reps},
+               {"n_prompt", n_prompt}, {"n_gen", n_gen}, {"depth", depth}, {"repetitions", reps},
+               {"kv_cache", KvJson(*m, s)},
                {"prompt_tok_s", pp_tok_s}, {"decode_tok_s", tg_tok_s}, {"prompt_tok_s_all", pp},
                {"decode_tok_s_all", tg}, {"bytes_per_token", bytes_tok}, {"achieved_gbs", achieved},
                {"stream_read_gbs", bw.read_gbs}, {"stream_copy_gbs", bw.copy_gbs},
@@ -227,11 +245,13 @@ int BenchMain(int argc, char** argv) {
                                                        {"decode", StreamStatsJson(stream_decode, static_cast<uint64_t>(n_gen))}}
                                       : nlohmann::json()}});
   } else {
-    std::printf("| model | weights | sparsity | size | threads | pp%d tok/s | tg%d tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
-                n_prompt, n_gen);
-    std::printf("|---|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n");
-    std::printf("| %s | %s | %s | %s | %d | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(), weights,
-                spf.policy ? spf.policy->info().spec.c_str() : "dense", FormatBytes(model.weight_bytes()).c_str(), pool.size(), pp_tok_s, tg_tok_s,
+    const std::string at = depth > 0 ? StrFormat(" @ d%d", depth) : std::string();
+    std::printf("| model | weights | sparsity | size | threads | KV cache | pp%d%s tok/s | tg%d%s tok/s | bytes/token | GB/s | STREAM read GB/s | %% of STREAM |\n",
+                n_prompt, at.c_str(), n_gen, at.c_str());
+    std::printf("|---|---|---|---:|---:|---|---:|---:|---:|---:|---:|---:|\n");
+    std::printf("| %s | %s | %s | %s | %d | %s | %.2f | %.2f | %s | %.2f | %.2f | %.0f%% |\n", model.file().path.c_str(), weights,
+                spf.policy ? spf.policy->info().spec.c_str() : "dense", FormatBytes(model.weight_bytes()).c_str(), pool.size(),
+                model::KvTypesName(s.kv_types()).c_str(), pp_tok_s, tg_tok_s,
                 FormatBytes(bytes_tok).c_str(), achieved, bw.read_gbs, frac * 100);
     if (draft) std::printf("\n%s\n", FormatSpeculativeStats(*draft, spec).c_str());
     if (streamed) {

@@ -64,6 +64,7 @@ int CalibrateMain(int argc, char** argv) {
   ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = mf.ctx;
+  so.kv_types = mf.kv_types;
   so.n_batch = std::min(mf.ctx, 64);
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("calibrate", session.status());

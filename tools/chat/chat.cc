@@ -350,6 +350,7 @@ int ChatMain(int argc, char** argv) {
 
   model::SessionOptions so;
   so.ctx = mf.ctx;
+  so.kv_types = mf.kv_types;
   so.sparsity = spf.policy.get();
   m->Configure(&so);
   auto session = model::Session::Create(model, &pool, so);

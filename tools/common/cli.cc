@@ -1,12 +1,21 @@
 #include "common/cli.h"
 
 #include <cstdio>
+#include <cstring>
+#include <vector>
 
 namespace weir::tools {
 
 int Parse(CLI::App& app, int argc, char** argv) {
+  // llama.cpp's spellings of the cache types, which CLI11 cannot declare (one-letter short names).
+  std::vector<char*> args(argv, argv + argc);
+  static char kCacheTypeK[] = "--cache-type-k", kCacheTypeV[] = "--cache-type-v";
+  for (char*& a : args) {
+    if (std::strcmp(a, "-ctk") == 0) a = kCacheTypeK;
+    if (std::strcmp(a, "-ctv") == 0) a = kCacheTypeV;
+  }
   try {
-    app.parse(argc, argv);
+    app.parse(argc, args.data());
   } catch (const CLI::CallForHelp& e) {
     std::fputs(app.help().c_str(), stdout);
     return kExitOk;

@@ -1,6 +1,7 @@
 #include "common/model_flags.h"
 
 #include <chrono>
+#include <optional>
 #include <thread>
 
 namespace weir::tools {
@@ -21,6 +22,23 @@ void AddModelFlags(CLI::App& app, ModelFlags* f, bool with_ctx) {
   if (with_ctx) {
     app.add_option("-c,--ctx-size", f->ctx, "context size in tokens (default: the model's, max 4096)")
         ->check(CLI::Range(0, 1 << 20));
+    const CLI::Validator kv_type(
+        [](std::string& name) -> std::string {
+          const std::optional<DType> t = DTypeFromName(name);
+          if (!t) return "unknown type '" + name + "' (f32, f16, bf16, q8_0, q5_0, q4_0, ...)";
+          if (Traits(*t).quantize_row == nullptr) return std::string(DTypeName(*t)) + " has no quantizer";
+          return std::string();
+        },
+        "TYPE");
+    app.add_option_function<std::string>(
+           "--cache-type-k", [f](const std::string& name) { f->kv_types.k = *DTypeFromName(name); },
+           "type of the cached keys (-ctk): f16 (default), f32, bf16, q8_0, q5_0, q4_0, or any type "
+           "whose block divides the head dimension; counted at its size in --memory (docs/long-context.md)")
+        ->check(kv_type);
+    app.add_option_function<std::string>(
+           "--cache-type-v", [f](const std::string& name) { f->kv_types.v = *DTypeFromName(name); },
+           "type of the cached values (-ctv), as --cache-type-k")
+        ->check(kv_type);
   }
 }
 

@@ -7,6 +7,7 @@
 #include <string>
 
 #include "base/status.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "sparsity/calibration.h"
@@ -19,6 +20,8 @@ struct ModelFlags {
   std::string tokenizer;
   int threads = 0;  // 0 = all cores
   int ctx = 0;      // 0 = the model's context length
+  // --cache-type-k / --cache-type-v (-ctk / -ctv): F16 unless asked, as llama.cpp.
+  model::KvTypes kv_types{DType::kF16, DType::kF16};
   bool mmap = false;  // read the weights in place from the mapped file (no copy at load)
   // Not a flag: commands that run dense sessions only set it, so that the copied weights are
   // tiled for the dense products (format::LoadOptions::tile_linear).

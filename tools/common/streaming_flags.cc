@@ -96,7 +96,19 @@ void RunModel::Configure(model::SessionOptions* options) const {
 
 Status RunModel::Fit(const model::Session& session, uint64_t extra_bytes) const {
   if (!streaming) return Status::Ok();
-  return streaming->Fit(session.allocated_bytes() + extra_bytes);
+  Status st = streaming->Fit(session.allocated_bytes() + extra_bytes);
+  if (st.code() != Status::Code::kOutOfMemory) return st;
+  // Say what the context costs, and what a smaller cache type would.
+  const format::LlamaConfig& c = session.model().config();
+  std::string hint = StrFormat("; of that, the KV cache of %d tokens in %s takes %s", session.ctx(),
+                               model::KvTypesName(session.kv_types()).c_str(),
+                               FormatBytes(session.kv_bytes()).c_str());
+  if (Traits(session.kv_types().k).block_bytes * 8 / Traits(session.kv_types().k).block_size > 8) {
+    const model::KvTypes q8{DType::kQ8_0, DType::kQ8_0};
+    hint += StrFormat(" (q8_0: %s; -ctk q8_0 -ctv q8_0, or a smaller -c)",
+                      FormatBytes(model::KVCache::BytesFor(c, session.ctx(), session.n_batch(), q8)).c_str());
+  }
+  return Status::OutOfMemory(st.message() + hint);
 }
 
 namespace {
@@ -155,6 +167,57 @@ std::string MemoryLine(const RunModel& m) {
   return StrFormat("memory budget %s (%s), storage %s",
                    p.budget == UINT64_MAX ? "unlimited" : FormatBytes(p.budget).c_str(),
                    m.memory_source.c_str(), dev.substr(0, dev.find(':')).c_str());
+}
+
+namespace {
+
+// The cache types a user would pick between, and the tokens of context each fits in what the
+// session's KV cache and the weight cache have between them (the weight cache at its floor):
+// only for a pack under a budget.
+std::vector<std::pair<std::string, int64_t>> MaxContexts(const RunModel& m, const model::Session& s) {
+  std::vector<std::pair<std::string, int64_t>> out;
+  if (!m.streaming || m.streaming->plan().budget == UINT64_MAX) return out;
+  const format::LlamaConfig& c = s.model().config();
+  const uint64_t fixed_now = model::KVCache::BytesFor(c, s.ctx(), s.n_batch(), s.kv_types()) -
+                             model::KVCache::BytesPerPosition(c, s.kv_types()) * static_cast<uint64_t>(s.ctx());
+  const uint64_t room = m.streaming->plan().cache_bytes + s.kv_bytes() - fixed_now;
+  for (DType t : {DType::kF32, DType::kF16, DType::kQ8_0, DType::kQ4_0}) {
+    if (!model::CheckKvType(t, c.head_dim).ok()) continue;
+    const model::KvTypes types{t, t};
+    const uint64_t per = model::KVCache::BytesPerPosition(c, types);
+    const uint64_t fixed = model::KVCache::BytesFor(c, s.ctx(), s.n_batch(), types) -
+                           per * static_cast<uint64_t>(s.ctx());
+    if (per == 0) continue;  // sliding layers only: the context does not grow the cache
+    out.emplace_back(model::KvTypesName(types),
+                     room > fixed ? static_cast<int64_t>((room - fixed) / per) : 0);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string KvLine(const RunModel& m, const model::Session& s) {
+  std::string line = StrFormat("KV cache %s, %d tokens, %s", model::KvTypesName(s.kv_types()).c_str(), s.ctx(),
+                               FormatBytes(s.kv_bytes()).c_str());
+  const auto max = MaxContexts(m, s);
+  if (!max.empty()) {
+    line += "; the budget holds up to";
+    for (size_t i = 0; i < max.size(); ++i) {
+      line += StrFormat("%s %lld tokens in %s", i ? "," : "", static_cast<long long>(max[i].second),
+                        max[i].first.c_str());
+    }
+  }
+  return line;
+}
+
+nlohmann::json KvJson(const RunModel& m, const model::Session& s) {
+  nlohmann::json max = nlohmann::json::object();
+  for (const auto& [name, tokens] : MaxContexts(m, s)) max[name] = tokens;
+  return {{"types", model::KvTypesName(s.kv_types())},
+          {"ctx", s.ctx()},
+          {"bytes", s.kv_bytes()},
+          {"bytes_per_token", model::KVCache::BytesPerPosition(s.model().config(), s.kv_types())},
+          {"max_ctx", max.empty() ? nlohmann::json() : max}};
 }
 
 nlohmann::json MemoryJson(const RunModel& m) {

@@ -66,6 +66,11 @@ Result<RunModel> LoadRunModel(const ModelFlags& model_flags, const StreamingFlag
 // io_uring+direct", the line run/bench/ppl print at start; {"budget", "source", "storage"} in JSON.
 std::string MemoryLine(const RunModel& m);
 nlohmann::json MemoryJson(const RunModel& m);
+// "KV cache q8_0, 8192 tokens, 102.00 MiB" and, for a pack under a budget, how many tokens of
+// context the budget would hold at each cache type (the weight cache then at its floor);
+// {"types", "ctx", "bytes", "bytes_per_token", "max_ctx": {type: tokens}} in JSON.
+std::string KvLine(const RunModel& m, const model::Session& session);
+nlohmann::json KvJson(const RunModel& m, const model::Session& session);
 // The headroom left under a cgroup's limit when --memory is not given: the limit counts the
 // kernel's memory for the process and the page cache of the program's own files, outside weir's
 // plan.

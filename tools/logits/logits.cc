@@ -38,6 +38,7 @@ int LogitsMain(int argc, char** argv) {
   ThreadPool pool(ThreadCount(mf));
   model::SessionOptions so;
   so.ctx = mf.ctx > 0 ? mf.ctx : static_cast<int>(ids.size());
+  so.kv_types = mf.kv_types;
   so.n_batch = 16;
   auto session = model::Session::Create(model, &pool, so);
   if (!session.ok()) return Fail("logits", session.status());

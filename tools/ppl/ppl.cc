@@ -72,6 +72,7 @@ int PplMain(int argc, char** argv) {
 
   model::SessionOptions so;
   so.ctx = mf.ctx;
+  so.kv_types = mf.kv_types;
   so.n_batch = std::min(mf.ctx, batch);
   so.sparsity = spf.policy.get();
   m->Configure(&so);

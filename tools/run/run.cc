@@ -111,6 +111,7 @@ int RunMain(int argc, char** argv) {
   if (ids.empty()) ids.push_back(tok->bos_id() >= 0 ? tok->bos_id() : 0);
   model::SessionOptions so;
   so.ctx = mf.ctx;
+  so.kv_types = mf.kv_types;
   so.sparsity = spf.policy.get();
   m->Configure(&so);
   if (Status st = BuildM2Cache(&m2f, model, &pool, !json, &so); !st.ok()) return Fail("run", st);
@@ -121,7 +122,7 @@ int RunMain(int argc, char** argv) {
   if (!built.ok()) return Fail("run", built.status());
   std::unique_ptr<speculative::Draft> draft = std::move(*built);
   if (Status st = m->Fit(**session, draft ? draft->allocated_bytes() : 0); !st.ok()) return Fail("run", st);
-  if (m->streaming) std::fprintf(stderr, "%s\n", MemoryLine(*m).c_str());
+  if (m->streaming) std::fprintf(stderr, "%s | %s\n", MemoryLine(*m).c_str(), KvLine(*m, **session).c_str());
   if (!m2f.store_line.empty() && !json) std::fprintf(stderr, "%s\n", m2f.store_line.c_str());
   auto trace = StartTrace(tf, **session, &*m, spf.policy ? spf.policy->info().spec : "dense");
   if (!trace.ok()) return Fail("run", trace.status());
@@ -204,6 +205,7 @@ int RunMain(int argc, char** argv) {
                {"prompt_tok_s", stats->prompt_tok_s()},
                {"decode_tok_s", stats->decode_tok_s()},
                {"threads", pool.size()},
+               {"kv_cache", KvJson(*m, **session)},
                {"speculative", draft ? SpeculativeStatsJson(*draft, spec) : nlohmann::json()},
                {"streaming", streamed ? nlohmann::json{{"memory", MemoryJson(*m)}, {"plan", MemoryPlanJson(m->streaming->plan())},
                                                        {"per_token", stream_tokens},

@@ -118,6 +118,7 @@ int ServeMain(int argc, char** argv) {
   for (int i = 0; i < parallel; ++i) {
     model::SessionOptions o;
     o.ctx = mf.ctx;
+    o.kv_types = mf.kv_types;
     o.sparsity = spf.policy.get();
     m->Configure(&o);
     auto session = model::Session::Create(model, &pool, o);

@@ -96,6 +96,7 @@ int SweepMain(int argc, char** argv) {
       row.density = (*policy)->info().density;
       model::SessionOptions so;
       so.ctx = mf.ctx;
+      so.kv_types = mf.kv_types;
       so.n_batch = std::min(mf.ctx, 64);
       so.sparsity = policy->get();
       auto session = model::Session::Create(model, &pool, so);

@@ -119,7 +119,13 @@ struct IsaKernels {
   // the tokens of a call: MatMul hands them kWideTokenChunk tokens per call instead of
   // kTokenChunk (matvec.cc).
   uint64_t wide_token_types = 0;
+
+  // x[i] = e^(x[i] - max) for i < n, returning their sum (attention's segment softmax,
+  // attention.h), or nullptr (then ScalarExpSum).
+  float (*exp_sum)(float* x, int64_t n, float max) = nullptr;
 };
+
+float ScalarExpSum(float* x, int64_t n, float max);
 
 void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out);
 void ScalarDotTiled(DType t, const uint8_t* groups, const TiledGeometry& g, const void* xp,
