@@ -38,12 +38,67 @@ void ForEachRun(int ring, int begin, int count, const Fn& fn) {
   }
 }
 
+// Queries sharing each loaded key block and value row (the SIMD kernels' register budget).
+constexpr int kKeysShared = 4;
+
+void ScoresOfBlocks(const internal::IsaKernels& k, DType t, const uint8_t* kb, size_t stride,
+                    int64_t n_blocks, int64_t hd, const float* const* q, int nq, float* const* s) {
+  if (k.attn_scores16 != nullptr) {
+    k.attn_scores16(t, kb, stride, n_blocks, hd, q, nq, s);
+  } else {
+    internal::ScalarAttnScores16(t, kb, stride, n_blocks, hd, q, nq, s);
+  }
+}
+
+// Whether the path's attn_values kernel takes heads of hd values (it returns false otherwise).
+bool ValuesKernelTakes(int hd) { return hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+
 float ExpSubSum(const internal::IsaKernels& k, float* x, int64_t n, float max) {
   if (k.exp_sum != nullptr) return k.exp_sum(x, n, max);
   return internal::ScalarExpSum(x, n, max);
 }
 
 }  // namespace
+
+void WriteKvHead(const KvRows& rows, uint8_t* data, int pos, int head, int head_dim, const float* x) {
+  const size_t r = static_cast<size_t>(pos % rows.ring);
+  if (!rows.tiled16) {
+    QuantizeRow(rows.type, x, data + r * rows.row_bytes + static_cast<size_t>(head) * rows.head_bytes, head_dim);
+    return;
+  }
+  const size_t elem = rows.type == DType::kF32 ? 4 : 2;
+  uint8_t* block = data + (r / 16) * 16 * rows.row_bytes + static_cast<size_t>(head) * 16 * rows.head_bytes;
+  for (int d = 0; d < head_dim; ++d) {
+    uint8_t* e = block + (static_cast<size_t>(d) * 16 + r % 16) * elem;
+    if (rows.type == DType::kF32) {
+      std::memcpy(e, x + d, 4);
+    } else {
+      const uint16_t h = rows.type == DType::kF16 ? F32ToF16(x[d]) : F32ToBF16(x[d]);
+      std::memcpy(e, &h, 2);
+    }
+  }
+}
+
+void ReadKvHead(const KvRows& rows, int pos, int head, int head_dim, float* out) {
+  const size_t r = static_cast<size_t>(pos % rows.ring);
+  if (!rows.tiled16) {
+    DequantizeRow(rows.type, rows.data + r * rows.row_bytes + static_cast<size_t>(head) * rows.head_bytes, out,
+                  head_dim);
+    return;
+  }
+  const size_t elem = rows.type == DType::kF32 ? 4 : 2;
+  const uint8_t* block = rows.data + (r / 16) * 16 * rows.row_bytes + static_cast<size_t>(head) * 16 * rows.head_bytes;
+  for (int d = 0; d < head_dim; ++d) {
+    const uint8_t* e = block + (static_cast<size_t>(d) * 16 + r % 16) * elem;
+    if (rows.type == DType::kF32) {
+      std::memcpy(out + d, e, 4);
+    } else {
+      uint16_t h;
+      std::memcpy(&h, e, 2);
+      out[d] = rows.type == DType::kF16 ? F16ToF32(h) : BF16ToF32(h);
+    }
+  }
+}
 
 int AttnSegmentFor(int ctx) {
   const int64_t per = (int64_t{ctx} + 31) / 32;
@@ -180,25 +235,31 @@ void Attend(std::span<const AttnQuery> queries, const AttnShape& shape, AttnWork
       if (lo >= hi) continue;
       const int len = hi - lo;
 
-      // Scores: one pass over the segment's keys for every query of the block.
-      const size_t pb = internal::TypedPrepBytes(kern, K.type, hd);
-      const size_t xp_stride = pb == 0 ? static_cast<size_t>(hd) * sizeof(float) : ws->prep_stride_;
-      for (int i = 0; i < nb; ++i) {
-        const float* qv = queries[static_cast<size_t>(b + i)].q;
-        uint8_t* dst = prepared + static_cast<size_t>(i) * xp_stride;
-        if (pb == 0) {
-          std::memcpy(dst, qv, sizeof(float) * static_cast<size_t>(hd));
-        } else {
-          internal::TypedPrep(kern, K.type, qv, hd, dst);
+      // Scores, indexed by position - s * seg. Keys in rows: one pass over the segment's keys
+      // for every query of the block (the row product of matvec.h). Keys in blocks of 16: each
+      // query's blocks, below.
+      const int base = s * seg;
+      if (!K.tiled16) {
+        const size_t pb = internal::TypedPrepBytes(kern, K.type, hd);
+        const size_t xp_stride = pb == 0 ? static_cast<size_t>(hd) * sizeof(float) : ws->prep_stride_;
+        WEIR_CHECK(xp_stride <= ws->prep_stride_);
+        for (int i = 0; i < nb; ++i) {
+          const float* qv = queries[static_cast<size_t>(b + i)].q;
+          uint8_t* dst = prepared + static_cast<size_t>(i) * xp_stride;
+          if (pb == 0) {
+            std::memcpy(dst, qv, sizeof(float) * static_cast<size_t>(hd));
+          } else {
+            internal::TypedPrep(kern, K.type, qv, hd, dst);
+          }
         }
+        ForEachRun(K.ring, lo, len, [&](int pos, int row, int run) {
+          internal::TypedDot(kern, K.type,
+                             K.data + static_cast<size_t>(row) * K.row_bytes +
+                                 static_cast<size_t>(lead.kv_head) * K.head_bytes,
+                             K.row_bytes, hd, run, prepared, xp_stride, nb, scores + (pos - base),
+                             static_cast<size_t>(seg), nullptr);
+        });
       }
-      ForEachRun(K.ring, lo, len, [&](int pos, int row, int run) {
-        internal::TypedDot(kern, K.type,
-                           K.data + static_cast<size_t>(row) * K.row_bytes +
-                               static_cast<size_t>(lead.kv_head) * K.head_bytes,
-                           K.row_bytes, hd, run, prepared, xp_stride, nb, scores + (pos - lo),
-                           static_cast<size_t>(seg), nullptr);
-      });
 
       // Quantized values: the segment's rows of this head dequantized once for the block.
       const bool widened = WidenedInKernel(V.type);
@@ -213,33 +274,85 @@ void Attend(std::span<const AttnQuery> queries, const AttnShape& shape, AttnWork
         });
       }
 
-      // Each query: its softmax state over its own positions of the segment.
-      for (int i = 0; i < nb; ++i) {
-        const AttnQuery& q = queries[static_cast<size_t>(b + i)];
-        const int qlo = std::max(lo, q.first), qhi = std::min(hi, q.last + 1);
-        if (qlo >= qhi) continue;
-        const int n = qhi - qlo;
-        float* sc = scores + static_cast<size_t>(i) * seg + (qlo - lo);
-        for (int j = 0; j < n; ++j) sc[j] *= shape.scale;
-        if (shape.softcap > 0) SoftCap(sc, n, shape.softcap);
-        float m = sc[0];
-        for (int j = 1; j < n; ++j) m = std::max(m, sc[j]);
-        float* p = partial(b + i, s);
-        p[0] = m;
-        p[1] = ExpSubSum(kern, sc, n, m);
-        float* acc = p + 2;
-        if (widened) {
-          ForEachRun(V.ring, qlo, n, [&](int pos, int row, int run) {
-            internal::TypedAxpyGather(kern, V.type,
-                                      V.data + static_cast<size_t>(row) * V.row_bytes +
-                                          static_cast<size_t>(q.kv_head) * V.head_bytes,
-                                      V.row_bytes, hd, iota, run, sc + (pos - qlo), acc);
+      // The queries in groups of up to 4 (kKeysShared): keys in blocks of 16 and value rows
+      // of a float type are loaded once for the group. Each query's state is computed over its
+      // own positions only; where the group's union is wider its weights are 0 (adding 0 * v
+      // changes no bit), so the result does not depend on the group.
+      const bool values_kernel = widened && kern.attn_values != nullptr && ValuesKernelTakes(hd);
+      for (int g0 = 0; g0 < nb; g0 += kKeysShared) {
+        const int gn = std::min(kKeysShared, nb - g0);
+        const float* gq[kKeysShared];
+        float* gs[kKeysShared];
+        float* gacc[kKeysShared];
+        int ulo = hi, uhi = lo;  // the group's union of positions in the segment
+        for (int i = 0; i < gn; ++i) {
+          const AttnQuery& q = queries[static_cast<size_t>(b + g0 + i)];
+          gq[i] = q.q;
+          gs[i] = scores + static_cast<size_t>(g0 + i) * seg;
+          gacc[i] = partial(b + g0 + i, s) + 2;
+          const int qlo = std::max(lo, q.first), qhi = std::min(hi, q.last + 1);
+          if (qlo >= qhi) continue;
+          ulo = std::min(ulo, qlo);
+          uhi = std::max(uhi, qhi);
+        }
+        if (ulo >= uhi) continue;
+        if (K.tiled16) {
+          // The 16-position blocks holding [ulo, uhi); the ring's runs start on block bounds.
+          const int first16 = ulo & ~15, end16 = (uhi + 15) & ~15;
+          const size_t block_stride = 16 * K.row_bytes;
+          ForEachRun(K.ring, first16, end16 - first16, [&](int pos, int row, int run) {
+            const uint8_t* kb = K.data + static_cast<size_t>(row / 16) * block_stride +
+                                static_cast<size_t>(lead.kv_head) * 16 * K.head_bytes;
+            float* at[kKeysShared];
+            for (int i = 0; i < gn; ++i) at[i] = gs[i] + (pos - base);
+            ScoresOfBlocks(kern, K.type, kb, block_stride, (run + 15) / 16, hd, gq, gn, at);
           });
-        } else {
-          internal::TypedAxpyGather(kern, DType::kF32,
-                                    reinterpret_cast<const uint8_t*>(
-                                        values + static_cast<size_t>(qlo - lo) * hd),
-                                    static_cast<size_t>(hd) * sizeof(float), hd, iota, n, sc, acc);
+        }
+        for (int i = 0; i < gn; ++i) {
+          const AttnQuery& q = queries[static_cast<size_t>(b + g0 + i)];
+          const int qlo = std::max(lo, q.first), qhi = std::min(hi, q.last + 1);
+          float* row_scores = gs[i];
+          if (qlo >= qhi) {  // no position here: weight 0 everywhere
+            std::fill(row_scores + (ulo - base), row_scores + (uhi - base), 0.0f);
+            continue;
+          }
+          const int n = qhi - qlo;
+          float* sc = row_scores + (qlo - base);
+          for (int j = 0; j < n; ++j) sc[j] *= shape.scale;
+          if (shape.softcap > 0) SoftCap(sc, n, shape.softcap);
+          float m = sc[0];
+          for (int j = 1; j < n; ++j) m = std::max(m, sc[j]);
+          float* p = partial(b + g0 + i, s);
+          p[0] = m;
+          p[1] = ExpSubSum(kern, sc, n, m);
+          std::fill(row_scores + (ulo - base), row_scores + (qlo - base), 0.0f);
+          std::fill(row_scores + (qhi - base), row_scores + (uhi - base), 0.0f);
+          if (values_kernel) continue;  // the group's pass below
+          float* acc = p + 2;
+          if (widened) {
+            ForEachRun(V.ring, qlo, n, [&](int pos, int row, int run) {
+              internal::TypedAxpyGather(kern, V.type,
+                                        V.data + static_cast<size_t>(row) * V.row_bytes +
+                                            static_cast<size_t>(q.kv_head) * V.head_bytes,
+                                        V.row_bytes, hd, iota, run, sc + (pos - qlo), acc);
+            });
+          } else {
+            internal::TypedAxpyGather(kern, DType::kF32,
+                                      reinterpret_cast<const uint8_t*>(
+                                          values + static_cast<size_t>(qlo - lo) * hd),
+                                      static_cast<size_t>(hd) * sizeof(float), hd, iota, n, sc, acc);
+          }
+        }
+        if (values_kernel) {
+          bool done = true;
+          ForEachRun(V.ring, ulo, uhi - ulo, [&](int pos, int row, int run) {
+            const uint8_t* rows = V.data + static_cast<size_t>(row) * V.row_bytes +
+                                  static_cast<size_t>(lead.kv_head) * V.head_bytes;
+            const float* gp[kKeysShared];
+            for (int i = 0; i < gn; ++i) gp[i] = gs[i] + (pos - base);
+            done = done && kern.attn_values(V.type, rows, V.row_bytes, run, hd, gp, gn, gacc);
+          });
+          WEIR_CHECK(done);  // head_dim checked when values_kernel was chosen
         }
       }
     }
@@ -278,13 +391,22 @@ void Attend(std::span<const AttnQuery> queries, const AttnShape& shape) {
     const int n = q.last - q.first + 1;
     s.assign(static_cast<size_t>(n), 0.0);
     for (int j = 0; j < n; ++j) {
-      const int r = (q.first + j) % q.k->ring;
-      TensorView key;
-      key.dtype = q.k->type;
-      key.shape = Shape{1, hd};
-      key.data = q.k->data + static_cast<size_t>(r) * q.k->row_bytes +
-                 static_cast<size_t>(q.kv_head) * q.k->head_bytes;
-      double x = static_cast<double>(static_cast<float>(DotRow(key, 0, q.q)) * shape.scale);
+      // Keys of a quantized type: the row product (q quantized to int8 blocks); float keys:
+      // the exact dot product.
+      double dot = 0;
+      if (q.k->tiled16 || !IsBlockQuantized(q.k->type)) {
+        ReadKvHead(*q.k, q.first + j, q.kv_head, hd, row.data());
+        for (int d = 0; d < hd; ++d) dot += static_cast<double>(q.q[d]) * row[static_cast<size_t>(d)];
+      } else {
+        const int r = (q.first + j) % q.k->ring;
+        TensorView key;
+        key.dtype = q.k->type;
+        key.shape = Shape{1, hd};
+        key.data = q.k->data + static_cast<size_t>(r) * q.k->row_bytes +
+                   static_cast<size_t>(q.kv_head) * q.k->head_bytes;
+        dot = DotRow(key, 0, q.q);
+      }
+      double x = static_cast<double>(static_cast<float>(dot) * shape.scale);
       if (shape.softcap > 0) x = shape.softcap * std::tanh(x / shape.softcap);
       s[static_cast<size_t>(j)] = x;
     }
@@ -294,11 +416,7 @@ void Attend(std::span<const AttnQuery> queries, const AttnShape& shape) {
     for (int j = 0; j < n; ++j) {
       const double w = std::exp(s[static_cast<size_t>(j)] - m);
       l += w;
-      const int r = (q.first + j) % q.v->ring;
-      DequantizeRow(q.v->type,
-                    q.v->data + static_cast<size_t>(r) * q.v->row_bytes +
-                        static_cast<size_t>(q.kv_head) * q.v->head_bytes,
-                    row.data(), hd);
+      ReadKvHead(*q.v, q.first + j, q.kv_head, hd, row.data());
       for (int d = 0; d < hd; ++d) acc[static_cast<size_t>(d)] += w * row[static_cast<size_t>(d)];
     }
     for (int d = 0; d < hd; ++d) q.out[d] = static_cast<float>(acc[static_cast<size_t>(d)] / l);

@@ -37,15 +37,29 @@
 
 namespace weir::kernels {
 
-// Where one layer's cached keys (or values) lie: position p's row, every key-value head, starts
-// at data + (p % ring) * row_bytes; head h's head_dim values are head_bytes * h into the row.
+// Where one layer's cached keys (or values) lie. Position p lives in row r = p % ring; a row holds
+// every key-value head, head_bytes each (row_bytes in all).
+//   Rows (tiled16 false): row r at data + r * row_bytes, head h at + h * head_bytes, its values
+//     in order (blocks of a quantized type run along the head's values).
+//   Blocks of 16 rows (tiled16, float types only): rows 16 b .. 16 b + 15 at
+//     data + b * 16 * row_bytes; in it head h at + h * 16 * head_bytes holds value d of row
+//     16 b + l at element 16 d + l. The 16 positions' values of one dimension are one vector,
+//     so scores need no horizontal sums and each position's score is computed the same way
+//     whatever is computed with it. The ring is then a multiple of 16.
 struct KvRows {
   const uint8_t* data = nullptr;
   DType type = DType::kF32;
   size_t row_bytes = 0;
   size_t head_bytes = 0;
   int ring = 0;  // rows held; > 0
+  bool tiled16 = false;
 };
+
+// Converts x[head_dim] to rows.type and stores it as head `head` of position `pos` (data is
+// rows.data, writable), in the layout above.
+void WriteKvHead(const KvRows& rows, uint8_t* data, int pos, int head, int head_dim, const float* x);
+// Reads head `head` of position `pos` back as f32.
+void ReadKvHead(const KvRows& rows, int pos, int head, int head_dim, float* out);
 
 // One query: q[head_dim] attends positions [first, last] (first <= last, all held by the ring)
 // of key-value head kv_head; out[head_dim] receives the result.

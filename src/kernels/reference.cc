@@ -380,6 +380,34 @@ const internal::IsaKernels kScalarTable = {
 namespace internal {
 const IsaKernels* ScalarKernels() { return &kScalarTable; }
 
+void ScalarAttnScores16(DType t, const uint8_t* kb, size_t block_stride, int64_t n_blocks,
+                        int64_t hd, const float* const* qs, int nq, float* const* ss) {
+  const size_t elem = t == DType::kF32 ? 4 : 2;
+  for (int i = 0; i < nq; ++i) {
+  const float* q = qs[i];
+  float* s = ss[i];
+  for (int64_t b = 0; b < n_blocks; ++b) {
+    const uint8_t* k = kb + static_cast<size_t>(b) * block_stride;
+    float acc[16] = {};
+    for (int64_t d = 0; d < hd; ++d) {
+      for (int l = 0; l < 16; ++l) {
+        const uint8_t* e = k + (static_cast<size_t>(d) * 16 + static_cast<size_t>(l)) * elem;
+        float v;
+        if (t == DType::kF32) {
+          std::memcpy(&v, e, 4);
+        } else {
+          uint16_t h;
+          std::memcpy(&h, e, 2);
+          v = t == DType::kF16 ? F16ToF32(h) : BF16ToF32(h);
+        }
+        acc[l] += q[d] * v;
+      }
+    }
+    std::memcpy(s + 16 * b, acc, sizeof(acc));
+  }
+  }
+}
+
 float ScalarExpSum(float* x, int64_t n, float max) {
   float sum = 0;
   for (int64_t i = 0; i < n; ++i) {

@@ -1046,6 +1046,112 @@ void Softmax(float* x, int64_t n) {
   }
 }
 
+// Keys stored by blocks of 16 positions (internal/isa_kernels.h, attn_scores16): B blocks of Q
+// queries per pass, each loaded key vector shared by the Q queries, one accumulator per (query,
+// block). Each lane's sum is the same chain of fused multiply-adds over d whatever B and Q are.
+template <DType T, int Q, int B>
+void AttnScoreBlocks(const uint8_t* kb, size_t stride, int64_t hd, const float* const* q,
+                     float* const* s, int64_t at) {
+  __m512 acc[Q][B];
+  for (int i = 0; i < Q; ++i)
+    for (int b = 0; b < B; ++b) acc[i][b] = _mm512_setzero_ps();
+  constexpr int64_t kElem = T == DType::kF32 ? 4 : 2;
+  for (int64_t d = 0; d < hd; ++d) {
+    __m512 k[B];
+    for (int b = 0; b < B; ++b) k[b] = Load16<T>(kb + static_cast<size_t>(b) * stride + d * 16 * kElem, 0);
+    for (int i = 0; i < Q; ++i) {
+      const __m512 qd = _mm512_set1_ps(q[i][d]);
+      for (int b = 0; b < B; ++b) acc[i][b] = _mm512_fmadd_ps(qd, k[b], acc[i][b]);
+    }
+  }
+  for (int i = 0; i < Q; ++i)
+    for (int b = 0; b < B; ++b) _mm512_storeu_ps(s[i] + at + 16 * b, acc[i][b]);
+}
+
+template <DType T, int Q>
+void AttnScores16Q(const uint8_t* kb, size_t stride, int64_t n_blocks, int64_t hd,
+                   const float* const* q, float* const* s) {
+  constexpr int kB = Q == 1 ? 8 : 4;
+  int64_t b = 0;
+  for (; b + kB <= n_blocks; b += kB) AttnScoreBlocks<T, Q, kB>(kb + b * stride, stride, hd, q, s, 16 * b);
+  for (; b < n_blocks; ++b) AttnScoreBlocks<T, Q, 1>(kb + b * stride, stride, hd, q, s, 16 * b);
+}
+
+template <DType T>
+void AttnScores16T(const uint8_t* kb, size_t stride, int64_t n_blocks, int64_t hd,
+                   const float* const* q, int nq, float* const* s) {
+  switch (nq) {
+    case 1: AttnScores16Q<T, 1>(kb, stride, n_blocks, hd, q, s); return;
+    case 2: AttnScores16Q<T, 2>(kb, stride, n_blocks, hd, q, s); return;
+    case 3: AttnScores16Q<T, 3>(kb, stride, n_blocks, hd, q, s); return;
+    default: AttnScores16Q<T, 4>(kb, stride, n_blocks, hd, q, s); return;
+  }
+}
+
+void AttnScores16(DType t, const uint8_t* kb, size_t stride, int64_t n_blocks, int64_t hd,
+                  const float* const* q, int nq, float* const* s) {
+  switch (t) {
+    case DType::kF32: AttnScores16T<DType::kF32>(kb, stride, n_blocks, hd, q, nq, s); return;
+    case DType::kF16: AttnScores16T<DType::kF16>(kb, stride, n_blocks, hd, q, nq, s); return;
+    case DType::kBF16: AttnScores16T<DType::kBF16>(kb, stride, n_blocks, hd, q, nq, s); return;
+    default:  // the cache tiles only the float types (model/kv_cache.h)
+      __builtin_trap();
+  }
+}
+
+// acc_i[hd] += sum_j p_i[j] * v_j for Q queries, each loaded value vector shared by them, the
+// accumulators in registers for the whole run: one fused multiply-add per row, vector and query,
+// rows in order (AxpyFloatRows' numbers).
+template <DType T, int C, int Q>
+void AttnValuesT(const uint8_t* v, size_t stride, int64_t n, const float* const* p, float* const* acc) {
+  __m512 a[Q][C];
+  for (int i = 0; i < Q; ++i)
+    for (int c = 0; c < C; ++c) a[i][c] = _mm512_loadu_ps(acc[i] + 16 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = v + static_cast<size_t>(j) * stride;
+    __m512 w[C];
+    for (int c = 0; c < C; ++c) w[c] = Load16<T>(row, 16 * c);
+    for (int i = 0; i < Q; ++i) {
+      const __m512 pj = _mm512_set1_ps(p[i][j]);
+      for (int c = 0; c < C; ++c) a[i][c] = _mm512_fmadd_ps(pj, w[c], a[i][c]);
+    }
+  }
+  for (int i = 0; i < Q; ++i)
+    for (int c = 0; c < C; ++c) _mm512_storeu_ps(acc[i] + 16 * c, a[i][c]);
+}
+
+// Queries in passes of up to 24 / C (the accumulators and one row in the 32 registers).
+template <DType T, int C>
+void AttnValuesC(const uint8_t* v, size_t stride, int64_t n, const float* const* p, int nq,
+                 float* const* acc) {
+  constexpr int kQ = C >= 16 ? 1 : (C >= 8 ? 2 : 4);
+  int i = 0;
+  for (; i + kQ <= nq; i += kQ) AttnValuesT<T, C, kQ>(v, stride, n, p + i, acc + i);
+  for (; i < nq; ++i) AttnValuesT<T, C, 1>(v, stride, n, p + i, acc + i);
+}
+
+template <DType T>
+bool AttnValuesOf(const uint8_t* v, size_t stride, int64_t n, int64_t hd, const float* const* p,
+                  int nq, float* const* acc) {
+  switch (hd) {
+    case 32: AttnValuesC<T, 2>(v, stride, n, p, nq, acc); return true;
+    case 64: AttnValuesC<T, 4>(v, stride, n, p, nq, acc); return true;
+    case 128: AttnValuesC<T, 8>(v, stride, n, p, nq, acc); return true;
+    case 256: AttnValuesC<T, 16>(v, stride, n, p, nq, acc); return true;
+    default: return false;
+  }
+}
+
+bool AttnValues(DType t, const uint8_t* v, size_t stride, int64_t n, int64_t hd,
+                const float* const* p, int nq, float* const* acc) {
+  switch (t) {
+    case DType::kF32: return AttnValuesOf<DType::kF32>(v, stride, n, hd, p, nq, acc);
+    case DType::kF16: return AttnValuesOf<DType::kF16>(v, stride, n, hd, p, nq, acc);
+    case DType::kBF16: return AttnValuesOf<DType::kBF16>(v, stride, n, hd, p, nq, acc);
+    default: return false;
+  }
+}
+
 float ExpSum(float* x, int64_t n, float max) {
   const __m512 vmax = _mm512_set1_ps(max);
   __m512 sum = _mm512_setzero_ps();
@@ -1331,7 +1437,7 @@ const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Q41Types,
                            RmsNorm,   Softmax, SiluMul, SparseScatter, DotChunks,
                            PrepTiled, DotTiled, GeluMul,
                            // The 16-row kernels (Q8_0 keeps 16 tokens a call: 32 were ~5% slower).
-                           kAvx512Rows16Types & ~(uint64_t{1} << 8), ExpSum};
+                           kAvx512Rows16Types & ~(uint64_t{1} << 8), ExpSum, AttnScores16, AttnValues};
 
 }  // namespace
 

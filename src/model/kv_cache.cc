@@ -27,10 +27,14 @@ Status CheckKvType(DType t, int head_dim) {
   return Status::Ok();
 }
 
+// Rounded up to a multiple of 16: keys in blocks of 16 positions (kernels/attention.h) never
+// straddle the ring's end.
 int KVCache::RowsFor(const format::LlamaConfig& config, int layer, int ctx, int n_batch) {
-  if (!config.IsSliding(layer)) return ctx;
-  const int64_t ring = int64_t{config.sliding_window} + std::max(n_batch, 1) - 1;
-  return static_cast<int>(std::min<int64_t>(ctx, ring));
+  int64_t rows = ctx;
+  if (config.IsSliding(layer)) {
+    rows = std::min<int64_t>(ctx, int64_t{config.sliding_window} + std::max(n_batch, 1) - 1);
+  }
+  return static_cast<int>((rows + 15) / 16 * 16);
 }
 
 uint64_t KVCache::BytesFor(const format::LlamaConfig& config, int ctx, int n_batch, KvTypes types) {
@@ -82,8 +86,13 @@ Status KVCache::Init(const format::LlamaConfig& config, int ctx, int n_batch, Kv
                                            static_cast<size_t>(rows) * row_k,
                                            static_cast<size_t>(rows) * row_v, ctx));
     }
-    k_rows_.push_back({kb.data<uint8_t>(), types.k, row_k, head_k, rows});
-    v_rows_.push_back({vb.data<uint8_t>(), types.v, row_v, head_v, rows});
+    // Zeroed, so the unused positions of a block of 16 hold numbers, and the whole cache is
+    // resident from the start (what the budget counted).
+    std::memset(kb.data(), 0, static_cast<size_t>(rows) * row_k);
+    std::memset(vb.data(), 0, static_cast<size_t>(rows) * row_v);
+    const bool tiled = !IsBlockQuantized(types.k);  // float keys: blocks of 16 positions
+    k_rows_.push_back({kb.data<uint8_t>(), types.k, row_k, head_k, rows, tiled});
+    v_rows_.push_back({vb.data<uint8_t>(), types.v, row_v, head_v, rows, false});
     k_.push_back(std::move(kb));
     v_.push_back(std::move(vb));
   }
@@ -93,20 +102,11 @@ Status KVCache::Init(const format::LlamaConfig& config, int ctx, int n_batch, Kv
 
 void KVCache::Store(int layer, int pos, const float* k, const float* v) {
   const size_t l = static_cast<size_t>(layer);
-  const size_t row = static_cast<size_t>(pos % rows_[l]);
-  StoreRow(k_rows_[l], k_[l].data<uint8_t>() + row * k_rows_[l].row_bytes, k);
-  StoreRow(v_rows_[l], v_[l].data<uint8_t>() + row * v_rows_[l].row_bytes, v);
-}
-
-void KVCache::StoreRow(const kernels::KvRows& rows, uint8_t* dst, const float* src) const {
-  const int n_kv = static_cast<int>(rows.row_bytes / rows.head_bytes);
-  if (rows.type == DType::kF32) {
-    std::memcpy(dst, src, sizeof(float) * static_cast<size_t>(n_kv) * static_cast<size_t>(head_dim_));
-    return;
-  }
+  const int n_kv = kv_dim_[l] / head_dim_;
   for (int h = 0; h < n_kv; ++h) {
-    QuantizeRow(rows.type, src + static_cast<size_t>(h) * head_dim_,
-                dst + static_cast<size_t>(h) * rows.head_bytes, head_dim_);
+    const size_t at = static_cast<size_t>(h) * static_cast<size_t>(head_dim_);
+    kernels::WriteKvHead(k_rows_[l], k_[l].data<uint8_t>(), pos, h, head_dim_, k + at);
+    kernels::WriteKvHead(v_rows_[l], v_[l].data<uint8_t>(), pos, h, head_dim_, v + at);
   }
 }
 

@@ -2,11 +2,13 @@
 // F16, BF16, Q8_0, Q4_0, Q5_0, ... any type with a quantizer whose block divides the head
 // dimension). The library's default is F32, the exact cache the oracle tests check the forward
 // pass with; the commands default to F16, as llama.cpp does (tools/common/model_flags.h). Each head of a row is stored on its own (its blocks never span two
-// heads), so attention reads one head's keys as rows of that type (kernels/attention.h).
+// heads), so attention reads one head's keys as rows of that type; keys of a float type are kept
+// in blocks of 16 positions instead (kernels/attention.h, KvRows), and every ring holds a
+// multiple of 16 rows.
 //   k[l]: [rows(l), n_head_kv(l) * head_dim] in types.k   v[l]: same in types.v
 // A global layer keeps every position of the context (rows = ctx). A sliding-window layer
 // (LlamaConfig::IsSliding) attends only to the last `sliding_window` positions, so it keeps a
-// ring of rows = min(ctx, window + n_batch - 1): a forward call appends up to n_batch positions
+// ring of rows = min(ctx, window + n_batch - 1), rounded up to 16: a forward call appends up to n_batch positions
 // before its first token reads its window, so the ring must hold the window of the call's first
 // token plus the call's other tokens. Position p lives in row p % rows.
 // Allocated once for the session's context length.
@@ -64,7 +66,6 @@ class KVCache {
 
  private:
   static int RowsFor(const format::LlamaConfig& config, int layer, int ctx, int n_batch);
-  void StoreRow(const kernels::KvRows& rows, uint8_t* dst, const float* src) const;
 
   int ctx_ = 0;
   int head_dim_ = 0;

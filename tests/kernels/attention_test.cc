@@ -22,20 +22,25 @@ using testing::RandomFloats;
 struct AttnCache {
   std::vector<uint8_t> bytes;
   KvRows rows;
-  AttnCache(std::mt19937& rng, DType type, int n_kv, int head_dim, int ring, float range) {
+  // tiled: blocks of 16 positions (float types; the ring rounded up to 16).
+  AttnCache(std::mt19937& rng, DType type, int n_kv, int head_dim, int ring, float range, bool tiled = false) {
+    if (tiled) ring = (ring + 15) / 16 * 16;
     const size_t head = RowBytes(type, head_dim);
-    bytes.resize(head * static_cast<size_t>(n_kv) * static_cast<size_t>(ring));
-    for (size_t h = 0; h < static_cast<size_t>(n_kv) * static_cast<size_t>(ring); ++h) {
-      std::vector<float> x = RandomFloats(rng, head_dim, -range, range);
-      QuantizeRow(type, x.data(), bytes.data() + h * head, head_dim);
+    bytes.assign(head * static_cast<size_t>(n_kv) * static_cast<size_t>(ring), 0);
+    rows = KvRows{bytes.data(), type, head * static_cast<size_t>(n_kv), head, ring, tiled};
+    for (int p = 0; p < ring; ++p) {
+      for (int h = 0; h < n_kv; ++h) {
+        std::vector<float> x = RandomFloats(rng, head_dim, -range, range);
+        WriteKvHead(rows, bytes.data(), p, h, head_dim, x.data());
+      }
     }
-    rows = KvRows{bytes.data(), type, head * static_cast<size_t>(n_kv), head, ring};
   }
 };
 
 struct AttnCase {
   DType k, v;
   int head_dim;
+  bool tiled = false;  // keys in blocks of 16 positions
 };
 
 const AttnCase kAttnCases[] = {
@@ -44,6 +49,8 @@ const AttnCase kAttnCases[] = {
     {DType::kQ4_0, DType::kQ4_0, 128}, {DType::kQ5_0, DType::kQ5_0, 64},
     {DType::kQ8_0, DType::kF16, 64},  {DType::kF16, DType::kQ4_0, 256},
     {DType::kQ4_K, DType::kQ6_K, 256},
+    {DType::kF16, DType::kF16, 64, true}, {DType::kF32, DType::kQ8_0, 32, true},
+    {DType::kBF16, DType::kF16, 256, true},
 };
 
 // The queries of a prefill call of n tokens at positions start.. of a GQA group, over a cache
@@ -76,7 +83,7 @@ TEST(AttentionTest, MatchesReferenceForEveryTypeAndPath) {
           std::mt19937 rng(7 + static_cast<unsigned>(c.head_dim) + static_cast<unsigned>(window));
           const int ctx = 700, n = 9, start = 600, group = 3, n_kv = 2;
           const int ring = window > 0 ? window + n - 1 : ctx;
-          AttnCache k(rng, c.k, n_kv, c.head_dim, ring, 1.0f), v(rng, c.v, n_kv, c.head_dim, ring, 2.0f);
+          AttnCache k(rng, c.k, n_kv, c.head_dim, ring, 1.0f, c.tiled), v(rng, c.v, n_kv, c.head_dim, k.rows.ring, 2.0f);
           std::vector<float> q = RandomFloats(rng, static_cast<int64_t>(n) * group * c.head_dim, -2, 2);
           std::vector<float> got, want;
           auto qs = AttnQueries(q, &k.rows, &v.rows, 1, group, n, start, window, c.head_dim, &got);
@@ -103,7 +110,7 @@ TEST(AttentionTest, LongContextSegmentsMergeToTheReference) {
   std::mt19937 rng(5);
   const int ctx = 20000, hd = 64;
   ASSERT_GT(AttnSegmentFor(ctx), 256);
-  AttnCache k(rng, DType::kF16, 1, hd, ctx, 1.0f), v(rng, DType::kQ8_0, 1, hd, ctx, 1.0f);
+  AttnCache k(rng, DType::kF16, 1, hd, ctx, 1.0f, true), v(rng, DType::kQ8_0, 1, hd, ctx, 1.0f);
   std::vector<float> q = RandomFloats(rng, 4 * hd, -3, 3);
   std::vector<float> got, want;
   auto qs = AttnQueries(q, &k.rows, &v.rows, 0, 4, 1, ctx - 1, 0, hd, &got);
@@ -128,7 +135,7 @@ TEST(AttentionTest, QueryAloneEqualsQueryInBlockBitwise) {
         std::mt19937 rng(11);
         const int ctx = 1500, n = 20, start = 1300, group = 4;
         const int ring = window > 0 ? window + n - 1 : ctx;
-        AttnCache k(rng, c.k, 1, c.head_dim, ring, 1.0f), v(rng, c.v, 1, c.head_dim, ring, 1.0f);
+        AttnCache k(rng, c.k, 1, c.head_dim, ring, 1.0f, c.tiled), v(rng, c.v, 1, c.head_dim, k.rows.ring, 1.0f);
         std::vector<float> q = RandomFloats(rng, static_cast<int64_t>(n) * group * c.head_dim, -2, 2);
         std::vector<float> block, alone;
         auto qs = AttnQueries(q, &k.rows, &v.rows, 0, group, n, start, window, c.head_dim, &block);

@@ -123,9 +123,28 @@ struct IsaKernels {
   // x[i] = e^(x[i] - max) for i < n, returning their sum (attention's segment softmax,
   // attention.h), or nullptr (then ScalarExpSum).
   float (*exp_sum)(float* x, int64_t n, float max) = nullptr;
+
+  // Scores of keys stored by blocks of 16 positions (attention.h, KvRows::tiled16) for nq <= 4
+  // queries: block b < n_blocks at kb + b * block_stride holds value d of lane l at element
+  // 16 d + l, in type t (F32, F16 or BF16), and
+  //   s[i][16 b + l] = sum_{d < hd} q[i][d] * k_b[d][l],  d in order
+  // (one fused multiply-add per d on the SIMD paths), so a lane's score does not depend on the
+  // blocks or queries computed with it. nullptr: ScalarAttnScores16.
+  void (*attn_scores16)(DType t, const uint8_t* kb, size_t block_stride, int64_t n_blocks,
+                        int64_t hd, const float* const* q, int nq, float* const* s) = nullptr;
+
+  // Attention's weighted sums of values for nq queries, rows at v + j * row_stride of type t
+  // (F32, F16, BF16):
+  //   acc[i][d] += sum_{j < n} p[i][j] * v_j[d],  j in order, one fused multiply-add per j
+  // (axpy_gather's numbers for these types, query by query). False, with nothing done, for a
+  // head_dim or type it has no kernel for (then the caller uses axpy_gather). nullptr: none.
+  bool (*attn_values)(DType t, const uint8_t* v, size_t row_stride, int64_t n, int64_t hd,
+                      const float* const* p, int nq, float* const* acc) = nullptr;
 };
 
 float ScalarExpSum(float* x, int64_t n, float max);
+void ScalarAttnScores16(DType t, const uint8_t* kb, size_t block_stride, int64_t n_blocks,
+                        int64_t hd, const float* const* q, int nq, float* const* s);
 
 void ScalarPrepTiled(DType t, const float* x, int64_t cols, void* out);
 void ScalarDotTiled(DType t, const uint8_t* groups, const TiledGeometry& g, const void* xp,
