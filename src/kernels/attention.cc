@@ -50,8 +50,15 @@ void ScoresOfBlocks(const internal::IsaKernels& k, DType t, const uint8_t* kb, s
   }
 }
 
-// Whether the path's attn_values kernel takes heads of hd values (it returns false otherwise).
-bool ValuesKernelTakes(int hd) { return hd == 32 || hd == 64 || hd == 128 || hd == 256; }
+// Whether the path's attn_values kernel takes heads of hd values: it answers for itself (a
+// call with no rows does nothing else).
+bool ValuesKernelTakes(const internal::IsaKernels& k, DType t, int hd) {
+  if (k.attn_values == nullptr || hd > 256) return false;
+  float acc[256] = {};  // loaded and stored back unchanged: no rows
+  const float* pp = acc;
+  float* ap = acc;
+  return k.attn_values(t, nullptr, 0, 0, hd, &pp, 1, &ap);
+}
 
 float ExpSubSum(const internal::IsaKernels& k, float* x, int64_t n, float max) {
   if (k.exp_sum != nullptr) return k.exp_sum(x, n, max);
@@ -278,7 +285,7 @@ void Attend(std::span<const AttnQuery> queries, const AttnShape& shape, AttnWork
       // of a float type are loaded once for the group. Each query's state is computed over its
       // own positions only; where the group's union is wider its weights are 0 (adding 0 * v
       // changes no bit), so the result does not depend on the group.
-      const bool values_kernel = widened && kern.attn_values != nullptr && ValuesKernelTakes(hd);
+      const bool values_kernel = widened && ValuesKernelTakes(kern, V.type, hd);
       for (int g0 = 0; g0 < nb; g0 += kKeysShared) {
         const int gn = std::min(kKeysShared, nb - g0);
         const float* gq[kKeysShared];

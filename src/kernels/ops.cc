@@ -39,10 +39,21 @@ void SoftCap(float* x, int64_t n, float cap) {
   for (int64_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] * inv);
 }
 
-void AttentionWeights(float* scores, int64_t n, float scale, float softcap) {
-  for (int64_t i = 0; i < n; ++i) scores[i] *= scale;
-  if (softcap > 0) SoftCap(scores, n, softcap);
-  Softmax(scores, n);
+void HadamardRotate(float* x, int64_t n, int block) {
+  const float norm = 1.0f / std::sqrt(static_cast<float>(block));
+  for (int64_t b0 = 0; b0 < n; b0 += block) {
+    float* v = x + b0;
+    for (int h = 1; h < block; h *= 2) {
+      for (int i = 0; i < block; i += 2 * h) {
+        for (int j = i; j < i + h; ++j) {
+          const float a = v[j], c = v[j + h];
+          v[j] = a + c;
+          v[j + h] = a - c;
+        }
+      }
+    }
+    for (int i = 0; i < block; ++i) v[i] *= norm;
+  }
 }
 
 void Rope(float* x, int n_heads, int head_dim, int rot_dim, int pos, float base, RopeStyle style,

@@ -1,5 +1,5 @@
 // Elementwise and small vector operations of the decoder: RMSNorm, RoPE, softmax, SwiGLU, GeGLU,
-// logit soft-capping, one query's attention weights, top-k.
+// logit soft-capping, top-k (attention itself: attention.h).
 // RmsNorm, Softmax and SiluMul run on the path chosen in isa.h (vectorized on AVX2 / AVX-512 /
 // Highway); Rope and TopK have one implementation (they are a negligible share of a token).
 //
@@ -43,10 +43,13 @@ void GatedActivation(Glu glu, float* gate, const float* up, int64_t n);
 // x[i] = cap * tanh(x[i] / cap): logit soft-capping (Gemma 2/3); cap > 0.
 void SoftCap(float* x, int64_t n, float cap);
 
-// One query's attention weights over n keys, in place: scores[i] = q.k_i in, softmax_i(s_i) out,
-// with s_i = scale * scores[i], soft-capped to cap * tanh(s_i / cap) when softcap > 0 (Gemma 2's
-// attention logit soft-capping, applied after the scale as llama.cpp and Hugging Face do).
-void AttentionWeights(float* scores, int64_t n, float scale, float softcap);
+// Rotates each of the n / block consecutive blocks of x by the orthonormal Walsh-Hadamard matrix
+// H_block / sqrt(block) (block a power of two dividing n), in place, by the fast transform. The
+// matrix is symmetric and its own inverse, so applying it twice gives x back, and it keeps dot
+// products: (H a) . (H b) = a . b. A quantized KV cache stores rotated keys and values, which
+// spreads a head's outlier dimensions over the block before the block's scale is chosen
+// (model/kv_cache.h).
+void HadamardRotate(float* x, int64_t n, int block);
 
 // Writes into idx[k] the indices of the k largest scores[i] in increasing index order, by partial
 // selection (O(n) expected), not a full sort. Ties are broken by lower index; NaN ranks below

@@ -834,6 +834,110 @@ inline float Exp1(float x) {
   return buf[0];
 }
 
+// Keys stored by blocks of 16 positions (internal/isa_kernels.h, attn_scores16), as two halves of
+// 8 lanes: B blocks of Q queries per pass, each loaded key vector shared by the Q queries. Each
+// lane's sum is the same chain of fused multiply-adds over d whatever B and Q are.
+template <DType T, int Q, int B>
+void AttnScoreBlocks(const uint8_t* kb, size_t stride, int64_t hd, const float* const* q,
+                     float* const* s, int64_t at) {
+  __m256 acc[Q][2 * B];
+  for (int i = 0; i < Q; ++i)
+    for (int b = 0; b < 2 * B; ++b) acc[i][b] = _mm256_setzero_ps();
+  constexpr int64_t kElem = T == DType::kF32 ? 4 : 2;
+  for (int64_t d = 0; d < hd; ++d) {
+    __m256 k[2 * B];
+    for (int b = 0; b < B; ++b) {
+      const uint8_t* e = kb + static_cast<size_t>(b) * stride + d * 16 * kElem;
+      k[2 * b] = Load8<T>(e, 0);
+      k[2 * b + 1] = Load8<T>(e, 8);
+    }
+    for (int i = 0; i < Q; ++i) {
+      const __m256 qd = _mm256_set1_ps(q[i][d]);
+      for (int b = 0; b < 2 * B; ++b) acc[i][b] = _mm256_fmadd_ps(qd, k[b], acc[i][b]);
+    }
+  }
+  for (int i = 0; i < Q; ++i)
+    for (int b = 0; b < 2 * B; ++b) _mm256_storeu_ps(s[i] + at + 8 * b, acc[i][b]);
+}
+
+template <DType T, int Q>
+void AttnScores16Q(const uint8_t* kb, size_t stride, int64_t n_blocks, int64_t hd,
+                   const float* const* q, float* const* s) {
+  constexpr int kB = Q == 1 ? 4 : 2;
+  int64_t b = 0;
+  for (; b + kB <= n_blocks; b += kB) AttnScoreBlocks<T, Q, kB>(kb + b * stride, stride, hd, q, s, 16 * b);
+  for (; b < n_blocks; ++b) AttnScoreBlocks<T, Q, 1>(kb + b * stride, stride, hd, q, s, 16 * b);
+}
+
+template <DType T>
+void AttnScores16T(const uint8_t* kb, size_t stride, int64_t n_blocks, int64_t hd,
+                   const float* const* q, int nq, float* const* s) {
+  int i = 0;
+  for (; i + 2 <= nq; i += 2) AttnScores16Q<T, 2>(kb, stride, n_blocks, hd, q + i, s + i);
+  for (; i < nq; ++i) AttnScores16Q<T, 1>(kb, stride, n_blocks, hd, q + i, s + i);
+}
+
+void AttnScores16(DType t, const uint8_t* kb, size_t stride, int64_t n_blocks, int64_t hd,
+                  const float* const* q, int nq, float* const* s) {
+  switch (t) {
+    case DType::kF32: AttnScores16T<DType::kF32>(kb, stride, n_blocks, hd, q, nq, s); return;
+    case DType::kF16: AttnScores16T<DType::kF16>(kb, stride, n_blocks, hd, q, nq, s); return;
+    case DType::kBF16: AttnScores16T<DType::kBF16>(kb, stride, n_blocks, hd, q, nq, s); return;
+    default:  // the cache tiles only the float types (model/kv_cache.h)
+      __builtin_trap();
+  }
+}
+
+// acc_i[hd] += sum_j p_i[j] * v_j for Q queries sharing each loaded row, the accumulators in
+// registers for the whole run (one fused multiply-add per row, vector and query, rows in order).
+template <DType T, int C, int Q>
+void AttnValuesT(const uint8_t* v, size_t stride, int64_t n, const float* const* p, float* const* acc) {
+  __m256 a[Q][C];
+  for (int i = 0; i < Q; ++i)
+    for (int c = 0; c < C; ++c) a[i][c] = _mm256_loadu_ps(acc[i] + 8 * c);
+  for (int64_t j = 0; j < n; ++j) {
+    const uint8_t* row = v + static_cast<size_t>(j) * stride;
+    __m256 w[C];
+    for (int c = 0; c < C; ++c) w[c] = Load8<T>(row, 8 * c);
+    for (int i = 0; i < Q; ++i) {
+      const __m256 pj = _mm256_set1_ps(p[i][j]);
+      for (int c = 0; c < C; ++c) a[i][c] = _mm256_fmadd_ps(pj, w[c], a[i][c]);
+    }
+  }
+  for (int i = 0; i < Q; ++i)
+    for (int c = 0; c < C; ++c) _mm256_storeu_ps(acc[i] + 8 * c, a[i][c]);
+}
+
+template <DType T, int C>
+void AttnValuesC(const uint8_t* v, size_t stride, int64_t n, const float* const* p, int nq,
+                 float* const* acc) {
+  constexpr int kQ = C >= 8 ? 1 : 2;
+  int i = 0;
+  for (; i + kQ <= nq; i += kQ) AttnValuesT<T, C, kQ>(v, stride, n, p + i, acc + i);
+  for (; i < nq; ++i) AttnValuesT<T, C, 1>(v, stride, n, p + i, acc + i);
+}
+
+template <DType T>
+bool AttnValuesOf(const uint8_t* v, size_t stride, int64_t n, int64_t hd, const float* const* p,
+                  int nq, float* const* acc) {
+  switch (hd) {
+    case 32: AttnValuesC<T, 4>(v, stride, n, p, nq, acc); return true;
+    case 64: AttnValuesC<T, 8>(v, stride, n, p, nq, acc); return true;
+    case 128: AttnValuesC<T, 16>(v, stride, n, p, nq, acc); return true;
+    default: return false;  // 256 would not fit the 16 registers: axpy_gather instead
+  }
+}
+
+bool AttnValues(DType t, const uint8_t* v, size_t stride, int64_t n, int64_t hd,
+                const float* const* p, int nq, float* const* acc) {
+  switch (t) {
+    case DType::kF32: return AttnValuesOf<DType::kF32>(v, stride, n, hd, p, nq, acc);
+    case DType::kF16: return AttnValuesOf<DType::kF16>(v, stride, n, hd, p, nq, acc);
+    case DType::kBF16: return AttnValuesOf<DType::kBF16>(v, stride, n, hd, p, nq, acc);
+    default: return false;
+  }
+}
+
 float ExpSum(float* x, int64_t n, float max) {
   const __m256 vmax = _mm256_set1_ps(max);
   __m256 sum = _mm256_setzero_ps();
@@ -1026,7 +1130,7 @@ const IsaKernels kTable = {kDirectTypes, kFloatQ8Q4Types,
                            PrepBytes, Prep,    Dot,     DotGather, AxpyGather,
                            RmsNorm,   Softmax, SiluMul, nullptr, nullptr,
                            nullptr,   DotTiled, GeluMul,
-                           0,         ExpSum};
+                           0,         ExpSum,   AttnScores16, AttnValues};
 
 }  // namespace
 

@@ -108,6 +108,13 @@ Status Session::Attention(int layer, int n) {
     const int pos = seq_[static_cast<size_t>(t)].pos;
     kernels::Rope(qt, nh, hd, c.rope_dim, pos, theta, c.rope_style, rope_scale, rope_freqs);
     kernels::Rope(kt, nkv, hd, c.rope_dim, pos, theta, c.rope_style, rope_scale, rope_freqs);
+    // A quantized cache holds rotated heads (kv_cache.h): q.k is unchanged when both turn, and
+    // the output turns back below.
+    if (cache.rotate_k() > 0) {
+      kernels::HadamardRotate(qt, q_dim, cache.rotate_k());
+      kernels::HadamardRotate(kt, kv_dim, cache.rotate_k());
+    }
+    if (cache.rotate_v() > 0) kernels::HadamardRotate(vt, kv_dim, cache.rotate_v());
     cache.Store(layer, pos, kt, vt);
   }
 
@@ -133,6 +140,10 @@ Status Session::Attention(int layer, int n) {
   }
   kernels::Attend(std::span<const kernels::AttnQuery>(queries_.data(), n_queries),
                   kernels::AttnShape{hd, c.AttnScale(), c.attn_logit_softcap}, &attn_ws_, pool_);
+  for (int t = 0; t < n; ++t) {
+    const int rot = seq_[static_cast<size_t>(t)].kv->rotate_v();
+    if (rot > 0) kernels::HadamardRotate(att + t * q_dim, q_dim, rot);
+  }
 
   Observe(layer, Site::kAttnOut, att, q_dim, n);
   Project(layer, Site::kAttnOut, att, q_dim, n, {{&w.wo, wt ? &wt->wo_t : nullptr, xb}},

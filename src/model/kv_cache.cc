@@ -66,6 +66,9 @@ Status KVCache::Init(const format::LlamaConfig& config, int ctx, int n_batch, Kv
   ctx_ = ctx;
   head_dim_ = config.head_dim;
   types_ = types;
+  const bool rotatable = config.head_dim % 64 == 0;
+  rotate_k_ = rotatable && IsBlockQuantized(types.k) ? 64 : 0;
+  rotate_v_ = rotatable && IsBlockQuantized(types.v) ? 64 : 0;
   kv_dim_.clear();
   rows_.clear();
   k_.clear();

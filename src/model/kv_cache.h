@@ -48,6 +48,13 @@ class KVCache {
 
   int ctx() const { return ctx_; }
   const KvTypes& types() const { return types_; }
+  // Block of the Walsh-Hadamard rotation (kernels::HadamardRotate) applied to each head's keys
+  // (and the queries), or values (and the attention output), before they are stored, or 0 for
+  // none: 64 for a quantized type when the head dimension is a multiple of 64, so a head's
+  // outlier dimensions share their block's scale with the others (llama.cpp rotates its
+  // quantized caches too). Float types are stored as they are.
+  int rotate_k() const { return rotate_k_; }
+  int rotate_v() const { return rotate_v_; }
   int kv_dim(int layer) const { return kv_dim_[static_cast<size_t>(layer)]; }
   // Rows layer `layer` keeps: ctx, or its ring's size.
   int rows(int layer) const { return rows_[static_cast<size_t>(layer)]; }
@@ -69,6 +76,7 @@ class KVCache {
 
   int ctx_ = 0;
   int head_dim_ = 0;
+  int rotate_k_ = 0, rotate_v_ = 0;
   KvTypes types_;
   std::vector<int> kv_dim_;
   std::vector<int> rows_;

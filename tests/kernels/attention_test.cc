@@ -152,6 +152,43 @@ TEST(AttentionTest, QueryAloneEqualsQueryInBlockBitwise) {
   }
 }
 
+// Gemma 2's soft-cap, by hand: q.k = {2, -1, 6, 0}, scale 0.5 gives s = {1, -0.5, 3, 0}; cap 2
+// gives 2 tanh(s / 2) = {0.924234, -0.489837, 1.810297, 0}, whose softmax (exp = {2.51993,
+// 0.61272, 6.11213, 1}, sum 10.24478) is below. Without the cap the weights are softmax(s), and
+// the largest score takes 0.82 instead of 0.60. The values are one-hot, so out = the weights.
+TEST(AttentionTest, ScaleThenSoftCapThenSoftmaxByHand) {
+  const int hd = 32;
+  for (Isa isa : SupportedIsas()) {
+    ScopedIsaOverride use(isa);
+    for (bool tiled : {false, true}) {
+      const float dots[4] = {2, -1, 6, 0};
+      std::vector<uint8_t> kbytes(16 * hd * 4, 0), vbytes(16 * hd * 4, 0);
+      const KvRows k{kbytes.data(), DType::kF32, hd * 4, hd * 4, 16, tiled};
+      const KvRows v{vbytes.data(), DType::kF32, hd * 4, hd * 4, 16, false};
+      for (int p = 0; p < 4; ++p) {
+        std::vector<float> key(hd, 0.0f), value(hd, 0.0f);
+        key[0] = dots[p];
+        value[static_cast<size_t>(p)] = 1.0f;
+        WriteKvHead(k, kbytes.data(), p, 0, hd, key.data());
+        WriteKvHead(v, vbytes.data(), p, 0, hd, value.data());
+      }
+      std::vector<float> q(hd, 0.0f), capped(hd), plain(hd);
+      q[0] = 1.0f;
+      AttnWorkspace ws;
+      ASSERT_TRUE(ws.Init(hd, 16, 1, 8, 1).ok());
+      const AttnQuery qc{q.data(), &k, &v, 0, 0, 3, capped.data()}, qp{q.data(), &k, &v, 0, 0, 3, plain.data()};
+      Attend(std::span<const AttnQuery>(&qc, 1), AttnShape{hd, 0.5f, 2.0f}, &ws, nullptr);
+      Attend(std::span<const AttnQuery>(&qp, 1), AttnShape{hd, 0.5f, 0.0f}, &ws, nullptr);  // 0 = no cap
+      const double want_capped[] = {0.24596943, 0.05980777, 0.59661348, 0.09760932};
+      const double want_plain[] = {0.11135776, 0.02484727, 0.82282873, 0.04096623};
+      for (int i = 0; i < 4; ++i) {
+        EXPECT_NEAR(capped[static_cast<size_t>(i)], want_capped[i], 1e-6) << IsaName(isa) << " " << i;
+        EXPECT_NEAR(plain[static_cast<size_t>(i)], want_plain[i], 1e-6) << IsaName(isa) << " " << i;
+      }
+    }
+  }
+}
+
 TEST(AttentionTest, SegmentSizes) {
   EXPECT_EQ(AttnSegmentFor(1), 256);
   EXPECT_EQ(AttnSegmentFor(8192), 256);

@@ -148,34 +148,6 @@ TEST(OpsTest, RopeRotatesPairsAndKeepsNorms) {
   }
 }
 
-// Attention weights with Gemma 2's soft-cap, by hand: q.k = {2, -1, 6, 0}, scale 0.5 gives
-// s = {1, -0.5, 3, 0}; cap 2 gives 2 tanh(s / 2) = {0.924234, -0.489837, 1.810297, 0}, whose
-// softmax (exp = {2.51993, 0.61272, 6.11213, 1}, sum 10.24478) is below. Without the cap the
-// weights are softmax(s), and the largest score takes 0.82 instead of 0.60.
-TEST(OpsTest, AttentionWeightsScaleThenSoftCapThenSoftmax) {
-  for (Isa isa : SupportedIsas()) {
-    ScopedIsaOverride use(isa);
-    std::vector<float> capped = {2, -1, 6, 0}, plain = capped;
-    AttentionWeights(capped.data(), 4, 0.5f, 2.0f);
-    AttentionWeights(plain.data(), 4, 0.5f, 0.0f);  // 0 = no cap
-    const double want_capped[] = {0.24596943, 0.05980777, 0.59661348, 0.09760932};
-    const double want_plain[] = {0.11135776, 0.02484727, 0.82282873, 0.04096623};
-    for (int i = 0; i < 4; ++i) {
-      EXPECT_NEAR(capped[i], want_capped[i], 1e-6) << IsaName(isa) << " " << i;
-      EXPECT_NEAR(plain[i], want_plain[i], 1e-6) << IsaName(isa) << " " << i;
-    }
-    // Scores far beyond the cap saturate at +-cap: 1000 and 100 both become ~cap, so they share
-    // the weight almost equally instead of 1000 taking all of it.
-    std::vector<float> big = {1000, 100, -1000};
-    AttentionWeights(big.data(), 3, 1.0f, 1.0f);
-    const double e = std::exp(1.0), e_tanh100 = std::exp(std::tanh(100.0));
-    const double sum = e + e_tanh100 + std::exp(-1.0);
-    EXPECT_NEAR(big[0], e / sum, 1e-6);
-    EXPECT_NEAR(big[1], e_tanh100 / sum, 1e-6);
-    EXPECT_NEAR(big[2], std::exp(-1.0) / sum, 1e-6);
-  }
-}
-
 // Linear scaling and per-pair frequency factors (Llama 3.1's rope_freqs) against the definition
 // in double: pair i turns by freq_scale * pos * base^(-2i/rot_dim) / factor[i]. rot_dim < head_dim
 // leaves the tail alone. Without the scale or the factors the result differs (the check can fail).
@@ -284,6 +256,32 @@ TEST(TopKTest, EmptyAndZero) {
   EXPECT_EQ(idx[0], -1);
   EXPECT_EQ(TopK(s, 3, 1, idx), 1);
   EXPECT_EQ(idx[0], 2);
+}
+
+// The orthonormal Walsh-Hadamard rotation: by hand on a block of 4 (the rows of H_4 / 2), its
+// own inverse, and dot products kept (what lets a quantized cache store rotated keys).
+TEST(OpsTest, HadamardRotateIsOrthonormalAndItsOwnInverse) {
+  std::vector<float> e = {1, 0, 0, 0, 0, 2, 0, 0};
+  HadamardRotate(e.data(), 8, 4);
+  const std::vector<float> want = {0.5f, 0.5f, 0.5f, 0.5f, 1, -1, 1, -1};
+  for (size_t i = 0; i < want.size(); ++i) EXPECT_FLOAT_EQ(e[i], want[i]) << i;
+  std::mt19937 rng(3);
+  for (int block : {2, 64, 256}) {
+    const int64_t n = 512;
+    std::vector<float> a = RandomFloats(rng, n, -2, 2), b = RandomFloats(rng, n, -2, 2);
+    std::vector<float> ra = a, rb = b;
+    HadamardRotate(ra.data(), n, block);
+    HadamardRotate(rb.data(), n, block);
+    double dot = 0, rdot = 0;
+    for (int64_t i = 0; i < n; ++i) {
+      dot += double(a[i]) * b[i];
+      rdot += double(ra[i]) * rb[i];
+    }
+    EXPECT_NEAR(rdot, dot, 1e-3) << block;
+    EXPECT_NE(ra, a) << block;
+    HadamardRotate(ra.data(), n, block);
+    for (int64_t i = 0; i < n; ++i) ASSERT_NEAR(ra[i], a[i], 1e-5) << block << " " << i;
+  }
 }
 
 }  // namespace

@@ -18,10 +18,14 @@
 namespace weir::model {
 namespace {
 
+// "qwen3-hd64": qwen3 tiny with heads of 64 values, where a quantized cache stores its heads
+// rotated (kv_cache.h, rotate_k / rotate_v).
 std::unique_ptr<Model> KvTinyModel(const std::string& arch) {
   const std::string path = testing::TempDir() + "/kv_types_" + arch + ".gguf";
-  auto spec = format::SynthPreset("tiny", arch);
+  const bool hd64 = arch == "qwen3-hd64";
+  auto spec = format::SynthPreset("tiny", hd64 ? "qwen3" : arch);
   EXPECT_TRUE(spec.ok()) << spec.status().ToString();
+  if (hd64) spec->head_dim = 64;
   EXPECT_TRUE(format::WriteRandomLlamaGguf(*spec, DType::kF32, 5, path, nullptr).ok());
   auto m = Model::Load(path);
   EXPECT_TRUE(m.ok()) << m.status().ToString();
@@ -95,9 +99,11 @@ TEST_P(KvCacheTypesTest, BatchInvariantAndCloseToF32) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, KvCacheTypesTest, ::testing::Values("gemma2", "gemma3", "qwen3"),
+INSTANTIATE_TEST_SUITE_P(Archs, KvCacheTypesTest, ::testing::Values("gemma2", "gemma3", "qwen3", "qwen3-hd64"),
                          [](const ::testing::TestParamInfo<const char*>& info) {
-                           return std::string(info.param);
+                           std::string name = info.param;
+                           for (char& ch : name) ch = ch == '-' ? '_' : ch;
+                           return name;
                          });
 
 TEST(KvCacheTypes, BytesAreTheTypesAndBadTypesAreRefused) {
@@ -117,6 +123,15 @@ TEST(KvCacheTypes, BytesAreTheTypesAndBadTypesAreRefused) {
   ASSERT_TRUE(s.ok()) << s.status().ToString();
   EXPECT_EQ((*s)->kv_bytes(), KVCache::BytesFor(c, 32, so.n_batch, so.kv_types));
   EXPECT_EQ(KvTypesName((*s)->kv_types()), "q8_0/f32");
+  // Heads of 32 values: nothing is rotated; of 64: a quantized type's heads are.
+  KVCache kv;
+  ASSERT_TRUE(kv.Init(c, 32, 8, {DType::kQ8_0, DType::kF16}).ok());
+  EXPECT_EQ(kv.rotate_k(), 0);
+  auto m64 = KvTinyModel("qwen3-hd64");
+  ASSERT_NE(m64, nullptr);
+  ASSERT_TRUE(kv.Init(m64->config(), 32, 8, {DType::kQ8_0, DType::kF16}).ok());
+  EXPECT_EQ(kv.rotate_k(), 64);
+  EXPECT_EQ(kv.rotate_v(), 0);
 
   // Q4_K blocks hold 256 values; the tiny model's heads are smaller.
   ASSERT_LT(c.head_dim, 256);

@@ -124,7 +124,7 @@ int BenchMain(int argc, char** argv) {
   const int vocab = model.config().vocab_size;
 
   std::vector<int32_t> context(static_cast<size_t>(depth));  // what -d puts in the cache first
-  for (int i = 0; i < depth; ++i) context[static_cast<size_t>(i)] = (i * 104729 + 3) % vocab;
+  for (int i = 0; i < depth; ++i) context[static_cast<size_t>(i)] = static_cast<int32_t>((int64_t{i} * 104729 + 3) % vocab);
   auto fill_context = [&]() -> Status {
     s.Reset();
     if (depth > 0) WEIR_RETURN_IF_ERROR(s.Prefill(context).status());
