@@ -616,6 +616,8 @@ inline float Exp1(float v) {
   return hn::GetLane(hn::Exp(d1, hn::Set(d1, v)));
 }
 
+float ExpSum(float* x, int64_t n, float max);  // below, with attention's kernels
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   const hn::ScalableTag<float> df;
@@ -625,19 +627,7 @@ void Softmax(float* x, int64_t n) {
   for (; i + nl <= n; i += nl) mv = hn::Max(mv, hn::LoadU(df, x + i));
   float m = hn::GetLane(hn::MaxOfLanes(df, mv));
   for (int64_t k = i; k < n; ++k) m = x[k] > m ? x[k] : m;
-  const auto vm = hn::Set(df, m);
-  auto sv = hn::Zero(df);
-  for (i = 0; i + nl <= n; i += nl) {
-    const auto e = hn::Exp(df, hn::Sub(hn::LoadU(df, x + i), vm));
-    sv = hn::Add(sv, e);
-    hn::StoreU(e, df, x + i);
-  }
-  float s = hn::GetLane(hn::SumOfLanes(df, sv));
-  for (; i < n; ++i) {
-    x[i] = Exp1(x[i] - m);
-    s += x[i];
-  }
-  const float inv = 1.0f / s;
+  const float inv = 1.0f / ExpSum(x, n, m);
   for (i = 0; i + nl <= n; i += nl) {
     hn::StoreU(hn::Mul(hn::LoadU(df, x + i), hn::Set(df, inv)), df, x + i);
   }

@@ -962,19 +962,7 @@ void Softmax(float* x, int64_t n) {
   for (; i + 8 <= n; i += 8) mx = _mm256_max_ps(mx, _mm256_loadu_ps(x + i));
   float m = HMax(mx);
   for (; i < n; ++i) m = x[i] > m ? x[i] : m;
-  const __m256 vmax = _mm256_set1_ps(m);
-  __m256 sum = _mm256_setzero_ps();
-  for (i = 0; i + 8 <= n; i += 8) {
-    const __m256 e = Exp(_mm256_sub_ps(_mm256_loadu_ps(x + i), vmax));
-    sum = _mm256_add_ps(sum, e);
-    _mm256_storeu_ps(x + i, e);
-  }
-  float s = HSum(sum);
-  for (; i < n; ++i) {
-    x[i] = Exp1(x[i] - m);
-    s += x[i];
-  }
-  const float inv = 1.0f / s;
+  const float inv = 1.0f / ExpSum(x, n, m);
   const __m256 vinv = _mm256_set1_ps(inv);
   for (i = 0; i + 8 <= n; i += 8)
     _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), vinv));

@@ -1024,6 +1024,8 @@ void RmsNorm(float* out, const float* x, const float* weight, int64_t n, float e
   }
 }
 
+float ExpSum(float* x, int64_t n, float max);  // below, with attention's kernels
+
 void Softmax(float* x, int64_t n) {
   if (n <= 0) return;
   __m512 mx = _mm512_set1_ps(-__builtin_inff());
@@ -1031,15 +1033,7 @@ void Softmax(float* x, int64_t n) {
     const __mmask16 m = TailMask(n - i);
     mx = _mm512_mask_max_ps(mx, m, mx, _mm512_maskz_loadu_ps(m, x + i));
   }
-  const __m512 vmax = _mm512_set1_ps(_mm512_reduce_max_ps(mx));
-  __m512 sum = _mm512_setzero_ps();
-  for (int64_t i = 0; i < n; i += 16) {
-    const __mmask16 m = TailMask(n - i);
-    const __m512 e = Exp(_mm512_sub_ps(_mm512_maskz_loadu_ps(m, x + i), vmax));
-    sum = _mm512_mask_add_ps(sum, m, sum, e);
-    _mm512_mask_storeu_ps(x + i, m, e);
-  }
-  const __m512 inv = _mm512_set1_ps(1.0f / _mm512_reduce_add_ps(sum));
+  const __m512 inv = _mm512_set1_ps(1.0f / ExpSum(x, n, _mm512_reduce_max_ps(mx)));
   for (int64_t i = 0; i < n; i += 16) {
     const __mmask16 m = TailMask(n - i);
     _mm512_mask_storeu_ps(x + i, m, _mm512_mul_ps(_mm512_maskz_loadu_ps(m, x + i), inv));
